@@ -1,0 +1,24 @@
+//go:build sluice_bridge
+
+// Package internal is Sluice's ABI bridge between standard Go's wasip1 port
+// and proxy-wasm-go-sdk v0.24.0.
+//
+// The SDK as published wires its ABI only for TinyGo (//export comments and
+// bodyless declarations). Standard Go needs //go:wasmimport for hostcalls and
+// //go:wasmexport for callbacks, so `make build` copies the SDK out of the
+// module cache into build/sdk, drops its native mock of the hostcalls, and
+// drops these files into build/sdk/proxywasm/internal. Nothing here is ever
+// compiled in place: the sluice_bridge tag is only set by that build.
+//
+// Three rules the ABI forces on standard Go:
+//   - int is 64 bits on GOARCH=wasm, while every size and pointer in the
+//     proxy-wasm ABI is 32 bits, so every crossing converts explicitly.
+//   - Memory the host asks for through proxy_on_memory_allocate is referenced
+//     only by an integer address inside the host until the hostcall that asked
+//     for it returns, so the allocator pins it until the bridge has handed it
+//     to the SDK as a real Go pointer.
+//   - Out-parameters live in package-level variables, never on a goroutine
+//     stack: the host calls back into the allocator during a hostcall, that
+//     Go code may grow and move the stack, and the host would then write
+//     through a stale address.
+package internal
