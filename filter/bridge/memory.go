@@ -67,4 +67,3 @@ func releasePins() {
 	pinnedAllocations = pinnedAllocations[:0]
 	outPtr, outSize = 0, 0
 }
-
