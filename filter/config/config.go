@@ -1,0 +1,708 @@
+// Package config parses and validates the Sluice plugin configuration.
+//
+// Parse turns the JSON an operator puts in the Envoy WasmService/Wasm filter
+// configuration into a typed, fully defaulted Config. Everything the filter
+// needs per request (key layout, upper-cased methods, lower-cased header
+// names, durations, statuses) is resolved here, once, at configure time, so
+// the request path never parses text.
+//
+// The package has no proxy-wasm imports so it can be tested, fuzzed and used
+// by tools natively. The operator-facing field reference is README.md; the
+// JSON Schema is schema.json (see Schema).
+package config
+
+import (
+	"strings"
+	"time"
+)
+
+// Config is a parsed plugin configuration. The zero value is not meaningful;
+// use Parse, which fills every default.
+type Config struct {
+	// ClientIP says where the client address used by the client_ip key comes from.
+	ClientIP ClientIP
+	// Limits in config order, which is also evaluation order.
+	Limits []Limit
+	// Breakers in config order.
+	Breakers []Breaker
+	// Response controls rate-limit headers and reply bodies.
+	Response Response
+	// Backend is the Redis-over-HTTP backend for global and hybrid limits.
+	// Nil when the config has no "backend" block (then no limit may be
+	// global or hybrid).
+	Backend *Backend
+}
+
+// LimitIndex returns the index in c.Limits of the limit with that name, or -1.
+func (c *Config) LimitIndex(name string) int {
+	for i := range c.Limits {
+		if c.Limits[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// ClientIPSource selects where the client address comes from.
+type ClientIPSource uint8
+
+const (
+	// ClientIPPeer uses the downstream connection's address (source.address)
+	// without the port. It cannot be spoofed but is the proxy in front of
+	// Envoy, if there is one.
+	ClientIPPeer ClientIPSource = iota
+	// ClientIPXFF uses the X-Forwarded-For entry TrustedHops from the right,
+	// falling back to the peer when the header has fewer entries.
+	ClientIPXFF
+	// ClientIPHeader uses the named header verbatim.
+	ClientIPHeader
+)
+
+func (s ClientIPSource) String() string {
+	switch s {
+	case ClientIPPeer:
+		return "peer"
+	case ClientIPXFF:
+		return "xff"
+	case ClientIPHeader:
+		return "header"
+	}
+	return "unknown"
+}
+
+// ClientIP configures client address extraction.
+type ClientIP struct {
+	// Source defaults to ClientIPPeer.
+	Source ClientIPSource
+	// TrustedHops is how many X-Forwarded-For entries, counted from the
+	// right, were appended by proxies we trust; the entry at that position is
+	// the client. Default 1 (only Envoy's own hop is trusted). Only set with
+	// Source ClientIPXFF.
+	TrustedHops int
+	// Header is the lower-cased header name for ClientIPHeader; empty otherwise.
+	Header string
+}
+
+// Algorithm is a limiting algorithm.
+type Algorithm uint8
+
+const (
+	// TokenBucket refills Rate.Limit tokens per Rate.Window and holds at most
+	// Rate.Limit+Rate.Burst tokens. It is the default.
+	TokenBucket Algorithm = iota
+	// FixedWindow admits Rate.Limit requests per aligned window.
+	FixedWindow
+	// SlidingWindow admits Rate.Limit requests per window, weighting the
+	// previous window's count by its remaining overlap.
+	SlidingWindow
+)
+
+func (a Algorithm) String() string {
+	switch a {
+	case TokenBucket:
+		return "token_bucket"
+	case FixedWindow:
+		return "fixed_window"
+	case SlidingWindow:
+		return "sliding_window"
+	}
+	return "unknown"
+}
+
+// Rate is an allowance: Limit requests per Window, plus Burst extra for
+// token buckets. requests_per_second: R is Rate{Limit: R, Window: time.Second}.
+type Rate struct {
+	// Limit is the number of requests per Window; always >= 1.
+	Limit int64
+	// Window is always > 0.
+	Window time.Duration
+	// Burst is extra bucket capacity above Limit (token bucket only); >= 0,
+	// default 0.
+	Burst int64
+}
+
+// Capacity is the most requests the algorithm admits at once from a fresh
+// state: Limit+Burst for a token bucket, Limit for window algorithms.
+func (r Rate) Capacity(a Algorithm) int64 {
+	if a == TokenBucket {
+		return r.Limit + r.Burst
+	}
+	return r.Limit
+}
+
+// KeyKind is one kind of key part.
+type KeyKind uint8
+
+const (
+	// KeyClientIP is the client address as configured by Config.ClientIP.
+	KeyClientIP KeyKind = iota
+	// KeyHeader is the value of KeyPart.Header.
+	KeyHeader
+	// KeyPath is the request path without the query string.
+	KeyPath
+	// KeyRoute is the Envoy route name.
+	KeyRoute
+	// KeyMethod is the request method.
+	KeyMethod
+	// KeyHost is the :authority.
+	KeyHost
+)
+
+func (k KeyKind) String() string {
+	switch k {
+	case KeyClientIP:
+		return "client_ip"
+	case KeyHeader:
+		return "header"
+	case KeyPath:
+		return "path"
+	case KeyRoute:
+		return "route"
+	case KeyMethod:
+		return "method"
+	case KeyHost:
+		return "host"
+	}
+	return "unknown"
+}
+
+// KeyPart is one element of a (possibly composite) limit key.
+type KeyPart struct {
+	Kind KeyKind
+	// Header is the lower-cased header name when Kind is KeyHeader.
+	Header string
+}
+
+// String gives the part in config syntax, e.g. "client_ip" or "header:x-api-key".
+func (p KeyPart) String() string {
+	if p.Kind == KeyHeader {
+		return "header:" + p.Header
+	}
+	return p.Kind.String()
+}
+
+// Mode is where a limit's counters live.
+type Mode uint8
+
+const (
+	// ModeLocal counts in this Envoy's shared data only. It is the default.
+	ModeLocal Mode = iota
+	// ModeGlobal makes one atomic Redis call per decision (exact).
+	ModeGlobal
+	// ModeHybrid serves decisions from tokens leased from Redis.
+	ModeHybrid
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeLocal:
+		return "local"
+	case ModeGlobal:
+		return "global"
+	case ModeHybrid:
+		return "hybrid"
+	}
+	return "unknown"
+}
+
+// FailurePolicy is what a global or hybrid limit does when Redis cannot answer.
+type FailurePolicy uint8
+
+const (
+	// FailAllow passes the request through (fail open). It is the default,
+	// matching Envoy's ratelimit filter (failure_mode_deny: false): a
+	// limiter outage should not become a site outage.
+	FailAllow FailurePolicy = iota
+	// FailDeny rejects with Backend.FailureStatus (fail closed).
+	FailDeny
+	// FailLocal falls back to the local limiter with the limit divided by
+	// the instances hint.
+	FailLocal
+)
+
+func (f FailurePolicy) String() string {
+	switch f {
+	case FailAllow:
+		return "allow"
+	case FailDeny:
+		return "deny"
+	case FailLocal:
+		return "local"
+	}
+	return "unknown"
+}
+
+// MissingKeyAction is what a limit does when a key part is absent (for
+// example the header is not sent).
+type MissingKeyAction uint8
+
+const (
+	// MissingKeySkip does not apply the limit to the request. Default.
+	MissingKeySkip MissingKeyAction = iota
+	// MissingKeyDeny rejects the request with OnLimit.Status.
+	MissingKeyDeny
+)
+
+func (m MissingKeyAction) String() string {
+	if m == MissingKeyDeny {
+		return "deny"
+	}
+	return "skip"
+}
+
+// LimitAction is what happens to a request over the limit.
+type LimitAction uint8
+
+const (
+	// ActionReject sends a local reply with OnLimit.Status. Default.
+	ActionReject LimitAction = iota
+	// ActionDelay holds the request until a token is free, up to
+	// OnLimit.MaxDelay, and rejects it if the wait would be longer.
+	ActionDelay
+)
+
+func (a LimitAction) String() string {
+	if a == ActionDelay {
+		return "delay"
+	}
+	return "reject"
+}
+
+// OnLimit configures the answer to an over-limit request.
+type OnLimit struct {
+	// Action defaults to ActionReject.
+	Action LimitAction
+	// MaxDelay is the longest a request is held; > 0 when Action is
+	// ActionDelay (default 500ms), zero otherwise.
+	MaxDelay time.Duration
+	// Status of the local reply, 400-599, default 429.
+	Status int
+}
+
+// Limit is one rate limit.
+type Limit struct {
+	// Name is unique among limits and is the metric label; it matches
+	// [A-Za-z0-9_-]{1,64}.
+	Name string
+	// Match selects the requests the limit applies to; the zero Match
+	// matches every request.
+	Match Match
+	// Key is the bucket key; an empty Key is a single bucket for all
+	// matching requests. Default: [client_ip].
+	Key []KeyPart
+	// Algorithm defaults to TokenBucket.
+	Algorithm Algorithm
+	// Rate is the default allowance for every key value.
+	Rate Rate
+	// Cost is the tokens one request takes; >= 1, default 1, and never more
+	// than Rate.Capacity(Algorithm) (that request could never pass).
+	Cost int64
+	// Overrides maps a value of the key part Key[OverrideBy] to its own rate
+	// (SLA tiers). Nil when none are configured.
+	Overrides map[string]Rate
+	// OverrideBy is the index in Key of the part whose value selects an
+	// override; -1 when Overrides is nil.
+	OverrideBy int
+	// Mode defaults to ModeLocal.
+	Mode Mode
+	// FailurePolicy applies in ModeGlobal and ModeHybrid; it defaults to
+	// Backend.FailurePolicy. Always FailAllow (unused) in ModeLocal.
+	FailurePolicy FailurePolicy
+	// Instances is the number of Envoy instances sharing the global limit;
+	// FailLocal divides the limit by it. Default Backend.Instances (1).
+	Instances int
+	// OnMissingKey defaults to MissingKeySkip.
+	OnMissingKey MissingKeyAction
+	// OnLimit defaults to reject with 429.
+	OnLimit OnLimit
+	// Shadow evaluates and counts but never rejects or delays.
+	Shadow bool
+	// Replaces holds indexes in Config.Limits of the limits this one
+	// disables when it matches (the most specific applies). Resolved and
+	// cycle-free.
+	Replaces []int
+}
+
+// RateFor returns the rate for a key-part value: its override if one exists,
+// the limit's default otherwise.
+func (l *Limit) RateFor(overrideValue string) Rate {
+	if r, ok := l.Overrides[overrideValue]; ok {
+		return r
+	}
+	return l.Rate
+}
+
+// Match is a request predicate. Every non-empty condition must hold.
+type Match struct {
+	// Path is an exact path (query excluded); empty means any.
+	Path string
+	// PathPrefix is a path prefix; empty means any. Never set together with Path.
+	PathPrefix string
+	// Methods are upper-case; nil means any.
+	Methods []string
+	// Hosts are lower-case, without port. An entry "*.example.com" matches
+	// any host ending in ".example.com". Nil means any.
+	Hosts []string
+	// Headers must all hold.
+	Headers []HeaderMatch
+	// Routes are Envoy route names; nil means any.
+	Routes []string
+}
+
+// HeaderMatch is a condition on one request header.
+type HeaderMatch struct {
+	// Name is lower-case.
+	Name string
+	// Value, when HasValue, must equal the header value exactly.
+	Value    string
+	HasValue bool
+	// Present, when !HasValue, says whether the header must be present (true)
+	// or absent (false).
+	Present bool
+}
+
+// Request is what Match.Matches looks at. Header returns the value of a
+// lower-case header name and whether it is present.
+type Request struct {
+	Method string
+	// Path may include the query string; it is ignored.
+	Path string
+	// Host may include a port; it is ignored.
+	Host   string
+	Route  string
+	Header func(name string) (string, bool)
+}
+
+// Matches reports whether r satisfies m. It does not allocate.
+func (m *Match) Matches(r Request) bool {
+	path := r.Path
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	if m.Path != "" && path != m.Path {
+		return false
+	}
+	if m.PathPrefix != "" && !strings.HasPrefix(path, m.PathPrefix) {
+		return false
+	}
+	if m.Methods != nil && !containsFold(m.Methods, r.Method) {
+		return false
+	}
+	if m.Hosts != nil && !matchHost(m.Hosts, stripPort(r.Host)) {
+		return false
+	}
+	if m.Routes != nil && !contains(m.Routes, r.Route) {
+		return false
+	}
+	for i := range m.Headers {
+		h := &m.Headers[i]
+		var v string
+		var ok bool
+		if r.Header != nil {
+			v, ok = r.Header(h.Name)
+		}
+		if h.HasValue {
+			if !ok || v != h.Value {
+				return false
+			}
+		} else if ok != h.Present {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func containsFold(list []string, s string) bool {
+	for _, x := range list {
+		if strings.EqualFold(x, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func matchHost(hosts []string, host string) bool {
+	for _, h := range hosts {
+		if strings.HasPrefix(h, "*.") {
+			suffix := h[1:]
+			if len(host) > len(suffix) && strings.EqualFold(host[len(host)-len(suffix):], suffix) {
+				return true
+			}
+		} else if strings.EqualFold(h, host) {
+			return true
+		}
+	}
+	return false
+}
+
+// stripPort removes ":port" from a host, leaving bracketed IPv6 literals
+// ("[::1]:80" -> "[::1]") intact.
+func stripPort(host string) string {
+	i := strings.LastIndexByte(host, ':')
+	if i < 0 {
+		return host
+	}
+	if strings.IndexByte(host, ']') > i {
+		return host
+	}
+	if host[0] != '[' && strings.IndexByte(host[:i], ':') >= 0 {
+		// A bare IPv6 address has no port.
+		return host
+	}
+	return host[:i]
+}
+
+// BreakerScope is what one breaker instance covers.
+type BreakerScope uint8
+
+const (
+	// PerCluster keeps one breaker per upstream cluster (xds.cluster_name). Default.
+	PerCluster BreakerScope = iota
+	// PerRoute keeps one breaker per route name.
+	PerRoute
+)
+
+func (s BreakerScope) String() string {
+	if s == PerRoute {
+		return "route"
+	}
+	return "cluster"
+}
+
+// BreakerMode controls whether a breaker acts.
+type BreakerMode uint8
+
+const (
+	// BreakerEnforce rejects while open. Default.
+	BreakerEnforce BreakerMode = iota
+	// BreakerMetricsOnly tracks state and metrics but never rejects.
+	BreakerMetricsOnly
+	// BreakerForcedOpen rejects every matching request (manual cut-off).
+	BreakerForcedOpen
+	// BreakerDisabled neither tracks nor rejects.
+	BreakerDisabled
+)
+
+func (m BreakerMode) String() string {
+	switch m {
+	case BreakerEnforce:
+		return "enforce"
+	case BreakerMetricsOnly:
+		return "metrics_only"
+	case BreakerForcedOpen:
+		return "forced_open"
+	case BreakerDisabled:
+		return "disabled"
+	}
+	return "unknown"
+}
+
+// WindowType is how a failure-rate window is measured.
+type WindowType uint8
+
+const (
+	// CountWindow covers the last FailureRate.Window calls. Default.
+	CountWindow WindowType = iota
+	// TimeWindow covers calls in the last FailureRate.WindowDuration.
+	TimeWindow
+)
+
+func (w WindowType) String() string {
+	if w == TimeWindow {
+		return "time"
+	}
+	return "count"
+}
+
+// FailureRate opens a breaker when a share of recent calls failed.
+type FailureRate struct {
+	// ThresholdPercent, 1-100, default 50: the breaker opens when at least
+	// this percentage of the calls in the window failed.
+	ThresholdPercent int
+	// WindowType defaults to CountWindow.
+	WindowType WindowType
+	// Window is the number of calls for CountWindow (default 100); 0 for TimeWindow.
+	Window int
+	// WindowDuration is the window for TimeWindow (default 60s); 0 for CountWindow.
+	WindowDuration time.Duration
+	// MinimumCalls, default 20, is how many calls the window needs before
+	// the rate is judged, so one early failure cannot open the breaker.
+	MinimumCalls int
+}
+
+// SlowCall makes slow upstream answers count against the upstream.
+type SlowCall struct {
+	// Duration is the time from request headers to response headers above
+	// which a call is slow; > 0.
+	Duration time.Duration
+	// ThresholdPercent, 1-100, applies with Breaker.FailureRate: the breaker
+	// also opens when this percentage of the window's calls were slow.
+	// Zero when the breaker has no FailureRate; then each slow call counts
+	// as a failure toward FailureThreshold.
+	ThresholdPercent int
+}
+
+// Breaker is one circuit breaker definition.
+type Breaker struct {
+	// Name is unique among breakers and is the metric label; it matches
+	// [A-Za-z0-9_-]{1,64}.
+	Name string
+	// Match selects the requests the breaker guards; zero matches all.
+	Match Match
+	// Per defaults to PerCluster.
+	Per BreakerScope
+	// FailureStatuses are upstream statuses that count as failures;
+	// default [500 502 503 504]; may be empty (only timeouts/slow calls fail).
+	FailureStatuses []int
+	// FailureOnTimeout counts upstream timeouts and resets as failures; default true.
+	FailureOnTimeout bool
+	// FailureThreshold is the consecutive failures that open the breaker;
+	// default 5. Zero disables the consecutive trip, which is only allowed
+	// with FailureRate set.
+	FailureThreshold int
+	// FailureRate is nil unless configured.
+	FailureRate *FailureRate
+	// SlowCall is nil unless configured.
+	SlowCall *SlowCall
+	// SuccessThreshold is the consecutive half-open successes that close
+	// the breaker; >= 1, default 2.
+	SuccessThreshold int
+	// OpenTimeout is how long the breaker stays open before half-open; default 30s.
+	OpenTimeout time.Duration
+	// HalfOpenMaxRequests is how many probes are let through while
+	// half-open; >= 1, default 1.
+	HalfOpenMaxRequests int
+	// Mode defaults to BreakerEnforce.
+	Mode BreakerMode
+	// Status of the reply while open, 400-599, default 503.
+	Status int
+}
+
+// IsFailureStatus reports whether an upstream status counts as a failure.
+func (b *Breaker) IsFailureStatus(status int) bool {
+	for _, s := range b.FailureStatuses {
+		if s == status {
+			return true
+		}
+	}
+	return false
+}
+
+// HeaderFamilies is a set of rate-limit header families.
+type HeaderFamilies uint8
+
+const (
+	// HeadersXRateLimit is X-RateLimit-Limit/-Remaining/-Reset.
+	HeadersXRateLimit HeaderFamilies = 1 << iota
+	// HeadersRateLimit is the IETF RateLimit-Policy and RateLimit fields.
+	HeadersRateLimit
+	// HeadersRetryAfter is Retry-After on rejections.
+	HeadersRetryAfter
+
+	// AllHeaderFamilies is the default.
+	AllHeaderFamilies = HeadersXRateLimit | HeadersRateLimit | HeadersRetryAfter
+)
+
+// Has reports whether f includes all of g.
+func (f HeaderFamilies) Has(g HeaderFamilies) bool { return f&g == g }
+
+// Body is the format of local reply bodies.
+type Body uint8
+
+const (
+	// BodyJSON is {"error": ..., "message": ..., ...}. Default.
+	BodyJSON Body = iota
+	// BodyProblemJSON is RFC 9457 application/problem+json.
+	BodyProblemJSON
+	// BodyNone sends an empty body.
+	BodyNone
+)
+
+func (b Body) String() string {
+	switch b {
+	case BodyJSON:
+		return "json"
+	case BodyProblemJSON:
+		return "problem+json"
+	case BodyNone:
+		return "none"
+	}
+	return "unknown"
+}
+
+// Response controls what rejections and allowed responses carry.
+type Response struct {
+	// Headers defaults to AllHeaderFamilies; zero sends none.
+	Headers HeaderFamilies
+	// HeadersOnAllowed adds the rate-limit headers to allowed responses too;
+	// default true. Retry-After is only ever sent on rejections.
+	HeadersOnAllowed bool
+	// Body defaults to BodyJSON.
+	Body Body
+}
+
+// Protocol is how the backend speaks Redis over HTTP.
+type Protocol uint8
+
+const (
+	// ProtocolWebdis is GET /CMD/arg1/arg2 (Webdis). Default.
+	ProtocolWebdis Protocol = iota
+	// ProtocolUpstash is POST of a JSON command array with a bearer token.
+	ProtocolUpstash
+)
+
+func (p Protocol) String() string {
+	if p == ProtocolUpstash {
+		return "upstash"
+	}
+	return "webdis"
+}
+
+// Backend is the Redis-over-HTTP endpoint for global and hybrid limits.
+type Backend struct {
+	// Cluster is the Envoy cluster name for proxy_http_call; required.
+	Cluster string
+	// Authority is the :authority sent; default Cluster.
+	Authority string
+	// Protocol defaults to ProtocolWebdis.
+	Protocol Protocol
+	// PathPrefix starts with "/" and ends with "/"; default "/".
+	PathPrefix string
+	// BasicAuth is "user:pass" for Webdis ACLs; empty when unset.
+	BasicAuth string
+	// Token is the Upstash bearer token; required with ProtocolUpstash.
+	Token string
+	// Timeout per call, default 50ms, at most 10s.
+	Timeout time.Duration
+	// Retries after a failed call, 0-5, default 1.
+	Retries int
+	// FailurePolicy is the default for limits that set none; default FailAllow.
+	FailurePolicy FailurePolicy
+	// FailureStatus is the reply status under FailDeny, 400-599, default 429.
+	FailureStatus int
+	// Instances is the default Limit.Instances, >= 1, default 1.
+	Instances int
+	// Breaker guards the backend itself.
+	Breaker BackendBreaker
+}
+
+// BackendBreaker stops calling Redis after repeated failures.
+type BackendBreaker struct {
+	// FailureThreshold is the failures within Window that open it; default 5.
+	FailureThreshold int
+	// Window over which failures are counted; default 30s.
+	Window time.Duration
+	// OpenTimeout before half-open; default 15s.
+	OpenTimeout time.Duration
+	// HalfOpenMaxRequests probes while half-open; default 2.
+	HalfOpenMaxRequests int
+}

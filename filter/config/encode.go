@@ -1,0 +1,261 @@
+package config
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// MarshalJSON writes the effective configuration: every default spelled out,
+// names normalised, replaces as names. Parse accepts the output and gives an
+// equal Config, so it is safe to log, diff or feed back to Envoy.
+func (c *Config) MarshalJSON() ([]byte, error) {
+	w := wireConfig{
+		ClientIP: wireClientIP{Source: c.ClientIP.Source.String()},
+		Limits:   []wireLimit{},
+		Breakers: []wireBreaker{},
+	}
+	switch c.ClientIP.Source {
+	case ClientIPXFF:
+		w.ClientIP.TrustedHops = c.ClientIP.TrustedHops
+	case ClientIPHeader:
+		w.ClientIP.Header = c.ClientIP.Header
+	}
+	for i := range c.Limits {
+		w.Limits = append(w.Limits, c.wireLimit(&c.Limits[i]))
+	}
+	for i := range c.Breakers {
+		w.Breakers = append(w.Breakers, wireBreakerOf(&c.Breakers[i]))
+	}
+	w.Response.Headers = []string{}
+	for i, name := range headerFamilyNames {
+		if c.Response.Headers.Has(HeaderFamilies(1) << i) {
+			w.Response.Headers = append(w.Response.Headers, name)
+		}
+	}
+	w.Response.HeadersOnAllowed = c.Response.HeadersOnAllowed
+	w.Response.Body = c.Response.Body.String()
+	if b := c.Backend; b != nil {
+		w.Backend = &wireBackend{
+			Cluster: b.Cluster, Authority: b.Authority, Protocol: b.Protocol.String(), PathPrefix: b.PathPrefix,
+			BasicAuth: b.BasicAuth, Token: b.Token, Timeout: dur(b.Timeout), Retries: b.Retries,
+			FailurePolicy: b.FailurePolicy.String(), FailureStatus: b.FailureStatus, Instances: b.Instances,
+			Breaker: wireBackendBreaker{
+				FailureThreshold: b.Breaker.FailureThreshold, Window: dur(b.Breaker.Window),
+				OpenTimeout: dur(b.Breaker.OpenTimeout), HalfOpenMaxRequests: b.Breaker.HalfOpenMaxRequests,
+			},
+		}
+	}
+	return json.Marshal(w)
+}
+
+func dur(d time.Duration) string { return d.String() }
+
+func (c *Config) wireLimit(l *Limit) wireLimit {
+	w := wireLimit{
+		Name:         l.Name,
+		Match:        wireMatchOf(&l.Match),
+		Key:          []string{},
+		Algorithm:    l.Algorithm.String(),
+		Cost:         l.Cost,
+		Mode:         l.Mode.String(),
+		OnMissingKey: l.OnMissingKey.String(),
+		OnLimit:      wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
+		Shadow:       l.Shadow,
+	}
+	w.wireRate = wireRateOf(l.Rate, l.Algorithm)
+	for _, k := range l.Key {
+		w.Key = append(w.Key, k.String())
+	}
+	if l.Overrides != nil {
+		w.Overrides = map[string]wireRate{}
+		for v, r := range l.Overrides {
+			w.Overrides[v] = wireRateOf(r, l.Algorithm)
+		}
+		if l.OverrideBy >= 0 && l.OverrideBy < len(l.Key) {
+			w.OverrideBy = l.Key[l.OverrideBy].String()
+		}
+	}
+	if l.Mode != ModeLocal {
+		w.FailurePolicy = l.FailurePolicy.String()
+		w.Instances = l.Instances
+	}
+	if l.OnLimit.Action == ActionDelay {
+		w.OnLimit.MaxDelay = dur(l.OnLimit.MaxDelay)
+	}
+	for _, j := range l.Replaces {
+		if j >= 0 && j < len(c.Limits) {
+			w.Replaces = append(w.Replaces, c.Limits[j].Name)
+		}
+	}
+	return w
+}
+
+func wireRateOf(r Rate, a Algorithm) wireRate {
+	w := wireRate{Limit: r.Limit, Window: dur(r.Window)}
+	if a == TokenBucket {
+		w.Burst = &r.Burst
+	}
+	return w
+}
+
+func wireMatchOf(m *Match) *wireMatch {
+	w := &wireMatch{Path: m.Path, PathPrefix: m.PathPrefix, Methods: m.Methods, Hosts: m.Hosts, Routes: m.Routes}
+	for _, h := range m.Headers {
+		wh := wireHeaderMatch{Name: h.Name}
+		if h.HasValue {
+			v := h.Value
+			wh.Value = &v
+		} else {
+			p := h.Present
+			wh.Present = &p
+		}
+		w.Headers = append(w.Headers, wh)
+	}
+	return w
+}
+
+func wireBreakerOf(b *Breaker) wireBreaker {
+	w := wireBreaker{
+		Name: b.Name, Match: wireMatchOf(&b.Match), Per: b.Per.String(),
+		FailureStatuses: append([]int{}, b.FailureStatuses...), FailureOnTimeout: b.FailureOnTimeout,
+		FailureThreshold: b.FailureThreshold, SuccessThreshold: b.SuccessThreshold,
+		OpenTimeout: dur(b.OpenTimeout), HalfOpenMaxRequests: b.HalfOpenMaxRequests,
+		Mode: b.Mode.String(), Status: b.Status,
+	}
+	if fr := b.FailureRate; fr != nil {
+		w.FailureRate = &wireFailureRate{
+			ThresholdPercent: fr.ThresholdPercent, WindowType: fr.WindowType.String(), MinimumCalls: fr.MinimumCalls,
+		}
+		if fr.WindowType == CountWindow {
+			w.FailureRate.Window = fr.Window
+		} else {
+			w.FailureRate.WindowDuration = dur(fr.WindowDuration)
+		}
+	}
+	if sc := b.SlowCall; sc != nil {
+		w.SlowCall = &wireSlowCall{Duration: dur(sc.Duration)}
+		if b.FailureRate != nil {
+			w.SlowCall.ThresholdPercent = sc.ThresholdPercent
+		}
+	}
+	return w
+}
+
+// The wire types mirror schema.json. omitempty only marks fields that are
+// either absent or invalid in a given combination (e.g. max_delay without
+// delay); everything else is always written.
+type wireConfig struct {
+	ClientIP wireClientIP  `json:"client_ip"`
+	Limits   []wireLimit   `json:"limits"`
+	Breakers []wireBreaker `json:"breakers"`
+	Response wireResponse  `json:"response"`
+	Backend  *wireBackend  `json:"backend,omitempty"`
+}
+
+type wireClientIP struct {
+	Source      string `json:"source"`
+	TrustedHops int    `json:"trusted_hops,omitempty"`
+	Header      string `json:"header,omitempty"`
+}
+
+type wireRate struct {
+	Limit  int64  `json:"limit"`
+	Window string `json:"window"`
+	Burst  *int64 `json:"burst,omitempty"`
+}
+
+type wireLimit struct {
+	Name      string     `json:"name"`
+	Match     *wireMatch `json:"match"`
+	Key       []string   `json:"key"`
+	Algorithm string     `json:"algorithm"`
+	wireRate
+	Cost          int64               `json:"cost"`
+	Overrides     map[string]wireRate `json:"overrides,omitempty"`
+	OverrideBy    string              `json:"override_by,omitempty"`
+	Mode          string              `json:"mode"`
+	FailurePolicy string              `json:"failure_policy,omitempty"`
+	Instances     int                 `json:"instances,omitempty"`
+	OnMissingKey  string              `json:"on_missing_key"`
+	OnLimit       wireOnLimit         `json:"on_limit"`
+	Shadow        bool                `json:"shadow"`
+	Replaces      []string            `json:"replaces,omitempty"`
+}
+
+type wireOnLimit struct {
+	Action   string `json:"action"`
+	MaxDelay string `json:"max_delay,omitempty"`
+	Status   int    `json:"status"`
+}
+
+type wireMatch struct {
+	Path       string            `json:"path,omitempty"`
+	PathPrefix string            `json:"path_prefix,omitempty"`
+	Methods    []string          `json:"methods,omitempty"`
+	Hosts      []string          `json:"hosts,omitempty"`
+	Headers    []wireHeaderMatch `json:"headers,omitempty"`
+	Routes     []string          `json:"routes,omitempty"`
+}
+
+type wireHeaderMatch struct {
+	Name    string  `json:"name"`
+	Value   *string `json:"value,omitempty"`
+	Present *bool   `json:"present,omitempty"`
+}
+
+type wireBreaker struct {
+	Name                string           `json:"name"`
+	Match               *wireMatch       `json:"match"`
+	Per                 string           `json:"per"`
+	FailureStatuses     []int            `json:"failure_statuses"`
+	FailureOnTimeout    bool             `json:"failure_on_timeout"`
+	FailureThreshold    int              `json:"failure_threshold"`
+	FailureRate         *wireFailureRate `json:"failure_rate,omitempty"`
+	SlowCall            *wireSlowCall    `json:"slow_call,omitempty"`
+	SuccessThreshold    int              `json:"success_threshold"`
+	OpenTimeout         string           `json:"open_timeout"`
+	HalfOpenMaxRequests int              `json:"half_open_max_requests"`
+	Mode                string           `json:"mode"`
+	Status              int              `json:"status"`
+}
+
+type wireFailureRate struct {
+	ThresholdPercent int    `json:"threshold_percent"`
+	WindowType       string `json:"window_type"`
+	Window           int    `json:"window,omitempty"`
+	WindowDuration   string `json:"window_duration,omitempty"`
+	MinimumCalls     int    `json:"minimum_calls"`
+}
+
+type wireSlowCall struct {
+	Duration         string `json:"duration"`
+	ThresholdPercent int    `json:"threshold_percent,omitempty"`
+}
+
+type wireResponse struct {
+	Headers          []string `json:"headers"`
+	HeadersOnAllowed bool     `json:"headers_on_allowed"`
+	Body             string   `json:"body"`
+}
+
+type wireBackend struct {
+	Cluster       string             `json:"cluster"`
+	Authority     string             `json:"authority"`
+	Protocol      string             `json:"protocol"`
+	PathPrefix    string             `json:"path_prefix"`
+	BasicAuth     string             `json:"basic_auth,omitempty"`
+	Token         string             `json:"token,omitempty"`
+	Timeout       string             `json:"timeout"`
+	Retries       int                `json:"retries"`
+	FailurePolicy string             `json:"failure_policy"`
+	FailureStatus int                `json:"failure_status"`
+	Instances     int                `json:"instances"`
+	Breaker       wireBackendBreaker `json:"breaker"`
+}
+
+type wireBackendBreaker struct {
+	FailureThreshold    int    `json:"failure_threshold"`
+	Window              string `json:"window"`
+	OpenTimeout         string `json:"open_timeout"`
+	HalfOpenMaxRequests int    `json:"half_open_max_requests"`
+}

@@ -1,0 +1,75 @@
+package config
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// FieldError is one problem with the configuration, located by its JSON path
+// (for example "limits[1].burst"). Path is empty for problems with the
+// document as a whole.
+type FieldError struct {
+	Path    string
+	Message string
+
+	// offset is the byte position the error is about, so errors can be
+	// listed in document order whatever order the checks ran in.
+	offset int
+}
+
+func (e FieldError) Error() string {
+	if e.Path == "" {
+		return e.Message
+	}
+	return e.Path + ": " + e.Message
+}
+
+// Errors is every problem found in one configuration, in document order.
+// Parse returns it as its error, so callers can get at the fields with
+// errors.As(err, &errs).
+type Errors []FieldError
+
+func (es Errors) Error() string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+func (es Errors) sort() {
+	sort.SliceStable(es, func(i, j int) bool { return es[i].offset < es[j].offset })
+}
+
+// field joins an object path and a member name, quoting names that would
+// make the path ambiguous (override values can be any string).
+func field(path, name string) string {
+	if !plainName(name) {
+		return path + "[" + strconv.Quote(name) + "]"
+	}
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func index(path string, i int) string {
+	return path + "[" + strconv.Itoa(i) + "]"
+}
+
+func plainName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

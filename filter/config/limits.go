@@ -1,0 +1,388 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+var limitFields = []string{"name", "match", "key", "algorithm", "requests_per_second", "burst", "limit",
+	"window", "cost", "overrides", "override_by", "mode", "failure_policy", "instances", "on_missing_key",
+	"on_limit", "shadow", "replaces"}
+
+// replacesRef is one replaces entry, kept until every limit name is known.
+type replacesRef struct {
+	path string
+	at   int
+	name string
+}
+
+func (p *parser) limits(cfg *Config, path string, items []gjson.Result) {
+	refs := make([][]replacesRef, len(items))
+	firstByName := map[string]string{}
+	for i, item := range items {
+		ipath := index(path, i)
+		o := p.object(ipath, item, limitFields...)
+		if o == nil {
+			cfg.Limits = append(cfg.Limits, Limit{OverrideBy: -1})
+			continue
+		}
+		l, r := p.limit(o, cfg.Backend)
+		refs[i] = r
+		if l.Name != "" {
+			if prev, dup := firstByName[l.Name]; dup {
+				o.errorf("name", "duplicate name %q (also %s)", l.Name, prev)
+			} else {
+				firstByName[l.Name] = ipath
+			}
+		}
+		cfg.Limits = append(cfg.Limits, l)
+	}
+	p.resolveReplaces(cfg, path, refs)
+}
+
+func (p *parser) name(o *object) string {
+	s, ok := o.str("name")
+	if !ok {
+		if !o.has("name") {
+			o.errorf("name", "required")
+		}
+		return ""
+	}
+	if !validName(s) {
+		o.errorf("name", "must be 1-%d characters of A-Z a-z 0-9 _ -, got %q", maxNameLen, s)
+		return ""
+	}
+	return s
+}
+
+func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
+	l := Limit{
+		Key:        []KeyPart{{Kind: KeyClientIP}},
+		Cost:       1,
+		OverrideBy: -1,
+		Instances:  1,
+		OnLimit:    OnLimit{Action: ActionReject, Status: DefaultLimitStatus},
+	}
+	l.Name = p.name(o)
+	if m := o.child("match", matchFields...); m != nil {
+		l.Match = p.match(m)
+	}
+	if items, ok := o.array("key", ""); ok {
+		l.Key = p.key(o.path1("key"), items)
+	}
+	if i, ok := o.enum("algorithm", "token_bucket", "fixed_window", "sliding_window"); ok {
+		l.Algorithm = Algorithm(i)
+	}
+	l.Rate, _ = p.rate(o, l.Algorithm)
+	if n, ok := o.integer("cost", 1, maxCount); ok {
+		l.Cost = n
+	}
+	rateOK := l.Rate.Limit > 0
+	if rateOK && l.Cost > l.Rate.Capacity(l.Algorithm) {
+		o.errorf("cost", "%d is more than the capacity %d, so no request could pass", l.Cost, l.Rate.Capacity(l.Algorithm))
+	}
+	p.overrides(o, &l)
+
+	modeOK := true
+	if i, ok := o.enum("mode", "local", "global", "hybrid"); ok {
+		l.Mode = Mode(i)
+	} else if o.has("mode") {
+		modeOK = false
+	}
+	switch {
+	case !modeOK:
+		// The mode error already explains the problem; guessing which of
+		// failure_policy or instances is misplaced would only add noise.
+	case l.Mode == ModeLocal:
+		o.onlyWith("failure_policy", `mode "global" or "hybrid"`)
+		o.onlyWith("instances", `mode "global" or "hybrid"`)
+	default:
+		if backend == nil {
+			o.errorf("mode", `%q needs a "backend" block naming the Redis cluster`, l.Mode)
+		} else {
+			l.FailurePolicy = backend.FailurePolicy
+			l.Instances = backend.Instances
+		}
+		if i, ok := o.enum("failure_policy", "allow", "deny", "local"); ok {
+			l.FailurePolicy = FailurePolicy(i)
+		}
+		if n, ok := o.integer("instances", 1, maxInstances); ok {
+			l.Instances = int(n)
+		}
+	}
+	if i, ok := o.enum("on_missing_key", "skip", "deny"); ok {
+		l.OnMissingKey = MissingKeyAction(i)
+	}
+	if c := o.child("on_limit", "action", "max_delay", "status"); c != nil {
+		actionOK := true
+		if i, ok := c.enum("action", "reject", "delay"); ok {
+			l.OnLimit.Action = LimitAction(i)
+		} else if c.has("action") {
+			actionOK = false
+		}
+		switch {
+		case !actionOK:
+			// Whether max_delay belongs depends on the action meant.
+		case l.OnLimit.Action == ActionDelay:
+			l.OnLimit.MaxDelay = DefaultMaxDelay
+			if d, ok := c.duration("max_delay", time.Millisecond, maxMaxDelay); ok {
+				l.OnLimit.MaxDelay = d
+			}
+		default:
+			c.onlyWith("max_delay", `action "delay"`)
+		}
+		if n, ok := c.integer("status", 400, 599); ok {
+			l.OnLimit.Status = int(n)
+		}
+	}
+	if b, ok := o.boolean("shadow"); ok {
+		l.Shadow = b
+		if b && l.OnLimit.Action == ActionDelay {
+			o.errorf("shadow", `cannot be combined with on_limit.action "delay": a shadow limit never holds requests`)
+		}
+	}
+	var refs []replacesRef
+	if items, ok := o.array("replaces", "must not be empty; omit it to replace nothing"); ok {
+		for i, item := range items {
+			ipath := index(o.path1("replaces"), i)
+			if item.Type != gjson.String || item.Str == "" {
+				p.errorf(ipath, item.Index, "must be a limit name")
+				continue
+			}
+			refs = append(refs, replacesRef{path: ipath, at: item.Index, name: item.Str})
+		}
+	}
+	return l, refs
+}
+
+// rate reads requests_per_second | limit+window, and burst, from a limit or
+// an override object.
+func (p *parser) rate(o *object, alg Algorithm) (Rate, bool) {
+	var r Rate
+	o.conflicts("limit", "requests_per_second")
+	o.conflicts("window", "requests_per_second")
+	ok := true
+	switch {
+	case o.has("requests_per_second"):
+		n, good := o.integer("requests_per_second", 1, maxCount)
+		r = Rate{Limit: n, Window: time.Second}
+		ok = good && !o.has("limit") && !o.has("window")
+	case o.has("limit") || o.has("window"):
+		n, good := o.integer("limit", 1, maxCount)
+		d, goodW := o.duration("window", time.Millisecond, maxWindow)
+		if !o.has("limit") {
+			o.errorf("limit", "required with window")
+		}
+		if !o.has("window") {
+			o.p.errorf(o.path1("window"), o.offset("limit"), "required with limit")
+		}
+		r = Rate{Limit: n, Window: d}
+		ok = good && goodW
+	default:
+		o.p.errorf(o.path, o.at, "one of requests_per_second or limit with window is required")
+		ok = false
+	}
+	if alg == TokenBucket {
+		if n, good := o.integer("burst", 0, maxCount); good {
+			r.Burst = n
+		} else if o.has("burst") {
+			ok = false
+		}
+	} else {
+		o.onlyWith("burst", `algorithm "token_bucket"`)
+	}
+	if !ok {
+		r.Limit = 0
+	}
+	return r, ok
+}
+
+func (p *parser) overrides(o *object, l *Limit) {
+	ov, present := o.fields["overrides"]
+	if !present {
+		o.onlyWith("override_by", "overrides")
+		return
+	}
+	opath := o.path1("overrides")
+	if !ov.IsObject() {
+		o.errorf("overrides", "must be an object")
+		return
+	}
+	switch {
+	case len(l.Key) == 0:
+		o.errorf("overrides", "needs a key with at least one part; with key [] there is no value to match")
+	case o.has("override_by"):
+		s, ok := o.str("override_by")
+		if !ok {
+			break
+		}
+		part, err := parseKeyPart(s)
+		if err != "" {
+			o.errorf("override_by", "%s", err)
+			break
+		}
+		for i, k := range l.Key {
+			if k == part {
+				l.OverrideBy = i
+			}
+		}
+		if l.OverrideBy < 0 {
+			o.errorf("override_by", "%q is not a part of key", s)
+		}
+	case len(l.Key) == 1:
+		l.OverrideBy = 0
+	default:
+		o.errorf("overrides", "key has %d parts; set override_by to the part whose value selects the override", len(l.Key))
+	}
+	l.Overrides = map[string]Rate{}
+	ov.ForEach(func(k, v gjson.Result) bool {
+		name := k.String()
+		vpath := field(opath, name)
+		if _, dup := l.Overrides[name]; dup {
+			p.errorf(vpath, k.Index, "duplicate field")
+			return true
+		}
+		if name == "" {
+			p.errorf(vpath, k.Index, "must not be empty")
+		}
+		oo := p.object(vpath, v, "requests_per_second", "limit", "window", "burst")
+		if oo == nil {
+			l.Overrides[name] = Rate{}
+			return true
+		}
+		r, ok := p.rate(oo, l.Algorithm)
+		if ok && l.Cost > r.Capacity(l.Algorithm) {
+			p.errorf(vpath, v.Index, "capacity %d is less than cost %d, so no request could pass", r.Capacity(l.Algorithm), l.Cost)
+		}
+		l.Overrides[name] = r
+		return true
+	})
+	if len(l.Overrides) == 0 {
+		o.errorf("overrides", "must not be empty")
+	}
+}
+
+// parseKeyPart parses one key entry; the error is empty on success.
+func parseKeyPart(s string) (KeyPart, string) {
+	switch s {
+	case "client_ip":
+		return KeyPart{Kind: KeyClientIP}, ""
+	case "path":
+		return KeyPart{Kind: KeyPath}, ""
+	case "route":
+		return KeyPart{Kind: KeyRoute}, ""
+	case "method":
+		return KeyPart{Kind: KeyMethod}, ""
+	case "host":
+		return KeyPart{Kind: KeyHost}, ""
+	}
+	if name, ok := strings.CutPrefix(s, "header:"); ok {
+		if !headerToken(name) {
+			return KeyPart{}, fmt.Sprintf("invalid header name %q", name)
+		}
+		return KeyPart{Kind: KeyHeader, Header: strings.ToLower(name)}, ""
+	}
+	return KeyPart{}, fmt.Sprintf("unknown key part %q; want client_ip, header:<name>, path, route, method or host", s)
+}
+
+func (p *parser) key(path string, items []gjson.Result) []KeyPart {
+	parts := make([]KeyPart, 0, len(items))
+	for i, item := range items {
+		ipath := index(path, i)
+		if item.Type != gjson.String {
+			p.errorf(ipath, item.Index, "must be a string")
+			continue
+		}
+		part, err := parseKeyPart(item.Str)
+		if err != "" {
+			p.errorf(ipath, item.Index, "%s", err)
+			continue
+		}
+		dup := false
+		for _, q := range parts {
+			dup = dup || q == part
+		}
+		if dup {
+			p.errorf(ipath, item.Index, "duplicate key part %q", part.String())
+			continue
+		}
+		parts = append(parts, part)
+	}
+	return parts
+}
+
+// resolveReplaces turns names into indexes and rejects cycles: limits that
+// replace each other would all be disabled whenever they all match.
+func (p *parser) resolveReplaces(cfg *Config, path string, refs [][]replacesRef) {
+	byName := map[string]int{}
+	for i := range cfg.Limits {
+		if n := cfg.Limits[i].Name; n != "" {
+			if _, dup := byName[n]; !dup {
+				byName[n] = i
+			}
+		}
+	}
+	for i, rs := range refs {
+		seen := map[int]bool{}
+		for _, r := range rs {
+			j, ok := byName[r.name]
+			switch {
+			case !ok:
+				p.errorf(r.path, r.at, "unknown limit %q", r.name)
+			case j == i:
+				p.errorf(r.path, r.at, "a limit cannot replace itself")
+			case seen[j]:
+				p.errorf(r.path, r.at, "duplicate entry %q", r.name)
+			default:
+				seen[j] = true
+				cfg.Limits[i].Replaces = append(cfg.Limits[i].Replaces, j)
+			}
+		}
+	}
+	n := len(cfg.Limits)
+	reach := make([][]bool, n)
+	for i := range cfg.Limits {
+		reach[i] = make([]bool, n)
+		stack := append([]int(nil), cfg.Limits[i].Replaces...)
+		for len(stack) > 0 {
+			j := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if reach[i][j] {
+				continue
+			}
+			reach[i][j] = true
+			stack = append(stack, cfg.Limits[j].Replaces...)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if !reach[i][i] {
+			continue
+		}
+		// Report each cycle once, at its first limit in document order.
+		first := true
+		for j := 0; j < i; j++ {
+			if reach[i][j] && reach[j][i] {
+				first = false
+				break
+			}
+		}
+		if !first {
+			continue
+		}
+		var members []string
+		for j := 0; j < n; j++ {
+			if reach[i][j] && reach[j][i] {
+				members = append(members, strconv.Quote(cfg.Limits[j].Name))
+			}
+		}
+		at := 0
+		if len(refs[i]) > 0 {
+			at = refs[i][0].at
+		}
+		p.errorf(field(index(path, i), "replaces"), at, "cycle between limits %s", strings.Join(members, ", "))
+	}
+}

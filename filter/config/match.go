@@ -1,0 +1,119 @@
+package config
+
+import (
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+const anyIfOmitted = "must not be empty; omit it to match any"
+
+var matchFields = []string{"path", "path_prefix", "methods", "hosts", "headers", "routes"}
+
+var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+
+func (p *parser) match(o *object) Match {
+	var m Match
+	for _, name := range []string{"path", "path_prefix"} {
+		s, ok := o.str(name)
+		if !ok {
+			continue
+		}
+		switch {
+		case !strings.HasPrefix(s, "/"):
+			o.errorf(name, `must start with "/"`)
+		case strings.ContainsAny(s, "?#"):
+			o.errorf(name, "must not contain a query or fragment; paths are matched without them")
+		}
+		if name == "path" {
+			m.Path = s
+		} else {
+			m.PathPrefix = s
+		}
+	}
+	o.conflicts("path_prefix", "path")
+	if items, ok := o.array("methods", anyIfOmitted); ok {
+		for i, item := range items {
+			ipath := index(o.path1("methods"), i)
+			if item.Type != gjson.String {
+				p.errorf(ipath, item.Index, "must be a string")
+				continue
+			}
+			up := strings.ToUpper(item.Str)
+			switch {
+			case !contains(knownMethods, up):
+				p.errorf(ipath, item.Index, "unknown method %q", item.Str)
+			case contains(m.Methods, up):
+				p.errorf(ipath, item.Index, "duplicate method %q", up)
+			default:
+				m.Methods = append(m.Methods, up)
+			}
+		}
+	}
+	if items, ok := o.array("hosts", anyIfOmitted); ok {
+		for i, item := range items {
+			ipath := index(o.path1("hosts"), i)
+			if item.Type != gjson.String || !validHost(item.Str) {
+				p.errorf(ipath, item.Index, `must be a host name such as "api.example.com" or "*.example.com", without port`)
+				continue
+			}
+			m.Hosts = append(m.Hosts, strings.ToLower(item.Str))
+		}
+	}
+	if items, ok := o.array("headers", anyIfOmitted); ok {
+		for i, item := range items {
+			h := p.object(index(o.path1("headers"), i), item, "name", "value", "present")
+			if h == nil {
+				continue
+			}
+			var hm HeaderMatch
+			if s, ok := h.str("name"); ok {
+				if headerToken(s) {
+					hm.Name = strings.ToLower(s)
+				} else {
+					h.errorf("name", "invalid header name %q", s)
+				}
+			} else if !h.has("name") {
+				h.errorf("name", "required")
+			}
+			if s, ok := h.str("value"); ok {
+				hm.Value, hm.HasValue = s, true
+			}
+			if b, ok := h.boolean("present"); ok {
+				hm.Present = b
+			}
+			h.conflicts("present", "value")
+			if !h.has("value") && !h.has("present") {
+				p.errorf(h.path, h.at, "one of value or present is required")
+			}
+			m.Headers = append(m.Headers, hm)
+		}
+	}
+	if items, ok := o.array("routes", anyIfOmitted); ok {
+		for i, item := range items {
+			ipath := index(o.path1("routes"), i)
+			if item.Type != gjson.String || item.Str == "" {
+				p.errorf(ipath, item.Index, "must be a non-empty route name")
+				continue
+			}
+			m.Routes = append(m.Routes, item.Str)
+		}
+	}
+	return m
+}
+
+// validHost accepts DNS-style names and IPv4 literals, optionally with a
+// leading "*." wildcard label; see schema.json's hostPattern.
+func validHost(s string) bool {
+	s = strings.TrimPrefix(s, "*.")
+	if s == "" || len(s) > 253 || s[0] == '.' || s[0] == '-' || s[len(s)-1] == '.' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

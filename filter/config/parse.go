@@ -1,0 +1,147 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+)
+
+// Upper bounds, mirrored in schema.json. They keep limiter arithmetic
+// (tokens × nanoseconds) far from int64 overflow; the duration bounds also
+// reject values that can only be typos, such as a 200-hour window.
+const (
+	maxCount       = 1_000_000_000
+	maxWindow      = 7 * 24 * time.Hour
+	maxMaxDelay    = 60 * time.Second
+	maxBackendWait = 10 * time.Second
+	maxRetries     = 5
+	maxInstances   = 10_000
+	maxTrustedHops = 64
+	maxNameLen     = 64
+	// maxEntries bounds limits and breakers: every request walks the
+	// lists, and replaces resolution is quadratic in the number of limits.
+	maxEntries = 1000
+)
+
+// DefaultFailureStatuses are the upstream statuses a breaker counts as
+// failures when failure_statuses is not set. Parse copies it into each
+// Breaker, so changing a parsed config never changes the defaults.
+var DefaultFailureStatuses = []int{500, 502, 503, 504}
+
+// Defaults that Parse fills in, exported so the filter, tests and README
+// refer to one definition.
+const (
+	DefaultLimitStatus         = 429
+	DefaultMaxDelay            = 500 * time.Millisecond
+	DefaultBreakerStatus       = 503
+	DefaultFailureThreshold    = 5
+	DefaultSuccessThreshold    = 2
+	DefaultOpenTimeout         = 30 * time.Second
+	DefaultHalfOpenMaxRequests = 1
+	DefaultFailureRatePercent  = 50
+	DefaultFailureRateWindow   = 100
+	DefaultFailureRateDuration = 60 * time.Second
+	DefaultMinimumCalls        = 20
+	DefaultSlowCallPercent     = 100
+	DefaultBackendTimeout      = 50 * time.Millisecond
+	DefaultBackendRetries      = 1
+	DefaultBackendStatus       = 429
+
+	DefaultBackendBreakerThreshold   = 5
+	DefaultBackendBreakerWindow      = 30 * time.Second
+	DefaultBackendBreakerOpenTimeout = 15 * time.Second
+	DefaultBackendBreakerHalfOpen    = 2
+)
+
+// Parse parses and validates a plugin configuration. Empty input (Envoy
+// passes an empty configuration when none is set) and {} are valid and give a
+// config with no limits or breakers and every default. On failure the error
+// is an Errors listing every problem in document order.
+func Parse(data []byte) (*Config, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return defaultConfig(), nil
+	}
+	if err := checkJSON(data); err != nil {
+		return nil, Errors{*err}
+	}
+	p := &parser{}
+	cfg := p.config(gjson.ParseBytes(data))
+	if len(p.errs) > 0 {
+		p.errs.sort()
+		return nil, p.errs
+	}
+	return cfg, nil
+}
+
+func defaultConfig() *Config {
+	return &Config{
+		ClientIP: ClientIP{Source: ClientIPPeer, TrustedHops: 1},
+		Response: Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true, Body: BodyJSON},
+	}
+}
+
+// checkJSON requires both gjson and encoding/json to accept the document:
+// gjson is what we read with, encoding/json gives a message with an offset.
+func checkJSON(data []byte) *FieldError {
+	if !utf8.Valid(data) {
+		return &FieldError{Message: "invalid JSON: not valid UTF-8"}
+	}
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return &FieldError{Message: fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, se.Error())}
+		}
+		return &FieldError{Message: "invalid JSON: " + err.Error()}
+	}
+	if !gjson.ValidBytes(data) {
+		return &FieldError{Message: "invalid JSON"}
+	}
+	return nil
+}
+
+type parser struct {
+	errs Errors
+}
+
+func (p *parser) errorf(path string, at int, format string, args ...any) {
+	p.errs = append(p.errs, FieldError{Path: path, Message: fmt.Sprintf(format, args...), offset: at})
+}
+
+func (p *parser) config(root gjson.Result) *Config {
+	cfg := defaultConfig()
+	if !root.IsObject() {
+		p.errorf("", 0, "configuration must be a JSON object")
+		return cfg
+	}
+	o := p.object("", root, "client_ip", "limits", "breakers", "response", "backend")
+	if c := o.child("client_ip", "source", "trusted_hops", "header"); c != nil {
+		cfg.ClientIP = p.clientIP(c)
+	}
+	if b := o.child("backend", backendFields...); b != nil {
+		cfg.Backend = p.backend(b)
+	}
+	if items, ok := o.array("limits", ""); ok {
+		if len(items) > maxEntries {
+			o.errorf("limits", "must have at most %d entries", maxEntries)
+		} else {
+			p.limits(cfg, o.path1("limits"), items)
+		}
+	}
+	if items, ok := o.array("breakers", ""); ok {
+		if len(items) > maxEntries {
+			o.errorf("breakers", "must have at most %d entries", maxEntries)
+		} else {
+			p.breakers(cfg, o.path1("breakers"), items)
+		}
+	}
+	if r := o.child("response", "headers", "headers_on_allowed", "body"); r != nil {
+		cfg.Response = p.response(r)
+	}
+	return cfg
+}

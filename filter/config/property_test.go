@@ -1,0 +1,208 @@
+package config
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+)
+
+// genConfig builds a random, mostly plausible configuration from pools of
+// valid and borderline values, so that a good share of documents get past
+// the parser and exercise the agreement rules the byte-level fuzzer rarely
+// reaches.
+func genConfig(r *rand.Rand) map[string]any {
+	pick := func(vs ...any) any { return vs[r.IntN(len(vs))] }
+	// mostly returns a good value four times in five, so most documents
+	// carry few mistakes and a fair share is valid.
+	mostly := func(good []any, bad ...any) any {
+		if r.IntN(5) > 0 || len(bad) == 0 {
+			return good[r.IntN(len(good))]
+		}
+		return bad[r.IntN(len(bad))]
+	}
+	maybe := func(m map[string]any, k string, v func() any) {
+		if r.IntN(4) == 0 {
+			m[k] = v()
+		}
+	}
+	dur := func() any {
+		return mostly([]any{"1s", "500ms", "1m", "1m30s", "1.5s", "20ms"}, "0s", "200h", "5", 5, "-1s", "1µs")
+	}
+	count := func() any { return mostly([]any{1, 2, 5, 100, 5.0}, 0, -1, 1.5, "3", 1e10) }
+	status := func() any { return mostly([]any{429, 503, 599}, 200, 600, 99) }
+	names := []string{"a", "b", "c"}
+	match := func() any {
+		m := map[string]any{}
+		maybe(m, "path", func() any { return pick("/x", "x", "/a?b") })
+		maybe(m, "path_prefix", func() any { return pick("/api", "api") })
+		maybe(m, "methods", func() any {
+			return pick([]any{"GET"}, []any{"get", "POST"}, []any{}, []any{"GETT"}, []any{"GET", "get"})
+		})
+		maybe(m, "hosts", func() any { return pick([]any{"a.com"}, []any{"*.a.com"}, []any{"a.com:80"}, []any{}) })
+		maybe(m, "headers", func() any {
+			return pick([]any{map[string]any{"name": "x", "value": "1"}}, []any{map[string]any{"name": "x", "present": false}},
+				[]any{map[string]any{"name": "x"}}, []any{map[string]any{"name": "x", "value": "1", "present": true}})
+		})
+		maybe(m, "routes", func() any { return pick([]any{"r"}, []any{""}) })
+		return m
+	}
+	rateFields := func(m map[string]any) {
+		switch r.IntN(10) {
+		case 0, 1, 2, 3:
+			m["requests_per_second"] = count()
+		case 4, 5, 6, 7:
+			m["limit"], m["window"] = count(), dur()
+		case 8:
+			m["requests_per_second"], m["limit"] = count(), count()
+		}
+		maybe(m, "burst", count)
+	}
+	limit := func() any {
+		m := map[string]any{"name": mostly([]any{"a", "b", "c"}, "a.b")}
+		rateFields(m)
+		maybe(m, "match", match)
+		maybe(m, "key", func() any {
+			return pick([]any{}, []any{"client_ip"}, []any{"header:x", "path"}, []any{"route", "method", "host"}, []any{"bogus"}, []any{"path", "path"})
+		})
+		maybe(m, "algorithm", func() any { return mostly([]any{"token_bucket", "fixed_window", "sliding_window"}, "leaky") })
+		maybe(m, "cost", count)
+		maybe(m, "overrides", func() any {
+			o := map[string]any{}
+			for i := 1 + r.IntN(2); i > 0; i-- {
+				ov := map[string]any{}
+				rateFields(ov)
+				o[mostly([]any{"gold", "silver"}, "").(string)] = ov
+			}
+			return o
+		})
+		if _, ok := m["overrides"]; ok || r.IntN(5) == 0 {
+			maybe(m, "override_by", func() any { return pick("client_ip", "path", "header:x", "host") })
+		}
+		maybe(m, "mode", func() any { return pick("local", "global", "hybrid") })
+		if mode := m["mode"]; mode == "global" || mode == "hybrid" || r.IntN(5) == 0 {
+			maybe(m, "failure_policy", func() any { return pick("allow", "deny", "local") })
+			maybe(m, "instances", count)
+		}
+		maybe(m, "on_missing_key", func() any { return pick("skip", "deny") })
+		maybe(m, "on_limit", func() any {
+			o := map[string]any{}
+			maybe(o, "action", func() any { return pick("reject", "delay") })
+			if o["action"] == "delay" || r.IntN(5) == 0 {
+				maybe(o, "max_delay", dur)
+			}
+			maybe(o, "status", status)
+			return o
+		})
+		maybe(m, "shadow", func() any { return pick(true, false) })
+		maybe(m, "replaces", func() any { return []any{mostly([]any{names[0], names[1], names[2]}, "z")} })
+		return m
+	}
+	breaker := func() any {
+		m := map[string]any{"name": mostly([]any{"b1", "b2", "b3", "b4"}, "b1")}
+		maybe(m, "match", match)
+		maybe(m, "per", func() any { return pick("cluster", "route") })
+		maybe(m, "failure_statuses", func() any { return pick([]any{}, []any{500}, []any{500, 500}, []any{99}) })
+		maybe(m, "failure_on_timeout", func() any { return pick(true, false) })
+		maybe(m, "failure_threshold", count)
+		maybe(m, "failure_rate", func() any {
+			o := map[string]any{}
+			maybe(o, "threshold_percent", func() any { return pick(1, 50, 100, 101) })
+			maybe(o, "window_type", func() any { return pick("count", "time") })
+			maybe(o, "window", count)
+			maybe(o, "window_duration", dur)
+			maybe(o, "minimum_calls", count)
+			return o
+		})
+		maybe(m, "slow_call", func() any {
+			o := map[string]any{}
+			if r.IntN(5) > 0 {
+				o["duration"] = dur()
+			}
+			maybe(o, "threshold_percent", func() any { return pick(1, 100, 0) })
+			return o
+		})
+		maybe(m, "success_threshold", count)
+		maybe(m, "open_timeout", dur)
+		maybe(m, "half_open_max_requests", count)
+		maybe(m, "mode", func() any { return pick("enforce", "metrics_only", "forced_open", "disabled") })
+		maybe(m, "status", status)
+		return m
+	}
+	cfg := map[string]any{}
+	maybe(cfg, "client_ip", func() any {
+		o := map[string]any{}
+		maybe(o, "source", func() any { return pick("peer", "xff", "header") })
+		maybe(o, "trusted_hops", count)
+		maybe(o, "header", func() any { return pick("x-real-ip", "bad header") })
+		return o
+	})
+	maybe(cfg, "backend", func() any {
+		o := map[string]any{}
+		maybe(o, "cluster", func() any { return pick("webdis", "") })
+		if r.IntN(2) == 0 {
+			o["cluster"] = "webdis"
+		}
+		maybe(o, "protocol", func() any { return pick("webdis", "upstash") })
+		maybe(o, "token", func() any { return pick("t", "") })
+		maybe(o, "basic_auth", func() any { return pick("u:p", "u") })
+		maybe(o, "timeout", dur)
+		maybe(o, "retries", count)
+		maybe(o, "failure_policy", func() any { return pick("allow", "deny", "local") })
+		maybe(o, "path_prefix", func() any { return pick("/", "/r", "r") })
+		return o
+	})
+	var limits []any
+	for i := r.IntN(4); i > 0; i-- {
+		limits = append(limits, limit())
+	}
+	if limits != nil {
+		cfg["limits"] = limits
+	}
+	var breakers []any
+	for i := r.IntN(3); i > 0; i-- {
+		breakers = append(breakers, breaker())
+	}
+	if breakers != nil {
+		cfg["breakers"] = breakers
+	}
+	maybe(cfg, "response", func() any {
+		o := map[string]any{}
+		maybe(o, "headers", func() any { return pick([]any{}, []any{"ratelimit"}, []any{"ratelimit", "ratelimit"}, []any{"x"}) })
+		maybe(o, "headers_on_allowed", func() any { return pick(true, false, 1) })
+		maybe(o, "body", func() any { return pick("json", "problem+json", "none", "xml") })
+		return o
+	})
+	return cfg
+}
+
+// TestParserWithinSchema checks on generated documents that Parse never
+// accepts what the schema rejects, and that accepted configs round-trip.
+func TestParserWithinSchema(t *testing.T) {
+	sch := compileSchema(t)
+	r := rand.New(rand.NewPCG(1, 2))
+	n := 6000
+	if testing.Short() {
+		n = 500
+	}
+	accepted := 0
+	for i := 0; i < n; i++ {
+		data, err := json.Marshal(genConfig(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Parse(data)
+		if err != nil {
+			continue
+		}
+		accepted++
+		if schemaErr := schemaValidate(sch, data); schemaErr != nil {
+			t.Fatalf("Parse accepts but the schema rejects %s:\n%v", data, schemaErr)
+		}
+		roundTrip(t, c)
+	}
+	// A generator that only produces rejected documents tests nothing.
+	if accepted < n/20 {
+		t.Fatalf("only %d of %d generated configs were accepted", accepted, n)
+	}
+	t.Logf("%d of %d generated configs accepted", accepted, n)
+}

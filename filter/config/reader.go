@@ -1,0 +1,312 @@
+package config
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// object is a JSON object whose members were checked against a list of
+// known names. Getters report type errors and return ok=false for absent or
+// invalid members, so callers can fall back to defaults and keep going.
+type object struct {
+	p      *parser
+	path   string
+	at     int
+	fields map[string]gjson.Result
+}
+
+func (p *parser) object(path string, v gjson.Result, known ...string) *object {
+	if !v.IsObject() {
+		p.errorf(path, v.Index, "must be an object")
+		return nil
+	}
+	o := &object{p: p, path: path, at: v.Index, fields: map[string]gjson.Result{}}
+	v.ForEach(func(k, val gjson.Result) bool {
+		name := k.String()
+		switch {
+		case !contains(known, name):
+			p.errorf(field(path, name), k.Index, "unknown field")
+		case o.has(name):
+			p.errorf(field(path, name), k.Index, "duplicate field")
+		default:
+			o.fields[name] = val
+		}
+		return true
+	})
+	return o
+}
+
+func (o *object) has(name string) bool {
+	_, ok := o.fields[name]
+	return ok
+}
+
+func (o *object) path1(name string) string { return field(o.path, name) }
+
+// offset of a member, or of the object when the member is absent, so an
+// error about a missing member sorts with its object.
+func (o *object) offset(name string) int {
+	if v, ok := o.fields[name]; ok {
+		return v.Index
+	}
+	return o.at
+}
+
+func (o *object) errorf(name string, format string, args ...any) {
+	o.p.errorf(o.path1(name), o.offset(name), format, args...)
+}
+
+func (o *object) str(name string) (string, bool) {
+	v, ok := o.fields[name]
+	if !ok {
+		return "", false
+	}
+	if v.Type != gjson.String {
+		o.errorf(name, "must be a string")
+		return "", false
+	}
+	return v.Str, true
+}
+
+func (o *object) boolean(name string) (bool, bool) {
+	v, ok := o.fields[name]
+	if !ok {
+		return false, false
+	}
+	if v.Type != gjson.True && v.Type != gjson.False {
+		o.errorf(name, "must be a boolean")
+		return false, false
+	}
+	return v.Type == gjson.True, true
+}
+
+func (o *object) integer(name string, lo, hi int64) (int64, bool) {
+	v, ok := o.fields[name]
+	if !ok {
+		return 0, false
+	}
+	return o.p.integer(o.path1(name), v, lo, hi)
+}
+
+// integer accepts any JSON number with an integral value ("5", "5.0",
+// "0.5e1"), because JSON Schema's "integer" does and the two must agree.
+func (p *parser) integer(path string, v gjson.Result, lo, hi int64) (int64, bool) {
+	if v.Type != gjson.Number {
+		p.errorf(path, v.Index, "must be an integer")
+		return 0, false
+	}
+	n, isInt, huge := exactInteger(v.Raw)
+	switch {
+	case !isInt:
+		p.errorf(path, v.Index, "must be an integer")
+		return 0, false
+	case huge && n < 0, !huge && n < lo:
+		p.errorf(path, v.Index, "must be >= %d", lo)
+		return 0, false
+	case huge, n > hi:
+		p.errorf(path, v.Index, "must be <= %d", hi)
+		return 0, false
+	}
+	return n, true
+}
+
+// exactInteger reads a JSON number literal exactly, without floating point,
+// so "5.0000000000000001" is not an integer and "1e999999999" costs nothing.
+// huge reports a magnitude beyond 18 digits; n then only carries the sign.
+func exactInteger(raw string) (n int64, isInt, huge bool) {
+	neg := strings.HasPrefix(raw, "-")
+	raw = strings.TrimPrefix(raw, "-")
+	mant, exp := raw, 0
+	if i := strings.IndexAny(raw, "eE"); i >= 0 {
+		mant = raw[:i]
+		e := strings.TrimPrefix(raw[i+1:], "+")
+		x, err := strconv.Atoi(e)
+		if err != nil {
+			// Only an exponent too large for int fails here; clamp it, the
+			// digits below then decide between huge and fractional.
+			if strings.HasPrefix(e, "-") {
+				x = -1 << 30
+			} else {
+				x = 1 << 30
+			}
+		}
+		exp = max(min(x, 1<<30), -1<<30)
+	}
+	intPart, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimLeft(intPart+frac, "0")
+	// The decimal point falls after point digits of digits: leading zeros
+	// removed from intPart+frac shift it left by as many places.
+	point := len(digits) - len(frac) + exp
+	digits = strings.TrimRight(digits, "0")
+	if digits == "" {
+		return 0, true, false
+	}
+	if len(digits) > point {
+		return 0, false, false
+	}
+	if point > 18 {
+		if neg {
+			return -1, true, true
+		}
+		return 1, true, true
+	}
+	v, err := strconv.ParseInt(digits+strings.Repeat("0", point-len(digits)), 10, 64)
+	if err != nil {
+		return 0, false, false
+	}
+	if neg {
+		v = -v
+	}
+	return v, true, false
+}
+
+func (o *object) duration(name string, lo, hi time.Duration) (time.Duration, bool) {
+	v, ok := o.fields[name]
+	if !ok {
+		return 0, false
+	}
+	return o.p.duration(o.path1(name), v, lo, hi)
+}
+
+func (p *parser) duration(path string, v gjson.Result, lo, hi time.Duration) (time.Duration, bool) {
+	if v.Type != gjson.String || !durationSyntax(v.Str) {
+		p.errorf(path, v.Index, `must be a duration string such as "500ms", "60s" or "1m"`)
+		return 0, false
+	}
+	d, err := time.ParseDuration(v.Str)
+	if err != nil {
+		p.errorf(path, v.Index, "must be <= %s", hi)
+		return 0, false
+	}
+	if d < lo {
+		if lo == time.Nanosecond {
+			p.errorf(path, v.Index, "must be > 0")
+		} else {
+			p.errorf(path, v.Index, "must be >= %s", lo)
+		}
+		return 0, false
+	}
+	if d > hi {
+		p.errorf(path, v.Index, "must be <= %s", hi)
+		return 0, false
+	}
+	return d, true
+}
+
+// durationSyntax is the subset of time.ParseDuration that schema.json's
+// pattern ^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$ accepts: no sign, no
+// bare number, no ".5s".
+func durationSyntax(s string) bool {
+	if s == "" {
+		return false
+	}
+	for s != "" {
+		i := 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == 0 {
+			return false
+		}
+		if i < len(s) && s[i] == '.' {
+			j := i + 1
+			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+				j++
+			}
+			if j == i+1 {
+				return false
+			}
+			i = j
+		}
+		s = s[i:]
+		switch {
+		case strings.HasPrefix(s, "ns"), strings.HasPrefix(s, "us"), strings.HasPrefix(s, "ms"):
+			s = s[2:]
+		case strings.HasPrefix(s, "µs"):
+			s = s[len("µs"):]
+		case strings.HasPrefix(s, "s"), strings.HasPrefix(s, "m"), strings.HasPrefix(s, "h"):
+			s = s[1:]
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// enum returns the index in values of the member's value.
+func (o *object) enum(name string, values ...string) (int, bool) {
+	s, ok := o.str(name)
+	if !ok {
+		return 0, false
+	}
+	for i, v := range values {
+		if s == v {
+			return i, true
+		}
+	}
+	o.errorf(name, "unknown value %q; want one of %s", s, strings.Join(values, ", "))
+	return 0, false
+}
+
+// array returns the elements of an array member. A non-empty ifEmpty is
+// the error for [] (for lists where [] could only be a mistake).
+func (o *object) array(name string, ifEmpty string) ([]gjson.Result, bool) {
+	v, ok := o.fields[name]
+	if !ok {
+		return nil, false
+	}
+	if !v.IsArray() {
+		o.errorf(name, "must be an array")
+		return nil, false
+	}
+	items := v.Array()
+	if ifEmpty != "" && len(items) == 0 {
+		o.errorf(name, "%s", ifEmpty)
+		return nil, false
+	}
+	return items, true
+}
+
+func (o *object) child(name string, known ...string) *object {
+	v, ok := o.fields[name]
+	if !ok {
+		return nil
+	}
+	return o.p.object(o.path1(name), v, known...)
+}
+
+func (o *object) onlyWith(name, condition string) {
+	if o.has(name) {
+		o.errorf(name, "only valid with %s", condition)
+	}
+}
+
+func (o *object) conflicts(name, other string) {
+	if o.has(name) && o.has(other) {
+		o.errorf(name, "cannot be combined with %s", other)
+	}
+}
+
+func validName(s string) bool {
+	return len(s) <= maxNameLen && plainName(s)
+}
+
+// headerToken reports whether s is an RFC 9110 token, i.e. a valid header name.
+func headerToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,316 @@
+package config
+
+import (
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+func (p *parser) clientIP(o *object) ClientIP {
+	c := ClientIP{Source: ClientIPPeer, TrustedHops: 1}
+	if i, ok := o.enum("source", "peer", "xff", "header"); ok {
+		c.Source = ClientIPSource(i)
+	} else if o.has("source") {
+		// Which of trusted_hops or header is misplaced depends on the
+		// source meant; the source error is the one to fix.
+		return c
+	}
+	if c.Source == ClientIPXFF {
+		if n, ok := o.integer("trusted_hops", 1, maxTrustedHops); ok {
+			c.TrustedHops = int(n)
+		}
+	} else {
+		o.onlyWith("trusted_hops", `source "xff"`)
+	}
+	if c.Source == ClientIPHeader {
+		if h, ok := o.str("header"); ok {
+			if headerToken(h) {
+				c.Header = strings.ToLower(h)
+			} else {
+				o.errorf("header", "invalid header name %q", h)
+			}
+		} else if !o.has("header") {
+			o.errorf("header", `required with source "header"`)
+		}
+	} else {
+		o.onlyWith("header", `source "header"`)
+	}
+	return c
+}
+
+var backendFields = []string{"cluster", "authority", "protocol", "path_prefix", "basic_auth", "token",
+	"timeout", "retries", "failure_policy", "failure_status", "instances", "breaker"}
+
+func (p *parser) backend(o *object) *Backend {
+	b := &Backend{
+		PathPrefix:    "/",
+		Timeout:       DefaultBackendTimeout,
+		Retries:       DefaultBackendRetries,
+		FailurePolicy: FailAllow,
+		FailureStatus: DefaultBackendStatus,
+		Instances:     1,
+		Breaker: BackendBreaker{
+			FailureThreshold:    DefaultBackendBreakerThreshold,
+			Window:              DefaultBackendBreakerWindow,
+			OpenTimeout:         DefaultBackendBreakerOpenTimeout,
+			HalfOpenMaxRequests: DefaultBackendBreakerHalfOpen,
+		},
+	}
+	if s, ok := o.str("cluster"); ok {
+		if s == "" {
+			o.errorf("cluster", "must not be empty")
+		}
+		b.Cluster = s
+	} else if !o.has("cluster") {
+		o.errorf("cluster", "required")
+	}
+	b.Authority = b.Cluster
+	if s, ok := o.str("authority"); ok {
+		if s == "" {
+			o.errorf("authority", "must not be empty; omit it to use the cluster name")
+		}
+		b.Authority = s
+	}
+	protocolOK := true
+	if i, ok := o.enum("protocol", "webdis", "upstash"); ok {
+		b.Protocol = Protocol(i)
+	} else if o.has("protocol") {
+		protocolOK = false
+	}
+	if s, ok := o.str("path_prefix"); ok {
+		if !strings.HasPrefix(s, "/") {
+			o.errorf("path_prefix", `must start with "/"`)
+		}
+		if !strings.HasSuffix(s, "/") {
+			// The filter appends commands directly to the prefix.
+			s += "/"
+		}
+		b.PathPrefix = s
+	}
+	switch {
+	case !protocolOK:
+		// Which credentials belong depends on the protocol meant.
+	case b.Protocol == ProtocolWebdis:
+		if s, ok := o.str("basic_auth"); ok {
+			if !strings.Contains(s, ":") {
+				o.errorf("basic_auth", `must be "user:password"`)
+			}
+			b.BasicAuth = s
+		}
+		o.onlyWith("token", `protocol "upstash"`)
+	default:
+		o.onlyWith("basic_auth", `protocol "webdis"`)
+		if s, ok := o.str("token"); ok {
+			if s == "" {
+				o.errorf("token", "must not be empty")
+			}
+			b.Token = s
+		} else if !o.has("token") {
+			o.errorf("token", `required with protocol "upstash"`)
+		}
+	}
+	if d, ok := o.duration("timeout", time.Nanosecond, maxBackendWait); ok {
+		b.Timeout = d
+	}
+	if n, ok := o.integer("retries", 0, maxRetries); ok {
+		b.Retries = int(n)
+	}
+	if i, ok := o.enum("failure_policy", "allow", "deny", "local"); ok {
+		b.FailurePolicy = FailurePolicy(i)
+	}
+	if n, ok := o.integer("failure_status", 400, 599); ok {
+		b.FailureStatus = int(n)
+	}
+	if n, ok := o.integer("instances", 1, maxInstances); ok {
+		b.Instances = int(n)
+	}
+	if c := o.child("breaker", "failure_threshold", "window", "open_timeout", "half_open_max_requests"); c != nil {
+		if n, ok := c.integer("failure_threshold", 1, maxCount); ok {
+			b.Breaker.FailureThreshold = int(n)
+		}
+		if d, ok := c.duration("window", time.Nanosecond, 24*time.Hour); ok {
+			b.Breaker.Window = d
+		}
+		if d, ok := c.duration("open_timeout", time.Nanosecond, 24*time.Hour); ok {
+			b.Breaker.OpenTimeout = d
+		}
+		if n, ok := c.integer("half_open_max_requests", 1, maxCount); ok {
+			b.Breaker.HalfOpenMaxRequests = int(n)
+		}
+	}
+	return b
+}
+
+var breakerFields = []string{"name", "match", "per", "failure_statuses", "failure_on_timeout", "failure_threshold",
+	"failure_rate", "slow_call", "success_threshold", "open_timeout", "half_open_max_requests", "mode", "status"}
+
+func (p *parser) breakers(cfg *Config, path string, items []gjson.Result) {
+	firstByName := map[string]string{}
+	for i, item := range items {
+		ipath := index(path, i)
+		o := p.object(ipath, item, breakerFields...)
+		if o == nil {
+			continue
+		}
+		b := p.breaker(o)
+		if b.Name != "" {
+			if prev, dup := firstByName[b.Name]; dup {
+				o.errorf("name", "duplicate name %q (also %s)", b.Name, prev)
+			} else {
+				firstByName[b.Name] = ipath
+			}
+		}
+		cfg.Breakers = append(cfg.Breakers, b)
+	}
+}
+
+func (p *parser) breaker(o *object) Breaker {
+	b := Breaker{
+		FailureStatuses:     append([]int(nil), DefaultFailureStatuses...),
+		FailureOnTimeout:    true,
+		FailureThreshold:    DefaultFailureThreshold,
+		SuccessThreshold:    DefaultSuccessThreshold,
+		OpenTimeout:         DefaultOpenTimeout,
+		HalfOpenMaxRequests: DefaultHalfOpenMaxRequests,
+		Status:              DefaultBreakerStatus,
+	}
+	b.Name = p.name(o)
+	if m := o.child("match", matchFields...); m != nil {
+		b.Match = p.match(m)
+	}
+	if i, ok := o.enum("per", "cluster", "route"); ok {
+		b.Per = BreakerScope(i)
+	}
+	if items, ok := o.array("failure_statuses", ""); ok {
+		b.FailureStatuses = []int{}
+		for i, item := range items {
+			ipath := index(o.path1("failure_statuses"), i)
+			n, ok := p.integer(ipath, item, 100, 599)
+			if !ok {
+				continue
+			}
+			if containsInt(b.FailureStatuses, int(n)) {
+				p.errorf(ipath, item.Index, "duplicate status %d", n)
+				continue
+			}
+			b.FailureStatuses = append(b.FailureStatuses, int(n))
+		}
+	}
+	if v, ok := o.boolean("failure_on_timeout"); ok {
+		b.FailureOnTimeout = v
+	}
+	if c := o.child("failure_rate", "threshold_percent", "window", "window_type", "window_duration", "minimum_calls"); c != nil {
+		fr := &FailureRate{ThresholdPercent: DefaultFailureRatePercent, MinimumCalls: DefaultMinimumCalls}
+		if n, ok := c.integer("threshold_percent", 1, 100); ok {
+			fr.ThresholdPercent = int(n)
+		}
+		if i, ok := c.enum("window_type", "count", "time"); ok {
+			fr.WindowType = WindowType(i)
+		}
+		if n, ok := c.integer("minimum_calls", 1, maxCount); ok {
+			fr.MinimumCalls = int(n)
+		}
+		if fr.WindowType == CountWindow {
+			fr.Window = DefaultFailureRateWindow
+			if n, ok := c.integer("window", 1, 1_000_000); ok {
+				fr.Window = int(n)
+			}
+			c.onlyWith("window_duration", `window_type "time"`)
+			if fr.MinimumCalls > fr.Window {
+				c.errorf("minimum_calls", "must be <= window (%d), or the rate is never judged", fr.Window)
+			}
+		} else {
+			fr.WindowDuration = DefaultFailureRateDuration
+			if d, ok := c.duration("window_duration", time.Second, 24*time.Hour); ok {
+				fr.WindowDuration = d
+			}
+			c.onlyWith("window", `window_type "count"`)
+		}
+		b.FailureRate = fr
+	}
+	if n, ok := o.integer("failure_threshold", 0, maxCount); ok {
+		b.FailureThreshold = int(n)
+		if n == 0 && b.FailureRate == nil {
+			o.errorf("failure_threshold", "must be >= 1 unless failure_rate is set, or the breaker never opens")
+		}
+	}
+	if c := o.child("slow_call", "duration", "threshold_percent"); c != nil {
+		sc := &SlowCall{}
+		if d, ok := c.duration("duration", time.Millisecond, time.Hour); ok {
+			sc.Duration = d
+		} else if !c.has("duration") {
+			c.errorf("duration", "required")
+		}
+		if b.FailureRate != nil {
+			sc.ThresholdPercent = DefaultSlowCallPercent
+			if n, ok := c.integer("threshold_percent", 1, 100); ok {
+				sc.ThresholdPercent = int(n)
+			}
+		} else {
+			c.onlyWith("threshold_percent", "failure_rate (without it each slow call counts as a failure)")
+		}
+		b.SlowCall = sc
+	}
+	if n, ok := o.integer("success_threshold", 1, maxCount); ok {
+		b.SuccessThreshold = int(n)
+	}
+	if d, ok := o.duration("open_timeout", time.Millisecond, 24*time.Hour); ok {
+		b.OpenTimeout = d
+	}
+	if n, ok := o.integer("half_open_max_requests", 1, maxCount); ok {
+		b.HalfOpenMaxRequests = int(n)
+	}
+	if i, ok := o.enum("mode", "enforce", "metrics_only", "forced_open", "disabled"); ok {
+		b.Mode = BreakerMode(i)
+	}
+	if n, ok := o.integer("status", 400, 599); ok {
+		b.Status = int(n)
+	}
+	return b
+}
+
+func containsInt(ns []int, n int) bool {
+	for _, x := range ns {
+		if x == n {
+			return true
+		}
+	}
+	return false
+}
+
+var headerFamilyNames = []string{"x-ratelimit", "ratelimit", "retry-after"}
+
+func (p *parser) response(o *object) Response {
+	r := Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true}
+	if items, ok := o.array("headers", ""); ok {
+		r.Headers = 0
+		for i, item := range items {
+			ipath := index(o.path1("headers"), i)
+			idx := -1
+			if item.Type == gjson.String {
+				for j, n := range headerFamilyNames {
+					if item.Str == n {
+						idx = j
+					}
+				}
+			}
+			if idx < 0 {
+				p.errorf(ipath, item.Index, "unknown header family %s; want one of %s", item.Raw, strings.Join(headerFamilyNames, ", "))
+				continue
+			}
+			f := HeaderFamilies(1) << idx
+			if r.Headers.Has(f) {
+				p.errorf(ipath, item.Index, "duplicate header family %q", item.Str)
+			}
+			r.Headers |= f
+		}
+	}
+	if b, ok := o.boolean("headers_on_allowed"); ok {
+		r.HeadersOnAllowed = b
+	}
+	if i, ok := o.enum("body", "json", "problem+json", "none"); ok {
+		r.Body = Body(i)
+	}
+	return r
+}

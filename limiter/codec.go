@@ -1,0 +1,250 @@
+package limiter
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Codec layout, little-endian. Byte 0 is version<<4 | algorithm.
+//
+//	TokenBucket   (13 bytes): hdr, TAT int64, N uint32
+//	FixedWindow   (13 bytes): hdr, window int64, N uint32
+//	SlidingWindow (16 bytes): hdr, window int56, N uint32, Prev uint32
+//
+// The sliding window index is stored in 7 bytes to keep the value at 16;
+// MinPeriod (1µs) bounds any real window index below 2^44.
+const (
+	codecVersion   = 1
+	bucketLen      = 13
+	fixedLen       = 13
+	slidingLen     = 16
+	MaxStateLen    = slidingLen // longest encoded State
+	maxWindowIndex = 1<<55 - 1
+)
+
+// Errors from DecodeState; wrap-checked with errors.Is.
+var (
+	ErrMalformed  = errors.New("limiter: malformed state")
+	ErrImpossible = errors.New("limiter: impossible state")
+)
+
+// AppendState appends the encoding of st under l's algorithm to dst. It
+// does not allocate when dst has MaxStateLen spare capacity.
+func (l Limit) AppendState(dst []byte, st State) []byte {
+	hdr := byte(codecVersion<<4) | byte(l.Algorithm&0x0f)
+	switch l.Algorithm {
+	case SlidingWindow:
+		var b [slidingLen]byte
+		b[0] = hdr
+		w := uint64(st.At)
+		for i := 0; i < 7; i++ {
+			b[1+i] = byte(w >> (8 * i))
+		}
+		binary.LittleEndian.PutUint32(b[8:], st.N)
+		binary.LittleEndian.PutUint32(b[12:], st.Prev)
+		return append(dst, b[:]...)
+	default:
+		var b [bucketLen]byte
+		b[0] = hdr
+		binary.LittleEndian.PutUint64(b[1:], uint64(st.At))
+		binary.LittleEndian.PutUint32(b[9:], st.N)
+		return append(dst, b[:]...)
+	}
+}
+
+// DecodeState parses an encoded State without knowing its Limit: it checks
+// version, algorithm and length, and that window indexes are not negative.
+// Use Limit.DecodeState to also reject values that are impossible for a
+// particular Limit.
+func DecodeState(b []byte) (Algorithm, State, error) {
+	if len(b) == 0 {
+		return 0, State{}, fmt.Errorf("%w: empty", ErrMalformed)
+	}
+	if v := b[0] >> 4; v != codecVersion {
+		return 0, State{}, fmt.Errorf("%w: version %d", ErrMalformed, v)
+	}
+	alg := Algorithm(b[0] & 0x0f)
+	want := bucketLen
+	switch alg {
+	case TokenBucket, FixedWindow:
+	case SlidingWindow:
+		want = slidingLen
+	default:
+		return 0, State{}, fmt.Errorf("%w: algorithm %d", ErrMalformed, alg)
+	}
+	if len(b) != want {
+		return 0, State{}, fmt.Errorf("%w: %v state is %d bytes, want %d", ErrMalformed, alg, len(b), want)
+	}
+	var st State
+	if alg == SlidingWindow {
+		var w uint64
+		for i := 0; i < 7; i++ {
+			w |= uint64(b[1+i]) << (8 * i)
+		}
+		// Sign-extend so that a negative index is seen, then rejected.
+		st.At = int64(w<<8) >> 8
+		st.N = binary.LittleEndian.Uint32(b[8:])
+		st.Prev = binary.LittleEndian.Uint32(b[12:])
+	} else {
+		st.At = int64(binary.LittleEndian.Uint64(b[1:]))
+		st.N = binary.LittleEndian.Uint32(b[9:])
+	}
+	if alg != TokenBucket && st.At < 0 {
+		return 0, State{}, fmt.Errorf("%w: negative window index %d", ErrMalformed, st.At)
+	}
+	return alg, st, nil
+}
+
+// DecodeState decodes b and checks it is a state l could have produced by
+// now. On any error it returns Empty(now), the conservative state to
+// continue from: a key whose stored bytes are unreadable gets nothing until
+// it refills, never more than a fresh key.
+func (l Limit) DecodeState(b []byte, now int64) (State, error) {
+	alg, st, err := DecodeState(b)
+	if err == nil {
+		err = l.CheckState(alg, st, now)
+	}
+	if err != nil {
+		return l.Empty(now), err
+	}
+	return st, nil
+}
+
+// CheckState reports why st (stored under alg) is impossible for l at now:
+// wrong algorithm, counts above the limit, a TAT remainder not below Rate,
+// or state further in the future than a full bucket plus
+// ClockStepTolerance.
+func (l Limit) CheckState(alg Algorithm, st State, now int64) error {
+	if !l.valid() {
+		return fmt.Errorf("%w: invalid limit", ErrImpossible)
+	}
+	if alg != l.Algorithm {
+		return fmt.Errorf("%w: stored %v, configured %v", ErrImpossible, alg, l.Algorithm)
+	}
+	limit := uint64(l.Rate)
+	switch alg {
+	case TokenBucket:
+		if uint64(st.N) >= limit {
+			return fmt.Errorf("%w: TAT remainder %d not below rate %d", ErrImpossible, st.N, l.Rate)
+		}
+		if st.At > now {
+			debt := mul(uint64(st.At)-uint64(now), limit).add64(uint64(st.N))
+			ceiling := mul(uint64(l.Capacity()), uint64(l.Period)).add(mul(uint64(ClockStepTolerance), limit))
+			if ceiling.less(debt) {
+				return fmt.Errorf("%w: TAT %d is beyond a full bucket ahead of %d", ErrImpossible, st.At, now)
+			}
+		}
+	default:
+		if uint64(st.N) > limit || uint64(st.Prev) > limit {
+			return fmt.Errorf("%w: counts %d/%d exceed limit %d", ErrImpossible, st.N, st.Prev, l.Rate)
+		}
+		if alg == FixedWindow && st.Prev != 0 {
+			return fmt.Errorf("%w: fixed window with previous count", ErrImpossible)
+		}
+		if _, _, _, plausible := l.window(st, now); !plausible {
+			return fmt.Errorf("%w: window %d is ahead of now %d", ErrImpossible, st.At, now)
+		}
+	}
+	return nil
+}
+
+// Empty is the state of a key that has used its whole allowance at now:
+// the safe starting point when stored state cannot be trusted.
+func (l Limit) Empty(now int64) State {
+	if !l.valid() {
+		return State{At: now}
+	}
+	switch l.Algorithm {
+	case TokenBucket:
+		q, r := mul(uint64(l.Capacity()), uint64(l.Period)).div(uint64(l.Rate))
+		st := State{At: now + int64(q), N: uint32(r)}
+		if now > 0 && q > uint64(1<<63-1-now) {
+			st = State{At: 1<<63 - 1}
+		}
+		return st
+	default:
+		return State{At: max(now, 0) / int64(l.Period), N: uint32(l.Rate)}
+	}
+}
+
+// Idle reports whether st carries no information at now: the key has its
+// full allowance, exactly like a key never seen. Replacing an idle state is
+// lossless.
+func (l Limit) Idle(st State, now int64) bool {
+	if !l.valid() {
+		return false
+	}
+	switch l.Algorithm {
+	case TokenBucket:
+		return st.At < now || (st.At == now && st.N == 0)
+	default:
+		win, _, _, plausible := l.window(st, now)
+		if !plausible {
+			return false
+		}
+		switch {
+		case st.At == win:
+			return st.N == 0 && (l.Algorithm == FixedWindow || st.Prev == 0)
+		case st.At == win-1:
+			return st.N == 0 || l.Algorithm == FixedWindow
+		}
+		return true
+	}
+}
+
+// Merge returns one state that carries the consumption of both a and b at
+// now, capped at Empty. A key found in two slots after a race is merged so
+// that neither slot's consumption is forgotten; adding may over-count (the
+// safe direction), never under-count.
+func (l Limit) Merge(a, b State, now int64) State {
+	if !l.valid() {
+		return l.Empty(now)
+	}
+	if l.Algorithm == TokenBucket {
+		rate := uint64(l.Rate)
+		full := mul(uint64(l.Capacity()), uint64(l.Period))
+		debt := func(s State) u128 {
+			if s.At > now || (s.At == now && s.N > 0) {
+				d := mul(uint64(s.At)-uint64(now), rate).add64(uint64(s.N))
+				if full.less(d) {
+					return full
+				}
+				return d
+			}
+			return u128{}
+		}
+		sum := debt(a).add(debt(b))
+		if full.less(sum) {
+			sum = full
+		}
+		q, r := sum.div(rate)
+		if now > 0 && q > uint64(1<<63-1-now) {
+			return State{At: 1<<63 - 1}
+		}
+		return State{At: now + int64(q), N: uint32(r)}
+	}
+	wa, _, _, okA := l.window(a, now)
+	wb, _, _, okB := l.window(b, now)
+	if !okA || !okB {
+		return l.Empty(now)
+	}
+	w := max(wa, wb)
+	counts := func(s State) (cur, prev uint64) {
+		switch s.At {
+		case w:
+			return uint64(s.N), uint64(s.Prev)
+		case w - 1:
+			return 0, uint64(s.N)
+		}
+		return 0, 0
+	}
+	ca, pa := counts(a)
+	cb, pb := counts(b)
+	limit := uint64(l.Rate)
+	out := State{At: w, N: uint32(min(ca+cb, limit))}
+	if l.Algorithm == SlidingWindow {
+		out.Prev = uint32(min(pa+pb, limit))
+	}
+	return out
+}

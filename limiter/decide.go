@@ -1,0 +1,231 @@
+package limiter
+
+import (
+	"math"
+	"time"
+)
+
+// ClockStepTolerance is how far ahead of the caller's clock a state may
+// legitimately be: another worker read a slightly later clock, or the clock
+// stepped back a little. State further ahead than this (beyond a full
+// bucket's refill span) cannot come from a sane clock, so it is replaced by
+// the conservative empty state at the caller's time; that heals keys after
+// a large backwards clock step instead of locking them out for its length.
+const ClockStepTolerance = time.Minute
+
+// Decide is the pure decision: would n units be granted at now (Unix ns)
+// given st, and what is the state afterwards. A denied decision returns st
+// unchanged. It does not allocate and never panics, whatever st, now and n.
+func (l Limit) Decide(st State, now int64, n int64) (State, Result) {
+	if !l.valid() {
+		return st, Result{Limit: l.Rate, Reason: ReasonInvalidLimit}
+	}
+	switch l.Algorithm {
+	case FixedWindow:
+		return l.decideFixed(st, now, n)
+	case SlidingWindow:
+		return l.decideSliding(st, now, n)
+	default:
+		return l.decideBucket(st, now, n)
+	}
+}
+
+// costReason classifies costs that no amount of waiting can grant.
+func (l Limit) costReason(n int64) (Reason, bool) {
+	if n < 1 {
+		return ReasonInvalidCost, false
+	}
+	if n > l.Capacity() {
+		return ReasonCostExceedsCapacity, false
+	}
+	return ReasonAllowed, true
+}
+
+// decideBucket is GCRA with the TAT kept exactly as At + N/Rate ns. All
+// quantities below are in units of 1/Rate ns, where one unit of cost is
+// exactly Period.
+func (l Limit) decideBucket(st State, now int64, n int64) (State, Result) {
+	rate, period := uint64(l.Rate), uint64(l.Period)
+	full := mul(uint64(l.Capacity()), period) // debt of an empty bucket
+
+	// debt is how far the TAT is ahead of now; zero means the bucket is full.
+	var debt u128
+	if st.At > now || (st.At == now && st.N > 0) {
+		debt = mul(uint64(st.At)-uint64(now), rate).add64(uint64(st.N))
+		if full.add(mul(uint64(ClockStepTolerance), rate)).less(debt) {
+			debt = full
+		}
+	}
+
+	res := Result{Limit: l.Rate}
+	reason, ok := l.costReason(n)
+	if ok {
+		after := debt.add(mul(uint64(n), period))
+		if !full.less(after) {
+			q, r := after.div(rate)
+			// q < 2^62 by Validate, so only a now near MaxInt64 can overflow.
+			at := int64(math.MaxInt64)
+			if now <= 0 || q <= uint64(math.MaxInt64-now) {
+				at = now + int64(q)
+			}
+			res.Allowed, res.Reason = true, ReasonAllowed
+			res.Remaining = int64(full.sub(after).divFloor(period))
+			res.ResetAfter = dur(after.divCeil(rate))
+			return State{At: at, N: uint32(r)}, res
+		}
+		res.RetryAfter = dur(after.sub(full).divCeil(rate))
+		reason = ReasonLimited
+	}
+	res.Reason = reason
+	if debt.less(full) {
+		res.Remaining = int64(full.sub(debt).divFloor(period))
+	}
+	res.ResetAfter = dur(debt.divCeil(rate))
+	return st, res
+}
+
+// window finds the window a decision is evaluated in. Normally that is the
+// window containing now (clamped to the epoch); when the state's window is
+// later (clock went back) the decision is evaluated at the start of the
+// state's window, so a backwards clock never releases units, and delay is
+// the time from now until that evaluation point. A state window too far
+// ahead to be a clock step is reported as implausible.
+func (l Limit) window(st State, now int64) (win int64, elapsed, delay uint64, plausible bool) {
+	period := int64(l.Period)
+	t := max(now, 0)
+	cur := t / period
+	elapsed = uint64(t - cur*period)
+	if st.At <= cur {
+		return cur, elapsed, 0, true
+	}
+	ahead := uint64(st.At - cur)
+	if ahead > uint64(ClockStepTolerance/l.Period)+1 {
+		return cur, elapsed, 0, false
+	}
+	return st.At, 0, ahead*uint64(period) - elapsed, true
+}
+
+func (l Limit) decideFixed(st State, now int64, n int64) (State, Result) {
+	limit := uint64(l.Rate)
+	period := uint64(l.Period)
+	win, elapsed, delay, plausible := l.window(st, now)
+	used := uint64(0)
+	switch {
+	case !plausible:
+		used = limit
+	case st.At == win:
+		used = uint64(st.N)
+	}
+	untilEnd := addSat(delay, period-elapsed)
+
+	res := Result{Limit: l.Rate}
+	reason, ok := l.costReason(n)
+	if ok {
+		if used+uint64(n) <= limit {
+			used += uint64(n)
+			res.Allowed, res.Reason = true, ReasonAllowed
+			res.Remaining = int64(limit - used)
+			res.ResetAfter = dur(untilEnd)
+			return State{At: win, N: uint32(used)}, res
+		}
+		reason = ReasonLimited
+		res.RetryAfter = dur(untilEnd)
+	}
+	res.Reason = reason
+	if used < limit {
+		res.Remaining = int64(limit - used)
+	}
+	if used > 0 {
+		res.ResetAfter = dur(untilEnd)
+	}
+	return st, res
+}
+
+// decideSliding admits n units when prev×(1−elapsed/Period) + cur + (n−1) <
+// Rate, i.e. when each of the n units would pass the rule
+// "prev×(1−f) + cur < L" if admitted one at a time. Everything is multiplied
+// by Period to stay in integers.
+func (l Limit) decideSliding(st State, now int64, n int64) (State, Result) {
+	limit := uint64(l.Rate)
+	period := uint64(l.Period)
+	win, elapsed, delay, plausible := l.window(st, now)
+	var cur, prev uint64
+	switch {
+	case !plausible:
+		cur = limit
+	case st.At == win:
+		cur, prev = uint64(st.N), uint64(st.Prev)
+	case st.At == win-1:
+		prev = uint64(st.N)
+	}
+	capacity := mul(limit, period)
+	// headroom(c) = L×P − prev×(P−e) − c×P: units still admissible, scaled.
+	headroom := func(c uint64) (u128, bool) {
+		used := mul(prev, period-elapsed).add(mul(c, period))
+		if !used.less(capacity) {
+			return u128{}, false
+		}
+		return capacity.sub(used), true
+	}
+	remaining := func(c uint64) int64 {
+		if h, ok := headroom(c); ok {
+			return int64(h.divCeil(period))
+		}
+		return 0
+	}
+	resetAfter := func(c uint64) time.Duration {
+		switch {
+		case c > 0:
+			return dur(addSat(delay, 2*period-elapsed))
+		case prev > 0:
+			return dur(addSat(delay, period-elapsed))
+		}
+		return 0
+	}
+
+	res := Result{Limit: l.Rate}
+	reason, ok := l.costReason(n)
+	if ok {
+		if _, ok := headroom(cur + uint64(n) - 1); ok {
+			cur += uint64(n)
+			res.Allowed, res.Reason = true, ReasonAllowed
+			res.Remaining = remaining(cur)
+			res.ResetAfter = resetAfter(cur)
+			return State{At: win, N: uint32(cur), Prev: uint32(prev)}, res
+		}
+		reason = ReasonLimited
+		res.RetryAfter = dur(addSat(delay, l.slidingWait(cur, prev, uint64(n), elapsed)))
+	}
+	res.Reason = reason
+	res.Remaining = remaining(cur)
+	res.ResetAfter = resetAfter(cur)
+	return st, res
+}
+
+// slidingWait is the time from elapsed (within the evaluation window) until
+// n units pass. The weighted count only falls as time passes and is
+// continuous across the window boundary (prev×0 + cur becomes cur×1 + 0),
+// so the first instant the rule holds is found in closed form: within this
+// window, or else within the next one where cur has become prev.
+func (l Limit) slidingWait(cur, prev, n, elapsed uint64) uint64 {
+	limit, period := uint64(l.Rate), uint64(l.Period)
+	// firstPass: smallest e with p×(P−e) < need×P, i.e. e = P − ⌈need×P/p⌉ + 1.
+	firstPass := func(p, need uint64) uint64 {
+		q := mul(need, period).divCeil(p)
+		if q > period {
+			return 0
+		}
+		return period - q + 1
+	}
+	if cur+n <= limit && prev > 0 {
+		if e := firstPass(prev, limit-cur-n+1); e < period && e > elapsed {
+			return e - elapsed
+		}
+	}
+	untilNext := period - elapsed
+	need := limit - n + 1
+	if cur < need {
+		return untilNext
+	}
+	return untilNext + firstPass(cur, need)
+}

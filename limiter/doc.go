@@ -1,0 +1,162 @@
+// Package limiter makes exact rate-limit decisions whose per-key state lives
+// in proxy-wasm shared data. It has no proxy-wasm imports: time is passed
+// in, storage is a store.Store, and the decision functions (Limit.Decide,
+// the codec, Hash) allocate nothing.
+//
+// This comment is the specification. Other implementations of the same
+// limits (the Redis scripts) must reproduce it decision for decision.
+//
+// # Units and arithmetic
+//
+// now is Unix time in nanoseconds (int64). A decision asks for n ≥ 1 whole
+// units. L = Limit.Rate, P = Limit.Period in ns, C = Limit.Capacity()
+// (L + Burst for the token bucket, L for windows). All arithmetic is exact
+// integer arithmetic with 128-bit intermediates: no floats, no rounding
+// until a duration is reported, so nothing drifts however long a key lives.
+// Durations in a Result are rounded up to the next nanosecond. (For ports:
+// Unix nanoseconds exceed 2^53, so a Lua port cannot hold now or a TAT in a
+// double; it has to split them, e.g. into seconds and nanoseconds.)
+//
+// Common to every algorithm:
+//   - n < 1 is denied with ReasonInvalidCost; n > C is denied with
+//     ReasonCostExceedsCapacity. Both have RetryAfter 0 (waiting cannot help)
+//     and consume nothing.
+//   - A denied decision (any reason) consumes nothing and leaves the state
+//     unchanged.
+//   - Result.Limit is L. Result.Remaining is the whole units that one more
+//     decision at the same now could still get (after this decision's units
+//     are taken, if it was allowed). RetryAfter is the least wait after which
+//     the same n would be allowed (0 when allowed). ResetAfter is the least
+//     wait until the key is idle (indistinguishable from a key never seen).
+//
+// # token_bucket (GCRA)
+//
+// Capacity C, continuous refill of L units per P: one unit is worth the
+// emission interval τ = P/L ns (a rational number) and a full bucket spans
+// Σ = C·τ ns. The state is the theoretical arrival time TAT, kept exactly as
+// State.At + State.N/L ns (0 ≤ N < L). The zero State (TAT = 0) is a full
+// bucket. At now:
+//
+//	D  = max(0, TAT − now)          the debt; tokens = C − D/τ
+//	if D > Σ + ClockStepTolerance:  D = Σ   (implausible state: treat as empty)
+//	allowed   ⇔ D + n·τ ≤ Σ
+//	on allow:   TAT' = now + D + n·τ,  D' = D + n·τ
+//	Remaining = ⌊(Σ − D')/τ⌋   (D' = D when denied; 0 if negative)
+//	RetryAfter= ⌈D + n·τ − Σ⌉ ns   (when limited)
+//	ResetAfter= ⌈D'⌉ ns
+//
+// For non-decreasing now this is exactly the textbook bucket (level starts
+// at C, grows by L/P per ns up to C, n is granted iff level ≥ n, and then
+// level −= n). With R=100/s and B=20 a fresh key gets 120 at once, then 100
+// per second. If the clock goes backwards the debt is measured from the
+// earlier now: the bucket looks emptier, never fuller (no refill, no panic).
+// Unlike the "if now < last then last = now" guard in some Lua scripts, no
+// separate last-refill time exists; a step back larger than
+// ClockStepTolerance beyond a full bucket is treated as an empty bucket at
+// the new now, which is what the codec check stores (see below).
+//
+// # fixed_window
+//
+// At most L units per window [k·P, (k+1)·P), aligned to the Unix epoch,
+// k = ⌊max(now,0)/P⌋. State: At = window index, N = units used in it. A
+// state for an older window counts as 0 used. Allowed ⇔ used + n ≤ L.
+// RetryAfter and ResetAfter run to the end of the window (ResetAfter is 0
+// when nothing is used). Burst is a config error.
+//
+// # sliding_window
+//
+// The weighted two-window counter. With the current window k, elapsed
+// e = now − k·P, cur = units in window k and prev = units in window k−1:
+//
+//	allowed ⇔ prev·(P−e)/P + cur + (n−1) < L
+//
+// which is the rule "prev×(1−e/P) + cur < L" applied to each of the n
+// units as if admitted one at a time. On allow, cur += n. Computed as
+// prev·(P−e) + (cur+n−1)·P < L·P. State: At = k, N = cur, Prev = prev; a
+// state one window old becomes prev = N, cur = 0; older states are 0/0.
+// Remaining = ⌈(L·P − prev·(P−e) − cur·P)/P⌉ (0 if not positive).
+// RetryAfter is the least wait until the rule holds; the weighted count is
+// non-increasing in time and continuous across window boundaries, so it is
+// found in closed form: inside window k at e' = P − ⌈need·P/prev⌉ + 1 with
+// need = L − cur − n + 1, or else in window k+1 (prev := cur, cur := 0).
+// ResetAfter is the end of window k+1 when cur > 0, the end of window k
+// when only prev > 0, else 0. Burst is a config error.
+//
+// For both windows, if the state's window is later than now's window (the
+// clock went back), the decision is evaluated at the start of the state's
+// window and durations include the wait until then: no units are released
+// by a backwards clock. A state window more than ClockStepTolerance ahead is
+// implausible and evaluated as a fully used current window.
+//
+// # Codec
+//
+// One value per state, at most MaxStateLen (16) bytes, little-endian, byte
+// 0 = version(1)<<4 | algorithm:
+//
+//	token_bucket   13 bytes: hdr, At int64 (TAT ns), N uint32 (TAT remainder, < L)
+//	fixed_window   13 bytes: hdr, At int64 (window ≥ 0), N uint32 (≤ L)
+//	sliding_window 16 bytes: hdr, At int56 (window ≥ 0), N uint32 (≤ L), Prev uint32 (≤ L)
+//
+// DecodeState rejects bad length, unknown version or algorithm and negative
+// windows (ErrMalformed); Limit.DecodeState additionally rejects states this
+// Limit could not have produced by now (ErrImpossible): another algorithm,
+// counts above L, N ≥ L for a TAT, or state further ahead than a full
+// bucket or window plus ClockStepTolerance. On any error the caller
+// continues from Limit.Empty(now), a bucket or window used up at now: never
+// more than a fresh key, refilling normally from then. (One exception, in
+// the Table: a token-bucket state whose remainder is not below a lowered
+// Rate, as after a config reload, is kept with its TAT rounded up to the
+// next nanosecond, which never shrinks the debt.)
+//
+// # Bounded keys: the slot Table
+//
+// Shared data cannot delete keys, so a Table stores every client key of one
+// Limit in a fixed number of slots (TableConfig.Slots, a power of two,
+// default 16384); the shared-data key of slot i is Prefix + decimal(i), so
+// at most Slots keys ever exist however many clients appear. A slot's value
+// is an 8-byte little-endian fingerprint (Hash(Seed, clientKey)) followed by
+// the encoded State. A client key may live in Ways candidate slots (default
+// 2): slot_j = (h + j·(h>>32 | 1)) mod Slots for j < Ways.
+//
+// To decide, all candidates are read. The first slot holding the key's
+// fingerprint is its slot; if a later candidate also holds it with live
+// state (two workers placed a new key in different slots at once) the two
+// states are merged by adding their consumption (Limit.Merge) and the
+// duplicate is reset to idle after the commit. If no candidate holds the
+// key, the first one that is missing is used, else the first whose state is
+// idle (lossless: a full bucket carries no information), else the one with
+// the most allowance left, whose state the newcomer inherits: it shares that
+// consumption instead of getting a fresh bucket, so a client never gets more
+// than a fresh bucket and colliding keys cannot reset each other. Takeovers
+// of live state are counted in Stats.Evictions. Slots whose value is
+// unreadable are overwritten with Empty(now) (keeping a readable
+// fingerprint) and counted in Stats.CorruptStates. Size Slots to the number
+// of keys active within one refill period: beyond that, keys share state.
+//
+// # CAS discipline
+//
+// Table.AllowN reads, decides and, only if allowed, writes the slot with the
+// CAS it read; a mismatch means another worker wrote first, so it reads and
+// decides again, at most MaxRetries (default 8) more times. A slot that did
+// not exist is created with a CAS of 2^32−1: shared data ignores the CAS
+// when creating, but a racing creator that got there first makes this Set
+// fail (Envoy hands out CAS values from a counter starting at 1, so 2^32−1
+// matches only after ~4.3e9 writes). No update is ever lost. When retries
+// run out, OnContention decides: ContentionDeny (default, since admitting
+// without recording is exactly what could exceed the limit on a hot key)
+// or ContentionAllow (fail open, nothing consumed).
+//
+// # Several limits per request
+//
+// AllowAll reads and decides every (table, key, cost) first and writes
+// nothing if any denies, so a request denied by one limit consumes from
+// none. If all allow, it commits them in order; a key whose commit loses a
+// race is re-read and re-decided. If that re-decision denies, the keys
+// already committed are restored to their previous value when they still
+// hold exactly what was written; a key written by someone else since keeps
+// the units (Stats.RefundsLost). A race can therefore under-admit by at most
+// one request's costs; it never over-admits.
+//
+// A Table is not safe for concurrent use: each worker VM owns one, and the
+// shared store's CAS makes the workers exact together.
+package limiter

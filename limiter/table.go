@@ -1,0 +1,606 @@
+package limiter
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/sluice-proxy/sluice/limiter/store"
+)
+
+// Table defaults and bounds.
+const (
+	// DefaultSlots bounds a table to 16384 shared-data keys (about 24 bytes
+	// of value each plus the host's per-key overhead).
+	DefaultSlots = 1 << 14
+	// MaxSlots caps Slots; the lazily built key-name cache is one string
+	// header per slot.
+	MaxSlots = 1 << 20
+	// DefaultWays is the number of candidate slots per client key. Two
+	// candidates make it far likelier that a new key finds an idle slot
+	// (lossless) instead of evicting live state.
+	DefaultWays = 2
+	// MaxWays caps Ways.
+	MaxWays = 4
+	// DefaultMaxRetries is the CAS retry budget per key and decision.
+	DefaultMaxRetries = 8
+	// DefaultPrefix prefixes every shared-data key of a table.
+	DefaultPrefix = "sluice.rl."
+
+	// createCAS is the CAS used to write a slot that Get reported missing.
+	// Shared data ignores the CAS when it creates a key, but checks it if a
+	// racing worker created the key first; a value the host's global CAS
+	// counter has not handed out makes that racing create fail instead of
+	// being overwritten. Envoy's counter starts at 1 and counts up, so it
+	// reaches this value only after ~4.3e9 writes (documented residual risk).
+	createCAS = math.MaxUint32
+
+	fingerprintLen = 8
+)
+
+// ContentionPolicy decides a request whose CAS retries ran out or whose
+// store failed.
+type ContentionPolicy uint8
+
+const (
+	// ContentionDeny (the default) denies: the limiter's promise is that it
+	// never admits more than the limit, and running out of retries means
+	// the key is hot, i.e. exactly when an unaccounted admission could
+	// exceed it. Such denials are counted in Stats.Contention.
+	ContentionDeny ContentionPolicy = iota
+	// ContentionAllow admits without consuming (fail open).
+	ContentionAllow
+)
+
+// TableConfig configures a Table. Every zero value means the default.
+type TableConfig struct {
+	// Prefix starts every shared-data key of the table; tables sharing a
+	// store need distinct prefixes. Zero: DefaultPrefix. Keep a limit's
+	// prefix across config reloads so memory stays bounded: a token-bucket
+	// state written under another rate is carried over (its TAT rounded up
+	// to a whole nanosecond), while state impossible under the new Limit
+	// (another algorithm, counts above a lowered limit) is treated as used
+	// up at the time it is found.
+	Prefix string
+	// Slots is the number of shared-data keys the table may ever create,
+	// rounded up to a power of two. Zero: DefaultSlots. Max: MaxSlots.
+	Slots int
+	// Ways is how many candidate slots a client key may live in (1..MaxWays,
+	// at most Slots). Zero: DefaultWays.
+	Ways int
+	// Seed is mixed into the key hash. Every worker must use the same seed;
+	// deriving it from configuration makes slot collisions hard to aim at.
+	// Zero is a valid seed.
+	Seed uint64
+	// MaxRetries is how many times a decision is retried after a CAS
+	// mismatch. Zero: DefaultMaxRetries. Negative: no retries.
+	MaxRetries int
+	// OnContention decides when retries run out or the store fails.
+	// Zero: ContentionDeny.
+	OnContention ContentionPolicy
+}
+
+// Stats counts events since the Table was created; the filter exports them
+// as metrics. They are per Table, i.e. per worker.
+type Stats struct {
+	// Evictions counts slots taken over from another key whose state was
+	// not idle. The new key inherits that state (never more than a fresh
+	// bucket); the evicted key will start fresh when it returns.
+	Evictions uint64
+	// LosslessTakeovers counts slots taken over from idle state.
+	LosslessTakeovers uint64
+	// CASMismatches counts commits that lost a race and were re-decided.
+	CASMismatches uint64
+	// Contention counts decisions whose retry budget ran out.
+	Contention uint64
+	// CorruptStates counts stored values that failed to decode or were
+	// impossible. Each is overwritten with the empty state at the time it
+	// was found (keeping its fingerprint when readable), from which it
+	// refills like any bucket.
+	CorruptStates uint64
+	// StoreErrors counts store failures other than CAS mismatches.
+	StoreErrors uint64
+	// DuplicateMerges counts keys found in two slots after a takeover race
+	// and merged back into one.
+	DuplicateMerges uint64
+	// RefundsLost counts AllowAll rollbacks that could not restore a key
+	// because another worker had written it in between; those units stay
+	// consumed (under-admission, never over-admission).
+	RefundsLost uint64
+}
+
+// Table keeps the state of one Limit for any number of client keys in a
+// fixed set of shared-data keys. It is not safe for concurrent use: each
+// worker (VM) has its own Table over the shared store, and the store's CAS
+// is what makes the workers exact together.
+type Table struct {
+	store      store.Store
+	limit      Limit
+	prefix     string
+	mask       uint64
+	ways       int
+	seed       uint64
+	maxRetries int
+	policy     ContentionPolicy
+	slotKeys   []string
+	buf        []byte
+	stats      Stats
+}
+
+// NewTable validates l and cfg and returns a Table over s.
+func NewTable(s store.Store, l Limit, cfg TableConfig) (*Table, error) {
+	if s == nil {
+		return nil, errors.New("limiter: nil store")
+	}
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	slots := cfg.Slots
+	switch {
+	case slots == 0:
+		slots = DefaultSlots
+	case slots < 0 || slots > MaxSlots:
+		return nil, fmt.Errorf("limiter: slots %d not in [1, %d]", cfg.Slots, MaxSlots)
+	}
+	size := 1
+	for size < slots {
+		size <<= 1
+	}
+	ways := cfg.Ways
+	switch {
+	case ways == 0:
+		ways = DefaultWays
+	case ways < 0 || ways > MaxWays:
+		return nil, fmt.Errorf("limiter: ways %d not in [1, %d]", cfg.Ways, MaxWays)
+	}
+	ways = min(ways, size)
+	retries := cfg.MaxRetries
+	switch {
+	case retries == 0:
+		retries = DefaultMaxRetries
+	case retries < 0:
+		retries = 0
+	}
+	if cfg.OnContention > ContentionAllow {
+		return nil, fmt.Errorf("limiter: unknown contention policy %d", cfg.OnContention)
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return &Table{
+		store:      s,
+		limit:      l,
+		prefix:     prefix,
+		mask:       uint64(size - 1),
+		ways:       ways,
+		seed:       cfg.Seed,
+		maxRetries: retries,
+		policy:     cfg.OnContention,
+		slotKeys:   make([]string, size),
+		buf:        make([]byte, 0, fingerprintLen+MaxStateLen),
+	}, nil
+}
+
+// Limit returns the table's Limit.
+func (t *Table) Limit() Limit { return t.limit }
+
+// Slots returns the number of slots, the most shared-data keys the table
+// will ever create.
+func (t *Table) Slots() int { return len(t.slotKeys) }
+
+// Stats returns the counters so far.
+func (t *Table) Stats() Stats { return t.stats }
+
+// SlotKey returns the shared-data key of slot i.
+func (t *Table) SlotKey(i int) string { return t.slotKey(uint64(i) & t.mask) }
+
+func (t *Table) slotKey(i uint64) string {
+	if k := t.slotKeys[i]; k != "" {
+		return k
+	}
+	k := t.prefix + strconv.FormatUint(i, 10)
+	t.slotKeys[i] = k
+	return k
+}
+
+// candidate is the i-th slot of a key: an odd stride over a power-of-two
+// table visits distinct slots.
+func (t *Table) candidate(h uint64, i int) uint64 {
+	return (h + uint64(i)*((h>>32)|1)) & t.mask
+}
+
+// slotRead is one candidate slot as read from the store.
+type slotRead struct {
+	key    string
+	value  []byte
+	cas    uint32
+	exists bool
+	mine   bool // fingerprint matches
+	valid  bool // decoded and possible
+	state  State
+}
+
+// view is what a decision works on: the slot it will write and the state
+// it decides from.
+type view struct {
+	fp       uint64
+	slot     slotRead
+	state    State
+	takeover takeoverKind
+	hasDup   bool
+	dup      slotRead // second slot holding this key, reset after commit
+}
+
+type takeoverKind uint8
+
+const (
+	ownSlot takeoverKind = iota
+	newSlot
+	losslessTakeover
+	lossyTakeover
+)
+
+func (t *Table) readSlot(key string, fp uint64, now int64) (slotRead, error) {
+	r, corrupt, err := t.parseSlot(key, fp, now)
+	if err != nil || !corrupt {
+		return r, err
+	}
+	// Heal: a conservative state relative to now is only conservative if it
+	// is stored; recomputing Empty(now) on every read would keep the slot
+	// empty forever. The fingerprint is kept when readable so the slot still
+	// belongs to its key. Losing the CAS race just means someone else wrote.
+	t.stats.CorruptStates++
+	owner := fp
+	if len(r.value) >= fingerprintLen {
+		owner = binary.LittleEndian.Uint64(r.value)
+	}
+	if err := t.store.Set(key, t.encode(owner, t.limit.Empty(now)), r.cas); err != nil &&
+		!errors.Is(err, store.ErrCASMismatch) {
+		return r, err
+	}
+	r, corrupt, err = t.parseSlot(key, fp, now)
+	if corrupt {
+		t.stats.CorruptStates++
+	}
+	return r, err
+}
+
+// parseSlot reads one slot; corrupt reports a value that exists but is not
+// a possible record of this table.
+func (t *Table) parseSlot(key string, fp uint64, now int64) (r slotRead, corrupt bool, err error) {
+	r.key = key
+	v, cas, err := t.store.Get(key)
+	if errors.Is(err, store.ErrNotFound) {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, err
+	}
+	r.value, r.cas, r.exists = v, cas, true
+	if len(v) < fingerprintLen {
+		return r, true, nil
+	}
+	r.mine = binary.LittleEndian.Uint64(v) == fp
+	alg, st, err := DecodeState(v[fingerprintLen:])
+	if err == nil && alg == TokenBucket && uint64(st.N) >= uint64(t.limit.Rate) && st.At < math.MaxInt64 {
+		// Written under a higher Rate (config reload): the remainder is
+		// below one nanosecond in that rate's units, so rounding the TAT up
+		// to the next nanosecond keeps the debt without ever shrinking it.
+		st = State{At: st.At + 1}
+	}
+	if err == nil {
+		err = t.limit.CheckState(alg, st, now)
+	}
+	if err != nil {
+		return r, true, nil
+	}
+	r.valid, r.state = true, st
+	return r, false, nil
+}
+
+// read finds the key's slot, or chooses one to take over, and the state to
+// decide from. See the package doc, "Bounded keys".
+func (t *Table) read(h uint64, now int64) (view, error) {
+	var slots [MaxWays]slotRead
+	v := view{fp: h}
+	owner := -1
+	for i := 0; i < t.ways; i++ {
+		r, err := t.readSlot(t.slotKey(t.candidate(h, i)), h, now)
+		if err != nil {
+			return v, err
+		}
+		slots[i] = r
+		if r.mine && owner < 0 {
+			owner = i
+		}
+	}
+	stateOf := func(r *slotRead) State {
+		if r.valid {
+			return r.state
+		}
+		return t.limit.Empty(now)
+	}
+	if owner >= 0 {
+		v.slot, v.state = slots[owner], stateOf(&slots[owner])
+		for i := owner + 1; i < t.ways; i++ {
+			if r := &slots[i]; r.mine && !(r.valid && t.limit.Idle(r.state, now)) {
+				v.state = t.limit.Merge(v.state, stateOf(r), now)
+				v.hasDup, v.dup = true, *r
+				break
+			}
+		}
+		return v, nil
+	}
+	for i := 0; i < t.ways; i++ {
+		if !slots[i].exists {
+			v.slot, v.takeover = slots[i], newSlot
+			return v, nil
+		}
+	}
+	for i := 0; i < t.ways; i++ {
+		if r := slots[i]; r.valid && t.limit.Idle(r.state, now) {
+			v.slot, v.takeover = r, losslessTakeover
+			return v, nil
+		}
+	}
+	// Every candidate holds live (or unreadable) state of other keys. Take
+	// the one with the most allowance left and inherit its state: the
+	// newcomer shares that consumption rather than getting a fresh bucket,
+	// so colliding keys can never reset each other's limits.
+	best, bestRemaining := 0, int64(-1)
+	for i := 0; i < t.ways; i++ {
+		if r := slots[i]; r.valid {
+			if _, res := t.limit.Decide(r.state, now, 0); res.Remaining > bestRemaining {
+				best, bestRemaining = i, res.Remaining
+			}
+		}
+	}
+	v.slot, v.state, v.takeover = slots[best], stateOf(&slots[best]), lossyTakeover
+	return v, nil
+}
+
+func (t *Table) encode(fp uint64, st State) []byte {
+	b := binary.LittleEndian.AppendUint64(t.buf[:0], fp)
+	b = t.limit.AppendState(b, st)
+	t.buf = b
+	return b
+}
+
+// commit writes next into the view's slot with CAS.
+func (t *Table) commit(v *view, next State) error {
+	cas := v.slot.cas
+	if !v.slot.exists {
+		cas = createCAS
+	}
+	if err := t.store.Set(v.slot.key, t.encode(v.fp, next), cas); err != nil {
+		return err
+	}
+	switch v.takeover {
+	case lossyTakeover:
+		t.stats.Evictions++
+	case losslessTakeover:
+		t.stats.LosslessTakeovers++
+	}
+	if v.hasDup {
+		// Best effort: if this loses a race the duplicate is merged again
+		// next time, which can only over-count.
+		if t.store.Set(v.dup.key, t.encode(v.fp, State{}), v.dup.cas) == nil {
+			t.stats.DuplicateMerges++
+		}
+	}
+	return nil
+}
+
+// AllowN decides n units for key at now (Unix ns) and, if granted, commits
+// them to the store: read, decide, write with CAS, and on a mismatch read
+// and decide again, up to MaxRetries times. A denial writes nothing. The
+// error is non-nil only for store failures, in which case the Result
+// follows OnContention with ReasonStoreError.
+func (t *Table) AllowN(key string, now int64, n int64) (Result, error) {
+	h := Hash(t.seed, key)
+	for attempt := 0; ; attempt++ {
+		v, err := t.read(h, now)
+		if err != nil {
+			return t.storeFailure(err)
+		}
+		next, res := t.limit.Decide(v.state, now, n)
+		if !res.Allowed {
+			return res, nil
+		}
+		err = t.commit(&v, next)
+		if err == nil {
+			return res, nil
+		}
+		if !errors.Is(err, store.ErrCASMismatch) {
+			return t.storeFailure(err)
+		}
+		t.stats.CASMismatches++
+		if attempt >= t.maxRetries {
+			return t.contended(res), nil
+		}
+	}
+}
+
+// Peek decides n units for key at now without consuming anything. With
+// n = 0 it reports the key's current Remaining (Reason is then
+// ReasonInvalidCost).
+func (t *Table) Peek(key string, now int64, n int64) (Result, error) {
+	v, err := t.read(Hash(t.seed, key), now)
+	if err != nil {
+		return t.storeFailure(err)
+	}
+	_, res := t.limit.Decide(v.state, now, n)
+	return res, nil
+}
+
+func (t *Table) contended(res Result) Result {
+	t.stats.Contention++
+	res.Reason = ReasonContention
+	res.Allowed = t.policy == ContentionAllow
+	if !res.Allowed {
+		res.Remaining = 0
+	}
+	return res
+}
+
+func (t *Table) storeFailure(err error) (Result, error) {
+	t.stats.StoreErrors++
+	return Result{
+		Allowed: t.policy == ContentionAllow,
+		Limit:   t.limit.Rate,
+		Reason:  ReasonStoreError,
+	}, fmt.Errorf("limiter: store: %w", err)
+}
+
+// Request is one limit that applies to a request: which table, which
+// client key in it, and how many units the request costs there.
+type Request struct {
+	Table *Table
+	Key   string
+	Cost  int64
+}
+
+// committed remembers enough of a commit to undo it.
+type committed struct {
+	table   *Table
+	view    view
+	written State
+}
+
+// AllowAll decides several limits for one request: a request denied by any
+// of them consumes from none. results[i] receives the decision of reqs[i]'s
+// own limit (len(results) must be at least len(reqs)); the request is
+// admitted only if AllowAll returns true. Limits are evaluated in order and
+// evaluation stops at the first denial (the filter's "short-circuit on the
+// first denial"): when it returns false, nothing was consumed, the denying
+// limit is the first result that is not Allowed, earlier results read
+// Allowed with the Remaining they would have left, and later results are
+// the zero Result. A store failure is returned as the
+// error; under ContentionAllow the request can still be admitted, so
+// (true, err) means admitted with that limit not enforced.
+//
+// It reads and decides every key first; if any denies, nothing is written.
+// Otherwise it commits the keys in order, each with the CAS loop of AllowN.
+// If a commit loses a race and the re-decision of that key now denies (or
+// its retries run out under ContentionDeny), the keys committed before it
+// are rolled back: each is restored to its pre-commit value if it still
+// holds exactly what this call wrote; if another worker has written it
+// since, the units stay consumed and Stats.RefundsLost counts it. So a race
+// can make AllowAll under-admit by at most the costs of that request, and
+// never over-admit.
+func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
+	if len(results) < len(reqs) {
+		return false, fmt.Errorf("limiter: %d results for %d requests", len(results), len(reqs))
+	}
+	var viewsArr [8]view
+	var nextArr [8]State
+	views, nexts := viewsArr[:0], nextArr[:0]
+	var failOpen error
+	for i, r := range reqs {
+		if r.Table == nil {
+			return false, fmt.Errorf("limiter: request %d has no table", i)
+		}
+		v, err := r.Table.read(Hash(r.Table.seed, r.Key), now)
+		if err != nil {
+			results[i], err = r.Table.storeFailure(err)
+			if !results[i].Allowed {
+				return false, err
+			}
+			// Fail open for this limit: decide the rest without it.
+			failOpen = cmp.Or(failOpen, err)
+			v = view{fp: 0}
+			views, nexts = append(views, v), append(nexts, State{})
+			continue
+		}
+		next, res := r.Table.limit.Decide(v.state, now, r.Cost)
+		results[i] = res
+		if !res.Allowed {
+			// Short-circuit: later limits are neither read nor decided,
+			// so their results are left as the zero Result.
+			for j := i + 1; j < len(reqs); j++ {
+				results[j] = Result{}
+			}
+			return false, nil
+		}
+		views, nexts = append(views, v), append(nexts, next)
+	}
+	var doneArr [8]committed
+	done := doneArr[:0]
+	for i, r := range reqs {
+		t := r.Table
+		if results[i].Reason == ReasonStoreError {
+			continue
+		}
+		v, next := views[i], nexts[i]
+		for attempt := 0; ; attempt++ {
+			err := t.commit(&v, next)
+			if err == nil {
+				done = append(done, committed{table: t, view: v, written: next})
+				break
+			}
+			if !errors.Is(err, store.ErrCASMismatch) {
+				results[i], err = t.storeFailure(err)
+				if results[i].Allowed {
+					failOpen = cmp.Or(failOpen, err)
+					break
+				}
+				rollback(done)
+				return false, err
+			}
+			t.stats.CASMismatches++
+			if attempt >= t.maxRetries {
+				results[i] = t.contended(results[i])
+				if results[i].Allowed {
+					break
+				}
+				rollback(done)
+				return false, nil
+			}
+			v, err = t.read(v.fp, now)
+			if err != nil {
+				results[i], err = t.storeFailure(err)
+				if results[i].Allowed {
+					failOpen = cmp.Or(failOpen, err)
+					break
+				}
+				rollback(done)
+				return false, err
+			}
+			var res Result
+			next, res = t.limit.Decide(v.state, now, r.Cost)
+			results[i] = res
+			if !res.Allowed {
+				rollback(done)
+				return false, nil
+			}
+		}
+	}
+	return true, failOpen
+}
+
+// rollback undoes commits in reverse order where nobody wrote since.
+func rollback(done []committed) {
+	for i := len(done) - 1; i >= 0; i-- {
+		c := &done[i]
+		t := c.table
+		cur, cas, err := t.store.Get(c.view.slot.key)
+		if err != nil || !bytes.Equal(cur, t.encode(c.view.fp, c.written)) {
+			t.stats.RefundsLost++
+			continue
+		}
+		restore := t.encode(c.view.fp, c.view.state)
+		if c.view.slot.exists && !c.view.hasDup && c.view.takeover != newSlot {
+			// Put back exactly what was there, including another key's
+			// fingerprint after a takeover.
+			restore = c.view.slot.value
+		}
+		if t.store.Set(c.view.slot.key, restore, cas) != nil {
+			t.stats.RefundsLost++
+		}
+	}
+}
