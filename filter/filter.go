@@ -1,118 +1,319 @@
 // Package filter is the Sluice proxy-wasm plugin: it adapts Envoy's
 // callbacks to the limiter and breaker cores.
+//
+// Per request, in order:
+//  1. every limit whose match holds applies, minus the limits named in the
+//     replaces of another applying limit (the most specific wins);
+//  2. the enforcing limits are decided together with limiter.AllowAll, so a
+//     request denied by any of them consumes from none (the most
+//     restrictive wins); shadow limits are then decided on their own and
+//     only counted;
+//  3. breakers guarding the request's cluster (or route) are checked; an
+//     admitted request carries a ticket whose outcome is reported when the
+//     stream ends, from the response code and its details.
+//
+// Tokens taken by a request that an open breaker then rejects stay taken,
+// as with Envoy's own local rate limit filter in front of the router's
+// circuit breaking.
 package filter
 
 import (
-	"encoding/binary"
-	"errors"
-	"strconv"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/sluice-proxy/sluice/breaker"
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/limiter/store"
 )
 
-// requestCounterKey is a shared-data key every worker increments, so that
-// tests can see one worker's writes from another.
-const requestCounterKey = "sluice.requests_seen"
-
-// maxCASAttempts bounds the read-modify-write loop; eight workers racing on
-// one key settle well within it.
-const maxCASAttempts = 16
-
 // NewVMContext returns the root of the plugin, registered from main's init.
-func NewVMContext() types.VMContext { return &vmContext{} }
+func NewVMContext() types.VMContext { return NewVMContextWithClock(time.Now) }
 
-type vmContext struct{ types.DefaultVMContext }
+// NewVMContextWithClock is NewVMContext with a time source, so native tests
+// can step time exactly.
+func NewVMContextWithClock(now func() time.Time) types.VMContext {
+	return &vmContext{now: now, store: sharedData{}}
+}
 
-func (*vmContext) NewPluginContext(uint32) types.PluginContext {
-	return &pluginContext{store: sharedData{}}
+type vmContext struct {
+	types.DefaultVMContext
+	now   clock
+	store store.Store
+}
+
+func (vm *vmContext) NewPluginContext(uint32) types.PluginContext {
+	return &pluginContext{vm: vm, waiters: map[uint32]*httpContext{}}
 }
 
 type pluginContext struct {
 	types.DefaultPluginContext
-	store    store.Store
+	vm  *vmContext
+	cfg *config.Config
+
+	limits   []*limitRuntime
+	breakers []*breakerRuntime
 	requests proxywasm.MetricCounter
+	// needRoute is set when any match or key reads the route name, so other
+	// configs never pay for the property hostcall.
+	needRoute bool
+
+	// Scratch reused by every request of this worker; a VM runs one
+	// callback at a time.
+	keyBuf  []byte
+	matched []bool
+	applied []bool
+	reqs    []limiter.Request
+	reqLim  []*limitRuntime
+	results []limiter.Result
+
+	// waiters are streams paused by on_limit delay, resumed from the tick.
+	waiters     map[uint32]*httpContext
+	ticking     bool
+	tickRunning bool
 }
 
+// delayTick is how often paused requests are re-examined. A shaped request
+// waits at most this much longer than it has to.
+const delayTick = 5 * time.Millisecond
+
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
-	p.requests = proxywasm.DefineCounterMetric("sluice.requests_total")
-	if err := ensureShared(p.store, requestCounterKey, make([]byte, 8)); err != nil {
-		proxywasm.LogCriticalf("sluice: creating shared data: %v", err)
+	data, err := proxywasm.GetPluginConfiguration()
+	if err != nil && err != types.ErrorStatusNotFound {
+		proxywasm.LogCriticalf("sluice: reading plugin configuration: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	cfg, err := config.Parse(data)
+	if err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			proxywasm.LogCriticalf("sluice: invalid configuration: %s", line)
+		}
+		return types.OnPluginStartStatusFailed
+	}
+	if err := p.configure(cfg); err != nil {
+		proxywasm.LogCriticalf("sluice: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
 	return types.OnPluginStartStatusOK
 }
 
-func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
-	return &httpContext{plugin: p}
+func (p *pluginContext) configure(cfg *config.Config) error {
+	p.cfg = cfg
+	p.requests = proxywasm.DefineCounterMetric(metricRequests)
+	for i := range cfg.Limits {
+		l, err := newLimitRuntime(p.vm.store, &cfg.Limits[i], i)
+		if err != nil {
+			return err
+		}
+		p.limits = append(p.limits, l)
+		if cfg.Limits[i].Match.Routes != nil {
+			p.needRoute = true
+		}
+	}
+	for i := range cfg.Breakers {
+		b, err := newBreakerRuntime(p.vm.store, &cfg.Breakers[i], i)
+		if err != nil {
+			return err
+		}
+		p.breakers = append(p.breakers, b)
+		if cfg.Breakers[i].Match.Routes != nil {
+			p.needRoute = true
+		}
+	}
+	p.matched = make([]bool, len(p.limits))
+	p.applied = make([]bool, len(p.limits))
+	p.results = make([]limiter.Result, len(p.limits))
+	return nil
 }
 
-type httpContext struct {
-	types.DefaultHttpContext
-	plugin *pluginContext
-	seen   uint64
+func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
+	return &httpContext{plugin: p, id: contextID, info: requestInfo{host: proxyHost{}}}
 }
 
-func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
-	h.plugin.requests.Increment(1)
-	n, err := incrementShared(h.plugin.store, requestCounterKey)
+// limitRuntime is one configured limit with its tables: one for the
+// default rate and one per override, each bounded by its slot count.
+type limitRuntime struct {
+	cfg       *config.Limit
+	index     int
+	window    time.Duration
+	def       *limiter.Table
+	overrides map[string]*limiter.Table
+	metrics   limitMetrics
+	// evictionsSeen is the sum of this worker's table eviction counts
+	// already exported, so only the delta is added to the shared counter.
+	evictionsSeen uint64
+}
+
+func newLimitRuntime(s store.Store, cfg *config.Limit, index int) (*limitRuntime, error) {
+	if cfg.Mode != config.ModeLocal {
+		return nil, errorf("limits[%d].mode: %s needs the distributed backend, which this build does not include yet", index, cfg.Mode)
+	}
+	l := &limitRuntime{cfg: cfg, index: index, window: cfg.Rate.Window, metrics: defineLimitMetrics(cfg.Name)}
+	var err error
+	// The prefix and seed depend only on the name, so a config reload that
+	// keeps the name keeps the state and the shared-data key set.
+	l.def, err = newTable(s, cfg.Algorithm, cfg.Rate, "sluice.rl."+cfg.Name+".", cfg.Name)
 	if err != nil {
-		proxywasm.LogWarnf("sluice: shared counter: %v", err)
-		return types.ActionContinue
+		return nil, errorf("limits[%d]: %v", index, err)
 	}
-	h.seen = n
-	_ = proxywasm.ReplaceHttpRequestHeader("x-sluice-seen", strconv.FormatUint(n, 10))
-	return types.ActionContinue
+	if len(cfg.Overrides) > 0 {
+		l.overrides = make(map[string]*limiter.Table, len(cfg.Overrides))
+		for value, rate := range cfg.Overrides {
+			id := strings.ToLower(hexHash(value))
+			t, err := newTable(s, cfg.Algorithm, rate, "sluice.rl."+cfg.Name+".o"+id+".", cfg.Name+"\x00"+value)
+			if err != nil {
+				return nil, errorf("limits[%d].overrides[%q]: %v", index, value, err)
+			}
+			l.overrides[value] = t
+		}
+	}
+	return l, nil
 }
 
-func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
-	if h.seen != 0 {
-		_ = proxywasm.ReplaceHttpResponseHeader("x-sluice-seen", strconv.FormatUint(h.seen, 10))
+func newTable(s store.Store, alg config.Algorithm, r config.Rate, prefix, seedSource string) (*limiter.Table, error) {
+	lim := limiter.Limit{Rate: r.Limit, Period: r.Window, Burst: r.Burst}
+	switch alg {
+	case config.FixedWindow:
+		lim.Algorithm = limiter.FixedWindow
+	case config.SlidingWindow:
+		lim.Algorithm = limiter.SlidingWindow
+	default:
+		lim.Algorithm = limiter.TokenBucket
 	}
-	return types.ActionContinue
+	return limiter.NewTable(s, lim, limiter.TableConfig{Prefix: prefix, Seed: seedOf(seedSource)})
 }
 
-// ensureShared creates key with an initial value unless it exists. Shared
-// data has no create-if-absent (the CAS is only checked on existing keys),
-// so two first writers at request time could overwrite each other's
-// update; creating keys at plugin start, before any traffic, makes every
-// later write a checked CAS. Concurrent starts all write the same value.
-func ensureShared(s store.Store, key string, initial []byte) error {
-	_, _, err := s.Get(key)
-	if errors.Is(err, store.ErrNotFound) {
-		return s.Set(key, initial, 0)
+func (l *limitRuntime) table(overrideValue string) (*limiter.Table, config.Rate) {
+	if t, ok := l.overrides[overrideValue]; ok {
+		return t, l.cfg.Overrides[overrideValue]
 	}
-	return err
+	return l.def, l.cfg.Rate
 }
 
-// incrementShared adds one to a little-endian uint64 in the store with CAS.
-// A value of the wrong length is treated as zero rather than trusted.
-func incrementShared(s store.Store, key string) (uint64, error) {
-	for range maxCASAttempts {
-		v, cas, err := s.Get(key)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return 0, err
+// exportEvictions adds evictions this worker saw since the last call.
+func (l *limitRuntime) exportEvictions() {
+	total := l.def.Stats().Evictions
+	for _, t := range l.overrides {
+		total += t.Stats().Evictions
+	}
+	if total > l.evictionsSeen {
+		l.metrics.evictions.Increment(total - l.evictionsSeen)
+		l.evictionsSeen = total
+	}
+}
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+func seedOf(s string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum64()
+}
+
+func hexHash(s string) string {
+	const digits = "0123456789abcdef"
+	v := seedOf(s)
+	b := make([]byte, 16)
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[v&0xf]
+		v >>= 4
+	}
+	return string(b)
+}
+
+// breakerRuntime is one configured breaker; it keeps one breaker.Breaker
+// per cluster (or route) it has seen, all sharing the same state machine.
+type breakerRuntime struct {
+	cfg       *config.Breaker
+	machine   *breaker.Machine
+	store     store.Store
+	instances map[string]*breaker.Breaker
+	metrics   breakerMetrics
+	// slowIsFailure makes a slow call count toward the consecutive-failure
+	// threshold when no failure rate is configured to weigh it against.
+	slowIsFailure bool
+}
+
+// maxBreakerInstances bounds the shared-data keys one breaker can create;
+// cluster and route names come from configuration, so this is only hit by
+// a misconfiguration, and then the overflow shares one instance.
+const maxBreakerInstances = 1024
+
+func newBreakerRuntime(s store.Store, cfg *config.Breaker, index int) (*breakerRuntime, error) {
+	set := breaker.Settings{
+		FailureThreshold:    uint32(cfg.FailureThreshold),
+		SuccessThreshold:    uint32(cfg.SuccessThreshold),
+		OpenTimeout:         cfg.OpenTimeout,
+		HalfOpenMaxRequests: uint32(cfg.HalfOpenMaxRequests),
+	}
+	switch cfg.Mode {
+	case config.BreakerMetricsOnly:
+		set.Mode = breaker.ModeMetricsOnly
+	case config.BreakerForcedOpen:
+		set.Mode = breaker.ModeForcedOpen
+	case config.BreakerDisabled:
+		set.Mode = breaker.ModeDisabled
+	default:
+		set.Mode = breaker.ModeEnforce
+	}
+	b := &breakerRuntime{cfg: cfg, store: s, instances: map[string]*breaker.Breaker{}, metrics: defineBreakerMetrics(cfg.Name)}
+	if fr := cfg.FailureRate; fr != nil {
+		set.FailureRatePercent = uint32(fr.ThresholdPercent)
+		set.Window.MinimumCalls = uint32(fr.MinimumCalls)
+		if fr.WindowType == config.TimeWindow {
+			set.Window.Type = breaker.WindowTime
+			set.Window.Duration = fr.WindowDuration
+		} else {
+			set.Window.Size = uint32(fr.Window)
 		}
-		if errors.Is(err, store.ErrNotFound) {
-			// Never a blind write: the key is created at plugin start.
-			return 0, err
+		if sc := cfg.SlowCall; sc != nil {
+			set.SlowCallDuration = sc.Duration
+			set.SlowCallPercent = uint32(sc.ThresholdPercent)
 		}
-		var n uint64
-		if len(v) == 8 {
-			n = binary.LittleEndian.Uint64(v)
-		}
-		n++
-		var buf [8]byte
-		binary.LittleEndian.PutUint64(buf[:], n)
-		err = s.Set(key, buf[:], cas)
-		if err == nil {
-			return n, nil
-		}
-		if !errors.Is(err, store.ErrCASMismatch) {
-			return 0, err
+	} else if cfg.SlowCall != nil {
+		b.slowIsFailure = true
+	}
+	m, err := breaker.NewMachine(set)
+	if err != nil {
+		return nil, errorf("breakers[%d]: %v", index, err)
+	}
+	b.machine = m
+	return b, nil
+}
+
+func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
+	if br, ok := b.instances[scope]; ok {
+		return br
+	}
+	if len(b.instances) >= maxBreakerInstances {
+		scope = "overflow"
+		if br, ok := b.instances[scope]; ok {
+			return br
 		}
 	}
-	return 0, errors.New("shared counter: too much contention")
+	br := breaker.NewBreaker(b.machine, b.store, "sluice.cb."+b.cfg.Name+"."+scope)
+	if err := br.Init(); err != nil {
+		proxywasm.LogWarnf("sluice: breaker %s: %v", b.cfg.Name, err)
+	}
+	b.instances[scope] = br
+	return br
+}
+
+// recordTransition keeps the shared state gauge and counters in step.
+func (b *breakerRuntime) recordTransition(tr breaker.Transition) {
+	switch tr {
+	case breaker.Opened, breaker.Reopened:
+		b.metrics.opens.Increment(1)
+		b.metrics.setState(breaker.Open)
+	case breaker.Recovered:
+		b.metrics.closes.Increment(1)
+		b.metrics.setState(breaker.Closed)
+	case breaker.HalfOpened:
+		b.metrics.setState(breaker.HalfOpen)
+	}
 }

@@ -2,6 +2,7 @@ package filter
 
 import (
 	"errors"
+	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -9,9 +10,11 @@ import (
 	"github.com/sluice-proxy/sluice/limiter/store"
 )
 
-// sharedData is store.Store over proxy-wasm shared data. It is the only
-// place the filter touches shared-data hostcalls, so the decision cores stay
-// testable against store.Memory.
+// This file is the only place the request path makes proxy-wasm hostcalls
+// other than metrics, so what a request costs in hostcalls can be read off
+// in one place.
+
+// sharedData is store.Store over proxy-wasm shared data.
 type sharedData struct{}
 
 func (sharedData) Get(key string) ([]byte, uint32, error) {
@@ -33,3 +36,32 @@ func (sharedData) Set(key string, value []byte, cas uint32) error {
 	}
 	return err
 }
+
+// hostAccess is what requestInfo reads from the current stream.
+type hostAccess interface {
+	requestHeaders() [][2]string
+	// property returns a string property, or "" when the host has none.
+	property(path ...string) string
+}
+
+type proxyHost struct{}
+
+func (proxyHost) requestHeaders() [][2]string {
+	hs, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		return nil
+	}
+	return hs
+}
+
+func (proxyHost) property(path ...string) string {
+	v, err := proxywasm.GetProperty(path)
+	if err != nil {
+		return ""
+	}
+	return string(v)
+}
+
+// clock is the filter's time source. Tests replace it; in the wasm,
+// time.Now reads the host's WASI clock.
+type clock func() time.Time

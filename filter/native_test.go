@@ -1,9 +1,12 @@
 package filter_test
 
 import (
+	"encoding/binary"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -12,36 +15,86 @@ import (
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 )
 
-// nativeHarness runs the filter in-process on the SDK's host emulator.
+// nativeHarness runs the filter in-process on the SDK's host emulator, with
+// a clock the test moves by hand.
 type nativeHarness struct {
 	host proxytest.HostEmulator
+	now  time.Time
 }
+
+// tickStep is how far the clock moves per emulated tick while a request is
+// held; the filter's own tick period is 5ms.
+const tickStep = 5 * time.Millisecond
+
+func (n *nativeHarness) Advance(_ testing.TB, d time.Duration) { n.now = n.now.Add(d) }
 
 func (n *nativeHarness) Do(t testing.TB, req filtertest.Request) filtertest.Response {
 	t.Helper()
+	peer, cluster, route := req.Peer, req.Cluster, req.Route
+	if peer == "" {
+		peer = "10.0.0.1:40000"
+	}
+	if cluster == "" {
+		cluster = "backend"
+	}
+	if route == "" {
+		route = "default"
+	}
+	for path, v := range map[string]string{"source.address": peer, "xds.cluster_name": cluster, "xds.route_name": route} {
+		if err := n.host.SetProperty(splitPath(path), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	id := n.host.InitializeHttpContext()
 	headers := [][2]string{{":method", req.Method}, {":path", req.Path}, {":authority", req.Host}, {":scheme", "http"}}
 	headers = append(headers, req.Headers...)
+	start := n.now
 	action := n.host.CallOnRequestHeaders(id, headers, true)
-	var resp filtertest.Response
+	for action == types.ActionPause && n.host.GetSentLocalResponse(id) == nil {
+		if n.now.Sub(start) > filtertest.MaxHold {
+			t.Fatalf("request held for more than %v", filtertest.MaxHold)
+		}
+		if n.host.GetTickPeriod() == 0 {
+			t.Fatal("request paused with no tick running to resume it")
+		}
+		n.now = n.now.Add(tickStep)
+		n.host.Tick()
+		action = n.host.GetCurrentHttpStreamAction(id)
+	}
+	resp := filtertest.Response{Waited: n.now.Sub(start)}
+	status, details := 200, "via_upstream"
 	if local := n.host.GetSentLocalResponse(id); local != nil {
-		resp = filtertest.Response{Status: int(local.StatusCode), Local: true, Headers: toHeader(local.Headers), Body: local.Data}
-		n.host.CallOnResponseHeaders(id, append([][2]string{{":status", strconv.Itoa(resp.Status)}}, local.Headers...), len(local.Data) == 0)
+		status, details = int(local.StatusCode), "wasm_local_reply"
+		resp.Status, resp.Local, resp.Body = status, true, local.Data
+		resp.Headers = toHeader(local.Headers)
+		n.host.CallOnResponseHeaders(id, append([][2]string{{":status", strconv.Itoa(status)}}, local.Headers...), len(local.Data) == 0)
 	} else {
-		if action != types.ActionContinue {
-			t.Fatalf("request paused without a local reply; native cases must not pause")
+		if req.UpstreamStatus != 0 {
+			status = req.UpstreamStatus
 		}
 		resp.UpstreamHeaders = toHeader(n.host.GetCurrentRequestHeaders(id))
-		n.host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
-		resp.Status = 200
+		n.host.CallOnResponseHeaders(id, [][2]string{{":status", strconv.Itoa(status)}}, true)
+		resp.Status = status
 		resp.Headers = toHeader(n.host.GetCurrentResponseHeaders(id))
 	}
+	code := make([]byte, 8)
+	binary.LittleEndian.PutUint64(code, uint64(status))
+	_ = n.host.SetProperty([]string{"response", "code"}, code)
+	_ = n.host.SetProperty([]string{"response", "code_details"}, []byte(details))
 	n.host.CompleteHttpContext(id)
 	return resp
 }
 
+func splitPath(p string) []string {
+	for i := range p {
+		if p[i] == '.' {
+			return []string{p[:i], p[i+1:]}
+		}
+	}
+	return []string{p}
+}
+
 func (n *nativeHarness) Counter(t testing.TB, name string) uint64 {
-	t.Helper()
 	v, err := n.host.GetCounterMetric(name)
 	if err != nil {
 		return 0
@@ -49,9 +102,20 @@ func (n *nativeHarness) Counter(t testing.TB, name string) uint64 {
 	return v
 }
 
+func (n *nativeHarness) Gauge(t testing.TB, name string) int64 {
+	v, err := n.host.GetGaugeMetric(name)
+	if err != nil {
+		return 0
+	}
+	return int64(v)
+}
+
 func toHeader(pairs [][2]string) http.Header {
 	h := http.Header{}
 	for _, kv := range pairs {
+		if len(kv[0]) > 0 && kv[0][0] == ':' {
+			continue
+		}
 		h.Add(kv[0], kv[1])
 	}
 	return h
@@ -60,14 +124,37 @@ func toHeader(pairs [][2]string) http.Header {
 func TestCasesNative(t *testing.T) {
 	for _, c := range filtertest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			opt := proxytest.NewEmulatorOption().WithVMContext(filter.NewVMContext()).
+			h := &nativeHarness{now: filtertest.Epoch}
+			opt := proxytest.NewEmulatorOption().
+				WithVMContext(filter.NewVMContextWithClock(func() time.Time { return h.now })).
 				WithPluginConfiguration([]byte(c.Config))
 			host, reset := proxytest.NewHostEmulator(opt)
 			defer reset()
 			if st := host.StartPlugin(); st != types.OnPluginStartStatusOK {
 				t.Fatalf("OnPluginStart failed for config %s", c.Config)
 			}
-			c.Run(t, &nativeHarness{host: host})
+			h.host = host
+			c.Run(t, h)
 		})
+	}
+}
+
+func TestBadConfigFailsPluginStart(t *testing.T) {
+	opt := proxytest.NewEmulatorOption().WithVMContext(filter.NewVMContext()).
+		WithPluginConfiguration([]byte(`{"limits":[{"name":"x","burts":1,"requests_per_second":-1}]}`))
+	host, reset := proxytest.NewHostEmulator(opt)
+	defer reset()
+	if st := host.StartPlugin(); st != types.OnPluginStartStatusFailed {
+		t.Fatal("a bad config must fail OnPluginStart")
+	}
+	logs := host.GetCriticalLogs()
+	joined := ""
+	for _, l := range logs {
+		joined += l + "\n"
+	}
+	for _, want := range []string{"limits[0].burts", "limits[0].requests_per_second"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("critical logs do not name %s:\n%s", want, joined)
+		}
 	}
 }

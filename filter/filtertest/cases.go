@@ -6,10 +6,16 @@
 package filtertest
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"testing"
+	"time"
 )
+
+// Epoch is where every harness clock starts: a whole minute, so fixed and
+// sliding windows start aligned and expectations are exact.
+var Epoch = time.Unix(1_800_000_000, 0)
 
 // Request is one HTTP stream as a client sends it.
 type Request struct {
@@ -20,6 +26,13 @@ type Request struct {
 	Path    string
 	Host    string
 	Headers [][2]string
+	// Peer is the downstream address, "ip:port"; default 10.0.0.1:40000.
+	Peer string
+	// Cluster and Route are what the route table picked; defaults
+	// "backend" and "default".
+	Cluster, Route string
+	// UpstreamStatus is what the upstream answers; default 200.
+	UpstreamStatus int
 }
 
 // Response is what the client receives, after the filter's response
@@ -33,16 +46,27 @@ type Response struct {
 	// UpstreamHeaders are the request headers the upstream received; nil
 	// when the request never reached it.
 	UpstreamHeaders http.Header
+	// Waited is how far the harness clock moved while the request was held.
+	Waited time.Duration
 }
 
-// Harness runs streams through one configured plugin.
+// Harness runs streams through one configured plugin on a clock that only
+// moves when told to.
 type Harness interface {
-	// Do runs one stream to completion. The upstream answers with
-	// UpstreamStatus (200 by default) unless the filter replies locally.
+	// Do runs one stream to completion. A request the filter pauses is
+	// driven by moving the clock in tick-sized steps until it is resumed or
+	// answered, for at most MaxHold.
 	Do(t testing.TB, req Request) Response
 	// Counter returns a counter metric's value across all workers.
 	Counter(t testing.TB, name string) uint64
+	// Gauge returns a gauge metric's value.
+	Gauge(t testing.TB, name string) int64
+	// Advance moves the clock forward.
+	Advance(t testing.TB, d time.Duration)
 }
+
+// MaxHold bounds how long a harness drives a paused request.
+const MaxHold = 5 * time.Second
 
 // Case is one behaviour. Config is the plugin configuration JSON.
 type Case struct {
@@ -52,6 +76,41 @@ type Case struct {
 	Run     func(t *testing.T, h Harness)
 }
 
+func get(path string) Request { return Request{Method: "GET", Path: path, Host: "example.com"} }
+
+func (r Request) on(worker int) Request { r.Worker = worker; return r }
+
+func (r Request) with(name, value string) Request {
+	r.Headers = append(append([][2]string(nil), r.Headers...), [2]string{name, value})
+	return r
+}
+
+func (r Request) status(code int) Request { r.UpstreamStatus = code; return r }
+
+// admitted sends n requests and returns how many reached the upstream.
+func admitted(t *testing.T, h Harness, n int, mk func(i int) Request) int {
+	t.Helper()
+	ok := 0
+	for i := range n {
+		resp := h.Do(t, mk(i))
+		switch {
+		case resp.Status == 200 && !resp.Local:
+			ok++
+		case resp.Status == 429 && resp.Local:
+		default:
+			t.Fatalf("request %d: unexpected status %d (local %v) body %s", i, resp.Status, resp.Local, resp.Body)
+		}
+	}
+	return ok
+}
+
+func wantCounter(t *testing.T, h Harness, name string, want uint64) {
+	t.Helper()
+	if got := h.Counter(t, name); got != want {
+		t.Fatalf("%s = %d, want %d", name, got, want)
+	}
+}
+
 // Cases are run by filter's native tests and e2e's wasm tests.
 var Cases = []Case{
 	{
@@ -59,42 +118,281 @@ var Cases = []Case{
 		Config:  `{}`,
 		Workers: 2,
 		Run: func(t *testing.T, h Harness) {
-			before := h.Counter(t, "sluice.requests_total")
 			for i := range 3 {
-				resp := h.Do(t, Request{Worker: i % 2, Method: "GET", Path: "/hello", Host: "example.com"})
-				if resp.Status != 200 || resp.Local {
+				resp := h.Do(t, get("/hello").on(i%2))
+				if resp.Status != 200 || resp.Local || resp.UpstreamHeaders == nil {
 					t.Fatalf("request %d: status %d local %v, want upstream 200", i, resp.Status, resp.Local)
 				}
-				if resp.UpstreamHeaders == nil {
-					t.Fatalf("request %d never reached the upstream", i)
-				}
 			}
-			if got := h.Counter(t, "sluice.requests_total") - before; got != 3 {
-				t.Fatalf("sluice.requests_total grew by %d, want 3", got)
+			wantCounter(t, h, "sluice.requests_total", 3)
+		},
+	},
+	{
+		Name:    "token bucket admits R+B at once then R per second",
+		Config:  `{"limits":[{"name":"api","key":[],"requests_per_second":5,"burst":2}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			if got := admitted(t, h, 10, func(int) Request { return get("/") }); got != 7 {
+				t.Fatalf("fresh bucket admitted %d of 10, want R+B = 7", got)
+			}
+			h.Advance(t, time.Second)
+			if got := admitted(t, h, 10, func(int) Request { return get("/") }); got != 5 {
+				t.Fatalf("after one second admitted %d of 10, want R = 5", got)
+			}
+			h.Advance(t, 200*time.Millisecond)
+			if got := admitted(t, h, 3, func(int) Request { return get("/") }); got != 1 {
+				t.Fatalf("after 200ms admitted %d, want 1 (one token per 1/R)", got)
+			}
+			wantCounter(t, h, "sluice.limit.api.allowed", 13)
+			wantCounter(t, h, "sluice.limit.api.limited", 10)
+		},
+	},
+	{
+		Name:    "two workers share one bucket without over-admission",
+		Config:  `{"limits":[{"name":"shared","key":[],"requests_per_second":1,"burst":9}]}`,
+		Workers: 2,
+		Run: func(t *testing.T, h Harness) {
+			if got := admitted(t, h, 30, func(i int) Request { return get("/").on(i % 2) }); got != 10 {
+				t.Fatalf("two workers admitted %d of 30, want the capacity 10", got)
 			}
 		},
 	},
 	{
-		Name:    "shared data written by one worker is read by the other",
-		Config:  `{}`,
+		Name:    "rejection carries every header family and the json body",
+		Config:  `{"limits":[{"name":"api-per-ip","key":["client_ip"],"requests_per_second":2,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			first := h.Do(t, get("/"))
+			if first.Status != 200 {
+				t.Fatalf("first request: %d", first.Status)
+			}
+			if first.Headers.Get("x-ratelimit-limit") != "2" || first.Headers.Get("x-ratelimit-remaining") != "1" {
+				t.Fatalf("allowed response headers: %v", first.Headers)
+			}
+			if first.Headers.Get("retry-after") != "" {
+				t.Fatal("retry-after on an allowed response")
+			}
+			if got := first.Headers.Get("ratelimit"); got != `"api-per-ip";r=1;t=1` {
+				t.Fatalf("RateLimit on allowed response = %q", got)
+			}
+			h.Do(t, get("/"))
+			resp := h.Do(t, get("/"))
+			if resp.Status != 429 || !resp.Local {
+				t.Fatalf("third request: status %d local %v, want local 429", resp.Status, resp.Local)
+			}
+			want := map[string]string{
+				"retry-after":           "1",
+				"x-ratelimit-limit":     "2",
+				"x-ratelimit-remaining": "0",
+				"x-ratelimit-reset":     strconv.FormatInt(Epoch.Unix()+1, 10),
+				"ratelimit-policy":      `"api-per-ip";q=2;w=1`,
+				"ratelimit":             `"api-per-ip";r=0;t=1`,
+				"content-type":          "application/json",
+			}
+			for k, v := range want {
+				if got := resp.Headers.Get(k); got != v {
+					t.Errorf("%s = %q, want %q", k, got, v)
+				}
+			}
+			var body map[string]any
+			if err := json.Unmarshal(resp.Body, &body); err != nil {
+				t.Fatalf("body %q: %v", resp.Body, err)
+			}
+			if body["error"] != "rate_limited" || body["limit"] != "api-per-ip" || body["retry_after"] != 1.0 || body["message"] != "Too many requests" {
+				t.Fatalf("body = %v", body)
+			}
+		},
+	},
+	{
+		Name:    "problem+json body and configured status",
+		Config:  `{"limits":[{"name":"strict","key":[],"requests_per_second":1,"on_limit":{"status":503}}],"response":{"body":"problem+json","headers":["retry-after"]}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			h.Do(t, get("/"))
+			resp := h.Do(t, get("/"))
+			if resp.Status != 503 || resp.Headers.Get("content-type") != "application/problem+json" {
+				t.Fatalf("status %d content-type %q", resp.Status, resp.Headers.Get("content-type"))
+			}
+			if resp.Headers.Get("x-ratelimit-limit") != "" || resp.Headers.Get("retry-after") != "1" {
+				t.Fatalf("only retry-after was configured: %v", resp.Headers)
+			}
+			var body map[string]any
+			if err := json.Unmarshal(resp.Body, &body); err != nil {
+				t.Fatal(err)
+			}
+			if body["type"] != "https://iana.org/assignments/http-problem-types#quota-exceeded" || body["status"] != 503.0 {
+				t.Fatalf("problem body = %v", body)
+			}
+		},
+	},
+	{
+		Name: "keys separate clients, and the most restrictive scope wins",
+		Config: `{"limits":[
+			{"name":"tenant","key":["header:x-tenant"],"requests_per_second":1,"burst":3},
+			{"name":"policy","match":{"path_prefix":"/v1/messages"},"key":["header:x-tenant"],"requests_per_second":1,"burst":1}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			msg := get("/v1/messages").with("x-tenant", "a")
+			if got := admitted(t, h, 5, func(int) Request { return msg }); got != 2 {
+				t.Fatalf("tenant a on /v1/messages admitted %d, want the policy's 2", got)
+			}
+			// Denied requests consumed nothing from the tenant scope: two of
+			// its four tokens are left.
+			if got := admitted(t, h, 5, func(int) Request { return get("/other").with("x-tenant", "a") }); got != 2 {
+				t.Fatalf("tenant a elsewhere admitted %d, want 2 left of 4", got)
+			}
+			if got := admitted(t, h, 5, func(int) Request { return get("/other").with("x-tenant", "b") }); got != 4 {
+				t.Fatalf("tenant b admitted %d, want its own 4", got)
+			}
+			wantCounter(t, h, "sluice.limit.policy.limited", 3)
+		},
+	},
+	{
+		Name:    "missing key is skipped or denied as configured",
+		Config:  `{"limits":[{"name":"soft","key":["header:x-user"],"requests_per_second":1},{"name":"hard","match":{"path_prefix":"/admin"},"key":["header:x-api-key"],"requests_per_second":1,"on_missing_key":"deny"}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			if got := admitted(t, h, 3, func(int) Request { return get("/") }); got != 3 {
+				t.Fatalf("requests without x-user admitted %d, want all 3 (skip)", got)
+			}
+			resp := h.Do(t, get("/admin").with("x-user", "u"))
+			if resp.Status != 429 || !resp.Local {
+				t.Fatalf("admin without api key: status %d", resp.Status)
+			}
+			resp = h.Do(t, get("/admin").with("x-user", "u2").with("x-api-key", ""))
+			if resp.Status != 429 {
+				t.Fatalf("an empty header is a missing key: status %d", resp.Status)
+			}
+			wantCounter(t, h, "sluice.limit.soft.missing_key", 3)
+			wantCounter(t, h, "sluice.limit.hard.missing_key", 2)
+		},
+	},
+	{
+		Name: "overrides give tiers their own rate",
+		Config: `{"limits":[{"name":"tiers","key":["header:x-tier"],"requests_per_second":1,"burst":1,
+			"overrides":{"premium":{"requests_per_second":5,"burst":5}}}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			if got := admitted(t, h, 20, func(int) Request { return get("/").with("x-tier", "premium") }); got != 10 {
+				t.Fatalf("premium admitted %d, want 10", got)
+			}
+			if got := admitted(t, h, 20, func(int) Request { return get("/").with("x-tier", "basic") }); got != 2 {
+				t.Fatalf("basic admitted %d, want 2", got)
+			}
+		},
+	},
+	{
+		Name: "replaces makes the most specific limit apply",
+		Config: `{"limits":[
+			{"name":"default","key":[],"requests_per_second":1,"burst":9},
+			{"name":"api","match":{"path_prefix":"/api/"},"key":[],"requests_per_second":1,"burst":4,"replaces":["default"]},
+			{"name":"users","match":{"path_prefix":"/api/users"},"key":[],"requests_per_second":1,"burst":1,"replaces":["api"]}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			if got := admitted(t, h, 10, func(int) Request { return get("/api/users/1") }); got != 2 {
+				t.Fatalf("/api/users admitted %d, want only users' 2", got)
+			}
+			if got := admitted(t, h, 10, func(int) Request { return get("/api/items") }); got != 5 {
+				t.Fatalf("/api/items admitted %d, want api's 5 (users did not consume from it)", got)
+			}
+			if got := admitted(t, h, 12, func(int) Request { return get("/") }); got != 10 {
+				t.Fatalf("/ admitted %d, want default's 10 (untouched by /api traffic)", got)
+			}
+		},
+	},
+	{
+		Name:    "shadow mode counts but never rejects",
+		Config:  `{"limits":[{"name":"watch","key":[],"requests_per_second":1,"burst":1,"shadow":true}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			if got := admitted(t, h, 6, func(int) Request { return get("/") }); got != 6 {
+				t.Fatalf("shadow limit admitted %d of 6, want all", got)
+			}
+			wantCounter(t, h, "sluice.limit.watch.shadow_limited", 4)
+			wantCounter(t, h, "sluice.limit.watch.allowed", 2)
+		},
+	},
+	{
+		Name:    "delay holds a request until a token is free, and rejects past max_delay",
+		Config:  `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,"on_limit":{"action":"delay","max_delay":"300ms"}}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			if got := admitted(t, h, 5, func(int) Request { return get("/") }); got != 5 {
+				t.Fatalf("burst admitted %d, want 5", got)
+			}
+			resp := h.Do(t, get("/"))
+			if resp.Status != 200 || resp.Local {
+				t.Fatalf("delayed request: status %d", resp.Status)
+			}
+			if resp.Waited < 200*time.Millisecond || resp.Waited > 260*time.Millisecond {
+				t.Fatalf("delayed request waited %v, want about one token interval (200ms)", resp.Waited)
+			}
+			wantCounter(t, h, "sluice.limit.shaped.delayed", 1)
+		},
+	},
+	{
+		Name:    "delay rejects at once when the wait exceeds max_delay",
+		Config:  `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,"on_limit":{"action":"delay","max_delay":"100ms"}}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			admitted(t, h, 5, func(int) Request { return get("/") })
+			resp := h.Do(t, get("/"))
+			if resp.Status != 429 || resp.Waited != 0 {
+				t.Fatalf("status %d after waiting %v, want an immediate 429", resp.Status, resp.Waited)
+			}
+			wantCounter(t, h, "sluice.limit.shaped.delayed", 0)
+		},
+	},
+	{
+		Name:    "breaker opens on failures, rejects with retry-after, probes and closes",
+		Config:  `{"breakers":[{"name":"backend","failure_threshold":3,"success_threshold":1,"open_timeout":"2s"}]}`,
 		Workers: 2,
 		Run: func(t *testing.T, h Harness) {
-			var last uint64
-			for i := range 6 {
-				resp := h.Do(t, Request{Worker: i % 2, Method: "GET", Path: "/", Host: "example.com"})
-				seen, err := strconv.ParseUint(resp.UpstreamHeaders.Get("x-sluice-seen"), 10, 64)
-				if err != nil {
-					t.Fatalf("request %d: upstream x-sluice-seen: %v", i, err)
+			for i := range 3 {
+				if resp := h.Do(t, get("/").status(503).on(i%2)); resp.Status != 503 || resp.Local {
+					t.Fatalf("failure %d: status %d local %v", i, resp.Status, resp.Local)
 				}
-				if resp.Headers.Get("x-sluice-seen") != resp.UpstreamHeaders.Get("x-sluice-seen") {
-					t.Fatalf("request %d: response x-sluice-seen %q, upstream saw %q", i,
-						resp.Headers.Get("x-sluice-seen"), resp.UpstreamHeaders.Get("x-sluice-seen"))
-				}
-				if i > 0 && seen != last+1 {
-					t.Fatalf("request %d on worker %d saw counter %d after %d: an update was lost or not shared", i, i%2, seen, last)
-				}
-				last = seen
 			}
+			resp := h.Do(t, get("/").on(1))
+			if resp.Status != 503 || !resp.Local {
+				t.Fatalf("open breaker: status %d local %v, want local 503", resp.Status, resp.Local)
+			}
+			if resp.Headers.Get("retry-after") != "2" {
+				t.Fatalf("retry-after = %q, want 2", resp.Headers.Get("retry-after"))
+			}
+			var body map[string]any
+			if err := json.Unmarshal(resp.Body, &body); err != nil || body["error"] != "circuit_open" || body["upstream"] != "backend" {
+				t.Fatalf("open body %s (%v)", resp.Body, err)
+			}
+			if g := h.Gauge(t, "sluice.breaker.backend.state"); g != 1 {
+				t.Fatalf("state gauge %d, want 1 (open)", g)
+			}
+			h.Advance(t, 2*time.Second)
+			if resp := h.Do(t, get("/").on(0)); resp.Status != 200 || resp.Local {
+				t.Fatalf("probe: status %d local %v", resp.Status, resp.Local)
+			}
+			if resp := h.Do(t, get("/").on(1)); resp.Status != 200 {
+				t.Fatalf("after recovery: status %d", resp.Status)
+			}
+			wantCounter(t, h, "sluice.breaker.backend.opens", 1)
+			wantCounter(t, h, "sluice.breaker.backend.closes", 1)
+			wantCounter(t, h, "sluice.breaker.backend.rejected", 1)
+			wantCounter(t, h, "sluice.breaker.backend.failures", 3)
+			if g := h.Gauge(t, "sluice.breaker.backend.state"); g != 0 {
+				t.Fatalf("state gauge %d, want 0 (closed)", g)
+			}
+		},
+	},
+	{
+		Name:    "our own local replies are not breaker failures",
+		Config:  `{"limits":[{"name":"l","key":[],"requests_per_second":1}],"breakers":[{"name":"b","failure_threshold":1,"failure_statuses":[429,503]}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			for range 4 {
+				h.Do(t, get("/"))
+			}
+			wantCounter(t, h, "sluice.breaker.b.opens", 0)
+			wantCounter(t, h, "sluice.breaker.b.successes", 1)
 		},
 	},
 }

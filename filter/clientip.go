@@ -1,0 +1,64 @@
+package filter
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// clientIPFromXFF returns the X-Forwarded-For entry trustedHops positions
+// from the right (1 is the rightmost, the address the nearest trusted proxy
+// saw). Repeated X-Forwarded-For headers are one list in order, as HTTP
+// field combination says. Entries may carry a port or IPv6 brackets, which
+// are dropped so one client maps to one key. ok is false when the list is
+// shorter than trustedHops or the entry is not an IP address: the caller
+// then uses the peer, because an unparsable entry would let a client pick
+// its own bucket.
+func clientIPFromXFF(values []string, trustedHops int) (ip string, ok bool) {
+	if trustedHops < 1 {
+		return "", false
+	}
+	seen := 0
+	for v := len(values) - 1; v >= 0; v-- {
+		list := values[v]
+		end := len(list)
+		for end >= 0 {
+			start := strings.LastIndexByte(list[:end], ',') + 1
+			seen++
+			if seen == trustedHops {
+				return normalizeIP(list[start:end])
+			}
+			if start == 0 {
+				break
+			}
+			end = start - 1
+		}
+	}
+	return "", false
+}
+
+// normalizeIP parses an address that may carry a port or brackets and
+// returns its canonical text form.
+func normalizeIP(s string) (string, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", false
+	}
+	if addr, err := netip.ParseAddr(s); err == nil {
+		return addr.Unmap().String(), true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap().String(), true
+	}
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		if addr, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
+			return addr.Unmap().String(), true
+		}
+	}
+	return "", false
+}
+
+// peerIP strips the port from Envoy's source.address ("ip:port", or
+// "[v6]:port"); Envoy may also give a bare address.
+func peerIP(sourceAddress string) (string, bool) {
+	return normalizeIP(sourceAddress)
+}

@@ -1,0 +1,68 @@
+package filter
+
+import "testing"
+
+func TestClientIPFromXFF(t *testing.T) {
+	tests := []struct {
+		name   string
+		values []string
+		hops   int
+		want   string
+		wantOK bool
+	}{
+		{"rightmost with one trusted hop", []string{"1.1.1.1, 2.2.2.2, 3.3.3.3"}, 1, "3.3.3.3", true},
+		{"second from right", []string{"1.1.1.1, 2.2.2.2, 3.3.3.3"}, 2, "2.2.2.2", true},
+		{"leftmost exactly", []string{"1.1.1.1, 2.2.2.2, 3.3.3.3"}, 3, "1.1.1.1", true},
+		{"fewer entries than hops", []string{"1.1.1.1, 2.2.2.2"}, 3, "", false},
+		{"repeated headers are one list", []string{"1.1.1.1, 2.2.2.2", "3.3.3.3"}, 2, "2.2.2.2", true},
+		{"repeated headers, crossing", []string{"1.1.1.1", "2.2.2.2,3.3.3.3"}, 3, "1.1.1.1", true},
+		{"no spaces", []string{"1.1.1.1,2.2.2.2"}, 1, "2.2.2.2", true},
+		{"port dropped", []string{"1.1.1.1:4711"}, 1, "1.1.1.1", true},
+		{"bracketed v6 with port", []string{"[2001:db8::1]:443"}, 1, "2001:db8::1", true},
+		{"bracketed v6", []string{"[2001:db8::1]"}, 1, "2001:db8::1", true},
+		{"v4-mapped v6 unmapped", []string{"::ffff:10.0.0.1"}, 1, "10.0.0.1", true},
+		{"garbage entry", []string{"1.1.1.1, not-an-ip"}, 1, "", false},
+		{"empty entry", []string{"1.1.1.1, "}, 1, "", false},
+		{"empty header", []string{""}, 1, "", false},
+		{"no header", nil, 1, "", false},
+		{"zero hops", []string{"1.1.1.1"}, 0, "", false},
+		{"trailing comma", []string{"1.1.1.1,"}, 2, "1.1.1.1", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := clientIPFromXFF(tt.values, tt.hops)
+			if got != tt.want || ok != tt.wantOK {
+				t.Fatalf("clientIPFromXFF(%q, %d) = %q, %v; want %q, %v", tt.values, tt.hops, got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestPeerIP(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.1.2.3:5555": "10.1.2.3", "[::1]:80": "::1", "192.168.0.1": "192.168.0.1",
+	} {
+		if got, ok := peerIP(in); !ok || got != want {
+			t.Errorf("peerIP(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+	if _, ok := peerIP(""); ok {
+		t.Error("empty source.address must not yield an address")
+	}
+}
+
+func FuzzClientIPFromXFF(f *testing.F) {
+	f.Add("1.1.1.1, 2.2.2.2", "3.3.3.3", 2)
+	f.Add("[::1]:80,,", "", 1)
+	f.Add(",,,", ",", 4)
+	f.Fuzz(func(t *testing.T, a, b string, hops int) {
+		ip, ok := clientIPFromXFF([]string{a, b}, hops%64)
+		if ok {
+			if again, ok2 := normalizeIP(ip); !ok2 || again != ip {
+				t.Fatalf("returned %q which does not normalise to itself", ip)
+			}
+		} else if ip != "" {
+			t.Fatalf("not ok but returned %q", ip)
+		}
+	})
+}

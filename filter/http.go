@@ -1,0 +1,440 @@
+package filter
+
+import (
+	"encoding/binary"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/sluice-proxy/sluice/breaker"
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/limiter"
+)
+
+type httpContext struct {
+	types.DefaultHttpContext
+	plugin *pluginContext
+	id     uint32
+	info   requestInfo
+
+	start time.Time
+	// quota is the most restrictive applied limit, for headers on the
+	// allowed response; hasQuota is false when no enforcing limit applied.
+	quota    quota
+	hasQuota bool
+	// localReply is set once this filter has answered the request itself,
+	// so the response phase neither decorates nor reports it.
+	localReply bool
+
+	// Delay (shaping) state: the request waits until delayUntil, and never
+	// past delayDeadline.
+	delayed       bool
+	delayUntil    time.Time
+	delayDeadline time.Time
+
+	tickets   []breakerTicket
+	responded time.Time
+}
+
+type breakerTicket struct {
+	b      *breakerRuntime
+	br     *breaker.Breaker
+	ticket breaker.Ticket
+}
+
+func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
+	p := h.plugin
+	p.requests.Increment(1)
+	h.start = p.vm.now()
+	return h.evaluate(h.start)
+}
+
+// verdict is what evaluate decided.
+type verdict uint8
+
+const (
+	verdictAllow verdict = iota
+	verdictReject
+	verdictDelay
+)
+
+// evaluate runs the limits and breakers at now. It is re-run from the tick
+// for a delayed request; everything it reads from the request is cached in
+// h.info, so a re-run costs no header hostcalls.
+func (h *httpContext) evaluate(now time.Time) types.Action {
+	p := h.plugin
+	if len(p.limits) > 0 {
+		switch h.evaluateLimits(now) {
+		case verdictReject:
+			return types.ActionPause
+		case verdictDelay:
+			return types.ActionPause
+		}
+	}
+	if len(p.breakers) > 0 && !h.checkBreakers(now) {
+		return types.ActionPause
+	}
+	return types.ActionContinue
+}
+
+func (h *httpContext) evaluateLimits(now time.Time) verdict {
+	p := h.plugin
+	info := &h.info
+	match := info.matchRequest(p.needRoute)
+	for i, l := range p.limits {
+		p.matched[i] = l.cfg.Match.Matches(match)
+		p.applied[i] = p.matched[i]
+	}
+	// A matching limit disables its targets even when it is itself
+	// replaced, so a chain general > specific > most specific leaves only
+	// the most specific; hence the pass reads matched, not applied.
+	for i, l := range p.limits {
+		if !p.matched[i] {
+			continue
+		}
+		for _, j := range l.cfg.Replaces {
+			p.applied[j] = false
+		}
+	}
+
+	p.reqs, p.reqLim = p.reqs[:0], p.reqLim[:0]
+	var shadows []limiter.Request
+	var shadowLim []*limitRuntime
+	for i, l := range p.limits {
+		if !p.applied[i] {
+			continue
+		}
+		key, overrideValue, ok := info.appendKey(p.keyBuf[:0], l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
+		p.keyBuf = key[:0]
+		if !ok {
+			if h.delayed {
+				continue // counted on the first evaluation
+			}
+			l.metrics.missingKey.Increment(1)
+			if l.cfg.OnMissingKey == config.MissingKeyDeny && !l.cfg.Shadow {
+				h.rejectMissingKey(l)
+				return verdictReject
+			}
+			continue
+		}
+		t, _ := l.table(overrideValue)
+		r := limiter.Request{Table: t, Key: string(key), Cost: l.cfg.Cost}
+		if l.cfg.Shadow {
+			shadows, shadowLim = append(shadows, r), append(shadowLim, l)
+			continue
+		}
+		p.reqs, p.reqLim = append(p.reqs, r), append(p.reqLim, l)
+	}
+
+	ns := now.UnixNano()
+	if len(p.reqs) > 0 {
+		results := p.results[:len(p.reqs)]
+		admitted, err := limiter.AllowAll(ns, p.reqs, results)
+		if err != nil {
+			proxywasm.LogWarnf("sluice: limiter store: %v", err)
+		}
+		for _, l := range p.reqLim {
+			l.exportEvictions()
+		}
+		if !admitted {
+			for i, res := range results {
+				if !res.Allowed {
+					return h.onLimited(p.reqLim[i], res, now)
+				}
+			}
+			// AllowAll denies only through a result; be safe regardless.
+			return h.onLimited(p.reqLim[0], results[0], now)
+		}
+		best := -1
+		for i, res := range results {
+			p.reqLim[i].metrics.allowed.Increment(1)
+			if best < 0 || res.Remaining < results[best].Remaining ||
+				(res.Remaining == results[best].Remaining && res.Limit < results[best].Limit) {
+				best = i
+			}
+		}
+		h.quota = quotaOf(p.reqLim[best], results[best])
+		h.hasQuota = true
+	}
+	for i, r := range shadows {
+		l := shadowLim[i]
+		res, err := r.Table.AllowN(r.Key, ns, r.Cost)
+		if err != nil {
+			proxywasm.LogWarnf("sluice: limiter store: %v", err)
+		}
+		l.exportEvictions()
+		if res.Allowed {
+			l.metrics.allowed.Increment(1)
+		} else {
+			l.metrics.shadowLimited.Increment(1)
+			h.logRejection("shadow_limited", l, res)
+		}
+	}
+	return verdictAllow
+}
+
+func quotaOf(l *limitRuntime, res limiter.Result) quota {
+	_, rate := l.def, l.cfg.Rate
+	return quota{
+		name:       l.cfg.Name,
+		limit:      res.Limit,
+		window:     rate.Window,
+		remaining:  res.Remaining,
+		retryAfter: res.RetryAfter,
+		resetAfter: res.ResetAfter,
+	}
+}
+
+// onLimited applies the denying limit's on_limit.
+func (h *httpContext) onLimited(l *limitRuntime, res limiter.Result, now time.Time) verdict {
+	p := h.plugin
+	if l.cfg.OnLimit.Action == config.ActionDelay && res.RetryAfter > 0 {
+		if !h.delayed {
+			h.delayDeadline = h.start.Add(l.cfg.OnLimit.MaxDelay)
+		}
+		wakeAt := now.Add(res.RetryAfter)
+		if !wakeAt.After(h.delayDeadline) {
+			if !h.delayed {
+				h.delayed = true
+				l.metrics.delayed.Increment(1)
+			}
+			h.delayUntil = wakeAt
+			p.addWaiter(h)
+			return verdictDelay
+		}
+	}
+	l.metrics.limited.Increment(1)
+	h.logRejection("rate_limited", l, res)
+	q := quotaOf(l, res)
+	headers := appendRateLimitHeaders(nil, p.cfg.Response.Headers, q, now, true)
+	ct, body := rateLimitedBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status, res.RetryAfter)
+	h.sendLocal(l.cfg.OnLimit.Status, "sluice_rate_limited", headers, ct, body)
+	return verdictReject
+}
+
+func (h *httpContext) rejectMissingKey(l *limitRuntime) {
+	p := h.plugin
+	h.logRejection("missing_key", l, limiter.Result{})
+	ct, body := missingKeyBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status)
+	h.sendLocal(l.cfg.OnLimit.Status, "sluice_missing_key", nil, ct, body)
+}
+
+func (h *httpContext) sendLocal(status int, details string, headers [][2]string, contentType string, body []byte) {
+	if contentType != "" {
+		headers = append(headers, [2]string{"content-type", contentType})
+	}
+	h.localReply = true
+	if err := proxywasm.SendHttpResponse(uint32(status), headers, body, -1); err != nil {
+		proxywasm.LogErrorf("sluice: sending local reply: %v", err)
+	}
+	_ = details // Envoy records local replies from Wasm as "wasm_local_reply"; kept for logs
+}
+
+// logRejection writes one JSON line per rejection. It names the key's
+// kinds, never its values: client addresses are personal data and do not
+// belong in proxy logs by default.
+func (h *httpContext) logRejection(event string, l *limitRuntime, res limiter.Result) {
+	b := make([]byte, 0, 160)
+	b = append(b, `{"sluice":`...)
+	b = appendJSONString(b, event)
+	b = append(b, `,"limit":`...)
+	b = appendJSONString(b, l.cfg.Name)
+	b = append(b, `,"key":`...)
+	kinds := make([]string, len(l.cfg.Key))
+	for i, k := range l.cfg.Key {
+		kinds[i] = k.String()
+	}
+	b = appendJSONString(b, strings.Join(kinds, "+"))
+	b = append(b, `,"limit_value":`...)
+	b = strconv.AppendInt(b, res.Limit, 10)
+	b = append(b, `,"retry_after":`...)
+	b = strconv.AppendInt(b, retryAfterSeconds(res.RetryAfter), 10)
+	b = append(b, '}')
+	proxywasm.LogInfo(string(b))
+}
+
+// checkBreakers admits the request through every breaker guarding it, or
+// answers it. Tickets are kept for the outcome at stream end.
+func (h *httpContext) checkBreakers(now time.Time) bool {
+	p := h.plugin
+	var match config.Request
+	matched := false
+	for _, b := range p.breakers {
+		if !matched {
+			match = h.info.matchRequest(p.needRoute)
+			matched = true
+		}
+		if !b.cfg.Match.Matches(match) {
+			continue
+		}
+		scope := h.info.clusterName()
+		if b.cfg.Per == config.PerRoute {
+			scope = h.info.routeName()
+		}
+		br := b.instance(scope)
+		t, d, err := br.Check(now)
+		if err != nil {
+			proxywasm.LogWarnf("sluice: breaker %s: %v", b.cfg.Name, err)
+		}
+		b.recordTransition(d.Transition)
+		if !d.Allowed {
+			b.metrics.rejected.Increment(1)
+			h.releaseTickets(now)
+			h.rejectOpen(b, scope, d)
+			return false
+		}
+		if t.Tracked() {
+			h.tickets = append(h.tickets, breakerTicket{b: b, br: br, ticket: t})
+		}
+	}
+	return true
+}
+
+// releaseTickets drops tickets of breakers passed before another breaker
+// rejected; their requests never reach an upstream, so they have no
+// outcome. A probe slot held this way is freed by the probe timeout.
+func (h *httpContext) releaseTickets(time.Time) { h.tickets = h.tickets[:0] }
+
+func (h *httpContext) rejectOpen(b *breakerRuntime, scope string, d breaker.Decision) {
+	p := h.plugin
+	headers := [][2]string{{"retry-after", strconv.FormatInt(retryAfterSeconds(d.RetryAfter), 10)}}
+	if !p.cfg.Response.Headers.Has(config.HeadersRetryAfter) {
+		headers = nil
+	}
+	ct, body := circuitOpenBody(p.cfg.Response.Body, scope, b.cfg.Status, d.RetryAfter)
+	b2 := make([]byte, 0, 128)
+	b2 = append(b2, `{"sluice":"circuit_open","breaker":`...)
+	b2 = appendJSONString(b2, b.cfg.Name)
+	b2 = append(b2, `,"upstream":`...)
+	b2 = appendJSONString(b2, scope)
+	b2 = append(b2, `,"retry_after":`...)
+	b2 = strconv.AppendInt(b2, retryAfterSeconds(d.RetryAfter), 10)
+	proxywasm.LogInfo(string(append(b2, '}')))
+	h.sendLocal(b.cfg.Status, "sluice_circuit_open", headers, ct, body)
+}
+
+func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	if h.localReply {
+		return types.ActionContinue
+	}
+	h.responded = h.plugin.vm.now()
+	p := h.plugin
+	if h.hasQuota && p.cfg.Response.HeadersOnAllowed {
+		for _, kv := range appendRateLimitHeaders(nil, p.cfg.Response.Headers, h.quota, h.responded, false) {
+			_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
+		}
+	}
+	return types.ActionContinue
+}
+
+func (h *httpContext) OnHttpStreamDone() {
+	p := h.plugin
+	if h.delayed {
+		delete(p.waiters, h.id)
+	}
+	if len(h.tickets) == 0 || h.localReply {
+		return
+	}
+	now := p.vm.now()
+	code := statusProperty(h.info.host.property("response", "code"))
+	details := h.info.host.property("response", "code_details")
+	for _, t := range h.tickets {
+		failure, known := t.b.classify(code, details)
+		if !known {
+			continue
+		}
+		var dur time.Duration
+		if !h.responded.IsZero() {
+			dur = h.responded.Sub(h.start)
+		}
+		slow := t.b.cfg.SlowCall != nil && dur > t.b.cfg.SlowCall.Duration
+		if slow {
+			t.b.metrics.slowCalls.Increment(1)
+			if t.b.slowIsFailure {
+				failure = true
+			}
+		}
+		if failure {
+			t.b.metrics.failures.Increment(1)
+		} else {
+			t.b.metrics.successes.Increment(1)
+		}
+		tr, err := t.br.Report(t.ticket, breaker.Outcome{Failure: failure, Duration: dur}, now)
+		if err != nil {
+			proxywasm.LogWarnf("sluice: breaker %s: %v", t.b.cfg.Name, err)
+		}
+		t.b.recordTransition(tr)
+	}
+}
+
+// classify turns Envoy's response code and details into a breaker outcome.
+// known is false for replies that say nothing about the upstream: local
+// replies of other filters, or a client that went away first.
+func (b *breakerRuntime) classify(code int, details string) (failure, known bool) {
+	switch {
+	case details == "via_upstream":
+		return b.cfg.IsFailureStatus(code), true
+	case strings.HasPrefix(details, "upstream_response_timeout"),
+		strings.HasPrefix(details, "upstream_per_try_timeout"),
+		strings.HasPrefix(details, "upstream_reset"),
+		strings.HasPrefix(details, "upstream_max_stream_duration_reached"):
+		return b.cfg.FailureOnTimeout, true
+	case details == "" && code != 0:
+		// Hosts that do not report details: judge by status alone.
+		return b.cfg.IsFailureStatus(code), true
+	}
+	return false, false
+}
+
+// statusProperty decodes response.code, an 8-byte little-endian integer.
+func statusProperty(v string) int {
+	if len(v) != 8 {
+		return 0
+	}
+	n := binary.LittleEndian.Uint64([]byte(v))
+	if n > 999 {
+		return 0
+	}
+	return int(n)
+}
+
+// addWaiter parks a delayed stream until the tick resumes it.
+func (p *pluginContext) addWaiter(h *httpContext) {
+	p.waiters[h.id] = h
+	if !p.ticking {
+		p.ticking = true
+		if err := proxywasm.SetTickPeriodMilliSeconds(uint32(delayTick / time.Millisecond)); err != nil {
+			proxywasm.LogErrorf("sluice: starting the delay tick: %v", err)
+		}
+	}
+}
+
+func (p *pluginContext) OnTick() {
+	if p.tickRunning {
+		return
+	}
+	p.tickRunning = true
+	defer func() { p.tickRunning = false }()
+	now := p.vm.now()
+	for id, h := range p.waiters {
+		if now.Before(h.delayUntil) {
+			continue
+		}
+		delete(p.waiters, id)
+		if err := proxywasm.SetEffectiveContext(id); err != nil {
+			continue // the stream is gone
+		}
+		if h.evaluate(now) == types.ActionContinue {
+			if err := proxywasm.ResumeHttpRequest(); err != nil {
+				proxywasm.LogWarnf("sluice: resuming a delayed request: %v", err)
+			}
+		}
+	}
+	if len(p.waiters) == 0 && p.ticking {
+		p.ticking = false
+		_ = proxywasm.SetTickPeriodMilliSeconds(0)
+	}
+}

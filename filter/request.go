@@ -1,0 +1,183 @@
+package filter
+
+import (
+	"strings"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+)
+
+// requestInfo is what limits and breakers read from one request. Every
+// field is fetched on first use: a request no limit matches costs one
+// header-map hostcall, and properties are read only when a key or match
+// needs them.
+type requestInfo struct {
+	host hostAccess
+
+	headersLoaded bool
+	headers       [][2]string
+	method        string
+	path          string
+	authority     string
+
+	routeLoaded bool
+	route       string
+
+	clusterLoaded bool
+	cluster       string
+
+	clientIPLoaded bool
+	clientIP       string
+	clientIPOK     bool
+}
+
+func (r *requestInfo) loadHeaders() {
+	if r.headersLoaded {
+		return
+	}
+	r.headersLoaded = true
+	r.headers = r.host.requestHeaders()
+	for _, kv := range r.headers {
+		switch kv[0] {
+		case ":method":
+			r.method = kv[1]
+		case ":path":
+			r.path = kv[1]
+		case ":authority":
+			r.authority = kv[1]
+		}
+	}
+}
+
+// header returns a request header by lower-case name. Repeated headers are
+// combined into one comma-separated value, in order, as HTTP field
+// combination defines; ok reports presence, even of an empty value.
+func (r *requestInfo) header(name string) (value string, ok bool) {
+	r.loadHeaders()
+	n := 0
+	for _, kv := range r.headers {
+		if kv[0] != name {
+			continue
+		}
+		if n == 0 {
+			value = kv[1]
+		} else {
+			value = value + "," + kv[1]
+		}
+		n++
+	}
+	return value, n > 0
+}
+
+// headerValues returns every value of a header, for X-Forwarded-For.
+func (r *requestInfo) headerValues(name string) []string {
+	r.loadHeaders()
+	var vs []string
+	for _, kv := range r.headers {
+		if kv[0] == name {
+			vs = append(vs, kv[1])
+		}
+	}
+	return vs
+}
+
+func (r *requestInfo) routeName() string {
+	if !r.routeLoaded {
+		r.routeLoaded = true
+		r.route = r.host.property("xds", "route_name")
+	}
+	return r.route
+}
+
+func (r *requestInfo) clusterName() string {
+	if !r.clusterLoaded {
+		r.clusterLoaded = true
+		r.cluster = r.host.property("xds", "cluster_name")
+	}
+	return r.cluster
+}
+
+// pathOnly is the :path without its query string.
+func (r *requestInfo) pathOnly() string {
+	r.loadHeaders()
+	p := r.path
+	if i := strings.IndexByte(p, '?'); i >= 0 {
+		p = p[:i]
+	}
+	return p
+}
+
+// client returns the client address as configured.
+func (r *requestInfo) client(cfg *config.ClientIP) (string, bool) {
+	if r.clientIPLoaded {
+		return r.clientIP, r.clientIPOK
+	}
+	r.clientIPLoaded = true
+	switch cfg.Source {
+	case config.ClientIPHeader:
+		if v, ok := r.header(cfg.Header); ok {
+			r.clientIP, r.clientIPOK = normalizeIP(v)
+		}
+		return r.clientIP, r.clientIPOK
+	case config.ClientIPXFF:
+		if ip, ok := clientIPFromXFF(r.headerValues("x-forwarded-for"), cfg.TrustedHops); ok {
+			r.clientIP, r.clientIPOK = ip, true
+			return ip, true
+		}
+	}
+	r.clientIP, r.clientIPOK = peerIP(r.host.property("source", "address"))
+	return r.clientIP, r.clientIPOK
+}
+
+// matchRequest adapts requestInfo for config.Match.
+func (r *requestInfo) matchRequest(needRoute bool) config.Request {
+	r.loadHeaders()
+	req := config.Request{Method: r.method, Path: r.path, Host: r.authority, Header: r.header}
+	if needRoute {
+		req.Route = r.routeName()
+	}
+	return req
+}
+
+// keySeparator cannot occur in HTTP header values, paths or addresses, so
+// composite keys built with it are unambiguous.
+const keySeparator = '\x00'
+
+// appendKey appends the composite key of parts to dst. ok is false when a
+// part is missing: an absent or empty header, an unknown client address or
+// route. An empty parts list is the single global bucket and always ok.
+// overrideValue is the value of parts[overrideBy], for tier lookups.
+func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *config.ClientIP, overrideBy int) (key []byte, overrideValue string, ok bool) {
+	for i, p := range parts {
+		var v string
+		switch p.Kind {
+		case config.KeyClientIP:
+			v, ok = r.client(clientCfg)
+		case config.KeyHeader:
+			v, ok = r.header(p.Header)
+		case config.KeyPath:
+			v, ok = r.pathOnly(), true
+		case config.KeyRoute:
+			v = r.routeName()
+			ok = true
+		case config.KeyMethod:
+			r.loadHeaders()
+			v, ok = r.method, true
+		case config.KeyHost:
+			r.loadHeaders()
+			v, ok = strings.ToLower(r.authority), true
+		default:
+			ok = false
+		}
+		if !ok || v == "" {
+			return dst, "", false
+		}
+		if i == overrideBy {
+			overrideValue = v
+		}
+		if i > 0 {
+			dst = append(dst, keySeparator)
+		}
+		dst = append(dst, v...)
+	}
+	return dst, overrideValue, true
+}

@@ -1,0 +1,212 @@
+package filter
+
+import (
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+)
+
+// Problem types from draft-ietf-httpapi-ratelimit-headers, for RFC 9457 bodies.
+const (
+	problemQuotaExceeded    = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	problemReducedCapacity  = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+	contentTypeJSON         = "application/json"
+	contentTypeProblemJSON  = "application/problem+json"
+	messageRateLimited      = "Too many requests"
+	messageCircuitOpen      = "Service temporarily unavailable"
+	titleQuotaExceeded      = "Request cannot be satisfied as assigned quota has been exceeded"
+	titleTemporaryReduction = "Service temporarily unavailable"
+)
+
+// quota is what the rate-limit headers describe: one limit's decision.
+type quota struct {
+	name       string
+	limit      int64         // per-window allowance, R or L
+	window     time.Duration // the window (1s for requests_per_second)
+	remaining  int64
+	retryAfter time.Duration
+	resetAfter time.Duration
+}
+
+// retryAfterSeconds renders a wait as Retry-After wants it: whole seconds,
+// rounded up, and never 0, because "retry after 0 seconds" invites a client
+// to hammer a limit that has not refilled yet.
+func retryAfterSeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		return 1
+	}
+	return s
+}
+
+// ceilSeconds rounds up, allowing 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// appendRateLimitHeaders adds the configured header families for q.
+// Retry-After is added only when rejected.
+func appendRateLimitHeaders(dst [][2]string, families config.HeaderFamilies, q quota, now time.Time, rejected bool) [][2]string {
+	if families.Has(config.HeadersRetryAfter) && rejected {
+		dst = append(dst, [2]string{"retry-after", strconv.FormatInt(retryAfterSeconds(q.retryAfter), 10)})
+	}
+	if families.Has(config.HeadersXRateLimit) {
+		reset := now.Add(q.resetAfter)
+		resetUnix := reset.Unix()
+		if reset.Nanosecond() > 0 {
+			resetUnix++
+		}
+		dst = append(dst,
+			[2]string{"x-ratelimit-limit", strconv.FormatInt(q.limit, 10)},
+			[2]string{"x-ratelimit-remaining", strconv.FormatInt(q.remaining, 10)},
+			[2]string{"x-ratelimit-reset", strconv.FormatInt(resetUnix, 10)},
+		)
+	}
+	if families.Has(config.HeadersRateLimit) {
+		w := ceilSeconds(q.window)
+		if w < 1 {
+			w = 1
+		}
+		dst = append(dst,
+			[2]string{"ratelimit-policy", sfString(q.name) + ";q=" + strconv.FormatInt(q.limit, 10) + ";w=" + strconv.FormatInt(w, 10)},
+			[2]string{"ratelimit", sfString(q.name) + ";r=" + strconv.FormatInt(q.remaining, 10) + ";t=" + strconv.FormatInt(ceilSeconds(q.resetAfter), 10)},
+		)
+	}
+	return dst
+}
+
+// sfString renders a Structured Fields (RFC 8941) string. Limit names are
+// validated to [A-Za-z0-9_-], so escaping never triggers for them; it is
+// here so a future caller cannot emit a malformed field.
+func sfString(s string) string {
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		if c < 0x20 || c > 0x7e {
+			c = '?'
+		}
+		b = append(b, c)
+	}
+	return string(append(b, '"'))
+}
+
+// rateLimitedBody renders the body of a rejection by the named limit.
+func rateLimitedBody(format config.Body, limitName string, status int, retryAfter time.Duration) (contentType string, body []byte) {
+	secs := retryAfterSeconds(retryAfter)
+	switch format {
+	case config.BodyNone:
+		return "", nil
+	case config.BodyProblemJSON:
+		b := []byte(`{"type":`)
+		b = appendJSONString(b, problemQuotaExceeded)
+		b = append(b, `,"title":`...)
+		b = appendJSONString(b, titleQuotaExceeded)
+		b = append(b, `,"status":`...)
+		b = strconv.AppendInt(b, int64(status), 10)
+		b = append(b, `,"detail":`...)
+		b = appendJSONString(b, messageRateLimited)
+		b = append(b, `,"violated-policies":[`...)
+		b = appendJSONString(b, limitName)
+		b = append(b, `],"retry_after":`...)
+		b = strconv.AppendInt(b, secs, 10)
+		return contentTypeProblemJSON, append(b, '}')
+	default:
+		b := []byte(`{"error":"rate_limited","message":`)
+		b = appendJSONString(b, messageRateLimited)
+		b = append(b, `,"limit":`...)
+		b = appendJSONString(b, limitName)
+		b = append(b, `,"retry_after":`...)
+		b = strconv.AppendInt(b, secs, 10)
+		return contentTypeJSON, append(b, '}')
+	}
+}
+
+// circuitOpenBody renders the body of a rejection by an open breaker.
+func circuitOpenBody(format config.Body, upstream string, status int, retryAfter time.Duration) (contentType string, body []byte) {
+	secs := retryAfterSeconds(retryAfter)
+	switch format {
+	case config.BodyNone:
+		return "", nil
+	case config.BodyProblemJSON:
+		b := []byte(`{"type":`)
+		b = appendJSONString(b, problemReducedCapacity)
+		b = append(b, `,"title":`...)
+		b = appendJSONString(b, titleTemporaryReduction)
+		b = append(b, `,"status":`...)
+		b = strconv.AppendInt(b, int64(status), 10)
+		b = append(b, `,"detail":`...)
+		b = appendJSONString(b, messageCircuitOpen)
+		b = append(b, `,"upstream":`...)
+		b = appendJSONString(b, upstream)
+		b = append(b, `,"retry_after":`...)
+		b = strconv.AppendInt(b, secs, 10)
+		return contentTypeProblemJSON, append(b, '}')
+	default:
+		b := []byte(`{"error":"circuit_open","message":`)
+		b = appendJSONString(b, messageCircuitOpen)
+		b = append(b, `,"upstream":`...)
+		b = appendJSONString(b, upstream)
+		b = append(b, `,"retry_after":`...)
+		b = strconv.AppendInt(b, secs, 10)
+		return contentTypeJSON, append(b, '}')
+	}
+}
+
+// appendJSONString appends s as a JSON string. Cluster and header-derived
+// text can hold anything, and invalid UTF-8 becomes U+FFFD so the body is
+// always valid JSON.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, "\ufffd"...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}
+
+// missingKeyBody answers a request that lacks the key of a limit with
+// on_missing_key: deny. Retrying cannot help, so there is no retry_after.
+func missingKeyBody(format config.Body, limitName string, status int) (contentType string, body []byte) {
+	switch format {
+	case config.BodyNone:
+		return "", nil
+	case config.BodyProblemJSON:
+		b := []byte(`{"type":"about:blank","title":"Missing rate limit key","status":`)
+		b = strconv.AppendInt(b, int64(status), 10)
+		b = append(b, `,"violated-policies":[`...)
+		b = appendJSONString(b, limitName)
+		return contentTypeProblemJSON, append(b, "]}"...)
+	default:
+		b := []byte(`{"error":"rate_limit_key_missing","message":"The request lacks the key this limit is counted by","limit":`)
+		b = appendJSONString(b, limitName)
+		return contentTypeJSON, append(b, '}')
+	}
+}
