@@ -1,0 +1,141 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-proxy/sluice/limiter"
+)
+
+// maxExact is 2^53: below it every integer is exact in Lua's float64.
+const maxExact = 1 << 53
+
+// ErrOutOfRange says a limit cannot be evaluated exactly by the scripts:
+// its period is not a whole number of microseconds (Redis TIME has µs
+// resolution), or its products reach 2^53. Such a limit needs local mode.
+var ErrOutOfRange = errors.New("backend: limit outside the exact range of the Redis scripts")
+
+// Command is one script invocation: EVALSHA Script.SHA1 1 Key Args[:NArgs].
+// Args are kept as integers so that building a command allocates nothing;
+// the encoders format them.
+type Command struct {
+	Script *Script
+	Key    string
+	Args   [5]int64
+	NArgs  int
+}
+
+// WithTime returns c with the script's clock fixed to now instead of
+// Redis TIME. It exists for tests that need exact instants and for a
+// client-clock deployment; the scripts' clock-step tolerance (the same as
+// limiter.ClockStepTolerance) then guards against a client clock that goes
+// backwards, exactly as the local limiter does. Times before the epoch are
+// clamped to it, as the local limiter clamps them.
+func (c Command) WithTime(now time.Time) Command {
+	us := now.UnixMicro()
+	if us < 0 {
+		us = 0
+	}
+	if c.NArgs < len(c.Args) {
+		c.Args[c.NArgs] = us
+		c.NArgs++
+	}
+	return c
+}
+
+// Decide builds the command that makes the same decision as l.Decide for
+// cost units on key, with Redis TIME as the clock.
+func Decide(l limiter.Limit, key string, cost int64) (Command, error) {
+	if err := l.Validate(); err != nil {
+		return Command{}, err
+	}
+	switch l.Algorithm {
+	case limiter.TokenBucket:
+		r, p, err := bucketUnits(l)
+		if err != nil {
+			return Command{}, err
+		}
+		return Command{Script: TokenBucketScript, Key: key, Args: [5]int64{r, p, l.Capacity(), clampCost(cost)}, NArgs: 4}, nil
+	case limiter.FixedWindow, limiter.SlidingWindow:
+		p, err := windowUnits(l)
+		if err != nil {
+			return Command{}, err
+		}
+		s := FixedWindowScript
+		if l.Algorithm == limiter.SlidingWindow {
+			s = SlidingWindowScript
+		}
+		return Command{Script: s, Key: key, Args: [5]int64{l.Rate, p, clampCost(cost)}, NArgs: 3}, nil
+	}
+	return Command{}, fmt.Errorf("backend: unsupported algorithm %v", l.Algorithm)
+}
+
+// Lease builds the command that takes up to want tokens at once from the
+// token bucket l on key (hybrid mode). Only token buckets can be leased.
+func Lease(l limiter.Limit, key string, want int64) (Command, error) {
+	if err := l.Validate(); err != nil {
+		return Command{}, err
+	}
+	if l.Algorithm != limiter.TokenBucket {
+		return Command{}, fmt.Errorf("backend: only token_bucket limits can be leased, not %v", l.Algorithm)
+	}
+	r, p, err := bucketUnits(l)
+	if err != nil {
+		return Command{}, err
+	}
+	return Command{Script: LeaseScript, Key: key, Args: [5]int64{r, p, l.Capacity(), clampCost(want)}, NArgs: 4}, nil
+}
+
+// clampCost maps costs the script cannot parse (negative) to 0, which the
+// script reports as an invalid cost like the local limiter does.
+func clampCost(n int64) int64 {
+	if n < 0 {
+		return 0
+	}
+	if n >= maxExact {
+		return maxExact - 1
+	}
+	return n
+}
+
+// bucketUnits reduces Rate/Period (in µs) by their gcd: the scripts count
+// in units of 1/R' µs, so Capacity×P' must stay below 2^53 after adding
+// the clock-step tolerance, and the reduction keeps that true for every
+// limit with round numbers (100/s, 10000/day, 4e9/s …).
+func bucketUnits(l limiter.Limit) (rate, period int64, err error) {
+	if l.Period%time.Microsecond != 0 {
+		return 0, 0, ErrOutOfRange
+	}
+	p := int64(l.Period / time.Microsecond)
+	g := gcd(l.Rate, p)
+	rate, period = l.Rate/g, p/g
+	tol := int64(limiter.ClockStepTolerance / time.Microsecond)
+	c := l.Capacity()
+	// full + tolerance×R' + cost×P' ≤ 2×C×P' + tol×R' must stay exact.
+	if period > maxExact/(2*c) || rate > maxExact/(4*tol) || 2*c*period+tol*rate >= maxExact {
+		return 0, 0, ErrOutOfRange
+	}
+	return rate, period, nil
+}
+
+// windowUnits checks the window scripts' ranges: the sliding weight
+// prev×(P−e) + (cur+n−1)×P is at most 3×L×P (µs), and the retry search
+// works with P in ns. Periods up to 52 days pass; L×P up to 2^51 µs.
+func windowUnits(l limiter.Limit) (int64, error) {
+	if l.Period%time.Microsecond != 0 {
+		return 0, ErrOutOfRange
+	}
+	p := int64(l.Period / time.Microsecond)
+	if p > maxExact/1000/2 || l.Rate > maxExact/(4*p) {
+		return 0, ErrOutOfRange
+	}
+	return p, nil
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}

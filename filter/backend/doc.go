@@ -1,0 +1,43 @@
+// Package backend is the Redis-over-HTTP side of distributed limits: the
+// Lua scripts that decide (and lease) atomically inside Redis with the
+// same semantics as package limiter, the encoding of their calls for
+// Webdis and Upstash REST, and the strict parsing of the replies into
+// decisions or classified errors.
+//
+// It performs no I/O: the filter sends each Request with proxy_http_call
+// and hands the status and body to ParseReply. It imports nothing from
+// proxy-wasm and builds for GOOS=wasip1 and natively.
+//
+// A call goes:
+//
+//	cmd, err := backend.Decide(limit, key, cost)      // or backend.Lease
+//	req, err := endpoint.EvalSHA(cmd)                  // send it
+//	reply, err := backend.ParseReply(endpoint.Protocol, status, body)
+//	if backend.KindOf(err) == backend.KindNoScript {
+//	        // send endpoint.LoadScript(cmd.Script), check it with
+//	        // ParseScriptLoad, then send EvalSHA again (or Eval once).
+//	}
+//
+// # Semantics
+//
+// Decide's scripts give the decision limiter.Limit.Decide gives at the
+// instant Redis TIME reports (µs resolution), for the key's state: the
+// same allowed/denied, reason and remaining, and retry/reset times equal
+// to the limiter's rounded up to the millisecond. That includes costs
+// below 1 or above capacity, denials consuming nothing, and the limiter's
+// handling of a clock that stepped back (limiter.ClockStepTolerance).
+// Limits whose period is not a whole number of µs, or whose products
+// reach 2^53 (Lua numbers are float64), are refused with ErrOutOfRange;
+// every limit with round numbers up to billions per period fits.
+//
+// Lease takes min(want, available) tokens from a token bucket in one
+// atomic step, from the same state Decide uses: the total ever granted
+// by leases and decisions together is what one bucket admits, so leasing
+// cannot over-admit beyond the bucket's own capacity. Tokens a lease
+// holder never uses are not returned.
+//
+// State that is not a number the scripts wrote (hand-edited, or from an
+// older format) reads as a fresh key; a key of another Redis type is a
+// KindRedis error (WRONGTYPE). A key expires no earlier than its reset
+// time, so expiry never hands out allowance early.
+package backend

@@ -1,0 +1,292 @@
+package backend
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/limiter"
+)
+
+// Kind classifies backend failures for metrics and for deciding whether a
+// retry can help.
+type Kind uint8
+
+const (
+	// KindTimeout: the call did not finish in time. The parser never
+	// returns it; the caller, which owns the clock, builds it with Timeout.
+	KindTimeout Kind = iota + 1
+	// KindUnavailable: HTTP 5xx, e.g. Webdis's empty 503 when Redis is
+	// down, or Envoy's 503 when the cluster has no healthy host.
+	KindUnavailable
+	// KindHTTPStatus: any other unexpected HTTP status (401/403 from an
+	// ACL or a wrong token, 404 from a wrong path prefix).
+	KindHTTPStatus
+	// KindNoScript: Redis does not know the script; load it and retry.
+	KindNoScript
+	// KindMalformed: the reply is not the JSON shape the script returns
+	// (HTML error page, wrong array length, null, out-of-range numbers).
+	KindMalformed
+	// KindRedis: Redis answered with an error (bad arguments, WRONGTYPE,
+	// OOM, BUSY …).
+	KindRedis
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindTimeout:
+		return "timeout"
+	case KindUnavailable:
+		return "unavailable"
+	case KindHTTPStatus:
+		return "http_status"
+	case KindNoScript:
+		return "noscript"
+	case KindMalformed:
+		return "malformed"
+	case KindRedis:
+		return "redis_error"
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Error is every failure the backend reports.
+type Error struct {
+	Kind Kind
+	// Status is the HTTP status, 0 when there was none (timeout).
+	Status int
+	// Detail is Redis's message or a description of what was wrong,
+	// truncated to keep log lines bounded.
+	Detail string
+}
+
+func (e *Error) Error() string {
+	s := "backend: " + e.Kind.String()
+	if e.Status != 0 {
+		s += " (HTTP " + strconv.Itoa(e.Status) + ")"
+	}
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Timeout is the error a caller reports when its per-call timeout fired.
+func Timeout() error { return &Error{Kind: KindTimeout} }
+
+// KindOf returns err's Kind, or 0 when err is nil or not an *Error.
+func KindOf(err error) Kind {
+	if e, ok := err.(*Error); ok {
+		return e.Kind
+	}
+	return 0
+}
+
+const maxDetail = 200
+
+func fail(kind Kind, status int, detail string) error {
+	if len(detail) > maxDetail {
+		detail = detail[:maxDetail]
+	}
+	return &Error{Kind: kind, Status: status, Detail: detail}
+}
+
+// Reply is a decoded script result.
+type Reply struct {
+	// Granted is 1 for an allowed decision, 0 for a denied one, and the
+	// number of tokens taken for a lease.
+	Granted int64
+	// Remaining is whole units left after this call.
+	Remaining int64
+	// RetryAfter is when the requested units could be granted, rounded up
+	// to the millisecond; 0 when granted or when retrying cannot help.
+	RetryAfter time.Duration
+	// ResetAfter is when the key is back to its full allowance, rounded
+	// up to the millisecond.
+	ResetAfter time.Duration
+	Reason     limiter.Reason
+	// ServerMicros is the Redis clock (µs since the epoch) the script used.
+	ServerMicros int64
+}
+
+// Allowed reports whether anything was granted.
+func (r Reply) Allowed() bool { return r.Granted > 0 }
+
+// Result converts r into the local limiter's result type for a limit
+// whose per-period allowance is limit.
+func (r Reply) Result(limit int64) limiter.Result {
+	return limiter.Result{
+		Allowed:    r.Granted > 0,
+		Limit:      limit,
+		Remaining:  r.Remaining,
+		RetryAfter: r.RetryAfter,
+		ResetAfter: r.ResetAfter,
+		Reason:     r.Reason,
+	}
+}
+
+// replyLen is the length of every script's flat result array.
+const replyLen = 6
+
+// maxMillis keeps durations from overflowing time.Duration.
+const maxMillis = math.MaxInt64 / int64(time.Millisecond)
+
+// ParseReply decodes a script reply in protocol p. status is the HTTP
+// status; body may be reused by the caller after return.
+func ParseReply(p Protocol, status int, body []byte) (Reply, error) {
+	v, err := unwrap(p, status, body)
+	if err != nil {
+		return Reply{}, err
+	}
+	return decodeResult(v)
+}
+
+// ParseWebdis decodes a Webdis reply such as {"EVALSHA":[1,5,0,1000,0,t]}.
+func ParseWebdis(status int, body []byte) (Reply, error) { return ParseReply(Webdis, status, body) }
+
+// ParseUpstash decodes an Upstash reply such as {"result":[1,5,0,1000,0,t]}.
+func ParseUpstash(status int, body []byte) (Reply, error) { return ParseReply(Upstash, status, body) }
+
+// ParseScriptLoad decodes the reply to LoadScript and checks that Redis
+// named the script as s.SHA1, which catches a proxy that mangled the source.
+func ParseScriptLoad(p Protocol, status int, body []byte, s *Script) error {
+	v, err := unwrap(p, status, body)
+	if err != nil {
+		return err
+	}
+	if v.Type != gjson.String {
+		return fail(KindMalformed, status, "SCRIPT LOAD reply is not a string")
+	}
+	if v.Str != s.SHA1 {
+		return fail(KindMalformed, status, "SCRIPT LOAD returned "+v.Str+", want "+s.SHA1)
+	}
+	return nil
+}
+
+// unwrap checks the HTTP status and the envelope and returns the Redis
+// value inside it.
+func unwrap(p Protocol, status int, body []byte) (gjson.Result, error) {
+	// Upstash reports command errors as {"error": …} with HTTP 400, so
+	// only 5xx are judged by status before looking at the body.
+	switch {
+	case status >= 500:
+		return gjson.Result{}, fail(KindUnavailable, status, snippet(body))
+	case p == Webdis && status != 200, p == Upstash && status != 200 && status != 400:
+		return gjson.Result{}, fail(KindHTTPStatus, status, snippet(body))
+	}
+	if !gjson.ValidBytes(body) {
+		return gjson.Result{}, fail(KindMalformed, status, "invalid JSON: "+snippet(body))
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return gjson.Result{}, fail(KindMalformed, status, "reply is not a JSON object")
+	}
+	if p == Upstash {
+		if e := root.Get("error"); e.Exists() {
+			if e.Type != gjson.String {
+				return gjson.Result{}, fail(KindMalformed, status, "error is not a string")
+			}
+			return gjson.Result{}, redisError(status, e.Str)
+		}
+		if status != 200 {
+			return gjson.Result{}, fail(KindHTTPStatus, status, snippet(body))
+		}
+		r := root.Get("result")
+		if !r.Exists() {
+			return gjson.Result{}, fail(KindMalformed, status, "no result field")
+		}
+		return r, nil
+	}
+	// Webdis: exactly one member, named after the command.
+	var v gjson.Result
+	n := 0
+	root.ForEach(func(_, value gjson.Result) bool {
+		v = value
+		n++
+		return n < 2
+	})
+	if n != 1 {
+		return gjson.Result{}, fail(KindMalformed, status, "reply object must have exactly one member")
+	}
+	// Redis errors come as [false, "ERR …"].
+	if v.IsArray() {
+		first := v.Get("0")
+		if first.Type == gjson.False {
+			msg := v.Get("1")
+			if msg.Type != gjson.String {
+				return gjson.Result{}, fail(KindMalformed, status, "error without message")
+			}
+			return gjson.Result{}, redisError(status, msg.Str)
+		}
+	}
+	return v, nil
+}
+
+func redisError(status int, msg string) error {
+	if strings.HasPrefix(msg, "NOSCRIPT") {
+		return fail(KindNoScript, status, msg)
+	}
+	return fail(KindRedis, status, msg)
+}
+
+// decodeResult validates the flat integer array every script returns.
+func decodeResult(v gjson.Result) (Reply, error) {
+	if !v.IsArray() {
+		return Reply{}, fail(KindMalformed, 0, "result is not an array")
+	}
+	var vals [replyLen]int64
+	n := 0
+	bad := ""
+	v.ForEach(func(_, e gjson.Result) bool {
+		if n >= replyLen {
+			n++
+			return false
+		}
+		if e.Type != gjson.Number {
+			bad = "result element " + strconv.Itoa(n) + " is not a number"
+			return false
+		}
+		x, err := strconv.ParseInt(e.Raw, 10, 64)
+		if err != nil || x < 0 {
+			bad = "result element " + strconv.Itoa(n) + " is not a non-negative integer"
+			return false
+		}
+		vals[n] = x
+		n++
+		return true
+	})
+	switch {
+	case bad != "":
+		return Reply{}, fail(KindMalformed, 0, bad)
+	case n != replyLen:
+		return Reply{}, fail(KindMalformed, 0, "result must have "+strconv.Itoa(replyLen)+" elements")
+	case vals[2] > maxMillis || vals[3] > maxMillis:
+		return Reply{}, fail(KindMalformed, 0, "duration out of range")
+	case vals[4] > 3:
+		return Reply{}, fail(KindMalformed, 0, "unknown reason code")
+	case (vals[0] > 0) != (vals[4] == 0):
+		return Reply{}, fail(KindMalformed, 0, "granted and reason disagree")
+	case vals[0] > 0 && vals[2] != 0:
+		return Reply{}, fail(KindMalformed, 0, "granted reply with a retry time")
+	}
+	reasons := [...]limiter.Reason{limiter.ReasonAllowed, limiter.ReasonLimited, limiter.ReasonCostExceedsCapacity, limiter.ReasonInvalidCost}
+	return Reply{
+		Granted:      vals[0],
+		Remaining:    vals[1],
+		RetryAfter:   time.Duration(vals[2]) * time.Millisecond,
+		ResetAfter:   time.Duration(vals[3]) * time.Millisecond,
+		Reason:       reasons[vals[4]],
+		ServerMicros: vals[5],
+	}, nil
+}
+
+// snippet keeps error details short and printable.
+func snippet(body []byte) string {
+	if len(body) > 64 {
+		body = body[:64]
+	}
+	return strconv.Quote(string(body))
+}

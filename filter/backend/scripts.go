@@ -1,0 +1,299 @@
+package backend
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+)
+
+// Script is one Lua script the backend runs with EVALSHA. SHA1 is the hex
+// digest Redis uses to name it; it is computed from Source at init so the
+// two can never disagree.
+type Script struct {
+	Name   string
+	Source string
+	SHA1   string
+}
+
+func newScript(name, body string) *Script {
+	src := luaPrelude + body
+	sum := sha1.Sum([]byte(src))
+	return &Script{Name: name, Source: src, SHA1: hex.EncodeToString(sum[:])}
+}
+
+// The scripts below mirror limiter.Limit.Decide exactly. Lua in Redis has
+// only float64 numbers, which are exact integers below 2^53, so:
+//   - time is in microseconds (Redis TIME's resolution; now ≈ 2^50.6);
+//   - token-bucket quantities are in units of 1/R' µs where R'/P' is
+//     Rate/Period reduced by their gcd (see tokenBucketArgs), which keeps
+//     Capacity×P' small for every ordinary limit;
+//   - the sliding window's "first passing instant" is searched in ns like
+//     the local limiter, so its retry time matches to the nanosecond;
+//   - the Go side refuses limits whose products could reach 2^53
+//     (ErrOutOfRange), so nothing here needs overflow checks.
+//
+// Every script returns the same flat integer array (Webdis turns nested
+// arrays into null):
+//
+//	{granted, remaining, retry_after_ms, reset_after_ms, reason, now_us}
+//
+// granted is 0/1 for decisions and the token count for leases. reason is
+// 0 allowed, 1 limited, 2 cost exceeds capacity, 3 invalid cost.
+// Durations are rounded up to the millisecond.
+//
+// Expiry: the state of a key stops mattering once its reset time has
+// passed (a stale TAT or an old window reads as a fresh key), so a key may
+// outlive that safely but must never expire before it: expiring early
+// would hand out a full allowance too soon. Seed 003 refreshes EXPIRE only
+// when the TTL is below half a fixed target, which can drop a key that is
+// still owed refill time; here PEXPIRE is sent only when the current PTTL
+// would end before the new reset time, and then set to twice it so that a
+// steady stream of requests refreshes it about once per reset period
+// instead of on every call.
+const luaPrelude = `
+local function divmod(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then q = q - 1; r = r + b elseif r >= b then q = q + 1; r = r - b end
+  return q, r
+end
+local function ceildiv(a, b)
+  local q, r = divmod(a, b)
+  if r > 0 then q = q + 1 end
+  return q
+end
+local function num(s)
+  local v = tonumber(s)
+  if v == nil or v ~= v or v < 0 or v >= 9007199254740992 or v ~= math.floor(v) then return nil end
+  return v
+end
+local function str(v) return string.format('%.0f', v) end
+local function clock(override)
+  if override ~= nil and override ~= '' then return num(override) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function keep(key, ms)
+  if ms < 1 then ms = 1 end
+  local ttl = redis.call('PTTL', key)
+  if ttl < ms then redis.call('PEXPIRE', key, str(2 * ms)) end
+end
+local TOLERANCE_US = 60000000
+`
+
+// ARGV: R' P' capacity cost [now_us]. KEYS[1]: the bucket.
+// State: hash {at = TAT integer µs, n = TAT fraction in 1/R' µs}.
+const tokenBucketBody = `
+local R, P, C, n = num(ARGV[1]), num(ARGV[2]), num(ARGV[3]), num(ARGV[4])
+if not (R and P and C and n) or R < 1 or P < 1 or C < 1 then
+  return redis.error_reply('ERR sluice: bad token_bucket arguments')
+end
+local now = clock(ARGV[5])
+if not now then return redis.error_reply('ERR sluice: bad time argument') end
+local key = KEYS[1]
+local full = C * P
+local st = redis.call('HMGET', key, 'at', 'n')
+local at, fr = num(st[1]), num(st[2])
+local debt = 0
+if at and fr and (at > now or (at == now and fr > 0)) then
+  debt = (at - now) * R + fr
+  if debt > full + TOLERANCE_US * R then debt = full end
+end
+local reason, remaining, retry = 0, 0, 0
+if n < 1 then
+  reason = 3
+elseif n > C then
+  reason = 2
+else
+  local after = debt + n * P
+  if after <= full then
+    local q, r = divmod(after, R)
+    redis.call('HSET', key, 'at', str(now + q), 'n', str(r))
+    local reset = ceildiv(after, R)
+    keep(key, ceildiv(reset, 1000))
+    return {1, divmod(full - after, P), 0, ceildiv(reset, 1000), 0, now}
+  end
+  reason = 1
+  retry = ceildiv(ceildiv(after - full, R), 1000)
+end
+if debt < full then remaining = divmod(full - debt, P) end
+return {0, remaining, retry, ceildiv(ceildiv(debt, R), 1000), reason, now}
+`
+
+// ARGV: R' P' capacity want [now_us]. Takes min(want, available) tokens
+// from the same bucket state as tokenBucketBody in one step, so a lease
+// can never hold more than the bucket could have admitted itself.
+const leaseBody = `
+local R, P, C, want = num(ARGV[1]), num(ARGV[2]), num(ARGV[3]), num(ARGV[4])
+if not (R and P and C and want) or R < 1 or P < 1 or C < 1 then
+  return redis.error_reply('ERR sluice: bad lease arguments')
+end
+local now = clock(ARGV[5])
+if not now then return redis.error_reply('ERR sluice: bad time argument') end
+local key = KEYS[1]
+local full = C * P
+local st = redis.call('HMGET', key, 'at', 'n')
+local at, fr = num(st[1]), num(st[2])
+local debt = 0
+if at and fr and (at > now or (at == now and fr > 0)) then
+  debt = (at - now) * R + fr
+  if debt > full + TOLERANCE_US * R then debt = full end
+end
+if want < 1 then
+  return {0, 0, 0, ceildiv(ceildiv(debt, R), 1000), 3, now}
+end
+local avail = 0
+if debt < full then avail = divmod(full - debt, P) end
+local grant = math.min(want, avail)
+if grant >= 1 then
+  local after = debt + grant * P
+  local q, r = divmod(after, R)
+  redis.call('HSET', key, 'at', str(now + q), 'n', str(r))
+  local reset = ceildiv(after, R)
+  keep(key, ceildiv(reset, 1000))
+  return {grant, divmod(full - after, P), 0, ceildiv(reset, 1000), 0, now}
+end
+local retry = ceildiv(ceildiv(debt + P - full, R), 1000)
+return {0, 0, retry, ceildiv(ceildiv(debt, R), 1000), 1, now}
+`
+
+// window mirrors limiter's window(): the evaluation window is the one
+// holding now, or the stored one if the clock went back a little; a stored
+// window further ahead than the clock tolerance is implausible.
+const windowPrelude = `
+local function window(w, now, P)
+  local cur, elapsed = divmod(now, P)
+  if w == nil or w <= cur then return cur, elapsed, 0, true end
+  local ahead = w - cur
+  if ahead > math.floor(TOLERANCE_US / P) + 1 then return cur, elapsed, 0, false end
+  return w, 0, ahead * P - elapsed, true
+end
+`
+
+// ARGV: L P_us cost [now_us]. State: hash {w = window index, c = used}.
+const fixedWindowBody = windowPrelude + `
+local L, P, n = num(ARGV[1]), num(ARGV[2]), num(ARGV[3])
+if not (L and P and n) or L < 1 or P < 1 then
+  return redis.error_reply('ERR sluice: bad fixed_window arguments')
+end
+local now = clock(ARGV[4])
+if not now then return redis.error_reply('ERR sluice: bad time argument') end
+local key = KEYS[1]
+local st = redis.call('HMGET', key, 'w', 'c')
+local w, c = num(st[1]), num(st[2])
+if not (w and c) then w, c = nil, 0 end
+local win, elapsed, delay, plausible = window(w, now, P)
+local used = 0
+if not plausible then used = L elseif w == win then used = c end
+local untilEnd = delay + P - elapsed
+local reason, retry, remaining, reset = 0, 0, 0, 0
+if n < 1 then
+  reason = 3
+elseif n > L then
+  reason = 2
+elseif used + n <= L then
+  used = used + n
+  redis.call('HSET', key, 'w', str(win), 'c', str(used))
+  keep(key, ceildiv(untilEnd, 1000))
+  return {1, L - used, 0, ceildiv(untilEnd, 1000), 0, now}
+else
+  reason = 1
+  retry = ceildiv(untilEnd, 1000)
+end
+if used < L then remaining = L - used end
+if used > 0 then reset = ceildiv(untilEnd, 1000) end
+return {0, remaining, retry, reset, reason, now}
+`
+
+// ARGV: L P_us cost [now_us]. State: hash {w = window index, c = used in
+// w, p = used in w-1}. Rule: prev×(P−e) + (cur+n−1)×P < L×P.
+const slidingWindowBody = windowPrelude + `
+local L, P, n = num(ARGV[1]), num(ARGV[2]), num(ARGV[3])
+if not (L and P and n) or L < 1 or P < 1 then
+  return redis.error_reply('ERR sluice: bad sliding_window arguments')
+end
+local now = clock(ARGV[4])
+if not now then return redis.error_reply('ERR sluice: bad time argument') end
+local key = KEYS[1]
+local st = redis.call('HMGET', key, 'w', 'c', 'p')
+local w, c, p = num(st[1]), num(st[2]), num(st[3])
+if not (w and c and p) then w, c, p = nil, 0, 0 end
+local win, e, delay, plausible = window(w, now, P)
+local cur, prev = 0, 0
+if not plausible then cur = L
+elseif w == win then cur, prev = c, p
+elseif w == win - 1 then prev = c end
+local capacity = L * P
+local function headroom(x)
+  local used = prev * (P - e) + x * P
+  if used >= capacity then return nil end
+  return capacity - used
+end
+local function remaining(x)
+  local h = headroom(x)
+  if h then return ceildiv(h, P) end
+  return 0
+end
+local function resetAfter(x)
+  if x > 0 then return ceildiv(delay + 2 * P - e, 1000) end
+  if prev > 0 then return ceildiv(delay + P - e, 1000) end
+  return 0
+end
+-- firstPass(q, need): smallest e (ns) with q×(P−e) < need×P, as in limiter.
+local Pns = P * 1000
+local function firstPass(q, need)
+  local q0, r0 = divmod(need * P, q)
+  local t = q0 * 1000 + ceildiv(r0 * 1000, q)
+  if t > Pns then return 0 end
+  return Pns - t + 1
+end
+local function wait(x, q, k)
+  local ens = e * 1000
+  if x + k <= L and q > 0 then
+    local f = firstPass(q, L - x - k + 1)
+    if f < Pns and f > ens then return f - ens end
+  end
+  local untilNext = Pns - ens
+  local need = L - k + 1
+  if x < need then return untilNext end
+  return untilNext + firstPass(x, need)
+end
+local reason, retry = 0, 0
+if n < 1 then
+  reason = 3
+elseif n > L then
+  reason = 2
+elseif headroom(cur + n - 1) then
+  cur = cur + n
+  redis.call('HSET', key, 'w', str(win), 'c', str(cur), 'p', str(prev))
+  local reset = resetAfter(cur)
+  keep(key, reset)
+  return {1, remaining(cur), 0, reset, 0, now}
+else
+  reason = 1
+  retry = ceildiv(delay * 1000 + wait(cur, prev, n), 1000000)
+end
+return {0, remaining(cur), retry, resetAfter(cur), reason, now}
+`
+
+// The registered scripts. Their SHA1s are what EVALSHA sends.
+var (
+	TokenBucketScript   = newScript("token_bucket", tokenBucketBody)
+	FixedWindowScript   = newScript("fixed_window", fixedWindowBody)
+	SlidingWindowScript = newScript("sliding_window", slidingWindowBody)
+	LeaseScript         = newScript("token_bucket_lease", leaseBody)
+)
+
+// Scripts lists every registered script, for loading them all at once.
+func Scripts() []*Script {
+	return []*Script{TokenBucketScript, FixedWindowScript, SlidingWindowScript, LeaseScript}
+}
+
+// ScriptBySHA1 finds a registered script by its digest, or nil.
+func ScriptBySHA1(sha string) *Script {
+	for _, s := range Scripts() {
+		if s.SHA1 == sha {
+			return s
+		}
+	}
+	return nil
+}
