@@ -78,5 +78,16 @@ lint: $(BUILD)/sdk/.stamp
 		diff -u "$$tmp"/go.mod go.mod || true; cp "$$tmp"/go.mod "$$tmp"/go.sum .; \
 		echo "go mod tidy changes go.mod/go.sum"; exit 1; fi
 
+TAG ?= dev
+# Both image variants as OCI layouts; reproducible for the same wasm.
+oci: $(BUILD)/sluice.wasm
+	$(GO) run ./tools/ocibuild -wasm $(BUILD)/sluice.wasm -out $(BUILD)/oci -tag $(TAG)
+
+# make push REGISTRY=127.0.0.1:5000 TAG=v1 [INSECURE=1]
+push: $(BUILD)/sluice.wasm
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=host[:port][/path] TAG=tag [INSECURE=1]"; exit 2; }
+	$(GO) run ./tools/ocibuild -wasm $(BUILD)/sluice.wasm -push $(REGISTRY)/sluice:$(TAG) -variant compat $(if $(INSECURE),-insecure)
+	$(GO) run ./tools/ocibuild -wasm $(BUILD)/sluice.wasm -push $(REGISTRY)/sluice:$(TAG)-oci -variant oci $(if $(INSECURE),-insecure)
+
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// routerOnly needs no wasm build, so the command's own behaviour is tested
+// whatever state build/ is in.
+const routerOnly = `
+static_resources:
+  listeners:
+  - name: main
+    address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress_http
+          route_config:
+            virtual_hosts: [{ name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, route: { cluster: backend } }] }]
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
+  clusters:
+  - name: backend
+    load_assignment:
+      cluster_name: backend
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 1 } } } }] }]
+admin:
+  address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
+`
+
+func writeConfig(t *testing.T, y string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestValidateMode(t *testing.T) {
+	var out, errOut bytes.Buffer
+	p := writeConfig(t, routerOnly)
+	if code := run([]string{"-c", p, "--mode", "validate"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "OK") {
+		t.Errorf("stdout %q", out.String())
+	}
+
+	bad := writeConfig(t, strings.Replace(routerOnly, "stat_prefix", "stat_prefx", 1))
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"--config-path", bad, "--mode", "validate"}, &out, &errOut); code != 1 {
+		t.Fatalf("bad config exit %d, want 1", code)
+	}
+	if !strings.Contains(errOut.String(), "stat_prefx") || !strings.Contains(errOut.String(), "[critical][main]") {
+		t.Errorf("stderr %q does not name the field in an Envoy-style line", errOut.String())
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	p := writeConfig(t, routerOnly)
+	for _, args := range [][]string{
+		{"-c", p, "--wasm-profile", "envoy-1.0"},
+		{"-c", p, "-l", "loud"},
+		{"-c", p, "--concurrency", "0"},
+		{"-c", p, "--mode", "fly"},
+		{},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code != 1 {
+			t.Errorf("%v: exit %d, want 1", args, code)
+		}
+	}
+}
+
+var adminRE = regexp.MustCompile(`admin address: (\S+)`)
+
+// TestServeAndQuit runs the command in serve mode, merges --config-yaml over
+// the file like Envoy, and stops it through /quitquitquit.
+func TestServeAndQuit(t *testing.T) {
+	p := writeConfig(t, routerOnly)
+	var out syncBuffer
+	errOut := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"-c", p, "--concurrency", "2", "-l", "debug",
+			"--config-yaml", "node: { id: from-flag }"}, &out, errOut)
+	}()
+	var admin string
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if m := adminRE.FindStringSubmatch(errOut.String()); m != nil && strings.Contains(errOut.String(), "starting workers") {
+			admin = m[1]
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("exited early with %d: %s", code, errOut.String())
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server never started: %s", errOut.String())
+		}
+	}
+	resp, err := http.Get("http://" + admin + "/ready")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/ready: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	resp, err = http.Post("http://"+admin+"/quitquitquit", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d after /quitquitquit: %s", code, errOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("command did not exit after /quitquitquit")
+	}
+	if !strings.Contains(errOut.String(), "exiting") {
+		t.Errorf("no shutdown log: %s", errOut.String())
+	}
+}

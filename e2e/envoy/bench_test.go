@@ -1,0 +1,74 @@
+package envoy
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkServe measures a full request through sluice-envoy (HTTP in,
+// header mutation, filter chain, router, HTTP out) with no wasm filter, the
+// SDK no-op module and the Sluice module, on two workers. The differences
+// between the three are the cost of the wasm path.
+func BenchmarkServe(b *testing.B) {
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	defer ok.Close()
+	_, port, _ := net.SplitHostPort(ok.Listener.Addr().String())
+	for _, tc := range []struct{ name, module string }{{"router-only", ""}, {"noop", "noop.wasm"}, {"sluice", "sluice.wasm"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			filter := ""
+			if tc.module != "" {
+				p, _ := filepath.Abs(filepath.Join("..", "..", "build", tc.module))
+				if _, err := os.Stat(p); err != nil {
+					if os.Getenv("CI") == "true" {
+						b.Fatalf("%s missing: %v", p, err)
+					}
+					b.Skipf("%s missing", p)
+				}
+				filter = strings.ReplaceAll(wasmFilterYAML, "{{WASM}}", p)
+			}
+			y := strings.NewReplacer("{{WASM_FILTER}}", filter, "{{A_PORT}}", port, "{{B_PORT}}", port,
+				"{{DOWN_PORT}}", port, "{{USE_REMOTE}}", "false").Replace(routerOnlyYAML)
+			cfg, err := Load([]byte(y))
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := NewServer(cfg, Options{Concurrency: 2, Logger: NewLogger(io.Discard, LevelOff)})
+			if err := srv.Start(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				srv.Shutdown(ctx)
+			}()
+			url := "http://" + srv.ListenerAddr("main") + "/a/bench"
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					resp, err := client.Get(url)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						b.Errorf("status %d", resp.StatusCode)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,190 @@
+package envoy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-proxy/sluice/e2e/host"
+)
+
+// maxUpstreamBody caps a buffered upstream response. The host hands bodies
+// to filters whole, so something has to stop a runaway upstream from
+// exhausting memory.
+const maxUpstreamBody = 64 << 20
+
+// errConnect marks a failure to open the upstream connection, which Envoy
+// reports differently from a failure on an open one.
+type errConnect struct{ err error }
+
+func (e *errConnect) Error() string { return "upstream connect: " + e.err.Error() }
+func (e *errConnect) Unwrap() error { return e.err }
+
+// clusterManager owns the upstream clusters. It serves the router and
+// proxy_http_call from one table, as Envoy's cluster manager does.
+type clusterManager struct {
+	clusters map[string]*upstreamCluster
+}
+
+type upstreamCluster struct {
+	cfg  *Cluster
+	next atomic.Uint64
+	// One pool per endpoint: round robin picks the host per request, as
+	// Envoy's load balancer does, and each host keeps its own connections.
+	pools []*http.Transport
+}
+
+func newClusterManager(cfgs []*Cluster) *clusterManager {
+	cm := &clusterManager{clusters: map[string]*upstreamCluster{}}
+	for _, c := range cfgs {
+		uc := &upstreamCluster{cfg: c}
+		for _, ep := range c.Endpoints {
+			uc.pools = append(uc.pools, newPool(c, ep))
+		}
+		cm.clusters[c.Name] = uc
+	}
+	return cm
+}
+
+func newPool(c *Cluster, endpoint string) *http.Transport {
+	d := &net.Dialer{Timeout: c.ConnectTimeout}
+	network := c.Network
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			// Resolving on every new connection keeps STRICT_DNS hosts as
+			// fresh as Envoy's periodic re-resolution does.
+			conn, err := d.DialContext(ctx, network, endpoint)
+			if err != nil {
+				return nil, &errConnect{err}
+			}
+			return conn, nil
+		},
+		// A proxy must not add Accept-Encoding or decompress bodies behind
+		// the filters' backs.
+		DisableCompression:  true,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     time.Hour,
+		// Envoy's HTTP/1 upstream codec: no HTTP/2 upgrade.
+		ForceAttemptHTTP2: false,
+	}
+}
+
+func (cm *clusterManager) close() {
+	for _, c := range cm.clusters {
+		for _, p := range c.pools {
+			p.CloseIdleConnections()
+		}
+	}
+}
+
+// HasCluster implements host.Caller.
+func (cm *clusterManager) HasCluster(name string) bool { return cm.clusters[name] != nil }
+
+// Call implements host.Caller for proxy_http_call.
+func (cm *clusterManager) Call(ctx context.Context, cluster string, headers [][2]string, body []byte, trailers [][2]string, timeout time.Duration) (*host.Response, error) {
+	c := cm.clusters[cluster]
+	if c == nil {
+		return nil, fmt.Errorf("unknown cluster %q", cluster)
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	return c.roundTrip(ctx, headers, body)
+}
+
+// hopByHop are connection-level headers that Envoy never forwards.
+var hopByHop = map[string]bool{
+	"connection": true, "keep-alive": true, "proxy-connection": true,
+	"transfer-encoding": true, "upgrade": true, "te": true, "trailer": true,
+}
+
+// roundTrip sends one buffered request to the next endpoint in round-robin
+// order. headers carry the pseudo headers; they become the request line and
+// Host and are never sent as headers.
+func (c *upstreamCluster) roundTrip(ctx context.Context, headers [][2]string, body []byte) (*host.Response, error) {
+	if len(c.pools) == 0 {
+		return nil, &errConnect{errors.New("no healthy upstream")}
+	}
+	pool := c.pools[(c.next.Add(1)-1)%uint64(len(c.pools))]
+	var method, path, authority string
+	hdr := http.Header{}
+	for _, h := range headers {
+		k := strings.ToLower(h[0])
+		switch {
+		case k == ":method":
+			method = h[1]
+		case k == ":path":
+			path = h[1]
+		case k == ":authority":
+			authority = h[1]
+		case strings.HasPrefix(k, ":"), k == "host", k == "content-length", hopByHop[k]:
+		default:
+			hdr[http.CanonicalHeaderKey(k)] = append(hdr[http.CanonicalHeaderKey(k)], h[1])
+		}
+	}
+	if method == "" || path == "" {
+		return nil, errors.New("request without :method or :path")
+	}
+	if _, ok := hdr["User-Agent"]; !ok {
+		// Present-but-empty stops net/http from inventing a User-Agent the
+		// client never sent.
+		hdr["User-Agent"] = nil
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://upstream/", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	// Opaque carries the path byte for byte, so nothing is re-escaped.
+	req.URL = &url.URL{Scheme: "http", Host: c.cfg.Name, Opaque: path}
+	req.Host = authority
+	req.Header = hdr
+	req.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		req.Body = http.NoBody
+		if method == http.MethodGet || method == http.MethodHead {
+			req.ContentLength = 0
+		}
+	}
+	resp, err := pool.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	rb, err := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(rb) > maxUpstreamBody {
+		return nil, fmt.Errorf("upstream response body larger than %d bytes", maxUpstreamBody)
+	}
+	out := &host.Response{Status: resp.StatusCode, Body: rb}
+	for k, vs := range resp.Header {
+		lk := strings.ToLower(k)
+		if hopByHop[lk] {
+			continue
+		}
+		for _, v := range vs {
+			out.Headers = append(out.Headers, [2]string{lk, v})
+		}
+	}
+	if resp.ContentLength >= 0 && resp.Header.Get("Content-Length") == "" {
+		out.Headers = append(out.Headers, [2]string{"content-length", fmt.Sprint(resp.ContentLength)})
+	}
+	for k, vs := range resp.Trailer {
+		for _, v := range vs {
+			out.Trailers = append(out.Trailers, [2]string{strings.ToLower(k), v})
+		}
+	}
+	sortPairs(out.Headers)
+	return out, nil
+}

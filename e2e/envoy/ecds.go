@@ -1,0 +1,166 @@
+package envoy
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// WasmTypeURL is the type URL of the wasm HTTP filter's config, the only
+// one an ECDS-configured filter may carry here.
+const WasmTypeURL = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+
+// ExtensionConfig is one resource of an ECDS file: a TypedExtensionConfig
+// holding a wasm HTTP filter config.
+type ExtensionConfig struct {
+	Name string
+	Wasm *WasmFilter
+}
+
+// LoadExtensionConfigFile reads an ECDS file (a DiscoveryResponse of
+// TypedExtensionConfig resources, as path_config_source expects) on its
+// own, outside any bootstrap. Remote code in it is checked for shape only,
+// since there are no clusters to resolve it against.
+func LoadExtensionConfigFile(path string) ([]*ExtensionConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("envoy config: %w", err)
+	}
+	out, err := ParseExtensionConfigs(data, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return out, nil
+}
+
+// ParseExtensionConfigs validates an ECDS DiscoveryResponse with Envoy's
+// protos (every Any unpacked) and builds each resource's wasm filter.
+// clusters resolves remote code; nil skips that check.
+func ParseExtensionConfigs(data []byte, clusters map[string]*Cluster) ([]*ExtensionConfig, error) {
+	root, err := parseYAML(data)
+	if err != nil {
+		return nil, err
+	}
+	resp := &discoveryv3.DiscoveryResponse{}
+	if err := checkYAML(root, resp.ProtoReflect().Descriptor(), ""); err != nil {
+		return nil, err
+	}
+	js, err := yamlToJSON(root)
+	if err != nil {
+		return nil, err
+	}
+	if err := (protojson.UnmarshalOptions{Resolver: protoregistry.GlobalTypes}).Unmarshal(js, resp); err != nil {
+		return nil, fmt.Errorf("envoy config: %w", err)
+	}
+	if err := resp.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("envoy config: invalid DiscoveryResponse: %w", err)
+	}
+	if err := validateAnys(resp.ProtoReflect(), ""); err != nil {
+		return nil, err
+	}
+	if len(resp.GetResources()) == 0 {
+		return nil, &fieldError{Path: "resources", Msg: "no resources: an ECDS file holds one TypedExtensionConfig"}
+	}
+	var out []*ExtensionConfig
+	for i, a := range resp.GetResources() {
+		rpath := fmt.Sprintf("resources[%d]", i)
+		tec := &corev3.TypedExtensionConfig{}
+		if !a.MessageIs(tec) {
+			return nil, &fieldError{Path: rpath, Msg: fmt.Sprintf("resource type %s is not supported (ECDS resources are %s)", a.GetTypeUrl(), "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig")}
+		}
+		if err := a.UnmarshalTo(tec); err != nil {
+			return nil, &fieldError{Path: rpath, Msg: err.Error()}
+		}
+		tc := tec.GetTypedConfig()
+		w := &wasmfilterv3.Wasm{}
+		if !tc.MessageIs(w) {
+			return nil, &fieldError{Path: rpath + ".typed_config", Msg: fmt.Sprintf("filter config has type URL %s but expect %s", tc.GetTypeUrl(), WasmTypeURL)}
+		}
+		if err := tc.UnmarshalTo(w); err != nil {
+			return nil, &fieldError{Path: rpath + ".typed_config", Msg: err.Error()}
+		}
+		wf, err := buildWasm(w.GetConfig(), rpath+".typed_config.config", clusters)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &ExtensionConfig{Name: tec.GetName(), Wasm: wf})
+	}
+	return out, nil
+}
+
+// ExtensionConfigPluginConfigurations returns the plugin configuration of
+// every resource in an ECDS file, for the filter's own parser.
+func ExtensionConfigPluginConfigurations(data []byte) ([]PluginConfigRef, error) {
+	ecs, err := ParseExtensionConfigs(data, nil)
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]PluginConfigRef, 0, len(ecs))
+	for i, ec := range ecs {
+		refs = append(refs, PluginConfigRef{
+			Path:          fmt.Sprintf("resources[%d].typed_config.config", i),
+			FilterName:    ec.Name,
+			PluginName:    ec.Wasm.Name,
+			RootID:        ec.Wasm.RootID,
+			VMID:          ec.Wasm.VMID,
+			Configuration: string(ec.Wasm.Configuration),
+		})
+	}
+	return refs, nil
+}
+
+// loadDiscoveredWasm reads the ECDS file of an http filter's
+// config_discovery at load time, applying the checks Envoy applies to an
+// ECDS update. Envoy would start without the filter's config and answer
+// 500 until a good file arrives; refusing to start says the same thing
+// sooner and louder.
+func loadDiscoveredWasm(filterName string, cd *corev3.ExtensionConfigSource, path string, clusters map[string]*Cluster) (*WasmFilter, string, error) {
+	wasmAllowed := false
+	for i, u := range cd.GetTypeUrls() {
+		if u != WasmTypeURL {
+			return nil, "", &fieldError{Path: fmt.Sprintf("%s.type_urls[%d]", path, i), Msg: fmt.Sprintf("type URL %s is not supported for discovered filters (only %s)", u, WasmTypeURL)}
+		}
+		wasmAllowed = true
+	}
+	if !wasmAllowed {
+		return nil, "", &fieldError{Path: path + ".type_urls", Msg: "at least one type URL is required"}
+	}
+	pcs := cd.GetConfigSource().GetPathConfigSource()
+	if pcs == nil {
+		return nil, "", &fieldError{Path: path + ".config_source", Msg: "only path_config_source (ECDS from a file) is supported"}
+	}
+	switch v := cd.GetConfigSource().GetResourceApiVersion(); v {
+	case corev3.ApiVersion_AUTO, corev3.ApiVersion_V3:
+	default:
+		return nil, "", &fieldError{Path: path + ".config_source.resource_api_version", Msg: fmt.Sprintf("%s is not supported (V3 is)", v)}
+	}
+	file, err := filepath.Abs(pcs.GetPath())
+	if err != nil {
+		return nil, "", &fieldError{Path: path + ".config_source.path_config_source.path", Msg: err.Error()}
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, "", &fieldError{Path: path + ".config_source.path_config_source.path", Msg: fmt.Sprintf("paths must refer to an existing path in the system: '%s' does not exist", pcs.GetPath())}
+		}
+		return nil, "", &fieldError{Path: path + ".config_source.path_config_source.path", Msg: err.Error()}
+	}
+	ecs, err := ParseExtensionConfigs(data, clusters)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: ECDS file %s: %w", path, pcs.GetPath(), err)
+	}
+	if len(ecs) != 1 {
+		return nil, "", fmt.Errorf("%s: ECDS file %s: Unexpected number of resources in ExtensionConfigDS response: %d", path, pcs.GetPath(), len(ecs))
+	}
+	if ecs[0].Name != filterName {
+		return nil, "", fmt.Errorf("%s: ECDS file %s: Unexpected resource name in ExtensionConfigDS response: %s (the http filter is named %q)", path, pcs.GetPath(), ecs[0].Name, filterName)
+	}
+	return ecs[0].Wasm, file, nil
+}

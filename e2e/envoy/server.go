@@ -1,0 +1,757 @@
+package envoy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-proxy/sluice/e2e/host"
+)
+
+// Version is what /server_info reports.
+const Version = "sluice-envoy/0.1 (envoy v3 API subset on wazero)"
+
+// maxRequestBody caps a buffered downstream request, since the whole body is
+// handed to the filters at once. Envoy's answer to an oversized body on a
+// buffering filter is also 413.
+const maxRequestBody = 64 << 20
+
+// Options configure a Server.
+type Options struct {
+	// Concurrency is the number of workers, each with its own wasm VM per
+	// plugin (--concurrency). Zero value: the number of CPUs, Envoy's
+	// default.
+	Concurrency int
+	// Profile is the Envoy release the wasm host imitates. Zero value:
+	// envoy-1.39.
+	Profile host.Profile
+	// Logger receives server and plugin logs. Nil: info level to stderr.
+	Logger *Logger
+	// ConfigPath is only reported by /server_info.
+	ConfigPath string
+}
+
+// Server runs a Config: listeners, clusters, wasm plugins and admin.
+type Server struct {
+	cfg  *Config
+	opts Options
+	log  *Logger
+
+	rt       *host.Runtime
+	clusters *clusterManager
+	plugins  []*host.Plugin
+
+	live      atomic.Bool
+	started   time.Time
+	quit      chan struct{}
+	quitOnce  sync.Once
+	closeOnce sync.Once
+	// logPrefix maps a plugin name to Envoy's "name root_id vm_id" log
+	// prefix.
+	logPrefix sync.Map
+
+	mu        sync.Mutex
+	servers   []*http.Server
+	listeners map[string]net.Addr
+	admin     net.Addr
+	serveErrs chan error
+}
+
+// NewServer prepares a server; nothing is bound or started until Start.
+func NewServer(cfg *Config, opts Options) *Server {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = runtime.NumCPU()
+	}
+	if opts.Logger == nil {
+		opts.Logger = NewLogger(nil, LevelInfo)
+	}
+	return &Server{
+		cfg:       cfg,
+		opts:      opts,
+		log:       opts.Logger,
+		quit:      make(chan struct{}),
+		listeners: map[string]net.Addr{},
+		serveErrs: make(chan error, len(cfg.Listeners)+1),
+	}
+}
+
+// Start binds the admin listener, boots every wasm plugin on every worker,
+// then binds the listeners; /ready reports LIVE only after all of that, in
+// the order Envoy follows.
+func (s *Server) Start(ctx context.Context) error {
+	s.started = time.Now()
+	s.log.Logf(LevelInfo, "main", "initializing epoch 0 (base id=0, hot restart version=disabled)")
+	s.log.Logf(LevelInfo, "main", "statically linked extensions: %s, %s, %s", HCMFilterName, WasmFilterName, RouterFilterName)
+	if s.cfg.Admin != nil {
+		addr, err := s.serve("admin", s.cfg.Admin.Address, s.adminHandler(), nil)
+		if err != nil {
+			return err
+		}
+		s.admin = addr
+		s.log.Logf(LevelInfo, "main", "admin address: %s", addr)
+	}
+	s.clusters = newClusterManager(s.cfg.Clusters)
+	for _, c := range s.cfg.Clusters {
+		s.log.Logf(LevelInfo, "upstream", "cm init: adding cluster %s (%s, %d endpoints)", c.Name, c.Type, len(c.Endpoints))
+	}
+	s.rt = host.NewRuntime(host.RuntimeOptions{
+		Profile:  s.opts.Profile,
+		Logger:   s.pluginLog,
+		LogLevel: s.log.hostLevel(),
+	})
+
+	var workerSeq atomic.Uint64
+	for _, lc := range s.cfg.Listeners {
+		ls, err := s.newListener(ctx, lc)
+		if err != nil {
+			s.closeAll(ctx)
+			return err
+		}
+		connCtx := func(ctx context.Context, _ net.Conn) context.Context {
+			// Envoy balances connections over workers and keeps each on its
+			// worker for life; round robin gives the same spread.
+			w := int((workerSeq.Add(1) - 1) % uint64(s.opts.Concurrency))
+			return context.WithValue(ctx, workerKey{}, w)
+		}
+		addr, err := s.serve(lc.Name, lc.Address, ls, connCtx)
+		if err != nil {
+			s.closeAll(ctx)
+			return err
+		}
+		s.mu.Lock()
+		s.listeners[lc.Name] = addr
+		s.mu.Unlock()
+		s.log.Logf(LevelInfo, "config", "listener '%s' bound to %s (%d workers)", lc.Name, addr, s.opts.Concurrency)
+	}
+	s.live.Store(true)
+	s.log.Logf(LevelInfo, "main", "all dependencies initialized. starting workers")
+	return nil
+}
+
+func (s *Server) serve(name, address string, h http.Handler, connCtx func(context.Context, net.Conn) context.Context) (net.Addr, error) {
+	ln, err := net.Listen("tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("listener '%s': cannot bind '%s': %w", name, address, err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ConnContext:       connCtx,
+		ReadHeaderTimeout: time.Minute,
+		// Envoy's default idle timeout for downstream connections.
+		IdleTimeout: time.Hour,
+	}
+	s.mu.Lock()
+	s.servers = append(s.servers, srv)
+	s.mu.Unlock()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.serveErrs <- fmt.Errorf("listener '%s': %w", name, err)
+		}
+	}()
+	return ln.Addr(), nil
+}
+
+// ListenerAddr is the bound address of the named listener (useful with
+// port 0), or "" if there is none.
+func (s *Server) ListenerAddr(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.listeners[name]; a != nil {
+		return a.String()
+	}
+	return ""
+}
+
+// AdminAddr is the bound admin address, or "" without an admin block.
+func (s *Server) AdminAddr() string {
+	if s.admin == nil {
+		return ""
+	}
+	return s.admin.String()
+}
+
+// Runtime is the wasm host runtime (stats, shared data).
+func (s *Server) Runtime() *host.Runtime { return s.rt }
+
+// Plugins are the wasm plugins in listener and filter order.
+func (s *Server) Plugins() []*host.Plugin { return s.plugins }
+
+// Quit is closed when the admin /quitquitquit endpoint is hit.
+func (s *Server) Quit() <-chan struct{} { return s.quit }
+
+// Errors reports listeners that stopped serving on their own.
+func (s *Server) Errors() <-chan error { return s.serveErrs }
+
+// Shutdown stops accepting connections, lets in-flight requests finish
+// until ctx ends, then stops the plugins.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.live.Store(false)
+	s.log.Logf(LevelInfo, "main", "shutting down server")
+	return s.closeAll(ctx)
+}
+
+func (s *Server) closeAll(ctx context.Context) error {
+	var err error
+	s.closeOnce.Do(func() { err = s.doClose(ctx) })
+	return err
+}
+
+func (s *Server) doClose(ctx context.Context) error {
+	s.mu.Lock()
+	servers := s.servers
+	s.servers = nil
+	s.mu.Unlock()
+	var errs []error
+	for _, srv := range servers {
+		if err := srv.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+			srv.Close()
+		}
+	}
+	for _, p := range s.plugins {
+		if err := p.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.rt != nil {
+		if err := s.rt.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.clusters != nil {
+		s.clusters.close()
+	}
+	s.log.Logf(LevelInfo, "main", "exiting")
+	return errors.Join(errs...)
+}
+
+type workerKey struct{}
+
+// listener is one HCM: request header mutation, the wasm filters, and the
+// router.
+type listener struct {
+	s     *Server
+	cfg   *Listener
+	chain host.Upstream // first filter, ending in the router
+	wasm  bool
+}
+
+func (s *Server) newListener(ctx context.Context, lc *Listener) (*listener, error) {
+	l := &listener{s: s, cfg: lc}
+	var plugins []*host.Plugin
+	for _, f := range lc.HTTPFilters {
+		if f.Wasm == nil {
+			continue
+		}
+		var code []byte
+		var err error
+		if r := f.Wasm.Remote; r != nil {
+			// Through the server's own cluster manager, so the fetch uses
+			// the cluster exactly as the data path would.
+			s.log.Logf(LevelInfo, "wasm", "fetching code for plugin '%s' from %s via cluster '%s'", f.Wasm.Name, r.URI, r.Cluster)
+			code, err = r.fetch(ctx, s.clusters, f.Wasm.Name)
+		} else {
+			code, err = f.Wasm.LoadCodeContext(ctx)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Path, err)
+		}
+		p, err := s.rt.NewPlugin(ctx, host.PluginConfig{
+			Name:            f.Wasm.Name,
+			RootID:          f.Wasm.RootID,
+			VMID:            f.Wasm.VMID,
+			Code:            code,
+			Configuration:   f.Wasm.Configuration,
+			VMConfiguration: f.Wasm.VMConfiguration,
+			Environment:     f.Wasm.Environment,
+			FailOpen:        f.Wasm.FailOpen,
+			FailurePolicy:   f.Wasm.FailurePolicy,
+			Concurrency:     s.opts.Concurrency,
+			Caller:          s.clusters,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: unable to create Wasm HTTP filter %s: %w", f.Path, f.Wasm.Name, err)
+		}
+		s.logPrefix.LoadOrStore(f.Wasm.Name, f.Wasm.Name+" "+f.Wasm.RootID+" "+f.Wasm.VMID)
+		s.log.Logf(LevelInfo, "wasm", "plugin '%s' (root_id '%s', vm_id '%s') started on %d workers", f.Wasm.Name, f.Wasm.RootID, f.Wasm.VMID, s.opts.Concurrency)
+		s.plugins = append(s.plugins, p)
+		plugins = append(plugins, p)
+	}
+	l.wasm = len(plugins) > 0
+	next := host.Upstream(l.router)
+	for i := len(plugins) - 1; i >= 0; i-- {
+		p, n := plugins[i], next
+		next = func(ctx context.Context, req *host.Request) (*host.Response, error) {
+			return p.Serve(ctx, req, n)
+		}
+	}
+	l.chain = next
+	return l, nil
+}
+
+// pluginLog formats plugin output as Envoy does: "wasm log <name> <root_id>
+// <vm_id>: <message>". Lines logged while a plugin is still starting come
+// before its prefix is known and carry the name alone.
+func (s *Server) pluginLog(level host.LogLevel, plugin, msg string) {
+	prefix := plugin
+	if p, ok := s.logPrefix.Load(plugin); ok {
+		prefix = p.(string)
+	}
+	s.log.Logf(fromHostLevel(level), "wasm", "wasm log %s: %s", prefix, msg)
+}
+
+func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	worker, _ := ctx.Value(workerKey{}).(int)
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody+1))
+	if err != nil {
+		// The client went away mid-body; there is nobody to answer.
+		return
+	}
+	if len(body) > maxRequestBody {
+		writeResponse(w, r, localReply(413, "payload_too_large", []byte("Payload Too Large")))
+		return
+	}
+	req := l.request(r, worker, body)
+	var resp *host.Response
+	if l.wasm {
+		resp, err = l.chain(ctx, req)
+	} else {
+		resp, err = l.router(ctx, req)
+		var ue *host.UpstreamError
+		if errors.As(err, &ue) {
+			resp, err = routerLocalReply(ue), nil
+		}
+	}
+	if err != nil {
+		// A reset stream (proxy_close_stream, client gone): HTTP/1 can only
+		// say that by dropping the connection.
+		panic(http.ErrAbortHandler)
+	}
+	if l.s.log.Enabled(LevelDebug) {
+		l.s.log.Logf(LevelDebug, "http", "[worker %d] %s %s -> %d %s", worker, r.Method, r.RequestURI, resp.Status, resp.Details)
+	}
+	writeResponse(w, r, resp)
+}
+
+// request builds the header map filters see, applying the HCM's request
+// header mutations (x-forwarded-*, x-request-id, :scheme).
+func (l *listener) request(r *http.Request, worker int, body []byte) *host.Request {
+	authority := r.Host
+	path := r.RequestURI
+	if !strings.HasPrefix(path, "/") && path != "*" && r.URL.Host != "" {
+		// Absolute-form request line: Envoy splits it into :authority and
+		// :path.
+		authority = r.URL.Host
+		path = r.URL.RequestURI()
+	}
+	// Pseudo headers lead the map, as in Envoy's; :scheme is filled in once
+	// x-forwarded-proto is settled.
+	hs := [][2]string{{":authority", authority}, {":path", path}, {":method", r.Method}, {":scheme", "http"}}
+	keys := make([]string, 0, len(r.Header))
+	for k := range r.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var xff, xfp, reqID string
+	hasXFF := false
+	for _, k := range keys {
+		lk := strings.ToLower(k)
+		if hopByHop[lk] || lk == "host" {
+			continue
+		}
+		vs := r.Header[k]
+		switch lk {
+		case "x-forwarded-for":
+			hasXFF = true
+			xff = strings.Join(vs, ",")
+			continue // re-added below, possibly with our hop appended
+		case "x-forwarded-proto":
+			xfp = vs[0]
+			continue
+		case "x-request-id":
+			reqID = vs[0]
+			continue
+		}
+		for _, v := range vs {
+			hs = append(hs, [2]string{lk, v})
+		}
+	}
+	if r.ContentLength > 0 && r.Header.Get("Content-Length") == "" {
+		hs = append(hs, [2]string{"content-length", strconv.FormatInt(r.ContentLength, 10)})
+	}
+
+	remote, _ := netip.ParseAddrPort(r.RemoteAddr)
+	source := r.RemoteAddr
+	external := false
+	if l.cfg.UseRemoteAddress {
+		// Envoy appends the peer to x-forwarded-for and, with no trusted
+		// hops configured, overwrites x-forwarded-proto.
+		if remote.IsValid() {
+			ip := remote.Addr().Unmap().String()
+			if hasXFF && strings.TrimSpace(xff) != "" {
+				xff = xff + "," + ip
+			} else {
+				xff = ip
+			}
+			hasXFF = true
+			external = !isInternal(remote.Addr())
+		}
+		xfp = "http"
+	} else if hasXFF {
+		// Without use_remote_address the downstream address is the last
+		// x-forwarded-for entry (zero trusted hops), if it is an IP.
+		parts := strings.Split(xff, ",")
+		if a, err := netip.ParseAddr(strings.TrimSpace(parts[len(parts)-1])); err == nil {
+			source = netip.AddrPortFrom(a, 0).String()
+		}
+	}
+	if xfp == "" {
+		xfp = "http"
+	}
+	if hasXFF {
+		hs = append(hs, [2]string{"x-forwarded-for", xff})
+	}
+	hs = append(hs, [2]string{"x-forwarded-proto", xfp})
+	if external {
+		// Envoy strips x-envoy-* headers an external client sent and marks
+		// where the request came from.
+		kept := hs[:0]
+		for _, h := range hs {
+			if !strings.HasPrefix(h[0], "x-envoy-") {
+				kept = append(kept, h)
+			}
+		}
+		hs = append(kept, [2]string{"x-envoy-external-address", remote.Addr().Unmap().String()})
+	} else if l.cfg.UseRemoteAddress {
+		hs = append(hs, [2]string{"x-envoy-internal", "true"})
+	}
+	if l.cfg.GenerateRequestID && (reqID == "" || external) {
+		reqID = newUUID()
+	}
+	if reqID != "" {
+		hs = append(hs, [2]string{"x-request-id", reqID})
+	}
+	if xfp == "https" {
+		hs[3][1] = "https"
+	}
+
+	req := &host.Request{
+		Worker:        worker,
+		Headers:       hs,
+		Body:          body,
+		SourceAddress: source,
+		RequestID:     reqID,
+	}
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		req.DestinationAddress = la.String()
+	}
+	if _, rt := l.match(hs); rt != nil {
+		req.RouteName = rt.Name
+		req.ClusterName = rt.Cluster
+	}
+	return req
+}
+
+// isInternal is Envoy's legacy default internal address set: RFC 1918,
+// loopback, and unique-local IPv6.
+func isInternal(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsLoopback() || a.IsPrivate()
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func headerValue(hs [][2]string, name string) string {
+	for _, h := range hs {
+		if h[0] == name {
+			return h[1]
+		}
+	}
+	return ""
+}
+
+// match finds the route as Envoy does: the virtual host by :authority
+// (exact, then longest suffix wildcard, then longest prefix wildcard, then
+// "*"), then the first matching route in order.
+func (l *listener) match(hs [][2]string) (*VirtualHost, *Route) {
+	vh := l.virtualHost(strings.ToLower(headerValue(hs, ":authority")))
+	if vh == nil {
+		return nil, nil
+	}
+	path := headerValue(hs, ":path")
+	noQuery := path
+	if i := strings.IndexAny(noQuery, "?#"); i >= 0 {
+		noQuery = noQuery[:i]
+	}
+	for _, rt := range vh.Routes {
+		if routeMatches(rt, path, noQuery) {
+			return vh, rt
+		}
+	}
+	return vh, nil
+}
+
+func routeMatches(rt *Route, path, noQuery string) bool {
+	switch {
+	case rt.Regex != nil:
+		return rt.Regex.MatchString(noQuery)
+	case rt.Path != "":
+		if !rt.CaseSensitive {
+			return strings.EqualFold(noQuery, rt.Path)
+		}
+		return noQuery == rt.Path
+	case rt.SeparatedPrefix != "":
+		p := noQuery
+		if !rt.CaseSensitive {
+			p = strings.ToLower(p)
+		}
+		return p == rt.SeparatedPrefix || strings.HasPrefix(p, rt.SeparatedPrefix+"/")
+	default:
+		p := path
+		if !rt.CaseSensitive {
+			p = strings.ToLower(p)
+		}
+		return strings.HasPrefix(p, rt.Prefix)
+	}
+}
+
+func (l *listener) virtualHost(authority string) *VirtualHost {
+	var best *VirtualHost
+	bestLen, bestKind := -1, 4
+	for _, vh := range l.cfg.VirtualHosts {
+		for _, d := range vh.Domains {
+			kind, n := -1, len(d)
+			switch {
+			case d == authority:
+				return vh
+			case d == "*":
+				kind = 3
+			case strings.HasPrefix(d, "*") && strings.HasSuffix(authority, d[1:]) && len(authority) > len(d)-1:
+				kind = 1
+			case strings.HasSuffix(d, "*") && strings.HasPrefix(authority, d[:len(d)-1]) && len(authority) > len(d)-1:
+				kind = 2
+			}
+			if kind < 0 {
+				continue
+			}
+			if kind < bestKind || (kind == bestKind && n > bestLen) {
+				best, bestKind, bestLen = vh, kind, n
+			}
+		}
+	}
+	return best
+}
+
+// router is the terminal filter: it resolves the route from the final
+// headers (filters may have changed them; Envoy clears the route cache when
+// wasm modifies request headers) and forwards to the cluster.
+func (l *listener) router(ctx context.Context, req *host.Request) (*host.Response, error) {
+	_, rt := l.match(req.Headers)
+	if rt == nil {
+		return nil, &host.UpstreamError{Status: 404, Details: "route_not_found", Body: []byte{}}
+	}
+	c := l.s.clusters.clusters[rt.Cluster]
+	hs := req.Headers
+	uctx := ctx
+	if rt.Timeout > 0 {
+		var cancel context.CancelFunc
+		uctx, cancel = context.WithTimeout(ctx, rt.Timeout)
+		defer cancel()
+		hs = append(hs[:len(hs):len(hs)], [2]string{"x-envoy-expected-rq-timeout-ms", strconv.FormatInt(rt.Timeout.Milliseconds(), 10)})
+	}
+	start := time.Now()
+	resp, err := c.roundTrip(uctx, hs, req.Body)
+	if err != nil {
+		var ce *errConnect
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(uctx.Err(), context.DeadlineExceeded):
+			return nil, &host.UpstreamError{Status: 504, Details: "upstream_response_timeout", Body: []byte("upstream request timeout")}
+		case errors.As(err, &ce):
+			l.s.log.Logf(LevelDebug, "router", "upstream connect error on cluster %s: %v", rt.Cluster, err)
+			return nil, &host.UpstreamError{Status: 503, Details: "upstream_reset_before_response_started{connection_failure}",
+				Body: []byte("upstream connect error or disconnect/reset before headers. reset reason: connection failure")}
+		default:
+			l.s.log.Logf(LevelDebug, "router", "upstream reset on cluster %s: %v", rt.Cluster, err)
+			return nil, &host.UpstreamError{Status: 503, Details: "upstream_reset_before_response_started{connection_termination}",
+				Body: []byte("upstream connect error or disconnect/reset before headers. reset reason: connection termination")}
+		}
+	}
+	resp.Headers = append(resp.Headers, [2]string{"x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10)})
+	resp.Details = "via_upstream"
+	return resp, nil
+}
+
+func localReply(status int, details string, body []byte) *host.Response {
+	r := &host.Response{Status: status, Body: body, Details: details, Local: true}
+	if len(body) > 0 {
+		r.Headers = [][2]string{{"content-length", strconv.Itoa(len(body))}, {"content-type", "text/plain"}}
+	}
+	return r
+}
+
+// routerLocalReply renders the router's error the way the wasm host does,
+// so a chain without wasm filters answers identically.
+func routerLocalReply(ue *host.UpstreamError) *host.Response {
+	return localReply(ue.Status, ue.Details, ue.Body)
+}
+
+func writeResponse(w http.ResponseWriter, r *http.Request, resp *host.Response) {
+	h := w.Header()
+	var upstreamLength string
+	for _, kv := range resp.Headers {
+		k := strings.ToLower(kv[0])
+		switch {
+		case strings.HasPrefix(k, ":"), hopByHop[k]:
+		case k == "content-length":
+			upstreamLength = kv[1]
+		default:
+			h[http.CanonicalHeaderKey(k)] = append(h[http.CanonicalHeaderKey(k)], kv[1])
+		}
+	}
+	// Envoy's default server_header_transformation is OVERWRITE.
+	h.Set("Server", "envoy")
+	status := resp.Status
+	if status < 100 || status > 999 {
+		status = http.StatusBadGateway
+	}
+	bodyAllowed := status >= 200 && status != 204 && status != 304
+	switch {
+	case r.Method == http.MethodHead && upstreamLength != "":
+		h.Set("Content-Length", upstreamLength)
+	case bodyAllowed:
+		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	}
+	w.WriteHeader(status)
+	if bodyAllowed && r.Method != http.MethodHead {
+		_, _ = w.Write(resp.Body)
+	}
+}
+
+func sortPairs(p [][2]string) {
+	sort.SliceStable(p, func(i, j int) bool { return p[i][0] < p[j][0] })
+}
+
+// adminHandler serves the admin endpoints the project relies on.
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
+		if !s.live.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "PRE_INITIALIZING\n")
+			return
+		}
+		io.WriteString(w, "LIVE\n")
+	})
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
+		var re *regexp.Regexp
+		if f := r.URL.Query().Get("filter"); f != "" {
+			var err error
+			if re, err = regexp.Compile(f); err != nil {
+				http.Error(w, "Invalid re2 regex", http.StatusBadRequest)
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
+		if s.rt == nil {
+			return
+		}
+		if re == nil {
+			s.rt.Stats().WriteText(w)
+			return
+		}
+		// Like Envoy's ?filter=, the regex selects stats by name.
+		var buf strings.Builder
+		s.rt.Stats().WriteText(&buf)
+		for _, line := range strings.SplitAfter(buf.String(), "\n") {
+			name, _, _ := strings.Cut(line, ":")
+			if line != "" && re.MatchString(name) {
+				io.WriteString(w, line)
+			}
+		}
+	})
+	mux.HandleFunc("/stats/prometheus", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
+		if s.rt != nil {
+			tags := make([]host.TagSpecifier, 0, len(s.cfg.StatsTags))
+			for _, t := range s.cfg.StatsTags {
+				tags = append(tags, host.TagSpecifier{Name: t.Name, Regex: t.Regex, FixedValue: t.FixedValue})
+			}
+			s.rt.Stats().WritePrometheus(w, tags)
+		}
+	})
+	mux.HandleFunc("/listeners", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
+		for _, l := range s.cfg.Listeners {
+			fmt.Fprintf(w, "%s::%s\n", l.Name, s.ListenerAddr(l.Name))
+		}
+	})
+	mux.HandleFunc("/server_info", func(w http.ResponseWriter, r *http.Request) {
+		state := "PRE_INITIALIZING"
+		if s.live.Load() {
+			state = "LIVE"
+		}
+		up := fmt.Sprintf("%ds", int64(time.Since(s.started).Seconds()))
+		info := map[string]any{
+			"version":             Version,
+			"state":               state,
+			"hot_restart_version": "disabled",
+			"command_line_options": map[string]any{
+				"concurrency":  s.opts.Concurrency,
+				"config_path":  s.opts.ConfigPath,
+				"log_level":    s.log.level.String(),
+				"wasm_profile": string(s.rtProfile()),
+			},
+			"uptime_current_epoch": up,
+			"uptime_all_epochs":    up,
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", " ")
+		_ = enc.Encode(info)
+	})
+	mux.HandleFunc("/quitquitquit", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			// Envoy only performs mutating admin actions on POST.
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			io.WriteString(w, "This endpoint requires POST\n")
+			return
+		}
+		io.WriteString(w, "OK\n")
+		s.quitOnce.Do(func() {
+			s.log.Logf(LevelInfo, "main", "caught admin /quitquitquit")
+			close(s.quit)
+		})
+	})
+	return mux
+}
+
+func (s *Server) rtProfile() host.Profile {
+	if s.rt != nil {
+		return s.rt.Profile()
+	}
+	return s.opts.Profile
+}

@@ -1,0 +1,795 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/tetratelabs/wazero/api"
+)
+
+// Status is the proxy-wasm WasmResult.
+type Status uint32
+
+const (
+	StatusOK                  Status = 0
+	StatusNotFound            Status = 1
+	StatusBadArgument         Status = 2
+	StatusSerializationFailed Status = 3
+	StatusParseFailure        Status = 4
+	StatusInvalidMemoryAccess Status = 6
+	StatusEmpty               Status = 7
+	StatusCasMismatch         Status = 8
+	StatusInternalFailure     Status = 10
+	StatusUnimplemented       Status = 12
+)
+
+// Map types.
+const (
+	mapRequestHeaders       = 0
+	mapRequestTrailers      = 1
+	mapResponseHeaders      = 2
+	mapResponseTrailers     = 3
+	mapHTTPCallRespHeaders  = 6
+	mapHTTPCallRespTrailers = 7
+)
+
+// Buffer types.
+const (
+	bufRequestBody      = 0
+	bufResponseBody     = 1
+	bufHTTPCallResponse = 4
+	bufVMConfiguration  = 6
+	bufPluginConfig     = 7
+)
+
+func ok(s []uint64, st Status) { s[0] = uint64(st) }
+
+func (v *vm) contextID() uint32 {
+	if v.effective != 0 {
+		return v.effective
+	}
+	return v.current
+}
+
+func (v *vm) stream() *stream {
+	return v.streams[v.contextID()]
+}
+
+func (v *vm) read(ptr, size uint32) ([]byte, bool) {
+	if size == 0 {
+		return nil, true
+	}
+	return v.mem.Read(ptr, size)
+}
+
+func (v *vm) readString(ptr, size uint32) (string, bool) {
+	b, ok := v.read(ptr, size)
+	if !ok {
+		return "", false
+	}
+	return string(b), true
+}
+
+// copyOut is cpp-host's copyToPointerSize: allocate in the guest (nothing
+// for empty data), copy, store pointer and size.
+func (v *vm) copyOut(ctx context.Context, data []byte, ptrPtr, sizePtr uint32) bool {
+	var addr uint32
+	if len(data) > 0 {
+		addr = v.alloc(ctx, uint32(len(data)))
+		if !v.mem.Write(addr, data) {
+			return false
+		}
+	}
+	return v.mem.WriteUint32Le(ptrPtr, addr) && v.mem.WriteUint32Le(sizePtr, uint32(len(data)))
+}
+
+func (v *vm) copyOutString(ctx context.Context, s string, ptrPtr, sizePtr uint32) bool {
+	return v.copyOut(ctx, unsafe.Slice(unsafe.StringData(s), len(s)), ptrPtr, sizePtr)
+}
+
+// encodePairs writes Envoy's pairs format into v.pairBuf (not v.scratch:
+// the allocator may log through fd_write while the pairs are being copied).
+func (v *vm) encodePairs(pairs [][2]string) []byte {
+	size := 4
+	for _, p := range pairs {
+		size += 8 + len(p[0]) + 1 + len(p[1]) + 1
+	}
+	if cap(v.pairBuf) < size {
+		v.pairBuf = make([]byte, size, size*2)
+	}
+	b := v.pairBuf[:size]
+	binary.LittleEndian.PutUint32(b, uint32(len(pairs)))
+	off := 4
+	for _, p := range pairs {
+		binary.LittleEndian.PutUint32(b[off:], uint32(len(p[0])))
+		binary.LittleEndian.PutUint32(b[off+4:], uint32(len(p[1])))
+		off += 8
+	}
+	for _, p := range pairs {
+		off += copy(b[off:], p[0])
+		b[off] = 0
+		off++
+		off += copy(b[off:], p[1])
+		b[off] = 0
+		off++
+	}
+	return b
+}
+
+// EncodePairs is the proxy-wasm pairs encoding (exported for tests of guests).
+func EncodePairs(pairs [][2]string) []byte {
+	v := &vm{}
+	return append([]byte(nil), v.encodePairs(pairs)...)
+}
+
+// DecodePairs parses the pairs encoding; malformed input gives ok=false.
+func DecodePairs(b []byte) ([][2]string, bool) {
+	if len(b) == 0 {
+		return nil, true
+	}
+	if len(b) < 4 {
+		return nil, false
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if uint64(n)*8+4 > uint64(len(b)) {
+		return nil, false
+	}
+	sizes := b[4 : 4+n*8]
+	data := b[4+n*8:]
+	out := make([][2]string, 0, n)
+	for i := uint32(0); i < n; i++ {
+		kl := uint64(binary.LittleEndian.Uint32(sizes[i*8:]))
+		vl := uint64(binary.LittleEndian.Uint32(sizes[i*8+4:]))
+		if kl+1+vl+1 > uint64(len(data)) {
+			return nil, false
+		}
+		k := string(data[:kl])
+		val := string(data[kl+1 : kl+1+vl])
+		data = data[kl+1+vl+1:]
+		out = append(out, [2]string{k, val})
+	}
+	return out, true
+}
+
+// headerMap returns the map of type t if the running callback may use it.
+// writable is false for http call responses.
+func (v *vm) headerMap(t uint32) (m *[][2]string, writable bool) {
+	switch t {
+	case mapHTTPCallRespHeaders, mapHTTPCallRespTrailers:
+		if v.scope.httpCall == nil {
+			return nil, false
+		}
+		if t == mapHTTPCallRespHeaders {
+			return &v.scope.httpCall.Headers, false
+		}
+		return &v.scope.httpCall.Trailers, false
+	}
+	st := v.stream()
+	if st == nil {
+		return nil, false
+	}
+	switch t {
+	case mapRequestHeaders:
+		return &st.reqHeaders, true
+	case mapRequestTrailers:
+		if st.reqTrailers == nil {
+			return nil, false
+		}
+		return &st.reqTrailers, true
+	case mapResponseHeaders:
+		if !st.hasResponse {
+			return nil, false
+		}
+		return &st.respHeaders, true
+	case mapResponseTrailers:
+		if !st.hasResponse || st.respTrailers == nil {
+			return nil, false
+		}
+		return &st.respTrailers, true
+	}
+	return nil, false
+}
+
+func (v *vm) buffer(t uint32) (*[]byte, bool) {
+	switch t {
+	case bufVMConfiguration:
+		if v.scope.vmConfig {
+			return &v.p.cfg.VMConfiguration, true
+		}
+	case bufPluginConfig:
+		if v.scope.pluginConfig {
+			return &v.p.cfg.Configuration, true
+		}
+	case bufHTTPCallResponse:
+		if v.scope.httpCall != nil {
+			return &v.scope.httpCall.Body, true
+		}
+	case bufRequestBody:
+		if st := v.stream(); st != nil && st.reqBodyReadable {
+			return &st.reqBody, true
+		}
+	case bufResponseBody:
+		if st := v.stream(); st != nil && st.respBodyReadable {
+			return &st.respBody, true
+		}
+	}
+	return nil, false
+}
+
+func envFuncs() []hostFunc {
+	return []hostFunc{
+		{name: "proxy_log", params: sig(3), results: oneI32, fn: hLog},
+		{name: "proxy_get_log_level", params: sig(1), results: oneI32, fn: func(v *vm, _ context.Context, s []uint64) {
+			if !v.mem.WriteUint32Le(uint32(s[0]), uint32(v.p.rt.logLevel)) {
+				ok(s, StatusInvalidMemoryAccess)
+				return
+			}
+			ok(s, StatusOK)
+		}},
+		{name: "proxy_get_property", params: sig(4), results: oneI32, fn: hGetProperty},
+		{name: "proxy_set_property", params: sig(4), results: oneI32, fn: hSetProperty},
+		{name: "proxy_continue_stream", params: sig(1), results: oneI32, fn: hContinueStream},
+		{name: "proxy_close_stream", params: sig(1), results: oneI32, fn: hCloseStream},
+		{name: "proxy_send_local_response", params: sig(8), results: oneI32, fn: hSendLocalResponse},
+		{name: "proxy_get_shared_data", params: sig(5), results: oneI32, fn: hGetSharedData},
+		{name: "proxy_set_shared_data", params: sig(5), results: oneI32, fn: hSetSharedData},
+		{name: "proxy_register_shared_queue", params: sig(3), results: oneI32, fn: hRegisterQueue},
+		{name: "proxy_resolve_shared_queue", params: sig(5), results: oneI32, fn: hResolveQueue},
+		{name: "proxy_dequeue_shared_queue", params: sig(3), results: oneI32, fn: hDequeue},
+		{name: "proxy_enqueue_shared_queue", params: sig(3), results: oneI32, fn: hEnqueue},
+		{name: "proxy_get_header_map_value", params: sig(5), results: oneI32, fn: hGetHeader},
+		{name: "proxy_add_header_map_value", params: sig(5), results: oneI32, fn: hAddHeader},
+		{name: "proxy_replace_header_map_value", params: sig(5), results: oneI32, fn: hReplaceHeader},
+		{name: "proxy_remove_header_map_value", params: sig(3), results: oneI32, fn: hRemoveHeader},
+		{name: "proxy_get_header_map_pairs", params: sig(3), results: oneI32, fn: hGetPairs},
+		{name: "proxy_set_header_map_pairs", params: sig(3), results: oneI32, fn: hSetPairs},
+		{name: "proxy_get_header_map_size", params: sig(2), results: oneI32, fn: hGetMapSize},
+		{name: "proxy_get_buffer_status", params: sig(3), results: oneI32, fn: hGetBufferStatus},
+		{name: "proxy_get_buffer_bytes", params: sig(5), results: oneI32, fn: hGetBuffer},
+		{name: "proxy_set_buffer_bytes", params: sig(5), results: oneI32, fn: hSetBuffer},
+		{name: "proxy_http_call", params: sig(10), results: oneI32, fn: hHTTPCall},
+		{name: "proxy_grpc_call", params: sig(12), results: oneI32, fn: badArg},
+		{name: "proxy_grpc_stream", params: sig(9), results: oneI32, fn: badArg},
+		{name: "proxy_grpc_cancel", params: sig(1), results: oneI32, fn: notFound},
+		{name: "proxy_grpc_close", params: sig(1), results: oneI32, fn: notFound},
+		{name: "proxy_grpc_send", params: sig(4), results: oneI32, fn: notFound},
+		{name: "proxy_set_tick_period_milliseconds", params: sig(1), results: oneI32, fn: func(v *vm, _ context.Context, s []uint64) {
+			v.setTick(time.Duration(uint32(s[0])) * time.Millisecond)
+			ok(s, StatusOK)
+		}},
+		{name: "proxy_get_current_time_nanoseconds", params: sig(1), results: oneI32, fn: func(v *vm, _ context.Context, s []uint64) {
+			if !v.mem.WriteUint64Le(uint32(s[0]), uint64(time.Now().UnixNano())) {
+				ok(s, StatusInvalidMemoryAccess)
+				return
+			}
+			ok(s, StatusOK)
+		}},
+		{name: "proxy_define_metric", params: sig(4), results: oneI32, fn: hDefineMetric},
+		{name: "proxy_increment_metric", params: []api.ValueType{i32, i64}, results: oneI32, fn: hIncrementMetric},
+		{name: "proxy_record_metric", params: []api.ValueType{i32, i64}, results: oneI32, fn: hRecordMetric},
+		{name: "proxy_get_metric", params: sig(2), results: oneI32, fn: hGetMetric},
+		{name: "proxy_set_effective_context", params: sig(1), results: oneI32, fn: func(v *vm, _ context.Context, s []uint64) {
+			id := uint32(s[0])
+			if id != rootContextID && v.streams[id] == nil {
+				ok(s, StatusBadArgument)
+				return
+			}
+			v.effective = id
+			ok(s, StatusOK)
+		}},
+		{name: "proxy_done", params: nil, results: oneI32, fn: func(v *vm, _ context.Context, s []uint64) { ok(s, StatusNotFound) }},
+		{name: "proxy_call_foreign_function", params: sig(6), results: oneI32, fn: notFound},
+		// Registered by cpp-host for emscripten-built modules.
+		{name: "pthread_equal", params: sig(2), results: oneI32, fn: func(v *vm, _ context.Context, s []uint64) { s[0] = b2u(uint32(s[0]) == uint32(s[1])) }},
+		{name: "emscripten_notify_memory_growth", params: sig(1), fn: func(*vm, context.Context, []uint64) {}},
+		// ABI 0.2.x stream control.
+	}
+}
+
+func badArg(v *vm, _ context.Context, s []uint64)   { ok(s, StatusBadArgument) }
+func notFound(v *vm, _ context.Context, s []uint64) { ok(s, StatusNotFound) }
+
+func hLog(v *vm, _ context.Context, s []uint64) {
+	level, ptr, size := uint32(s[0]), uint32(s[1]), uint32(s[2])
+	if level > uint32(LogCritical) {
+		ok(s, StatusBadArgument)
+		return
+	}
+	msg, good := v.readString(ptr, size)
+	if !good {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	v.p.rt.log(LogLevel(level), v.p.cfg.Name, msg)
+	ok(s, StatusOK)
+}
+
+func hContinueStream(v *vm, _ context.Context, s []uint64) {
+	st := v.stream()
+	if st == nil {
+		ok(s, StatusNotFound)
+		return
+	}
+	var want phase
+	switch uint32(s[0]) {
+	case 0:
+		want = phaseRequest
+	case 1:
+		want = phaseResponse
+	default:
+		ok(s, StatusBadArgument)
+		return
+	}
+	if st.paused == want {
+		st.paused = phaseNone
+		st.signal()
+	} else if st.phase == want && v.current == st.id {
+		// Continue from inside the stream's own callback: remembered so a
+		// Pause returned by that callback does not park the stream.
+		st.pendingResume = true
+	}
+	ok(s, StatusOK)
+}
+
+func hCloseStream(v *vm, _ context.Context, s []uint64) {
+	st := v.stream()
+	if st == nil {
+		ok(s, StatusNotFound)
+		return
+	}
+	st.reset = true
+	st.signal()
+	ok(s, StatusOK)
+}
+
+func hSendLocalResponse(v *vm, _ context.Context, s []uint64) {
+	st := v.stream()
+	if st == nil {
+		ok(s, StatusNotFound)
+		return
+	}
+	code := uint32(s[0])
+	details, ok1 := v.readString(uint32(s[1]), uint32(s[2]))
+	body, ok2 := v.read(uint32(s[3]), uint32(s[4]))
+	hdrBytes, ok3 := v.read(uint32(s[5]), uint32(s[6]))
+	if !ok1 || !ok2 || !ok3 {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	headers, good := DecodePairs(hdrBytes)
+	if !good {
+		ok(s, StatusBadArgument)
+		return
+	}
+	if st.localSent || st.local != nil {
+		// Envoy sends at most one local reply per stream.
+		ok(s, StatusBadArgument)
+		return
+	}
+	st.local = &localReply{status: int(code), details: details, body: append([]byte(nil), body...), headers: headers}
+	st.paused = phaseNone
+	st.signal()
+	ok(s, StatusOK)
+}
+
+func hGetHeader(v *vm, ctx context.Context, s []uint64) {
+	m, _ := v.headerMap(uint32(s[0]))
+	if m == nil {
+		ok(s, StatusBadArgument)
+		return
+	}
+	keyB, good := v.read(uint32(s[1]), uint32(s[2]))
+	if !good {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	key := lower(string(keyB))
+	// Envoy returns the first value only (a known ABI limitation, see the
+	// TODO in Envoy's Context::getHeaderMapValue).
+	val, found := headerValue(*m, key)
+	if !found {
+		ok(s, StatusNotFound)
+		return
+	}
+	if !v.copyOutString(ctx, val, uint32(s[3]), uint32(s[4])) {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ok(s, StatusOK)
+}
+
+func (v *vm) keyValue(s []uint64) (key, val string, good bool) {
+	k, ok1 := v.read(uint32(s[1]), uint32(s[2]))
+	val, ok2 := v.readString(uint32(s[3]), uint32(s[4]))
+	return lower(string(k)), val, ok1 && ok2
+}
+
+func hAddHeader(v *vm, _ context.Context, s []uint64) {
+	m, w := v.headerMap(uint32(s[0]))
+	if m == nil || !w {
+		ok(s, StatusBadArgument)
+		return
+	}
+	k, val, good := v.keyValue(s)
+	if !good {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	*m = append(*m, [2]string{k, val})
+	ok(s, StatusOK)
+}
+
+func hReplaceHeader(v *vm, _ context.Context, s []uint64) {
+	m, w := v.headerMap(uint32(s[0]))
+	if m == nil || !w {
+		ok(s, StatusBadArgument)
+		return
+	}
+	k, val, good := v.keyValue(s)
+	if !good {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	out := (*m)[:0]
+	replaced := false
+	for _, h := range *m {
+		if h[0] == k {
+			if replaced {
+				continue
+			}
+			h[1] = val
+			replaced = true
+		}
+		out = append(out, h)
+	}
+	if !replaced {
+		out = append(out, [2]string{k, val})
+	}
+	*m = out
+	ok(s, StatusOK)
+}
+
+func hRemoveHeader(v *vm, _ context.Context, s []uint64) {
+	m, w := v.headerMap(uint32(s[0]))
+	if m == nil || !w {
+		ok(s, StatusBadArgument)
+		return
+	}
+	kb, good := v.read(uint32(s[1]), uint32(s[2]))
+	if !good {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	k := lower(string(kb))
+	out := (*m)[:0]
+	for _, h := range *m {
+		if h[0] != k {
+			out = append(out, h)
+		}
+	}
+	*m = out
+	ok(s, StatusOK)
+}
+
+func hGetPairs(v *vm, ctx context.Context, s []uint64) {
+	m, _ := v.headerMap(uint32(s[0]))
+	if m == nil {
+		// Unlike the single-value getter, Envoy's getHeaderMapPairs reports
+		// an unavailable map as empty, with status Ok.
+		if !v.copyOut(ctx, nil, uint32(s[1]), uint32(s[2])) {
+			ok(s, StatusInvalidMemoryAccess)
+			return
+		}
+		ok(s, StatusOK)
+		return
+	}
+	b := v.encodePairs(*m)
+	if !v.copyOut(ctx, b, uint32(s[1]), uint32(s[2])) {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ok(s, StatusOK)
+}
+
+func hSetPairs(v *vm, _ context.Context, s []uint64) {
+	m, w := v.headerMap(uint32(s[0]))
+	if m == nil || !w {
+		ok(s, StatusBadArgument)
+		return
+	}
+	b, good := v.read(uint32(s[1]), uint32(s[2]))
+	if !good {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	pairs, good := DecodePairs(b)
+	if !good {
+		ok(s, StatusBadArgument)
+		return
+	}
+	*m = lowerPairs(pairs)
+	if *m == nil {
+		*m = [][2]string{}
+	}
+	ok(s, StatusOK)
+}
+
+func hGetMapSize(v *vm, _ context.Context, s []uint64) {
+	m, _ := v.headerMap(uint32(s[0]))
+	if m == nil {
+		ok(s, StatusBadArgument)
+		return
+	}
+	size := 0
+	for _, h := range *m {
+		size += len(h[0]) + len(h[1])
+	}
+	if !v.mem.WriteUint32Le(uint32(s[1]), uint32(size)) {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ok(s, StatusOK)
+}
+
+func hGetBufferStatus(v *vm, _ context.Context, s []uint64) {
+	b, avail := v.buffer(uint32(s[0]))
+	if !avail {
+		ok(s, StatusNotFound)
+		return
+	}
+	if !v.mem.WriteUint32Le(uint32(s[1]), uint32(len(*b))) || !v.mem.WriteUint32Le(uint32(s[2]), 0) {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ok(s, StatusOK)
+}
+
+func hGetBuffer(v *vm, ctx context.Context, s []uint64) {
+	b, avail := v.buffer(uint32(s[0]))
+	if !avail {
+		ok(s, StatusNotFound)
+		return
+	}
+	start, length := uint64(uint32(s[1])), uint64(uint32(s[2]))
+	data := *b
+	if start > uint64(len(data)) {
+		ok(s, StatusBadArgument)
+		return
+	}
+	end := start + length
+	if end > uint64(len(data)) {
+		end = uint64(len(data))
+	}
+	if !v.copyOut(ctx, data[start:end], uint32(s[3]), uint32(s[4])) {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ok(s, StatusOK)
+}
+
+func hSetBuffer(v *vm, _ context.Context, s []uint64) {
+	t := uint32(s[0])
+	if t != bufRequestBody && t != bufResponseBody {
+		ok(s, StatusBadArgument)
+		return
+	}
+	b, avail := v.buffer(t)
+	if !avail {
+		ok(s, StatusNotFound)
+		return
+	}
+	data, good := v.read(uint32(s[3]), uint32(s[4]))
+	if !good {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	start, length := uint64(uint32(s[1])), uint64(uint32(s[2]))
+	old := *b
+	if start > uint64(len(old)) {
+		start = uint64(len(old))
+	}
+	end := start + length
+	if end > uint64(len(old)) {
+		end = uint64(len(old))
+	}
+	nb := make([]byte, 0, uint64(len(old))-(end-start)+uint64(len(data)))
+	nb = append(nb, old[:start]...)
+	nb = append(nb, data...)
+	nb = append(nb, old[end:]...)
+	*b = nb
+	ok(s, StatusOK)
+}
+
+func hHTTPCall(v *vm, _ context.Context, s []uint64) {
+	cluster, ok1 := v.readString(uint32(s[0]), uint32(s[1]))
+	hb, ok2 := v.read(uint32(s[2]), uint32(s[3]))
+	body, ok3 := v.read(uint32(s[4]), uint32(s[5]))
+	tb, ok4 := v.read(uint32(s[6]), uint32(s[7]))
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	if int32(s[8]) < 0 {
+		ok(s, StatusBadArgument)
+		return
+	}
+	timeout := time.Duration(uint32(s[8])) * time.Millisecond
+	tokenPtr := uint32(s[9])
+	caller := v.p.cfg.Caller
+	if caller == nil || !caller.HasCluster(cluster) {
+		ok(s, StatusBadArgument)
+		return
+	}
+	headers, good := DecodePairs(hb)
+	trailers, good2 := DecodePairs(tb)
+	if !good || !good2 {
+		ok(s, StatusBadArgument)
+		return
+	}
+	headers = lowerPairs(headers)
+	var hasMethod, hasPath, hasAuthority bool
+	for _, h := range headers {
+		switch h[0] {
+		case ":method":
+			hasMethod = h[1] != ""
+		case ":path":
+			hasPath = h[1] != ""
+		case ":authority":
+			hasAuthority = h[1] != ""
+		}
+	}
+	if !hasMethod || !hasPath || !hasAuthority {
+		ok(s, StatusBadArgument)
+		return
+	}
+	if v.worker < 0 {
+		// The canary VM is discarded right after configuration.
+		ok(s, StatusInternalFailure)
+		return
+	}
+	if len(body) > 0 {
+		// Envoy sets the content length of the call's body.
+		headers = append(headers, [2]string{"content-length", itoa(len(body))})
+	}
+	token := v.startHTTPCall(cluster, headers, append([]byte(nil), body...), lowerPairs(trailers), timeout)
+	if !v.mem.WriteUint32Le(tokenPtr, token) {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ok(s, StatusOK)
+}
+
+// ---- properties ----
+
+func hGetProperty(v *vm, ctx context.Context, s []uint64) {
+	pb, good := v.read(uint32(s[0]), uint32(s[1]))
+	if !good {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	val, found := v.property(strings.ReplaceAll(strings.TrimRight(string(pb), "\x00"), "\x00", "."))
+	if !found {
+		ok(s, StatusNotFound)
+		return
+	}
+	if !v.copyOut(ctx, val, uint32(s[2]), uint32(s[3])) {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ok(s, StatusOK)
+}
+
+func hSetProperty(v *vm, _ context.Context, s []uint64) {
+	pb, ok1 := v.read(uint32(s[0]), uint32(s[1]))
+	val, ok2 := v.read(uint32(s[2]), uint32(s[3]))
+	if !ok1 || !ok2 {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	st := v.stream()
+	if st == nil {
+		ok(s, StatusNotFound)
+		return
+	}
+	if st.props == nil {
+		st.props = map[string][]byte{}
+	}
+	st.props[strings.ReplaceAll(string(pb), "\x00", ".")] = append([]byte(nil), val...)
+	ok(s, StatusOK)
+}
+
+func int64Bytes(n int64) []byte {
+	b := make([]byte, 8)
+	binary.LittleEndian.PutUint64(b, uint64(n))
+	return b
+}
+
+func headerValue(hs [][2]string, key string) (string, bool) {
+	for _, h := range hs {
+		if h[0] == key {
+			return h[1], true
+		}
+	}
+	return "", false
+}
+
+// property implements the Envoy attributes the host knows, with Envoy's
+// encodings: strings raw, integers 8-byte little-endian, maps as pairs.
+func (v *vm) property(path string) ([]byte, bool) {
+	cfg := &v.p.cfg
+	switch path {
+	case "plugin_name":
+		return []byte(cfg.Name), true
+	case "plugin_root_id":
+		return []byte(cfg.RootID), true
+	case "plugin_vm_id":
+		return []byte(cfg.VMID), true
+	}
+	st := v.stream()
+	if st == nil {
+		return nil, false
+	}
+	if val, ok := st.props[path]; ok {
+		return val, true
+	}
+	str := func(s string, ok bool) ([]byte, bool) {
+		if !ok {
+			return nil, false
+		}
+		return []byte(s), true
+	}
+	switch path {
+	case "source.address":
+		return str(st.req.SourceAddress, st.req.SourceAddress != "")
+	case "destination.address":
+		return str(st.req.DestinationAddress, st.req.DestinationAddress != "")
+	case "request.path":
+		return str(headerValue(st.reqHeaders, ":path"))
+	case "request.url_path":
+		p, ok := headerValue(st.reqHeaders, ":path")
+		if i := strings.IndexByte(p, '?'); i >= 0 {
+			p = p[:i]
+		}
+		return str(p, ok)
+	case "request.method":
+		return str(headerValue(st.reqHeaders, ":method"))
+	case "request.host":
+		return str(headerValue(st.reqHeaders, ":authority"))
+	case "request.scheme":
+		return str(headerValue(st.reqHeaders, ":scheme"))
+	case "request.id":
+		return str(headerValue(st.reqHeaders, "x-request-id"))
+	case "request.protocol":
+		return []byte("HTTP/1.1"), true
+	case "request.headers":
+		return append([]byte(nil), v.encodePairs(st.reqHeaders)...), true
+	case "response.headers":
+		if !st.hasResponse {
+			return nil, false
+		}
+		return append([]byte(nil), v.encodePairs(st.respHeaders)...), true
+	case "response.code":
+		if !st.hasResponse {
+			return nil, false
+		}
+		code, _ := headerValue(st.respHeaders, ":status")
+		n := 0
+		for _, c := range code {
+			if c < '0' || c > '9' {
+				break
+			}
+			n = n*10 + int(c-'0')
+		}
+		return int64Bytes(int64(n)), true
+	case "response.code_details":
+		return str(st.details, st.hasResponse && st.details != "")
+	case "xds.cluster_name":
+		return str(st.req.ClusterName, st.req.ClusterName != "")
+	case "xds.route_name":
+		return str(st.req.RouteName, st.req.RouteName != "")
+	}
+	return nil, false
+}

@@ -1,0 +1,363 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+)
+
+type vmKey struct{}
+
+// Context ids as proxy-wasm-cpp-host allocates them: the VM context is 0, the
+// plugin's root context is the first allocated id.
+const (
+	vmContextID   = 0
+	rootContextID = 1
+)
+
+// buffer/map availability for the callback that is running.
+type callScope struct {
+	vmConfig     bool
+	pluginConfig bool
+	httpCall     *Response // http call response readable (map 6/7, buffer 4)
+}
+
+// vm is one instance of the module. All fields are guarded by the owning
+// worker's mutex (or, for the canary, by being private to NewPlugin).
+type vm struct {
+	p      *Plugin
+	worker int // -1 for the canary
+	mod    api.Module
+	mem    api.Memory
+	ctx    context.Context
+	cancel context.CancelFunc
+	closed bool
+
+	failed  bool
+	failMsg string
+
+	// Envoy fails the VM when a disallowed hostcall runs during start-up or
+	// an allocator call; allowed is nil when nothing is restricted.
+	allowed map[string]bool
+
+	fnMalloc, fnInitialize, fnMain, fnStart                   api.Function
+	fnContextCreate, fnVMStart, fnConfigure                   api.Function
+	fnReqHeaders, fnReqBody, fnReqTrailers                    api.Function
+	fnRespHeaders, fnRespBody, fnRespTrailers                 api.Function
+	fnLog, fnDone, fnDelete, fnTick, fnHTTPResp, fnQueueReady api.Function
+
+	callStack  [8]uint64
+	allocStack [2]uint64
+	scratch    []byte
+	pairBuf    []byte
+
+	current   uint32 // context id of the running callback
+	effective uint32 // set by proxy_set_effective_context; 0 = current
+	scope     callScope
+	nextID    uint32
+	streams   map[uint32]*stream
+
+	tickPeriod time.Duration
+	tickStop   chan struct{}
+
+	nextToken uint32
+	metrics   map[uint32]*metric
+	nextMID   uint32
+}
+
+func (p *Plugin) newVM(ctx context.Context, worker int) (*vm, error) {
+	r := p.rt
+	// Anonymous modules can be instantiated any number of times.
+	mcfg := wazero.NewModuleConfig().WithName("").WithStartFunctions()
+	mod, err := r.wz.InstantiateModule(ctx, p.code.mod, mcfg)
+	if err != nil {
+		return nil, fmt.Errorf("Failed to instantiate Wasm module: %w", err)
+	}
+	vctx, cancel := context.WithCancel(p.ctx)
+	v := &vm{
+		p: p, worker: worker, mod: mod, mem: mod.ExportedMemory("memory"),
+		cancel: cancel, nextID: rootContextID + 1,
+		streams: map[uint32]*stream{}, metrics: map[uint32]*metric{},
+	}
+	if v.mem == nil {
+		for name := range p.code.mod.ExportedMemories() {
+			v.mem = mod.ExportedMemory(name)
+			break
+		}
+	}
+	v.ctx = context.WithValue(vctx, vmKey{}, v)
+	get := func(name string) api.Function { return mod.ExportedFunction(name) }
+	v.fnInitialize = get("_initialize")
+	if v.fnInitialize != nil {
+		v.fnMain = get("main")
+	} else {
+		v.fnStart = get("_start")
+	}
+	v.fnMalloc = get("malloc")
+	if v.fnMalloc == nil {
+		v.fnMalloc = get("proxy_on_memory_allocate")
+	}
+	v.fnContextCreate = get("proxy_on_context_create")
+	v.fnVMStart = get("proxy_on_vm_start")
+	v.fnConfigure = get("proxy_on_configure")
+	v.fnReqHeaders = get("proxy_on_request_headers")
+	v.fnReqBody = get("proxy_on_request_body")
+	v.fnReqTrailers = get("proxy_on_request_trailers")
+	v.fnRespHeaders = get("proxy_on_response_headers")
+	v.fnRespBody = get("proxy_on_response_body")
+	v.fnRespTrailers = get("proxy_on_response_trailers")
+	v.fnLog = get("proxy_on_log")
+	v.fnDone = get("proxy_on_done")
+	v.fnDelete = get("proxy_on_delete")
+	v.fnTick = get("proxy_on_tick")
+	v.fnHTTPResp = get("proxy_on_http_call_response")
+	v.fnQueueReady = get("proxy_on_queue_ready")
+
+	if err := v.startup(); err != nil {
+		v.close()
+		return nil, err
+	}
+	return v, nil
+}
+
+// startup is WasmBase::startVm followed by ContextBase::onStart and
+// onConfigure for the plugin's root context.
+func (v *vm) startup() error {
+	v.allowed = startAllowed(v.p.rt.profile)
+	v.current = vmContextID
+	if v.fnInitialize != nil {
+		v.callRaw(v.fnInitialize)
+		if !v.failed && v.fnMain != nil {
+			v.callRaw(v.fnMain, 0, 0)
+		}
+	} else if v.fnStart != nil {
+		v.callRaw(v.fnStart)
+	}
+	v.allowed = nil
+	if v.failed {
+		return fmt.Errorf("Failed to initialize Wasm code: %s", v.failMsg)
+	}
+
+	cfg := &v.p.cfg
+	v.call(rootContextID, v.fnContextCreate, rootContextID, 0)
+	if v.fnVMStart != nil && !v.failed {
+		v.scope = callScope{vmConfig: true}
+		ok := v.call(rootContextID, v.fnVMStart, rootContextID, uint64(len(cfg.VMConfiguration)))
+		v.scope = callScope{}
+		if !v.failed && uint32(ok) == 0 {
+			return errors.New("Failed to start base Wasm plugin: proxy_on_vm_start returned false")
+		}
+	}
+	if v.failed {
+		return fmt.Errorf("Failed to start base Wasm plugin: %s", v.failMsg)
+	}
+	if v.fnConfigure != nil {
+		v.scope = callScope{pluginConfig: true}
+		ok := v.call(rootContextID, v.fnConfigure, rootContextID, uint64(len(cfg.Configuration)))
+		v.scope = callScope{}
+		if !v.failed && uint32(ok) == 0 {
+			return errors.New("Failed to configure base Wasm plugin: proxy_on_configure returned false")
+		}
+	}
+	if v.failed {
+		return fmt.Errorf("Failed to configure base Wasm plugin: %s", v.failMsg)
+	}
+	return nil
+}
+
+func (v *vm) close() {
+	if v.closed {
+		return
+	}
+	v.closed = true
+	v.stopTicker()
+	v.cancel()
+	_ = v.mod.Close(context.Background())
+}
+
+// fail marks the VM failed; nothing runs in it afterwards.
+func (v *vm) fail(msg string) {
+	if v.failed {
+		return
+	}
+	v.failed = true
+	v.failMsg = msg
+	v.stopTicker()
+	if v.worker >= 0 {
+		v.p.traps.Add(1)
+	}
+	v.p.rt.log(LogCritical, v.p.cfg.Name, "wasm VM failed: "+msg)
+}
+
+// callRaw runs an export with the VM context current, marking the VM failed
+// on any trap. It returns the first result (0 if none or failed).
+func (v *vm) callRaw(fn api.Function, args ...uint64) uint64 {
+	if v.failed || v.closed || fn == nil {
+		return 0
+	}
+	stack := v.callStack[:]
+	n := copy(stack, args)
+	_ = n
+	if err := fn.CallWithStack(v.ctx, stack); err != nil {
+		v.fail(trapMessage(err))
+		return 0
+	}
+	return stack[0]
+}
+
+// call runs a proxy_on_* callback with contextID as the current context.
+func (v *vm) call(contextID uint32, fn api.Function, args ...uint64) uint64 {
+	if fn == nil {
+		return 0
+	}
+	prevCur, prevEff := v.current, v.effective
+	v.current, v.effective = contextID, 0
+	res := v.callRaw(fn, args...)
+	v.current, v.effective = prevCur, prevEff
+	return res
+}
+
+func trapMessage(err error) string {
+	var rv restrictedViolation
+	if errors.As(err, &rv) {
+		return "restricted_callback: " + string(rv)
+	}
+	return err.Error()
+}
+
+type restrictedViolation string
+
+func (r restrictedViolation) Error() string { return "restricted_callback " + string(r) }
+
+// alloc calls the module's allocator under Envoy's allocation restrictions.
+// A failure aborts the whole host call (the VM is marked failed by the
+// caller's trap handling).
+func (v *vm) alloc(ctx context.Context, size uint32) uint32 {
+	prev := v.allowed
+	v.allowed = mallocAllowed(v.p.rt.profile)
+	stack := v.allocStack[:]
+	stack[0] = uint64(size)
+	err := v.fnMalloc.CallWithStack(ctx, stack)
+	v.allowed = prev
+	if err != nil {
+		panic(err)
+	}
+	addr := uint32(stack[0])
+	if addr == 0 && size > 0 {
+		panic(errors.New("proxy_on_memory_allocate returned a null pointer"))
+	}
+	if uint64(addr)+uint64(size) > uint64(v.mem.Size()) {
+		panic(errors.New("proxy_on_memory_allocate returned memory out of bounds"))
+	}
+	return addr
+}
+
+// ---- ticks ----
+
+func (v *vm) setTick(period time.Duration) {
+	v.stopTicker()
+	v.tickPeriod = period
+	if period <= 0 || v.worker < 0 || v.closed {
+		return
+	}
+	stop := make(chan struct{})
+	v.tickStop = stop
+	w := v.p.workers[v.worker]
+	v.p.wg.Add(1)
+	go func() {
+		defer v.p.wg.Done()
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-v.ctx.Done():
+				return
+			case <-t.C:
+			}
+			w.mu.Lock()
+			select {
+			case <-stop:
+				w.mu.Unlock()
+				return
+			default:
+			}
+			if w.vm == v && !v.failed && !v.closed {
+				v.call(rootContextID, v.fnTick, rootContextID)
+			}
+			w.mu.Unlock()
+		}
+	}()
+}
+
+func (v *vm) stopTicker() {
+	if v.tickStop != nil {
+		close(v.tickStop)
+		v.tickStop = nil
+	}
+}
+
+// ---- http calls ----
+
+func (v *vm) startHTTPCall(cluster string, headers [][2]string, body []byte, trailers [][2]string, timeout time.Duration) uint32 {
+	v.nextToken++
+	if v.nextToken == 0 {
+		v.nextToken++
+	}
+	token := v.nextToken
+	caller := v.p.cfg.Caller
+	worker := v.worker
+	v.p.wg.Add(1)
+	go func() {
+		defer v.p.wg.Done()
+		ctx := v.ctx
+		var cancel context.CancelFunc
+		if timeout > 0 {
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+		} else {
+			ctx, cancel = context.WithCancel(ctx)
+		}
+		resp, err := caller.Call(ctx, cluster, headers, body, trailers, timeout)
+		timedOut := ctx.Err() != nil
+		cancel()
+		if v.ctx.Err() != nil || worker < 0 {
+			return
+		}
+		if err != nil || timedOut {
+			resp = nil
+		}
+		w := v.p.workers[worker]
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.vm != v || v.failed || v.closed {
+			return
+		}
+		var nh, nb, nt int
+		if resp != nil {
+			// The response header map carries :status, as in Envoy.
+			hs := make([][2]string, 0, len(resp.Headers)+1)
+			hs = append(hs, [2]string{":status", itoa(resp.Status)})
+			for _, h := range resp.Headers {
+				if h[0] == ":status" {
+					continue
+				}
+				hs = append(hs, [2]string{lower(h[0]), h[1]})
+			}
+			resp = &Response{Status: resp.Status, Headers: hs, Body: resp.Body, Trailers: lowerPairs(resp.Trailers)}
+			nh, nb, nt = len(resp.Headers), len(resp.Body), len(resp.Trailers)
+		}
+		v.scope = callScope{httpCall: resp}
+		if resp == nil {
+			// Envoy reports transport failures as an empty response.
+			v.scope.httpCall = &Response{}
+		}
+		v.call(rootContextID, v.fnHTTPResp, rootContextID, uint64(token), uint64(nh), uint64(nb), uint64(nt))
+		v.scope = callScope{}
+	}()
+	return token
+}
