@@ -100,17 +100,26 @@ type RuntimeOptions struct {
 	// which proxy_log messages are dropped. Zero value: LogTrace (everything
 	// is passed to Logger, which can filter).
 	LogLevel LogLevel
+	// Clock, if set, is what the WASI clocks read instead of the real
+	// clock, so a test can step the guest's time exactly. Both the
+	// realtime and the monotonic clock follow it; it must not go back.
+	Clock func() time.Time
+	// ManualTicks stops the host from firing proxy_on_tick on its own;
+	// the test fires ticks with Plugin.Tick after moving Clock.
+	ManualTicks bool
 }
 
 // Runtime holds what all plugins of one proxy process share: the wazero
 // runtime and compiled modules, shared data and queues (per vm_id), stats.
 type Runtime struct {
-	profile  Profile
-	logger   func(level LogLevel, plugin, msg string)
-	logLevel LogLevel
-	wz       wazero.Runtime
-	baseCtx  context.Context
-	stats    *Stats
+	profile     Profile
+	clock       func() time.Time
+	manualTicks bool
+	logger      func(level LogLevel, plugin, msg string)
+	logLevel    LogLevel
+	wz          wazero.Runtime
+	baseCtx     context.Context
+	stats       *Stats
 
 	mu       sync.Mutex
 	compiled map[[32]byte]*compiled
@@ -146,17 +155,19 @@ func NewRuntime(opts RuntimeOptions) *Runtime {
 	// 16384 pages (1 GiB) is the cap proxy-wasm-cpp-host puts on every engine.
 	cfg := wazero.NewRuntimeConfigCompiler().WithMemoryLimitPages(maxMemoryPages).WithCompilationCache(sharedCompilationCache)
 	r := &Runtime{
-		profile:  p,
-		logger:   logger,
-		logLevel: opts.LogLevel,
-		wz:       wazero.NewRuntimeWithConfig(ctx, cfg),
-		baseCtx:  ctx,
-		stats:    newStats(),
-		compiled: map[[32]byte]*compiled{},
-		shared:   map[string]*sharedStore{},
-		queues:   newQueueRegistry(),
-		plugins:  map[*Plugin]struct{}{},
-		hostDefs: map[string]api.FunctionDefinition{},
+		profile:     p,
+		clock:       opts.Clock,
+		manualTicks: opts.ManualTicks,
+		logger:      logger,
+		logLevel:    opts.LogLevel,
+		wz:          wazero.NewRuntimeWithConfig(ctx, cfg),
+		baseCtx:     ctx,
+		stats:       newStats(),
+		compiled:    map[[32]byte]*compiled{},
+		shared:      map[string]*sharedStore{},
+		queues:      newQueueRegistry(),
+		plugins:     map[*Plugin]struct{}{},
+		hostDefs:    map[string]api.FunctionDefinition{},
 	}
 	if err := r.instantiateHostModules(ctx); err != nil {
 		// Only a programming error in the static tables can get here.
@@ -171,6 +182,41 @@ const maxMemoryPages = 16384
 // code: compiling a 3 MB Go module takes seconds, and tests and the admin
 // command create many runtimes for the same modules.
 var sharedCompilationCache = wazero.NewCompilationCache()
+
+// Tick fires proxy_on_tick on worker's VM now, if the plugin has set a tick
+// period there; it reports whether it did. For RuntimeOptions.ManualTicks.
+func (p *Plugin) Tick(worker int) bool {
+	if worker < 0 || worker >= len(p.workers) {
+		return false
+	}
+	w := p.workers[worker]
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	v := w.vm
+	if v == nil || v.failed || v.closed || v.tickPeriod <= 0 {
+		return false
+	}
+	v.call(rootContextID, v.fnTick, rootContextID)
+	return true
+}
+
+// ParkedStreams counts streams on worker that are paused and waiting for
+// the plugin to continue or answer them.
+func (p *Plugin) ParkedStreams(worker int) int {
+	if worker < 0 || worker >= len(p.workers) {
+		return 0
+	}
+	w := p.workers[worker]
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, st := range w.vm.streams {
+		if st.paused != phaseNone && st.local == nil && !st.reset {
+			n++
+		}
+	}
+	return n
+}
 
 // Profile reports the imitated Envoy release.
 func (r *Runtime) Profile() Profile { return r.profile }

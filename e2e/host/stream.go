@@ -20,6 +20,10 @@ type Request struct {
 	SourceAddress, DestinationAddress string // "ip:port"
 	RouteName, ClusterName            string // xds.route_name / xds.cluster_name
 	RequestID                         string
+	// OnPark, if set, is called each time the stream pauses to wait for
+	// the plugin, before the worker is released; it must not block. Tests
+	// use it to know when to drive ticks.
+	OnPark func()
 }
 
 // Response is what goes back downstream (or what an upstream returned).
@@ -268,6 +272,9 @@ func (st *stream) wait(ctx context.Context, w *worker, ph phase) error {
 	}
 	st.paused = ph
 	vmDone := st.vmCtx.Done()
+	if st.req.OnPark != nil {
+		st.req.OnPark()
+	}
 	w.mu.Unlock()
 	select {
 	case <-st.resume:
@@ -380,11 +387,19 @@ func (p *Plugin) sendLocal(ctx context.Context, w *worker, v *vm, st *stream, ne
 	st.local = nil
 	st.localSent = true
 	resp := &Response{Status: lr.status, Body: lr.body, Details: lr.details, Local: true}
-	if len(lr.body) > 0 {
-		resp.Headers = append(resp.Headers, [2]string{"content-length", itoa(len(lr.body))}, [2]string{"content-type", "text/plain"})
-	}
+	hasContentType := false
 	for _, h := range lr.headers {
-		resp.Headers = append(resp.Headers, [2]string{lower(h[0]), h[1]})
+		k := lower(h[0])
+		hasContentType = hasContentType || k == "content-type"
+		resp.Headers = append(resp.Headers, [2]string{k, h[1]})
+	}
+	// As Envoy's local reply preparation does: the plugin's headers are
+	// added first, and text/plain only fills in a missing content-type.
+	if len(lr.body) > 0 {
+		resp.Headers = append(resp.Headers, [2]string{"content-length", itoa(len(lr.body))})
+		if !hasContentType {
+			resp.Headers = append(resp.Headers, [2]string{"content-type", "text/plain"})
+		}
 	}
 	return p.respond(ctx, w, v, st, next, resp)
 }

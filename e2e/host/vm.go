@@ -261,7 +261,7 @@ func (v *vm) alloc(ctx context.Context, size uint32) uint32 {
 func (v *vm) setTick(period time.Duration) {
 	v.stopTicker()
 	v.tickPeriod = period
-	if period <= 0 || v.worker < 0 || v.closed {
+	if period <= 0 || v.worker < 0 || v.closed || v.p.rt.manualTicks {
 		return
 	}
 	stop := make(chan struct{})

@@ -205,9 +205,17 @@ func wasiClockTimeGet(v *vm, _ context.Context, s []uint64) {
 	var now uint64
 	switch id {
 	case 0: // realtime
-		now = uint64(time.Now().UnixNano())
+		if c := v.p.rt.clock; c != nil {
+			now = uint64(c().UnixNano())
+		} else {
+			now = uint64(time.Now().UnixNano())
+		}
 	case 1: // monotonic
-		now = uint64(time.Since(processStart).Nanoseconds()) + 1
+		if c := v.p.rt.clock; c != nil {
+			now = uint64(c().UnixNano())
+		} else {
+			now = uint64(time.Since(processStart).Nanoseconds()) + 1
+		}
 	default:
 		s[0] = errnoNotsup
 		return

@@ -1,0 +1,182 @@
+package e2e_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/e2e/host"
+	"github.com/sluice-proxy/sluice/filter/filtertest"
+)
+
+// wasmModule reads build/<name>.wasm. Under CI a missing module fails the
+// test: the wasm is what ships, so its tests are never optional there.
+func wasmModule(t testing.TB, name string) []byte {
+	t.Helper()
+	code, err := os.ReadFile(filepath.Join("..", "build", name+".wasm"))
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and build/%s.wasm is missing: run make build (%v)", name, err)
+		}
+		t.Skipf("build/%s.wasm is missing; run make build", name)
+	}
+	return code
+}
+
+// wasmHarness runs the behavioural cases on build/sluice.wasm in our host,
+// one VM per worker, with the guest's WASI clock and ticks driven by the
+// test exactly as the native harness drives proxytest.
+type wasmHarness struct {
+	rt     *host.Runtime
+	plugin *host.Plugin
+
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (w *wasmHarness) clock() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.now
+}
+
+func (w *wasmHarness) Advance(_ testing.TB, d time.Duration) {
+	w.mu.Lock()
+	w.now = w.now.Add(d)
+	w.mu.Unlock()
+}
+
+// tickStep matches the filter's delay tick.
+const tickStep = 5 * time.Millisecond
+
+type served struct {
+	resp *host.Response
+	err  error
+}
+
+func (w *wasmHarness) Do(t testing.TB, req filtertest.Request) filtertest.Response {
+	t.Helper()
+	peer, cluster, route := req.Peer, req.Cluster, req.Route
+	if peer == "" {
+		peer = "10.0.0.1:40000"
+	}
+	if cluster == "" {
+		cluster = "backend"
+	}
+	if route == "" {
+		route = "default"
+	}
+	headers := [][2]string{{":method", req.Method}, {":path", req.Path}, {":authority", req.Host}, {":scheme", "http"}}
+	headers = append(headers, req.Headers...)
+	parked := make(chan struct{}, 1)
+	hreq := &host.Request{
+		Worker: req.Worker, Headers: headers, SourceAddress: peer, DestinationAddress: "127.0.0.1:10000",
+		RouteName: route, ClusterName: cluster,
+		OnPark: func() {
+			select {
+			case parked <- struct{}{}:
+			default:
+			}
+		},
+	}
+	var upstreamHeaders http.Header
+	status := req.UpstreamStatus
+	if status == 0 {
+		status = 200
+	}
+	upstream := func(_ context.Context, r *host.Request) (*host.Response, error) {
+		upstreamHeaders = toHeader(r.Headers)
+		return &host.Response{Status: status, Headers: [][2]string{{"content-type", "text/plain"}}, Body: []byte("ok")}, nil
+	}
+	start := w.clock()
+	done := make(chan served, 1)
+	go func() {
+		resp, err := w.plugin.Serve(context.Background(), hreq, upstream)
+		done <- served{resp, err}
+	}()
+	var out served
+wait:
+	for {
+		select {
+		case out = <-done:
+			break wait
+		case <-parked:
+			// The filter holds the request: move time a tick at a time and
+			// fire the tick, as Envoy's timer would, until it lets go.
+			for w.plugin.ParkedStreams(req.Worker) > 0 {
+				if w.clock().Sub(start) > filtertest.MaxHold {
+					t.Fatalf("request held for more than %v", filtertest.MaxHold)
+				}
+				w.Advance(t, tickStep)
+				if !w.plugin.Tick(req.Worker) {
+					t.Fatal("request paused with no tick running to resume it")
+				}
+			}
+		}
+	}
+	if out.err != nil {
+		t.Fatalf("serve: %v", out.err)
+	}
+	resp := filtertest.Response{
+		Status:  out.resp.Status,
+		Local:   out.resp.Local,
+		Headers: toHeader(out.resp.Headers),
+		Body:    out.resp.Body,
+		Waited:  w.clock().Sub(start),
+	}
+	if !out.resp.Local {
+		resp.UpstreamHeaders = upstreamHeaders
+	}
+	return resp
+}
+
+func (w *wasmHarness) Counter(t testing.TB, name string) uint64 {
+	v, _ := w.rt.Stats().Lookup(name)
+	return v
+}
+
+func (w *wasmHarness) Gauge(t testing.TB, name string) int64 {
+	v, _ := w.rt.Stats().Lookup(name)
+	return int64(v)
+}
+
+func toHeader(pairs [][2]string) http.Header {
+	h := http.Header{}
+	for _, kv := range pairs {
+		if len(kv[0]) > 0 && kv[0][0] == ':' {
+			continue
+		}
+		h.Add(kv[0], kv[1])
+	}
+	return h
+}
+
+// TestCasesWasm runs filtertest.Cases on build/sluice.wasm: the same cases
+// filter's TestCasesNative runs on proxytest.
+func TestCasesWasm(t *testing.T) {
+	code := wasmModule(t, "sluice")
+	for _, c := range filtertest.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			h := &wasmHarness{now: filtertest.Epoch}
+			h.rt = host.NewRuntime(host.RuntimeOptions{Clock: h.clock, ManualTicks: true, Logger: func(host.LogLevel, string, string) {}})
+			defer h.rt.Close(context.Background())
+			p, err := h.rt.NewPlugin(context.Background(), host.PluginConfig{
+				Name: "sluice", RootID: "sluice", VMID: "sluice-" + strconv.Itoa(int(time.Now().UnixNano())),
+				Code: code, Configuration: []byte(c.Config), Concurrency: c.Workers,
+			})
+			if err != nil {
+				t.Fatalf("start: %v", err)
+			}
+			h.plugin = p
+			c.Run(t, h)
+			if p.Traps() != 0 {
+				t.Fatalf("%d traps", p.Traps())
+			}
+		})
+	}
+}
