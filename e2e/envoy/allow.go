@@ -50,12 +50,14 @@ var supportedFields = map[protoreflect.FullName][]protoreflect.Name{
 	// implemented, so it is not accepted.
 	"envoy.config.core.v3.RemoteDataSource": {"http_uri", "sha256"},
 	"envoy.config.core.v3.HttpUri":          {"uri", "cluster", "timeout"},
-	// ECDS from the filesystem: the file is read when the config is loaded.
+	// ECDS from the filesystem: the file is read when the config is loaded
+	// and re-read when a new version is moved over it.
 	"envoy.config.core.v3.ExtensionConfigSource": {"config_source", "type_urls"},
 	// resource_api_version only names the (single, v3) API version.
 	"envoy.config.core.v3.ConfigSource": {"path_config_source", "resource_api_version"},
-	// watched_directory only changes which inode Envoy watches for updates;
-	// the file is read the same way at start, which is all we do.
+	// watched_directory only changes what Envoy watches to notice a move;
+	// polling the path's inode notices the same moves, symlink swaps
+	// included.
 	"envoy.config.core.v3.PathConfigSource": {"path", "watched_directory"},
 	"envoy.config.core.v3.WatchedDirectory": {"path"},
 	// The ECDS file: a DiscoveryResponse of TypedExtensionConfigs.

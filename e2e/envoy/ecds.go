@@ -3,6 +3,7 @@ package envoy
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -44,55 +45,60 @@ func LoadExtensionConfigFile(path string) ([]*ExtensionConfig, error) {
 // protos (every Any unpacked) and builds each resource's wasm filter.
 // clusters resolves remote code; nil skips that check.
 func ParseExtensionConfigs(data []byte, clusters map[string]*Cluster) ([]*ExtensionConfig, error) {
+	_, out, err := parseDiscoveryResponse(data, clusters)
+	return out, err
+}
+
+func parseDiscoveryResponse(data []byte, clusters map[string]*Cluster) (version string, _ []*ExtensionConfig, _ error) {
 	root, err := parseYAML(data)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	resp := &discoveryv3.DiscoveryResponse{}
 	if err := checkYAML(root, resp.ProtoReflect().Descriptor(), ""); err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	js, err := yamlToJSON(root)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	if err := (protojson.UnmarshalOptions{Resolver: protoregistry.GlobalTypes}).Unmarshal(js, resp); err != nil {
-		return nil, fmt.Errorf("envoy config: %w", err)
+		return "", nil, fmt.Errorf("envoy config: %w", err)
 	}
 	if err := resp.ValidateAll(); err != nil {
-		return nil, fmt.Errorf("envoy config: invalid DiscoveryResponse: %w", err)
+		return "", nil, fmt.Errorf("envoy config: invalid DiscoveryResponse: %w", err)
 	}
 	if err := validateAnys(resp.ProtoReflect(), ""); err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	if len(resp.GetResources()) == 0 {
-		return nil, &fieldError{Path: "resources", Msg: "no resources: an ECDS file holds one TypedExtensionConfig"}
+		return "", nil, &fieldError{Path: "resources", Msg: "no resources: an ECDS file holds one TypedExtensionConfig"}
 	}
 	var out []*ExtensionConfig
 	for i, a := range resp.GetResources() {
 		rpath := fmt.Sprintf("resources[%d]", i)
 		tec := &corev3.TypedExtensionConfig{}
 		if !a.MessageIs(tec) {
-			return nil, &fieldError{Path: rpath, Msg: fmt.Sprintf("resource type %s is not supported (ECDS resources are %s)", a.GetTypeUrl(), "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig")}
+			return "", nil, &fieldError{Path: rpath, Msg: fmt.Sprintf("resource type %s is not supported (ECDS resources are %s)", a.GetTypeUrl(), "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig")}
 		}
 		if err := a.UnmarshalTo(tec); err != nil {
-			return nil, &fieldError{Path: rpath, Msg: err.Error()}
+			return "", nil, &fieldError{Path: rpath, Msg: err.Error()}
 		}
 		tc := tec.GetTypedConfig()
 		w := &wasmfilterv3.Wasm{}
 		if !tc.MessageIs(w) {
-			return nil, &fieldError{Path: rpath + ".typed_config", Msg: fmt.Sprintf("filter config has type URL %s but expect %s", tc.GetTypeUrl(), WasmTypeURL)}
+			return "", nil, &fieldError{Path: rpath + ".typed_config", Msg: fmt.Sprintf("filter config has type URL %s but expect %s", tc.GetTypeUrl(), WasmTypeURL)}
 		}
 		if err := tc.UnmarshalTo(w); err != nil {
-			return nil, &fieldError{Path: rpath + ".typed_config", Msg: err.Error()}
+			return "", nil, &fieldError{Path: rpath + ".typed_config", Msg: err.Error()}
 		}
 		wf, err := buildWasm(w.GetConfig(), rpath+".typed_config.config", clusters)
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
 		out = append(out, &ExtensionConfig{Name: tec.GetName(), Wasm: wf})
 	}
-	return out, nil
+	return resp.GetVersionInfo(), out, nil
 }
 
 // ExtensionConfigPluginConfigurations returns the plugin configuration of
@@ -121,46 +127,89 @@ func ExtensionConfigPluginConfigurations(data []byte) ([]PluginConfigRef, error)
 // ECDS update. Envoy would start without the filter's config and answer
 // 500 until a good file arrives; refusing to start says the same thing
 // sooner and louder.
-func loadDiscoveredWasm(filterName string, cd *corev3.ExtensionConfigSource, path string, clusters map[string]*Cluster) (*WasmFilter, string, error) {
+func loadDiscoveredWasm(filterName string, cd *corev3.ExtensionConfigSource, path string, clusters map[string]*Cluster) (*WasmFilter, string, os.FileInfo, error) {
 	wasmAllowed := false
 	for i, u := range cd.GetTypeUrls() {
 		if u != WasmTypeURL {
-			return nil, "", &fieldError{Path: fmt.Sprintf("%s.type_urls[%d]", path, i), Msg: fmt.Sprintf("type URL %s is not supported for discovered filters (only %s)", u, WasmTypeURL)}
+			return nil, "", nil, &fieldError{Path: fmt.Sprintf("%s.type_urls[%d]", path, i), Msg: fmt.Sprintf("type URL %s is not supported for discovered filters (only %s)", u, WasmTypeURL)}
 		}
 		wasmAllowed = true
 	}
 	if !wasmAllowed {
-		return nil, "", &fieldError{Path: path + ".type_urls", Msg: "at least one type URL is required"}
+		return nil, "", nil, &fieldError{Path: path + ".type_urls", Msg: "at least one type URL is required"}
 	}
 	pcs := cd.GetConfigSource().GetPathConfigSource()
 	if pcs == nil {
-		return nil, "", &fieldError{Path: path + ".config_source", Msg: "only path_config_source (ECDS from a file) is supported"}
+		return nil, "", nil, &fieldError{Path: path + ".config_source", Msg: "only path_config_source (ECDS from a file) is supported"}
 	}
 	switch v := cd.GetConfigSource().GetResourceApiVersion(); v {
 	case corev3.ApiVersion_AUTO, corev3.ApiVersion_V3:
 	default:
-		return nil, "", &fieldError{Path: path + ".config_source.resource_api_version", Msg: fmt.Sprintf("%s is not supported (V3 is)", v)}
+		return nil, "", nil, &fieldError{Path: path + ".config_source.resource_api_version", Msg: fmt.Sprintf("%s is not supported (V3 is)", v)}
 	}
 	file, err := filepath.Abs(pcs.GetPath())
 	if err != nil {
-		return nil, "", &fieldError{Path: path + ".config_source.path_config_source.path", Msg: err.Error()}
+		return nil, "", nil, &fieldError{Path: path + ".config_source.path_config_source.path", Msg: err.Error()}
 	}
-	data, err := os.ReadFile(file)
+	// Stat before reading: if the file is replaced in between, the next
+	// poll sees a new inode and re-reads, rather than missing the update.
+	stat, err := os.Stat(file)
+	var data []byte
+	if err == nil {
+		data, err = readECDSFile(file, stat)
+	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, "", &fieldError{Path: path + ".config_source.path_config_source.path", Msg: fmt.Sprintf("paths must refer to an existing path in the system: '%s' does not exist", pcs.GetPath())}
+			return nil, "", nil, &fieldError{Path: path + ".config_source.path_config_source.path", Msg: fmt.Sprintf("paths must refer to an existing path in the system: '%s' does not exist", pcs.GetPath())}
 		}
-		return nil, "", &fieldError{Path: path + ".config_source.path_config_source.path", Msg: err.Error()}
+		return nil, "", nil, &fieldError{Path: path + ".config_source.path_config_source.path", Msg: err.Error()}
 	}
-	ecs, err := ParseExtensionConfigs(data, clusters)
+	_, wf, err := parseECDSUpdate(data, filterName, clusters)
 	if err != nil {
-		return nil, "", fmt.Errorf("%s: ECDS file %s: %w", path, pcs.GetPath(), err)
+		return nil, "", nil, fmt.Errorf("%s: ECDS file %s: %w", path, pcs.GetPath(), err)
+	}
+	return wf, file, stat, nil
+}
+
+// maxECDSFile bounds an ECDS file; real ones are a few kilobytes, and a
+// path pointing at a device or a huge file must not hang or exhaust the
+// loader.
+const maxECDSFile = 16 << 20
+
+func readECDSFile(file string, stat os.FileInfo) ([]byte, error) {
+	if !stat.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", file)
+	}
+	if stat.Size() > maxECDSFile {
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d an ECDS file may have", file, stat.Size(), maxECDSFile)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxECDSFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxECDSFile {
+		return nil, fmt.Errorf("%s grew past %d bytes while being read", file, maxECDSFile)
+	}
+	return data, nil
+}
+
+// parseECDSUpdate checks an ECDS file the way Envoy checks an update for
+// the http filter named filterName, and returns its version and config.
+func parseECDSUpdate(data []byte, filterName string, clusters map[string]*Cluster) (string, *WasmFilter, error) {
+	version, ecs, err := parseDiscoveryResponse(data, clusters)
+	if err != nil {
+		return version, nil, err
 	}
 	if len(ecs) != 1 {
-		return nil, "", fmt.Errorf("%s: ECDS file %s: Unexpected number of resources in ExtensionConfigDS response: %d", path, pcs.GetPath(), len(ecs))
+		return version, nil, fmt.Errorf("Unexpected number of resources in ExtensionConfigDS response: %d", len(ecs))
 	}
 	if ecs[0].Name != filterName {
-		return nil, "", fmt.Errorf("%s: ECDS file %s: Unexpected resource name in ExtensionConfigDS response: %s (the http filter is named %q)", path, pcs.GetPath(), ecs[0].Name, filterName)
+		return version, nil, fmt.Errorf("Unexpected resource name in ExtensionConfigDS response: %s (the http filter is named %q)", ecs[0].Name, filterName)
 	}
-	return ecs[0].Wasm, file, nil
+	return version, ecs[0].Wasm, nil
 }

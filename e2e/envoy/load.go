@@ -129,6 +129,9 @@ type HTTPFilter struct {
 	// from (config_discovery with path_config_source), or "" when the
 	// config is inline in typed_config.
 	ConfigFile string
+	// configStat identifies the ECDS file version Wasm came from, so the
+	// server can tell a later move over the file from this one.
+	configStat os.FileInfo
 }
 
 // WasmFilter is an envoy.filters.http.wasm entry.
@@ -650,11 +653,11 @@ func buildHTTPFilters(list []*hcmv3.HttpFilter, path string, clusters map[string
 			if i == len(list)-1 {
 				return nil, &fieldError{Path: fpath, Msg: fmt.Sprintf("non-terminal filter named %s of type %s is the last filter in a http filter chain", f.GetName(), WasmFilterName)}
 			}
-			wf, file, err := loadDiscoveredWasm(f.GetName(), cd, fpath+".config_discovery", clusters)
+			wf, file, stat, err := loadDiscoveredWasm(f.GetName(), cd, fpath+".config_discovery", clusters)
 			if err != nil {
 				return nil, err
 			}
-			hf.Wasm, hf.ConfigFile = wf, file
+			hf.Wasm, hf.ConfigFile, hf.configStat = wf, file, stat
 			out = append(out, hf)
 			continue
 		}

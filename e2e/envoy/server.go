@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"reflect"
 	"regexp"
 	"runtime"
 	"sort"
@@ -43,6 +45,27 @@ type Options struct {
 	Logger *Logger
 	// ConfigPath is only reported by /server_info.
 	ConfigPath string
+	// ECDSPollInterval is how often ECDS files (config_discovery with
+	// path_config_source) are checked for a new version. Envoy reacts to a
+	// file being moved into place (inotify); polling for a changed inode
+	// sees the same event without a dependency. Zero value: one second.
+	ECDSPollInterval time.Duration
+	// OnConfigUpdate, if set, is called after every attempt to apply a new
+	// version of an ECDS file, successful or not.
+	OnConfigUpdate func(ConfigUpdate)
+}
+
+// ConfigUpdate reports one ECDS file change.
+type ConfigUpdate struct {
+	Listener string
+	Filter   string // the http filter (and ECDS resource) name
+	File     string
+	// Version is the file's version_info.
+	Version string
+	// Err is why the new version was rejected; the previous config stays
+	// in force, as in Envoy. Nil when the new config was applied or was
+	// identical to the running one.
+	Err error
 }
 
 // Server runs a Config: listeners, clusters, wasm plugins and admin.
@@ -53,7 +76,14 @@ type Server struct {
 
 	rt       *host.Runtime
 	clusters *clusterManager
-	plugins  []*host.Plugin
+	// slots are the wasm filters in listener and filter order.
+	slots []*wasmSlot
+
+	stopWatch chan struct{}
+	// watchers are the ECDS pollers; retiring are plugins replaced by an
+	// ECDS update, closing once their last request is done.
+	watchers sync.WaitGroup
+	retiring sync.WaitGroup
 
 	live      atomic.Bool
 	started   time.Time
@@ -79,11 +109,15 @@ func NewServer(cfg *Config, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = NewLogger(nil, LevelInfo)
 	}
+	if opts.ECDSPollInterval <= 0 {
+		opts.ECDSPollInterval = time.Second
+	}
 	return &Server{
 		cfg:       cfg,
 		opts:      opts,
 		log:       opts.Logger,
 		quit:      make(chan struct{}),
+		stopWatch: make(chan struct{}),
 		listeners: map[string]net.Addr{},
 		serveErrs: make(chan error, len(cfg.Listeners)+1),
 	}
@@ -137,6 +171,12 @@ func (s *Server) Start(ctx context.Context) error {
 		s.mu.Unlock()
 		s.log.Logf(LevelInfo, "config", "listener '%s' bound to %s (%d workers)", lc.Name, addr, s.opts.Concurrency)
 	}
+	for _, slot := range s.slots {
+		if slot.file != "" {
+			s.watchers.Add(1)
+			go s.watchECDS(slot)
+		}
+	}
 	s.live.Store(true)
 	s.log.Logf(LevelInfo, "main", "all dependencies initialized. starting workers")
 	return nil
@@ -187,8 +227,16 @@ func (s *Server) AdminAddr() string {
 // Runtime is the wasm host runtime (stats, shared data).
 func (s *Server) Runtime() *host.Runtime { return s.rt }
 
-// Plugins are the wasm plugins in listener and filter order.
-func (s *Server) Plugins() []*host.Plugin { return s.plugins }
+// Plugins are the wasm plugins serving now, in listener and filter order.
+func (s *Server) Plugins() []*host.Plugin {
+	out := make([]*host.Plugin, 0, len(s.slots))
+	for _, slot := range s.slots {
+		slot.mu.RLock()
+		out = append(out, slot.cur.p)
+		slot.mu.RUnlock()
+	}
+	return out
+}
 
 // Quit is closed when the admin /quitquitquit endpoint is hit.
 func (s *Server) Quit() <-chan struct{} { return s.quit }
@@ -222,7 +270,10 @@ func (s *Server) doClose(ctx context.Context) error {
 			srv.Close()
 		}
 	}
-	for _, p := range s.plugins {
+	close(s.stopWatch)
+	s.watchers.Wait()
+	s.retiring.Wait()
+	for _, p := range s.Plugins() {
 		if err := p.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
@@ -252,55 +303,182 @@ type listener struct {
 
 func (s *Server) newListener(ctx context.Context, lc *Listener) (*listener, error) {
 	l := &listener{s: s, cfg: lc}
-	var plugins []*host.Plugin
+	var slots []*wasmSlot
 	for _, f := range lc.HTTPFilters {
 		if f.Wasm == nil {
 			continue
 		}
-		var code []byte
-		var err error
-		if r := f.Wasm.Remote; r != nil {
-			// Through the server's own cluster manager, so the fetch uses
-			// the cluster exactly as the data path would.
-			s.log.Logf(LevelInfo, "wasm", "fetching code for plugin '%s' from %s via cluster '%s'", f.Wasm.Name, r.URI, r.Cluster)
-			code, err = r.fetch(ctx, s.clusters, f.Wasm.Name)
-		} else {
-			code, err = f.Wasm.LoadCodeContext(ctx)
-		}
+		p, err := s.startPlugin(ctx, f.Wasm)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", f.Path, err)
 		}
-		p, err := s.rt.NewPlugin(ctx, host.PluginConfig{
-			Name:            f.Wasm.Name,
-			RootID:          f.Wasm.RootID,
-			VMID:            f.Wasm.VMID,
-			Code:            code,
-			Configuration:   f.Wasm.Configuration,
-			VMConfiguration: f.Wasm.VMConfiguration,
-			Environment:     f.Wasm.Environment,
-			FailOpen:        f.Wasm.FailOpen,
-			FailurePolicy:   f.Wasm.FailurePolicy,
-			Concurrency:     s.opts.Concurrency,
-			Caller:          s.clusters,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%s: unable to create Wasm HTTP filter %s: %w", f.Path, f.Wasm.Name, err)
-		}
-		s.logPrefix.LoadOrStore(f.Wasm.Name, f.Wasm.Name+" "+f.Wasm.RootID+" "+f.Wasm.VMID)
-		s.log.Logf(LevelInfo, "wasm", "plugin '%s' (root_id '%s', vm_id '%s') started on %d workers", f.Wasm.Name, f.Wasm.RootID, f.Wasm.VMID, s.opts.Concurrency)
-		s.plugins = append(s.plugins, p)
-		plugins = append(plugins, p)
+		slot := &wasmSlot{listener: lc.Name, filter: f.Name, file: f.ConfigFile, loaded: f.configStat, wasm: f.Wasm, cur: &pluginRef{p: p}}
+		s.slots = append(s.slots, slot)
+		slots = append(slots, slot)
 	}
-	l.wasm = len(plugins) > 0
+	l.wasm = len(slots) > 0
 	next := host.Upstream(l.router)
-	for i := len(plugins) - 1; i >= 0; i-- {
-		p, n := plugins[i], next
+	for i := len(slots) - 1; i >= 0; i-- {
+		slot, n := slots[i], next
 		next = func(ctx context.Context, req *host.Request) (*host.Response, error) {
-			return p.Serve(ctx, req, n)
+			ref := slot.acquire()
+			defer ref.inflight.Done()
+			return ref.p.Serve(ctx, req, n)
 		}
 	}
 	l.chain = next
 	return l, nil
+}
+
+// startPlugin gets a wasm filter's code and boots its VMs on every worker.
+func (s *Server) startPlugin(ctx context.Context, w *WasmFilter) (*host.Plugin, error) {
+	var code []byte
+	var err error
+	if r := w.Remote; r != nil {
+		// Through the server's own cluster manager, so the fetch uses the
+		// cluster exactly as the data path would.
+		s.log.Logf(LevelInfo, "wasm", "fetching code for plugin '%s' from %s via cluster '%s'", w.Name, r.URI, r.Cluster)
+		code, err = r.fetch(ctx, s.clusters, w.Name)
+	} else {
+		code, err = w.LoadCodeContext(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.rt.NewPlugin(ctx, host.PluginConfig{
+		Name:            w.Name,
+		RootID:          w.RootID,
+		VMID:            w.VMID,
+		Code:            code,
+		Configuration:   w.Configuration,
+		VMConfiguration: w.VMConfiguration,
+		Environment:     w.Environment,
+		FailOpen:        w.FailOpen,
+		FailurePolicy:   w.FailurePolicy,
+		Concurrency:     s.opts.Concurrency,
+		Caller:          s.clusters,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("unable to create Wasm HTTP filter %s: %w", w.Name, err)
+	}
+	s.logPrefix.Store(w.Name, w.Name+" "+w.RootID+" "+w.VMID)
+	s.log.Logf(LevelInfo, "wasm", "plugin '%s' (root_id '%s', vm_id '%s') started on %d workers", w.Name, w.RootID, w.VMID, s.opts.Concurrency)
+	return p, nil
+}
+
+// wasmSlot is one wasm filter in a listener's chain and the plugin serving
+// it now, which an ECDS update replaces.
+type wasmSlot struct {
+	listener, filter string
+	file             string      // ECDS file, or "" for an inline config
+	loaded           os.FileInfo // the version of file read at load time
+
+	mu   sync.RWMutex
+	cur  *pluginRef
+	wasm *WasmFilter // the config cur runs
+}
+
+// pluginRef counts the requests a plugin is serving, so a replaced plugin
+// is closed only after its last one.
+type pluginRef struct {
+	p        *host.Plugin
+	inflight sync.WaitGroup
+}
+
+// acquire takes the current plugin for one request; the caller calls
+// inflight.Done. Taking the count under the read lock guarantees no
+// request joins a plugin after swap has retired it.
+func (ws *wasmSlot) acquire() *pluginRef {
+	ws.mu.RLock()
+	ref := ws.cur
+	ref.inflight.Add(1)
+	ws.mu.RUnlock()
+	return ref
+}
+
+// watchECDS applies new versions of slot's ECDS file until the server
+// stops. Envoy's filesystem subscription reacts to the file being moved
+// into place, not to writes, so a changed inode is what counts here too.
+func (s *Server) watchECDS(slot *wasmSlot) {
+	defer s.watchers.Done()
+	last := slot.loaded
+	tick := time.NewTicker(s.opts.ECDSPollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stopWatch:
+			return
+		case <-tick.C:
+		}
+		fi, err := os.Stat(slot.file)
+		if err != nil || (last != nil && os.SameFile(fi, last)) {
+			continue
+		}
+		last = fi
+		s.applyECDS(slot)
+	}
+}
+
+// applyECDS loads the slot's ECDS file and, if it holds a valid config
+// different from the running one, starts a plugin for it and swaps it in.
+// A rejected version leaves the running config alone, as Envoy does.
+func (s *Server) applyECDS(slot *wasmSlot) {
+	up := ConfigUpdate{Listener: slot.listener, Filter: slot.filter, File: slot.file}
+	defer func() {
+		if up.Err != nil {
+			s.log.Logf(LevelWarning, "config", "ECDS update of filter '%s' from %s rejected: %v", slot.filter, slot.file, up.Err)
+		}
+		if s.opts.OnConfigUpdate != nil {
+			s.opts.OnConfigUpdate(up)
+		}
+	}()
+	stat, err := os.Stat(slot.file)
+	var data []byte
+	if err == nil {
+		data, err = readECDSFile(slot.file, stat)
+	}
+	if err != nil {
+		up.Err = err
+		return
+	}
+	clusters := make(map[string]*Cluster, len(s.cfg.Clusters))
+	for _, c := range s.cfg.Clusters {
+		clusters[c.Name] = c
+	}
+	version, ecs, err := parseECDSUpdate(data, slot.filter, clusters)
+	up.Version = version
+	if err != nil {
+		up.Err = err
+		return
+	}
+	slot.mu.RLock()
+	same := reflect.DeepEqual(slot.wasm, ecs)
+	slot.mu.RUnlock()
+	if same {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := s.startPlugin(ctx, ecs)
+	if err != nil {
+		up.Err = err
+		return
+	}
+	slot.mu.Lock()
+	old := slot.cur
+	slot.cur, slot.wasm = &pluginRef{p: p}, ecs
+	slot.mu.Unlock()
+	s.log.Logf(LevelInfo, "config", "ECDS: filter '%s' updated to version '%s' from %s", slot.filter, version, slot.file)
+	s.retiring.Add(1)
+	go func() {
+		defer s.retiring.Done()
+		old.inflight.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := old.p.Close(ctx); err != nil {
+			s.log.Logf(LevelWarning, "wasm", "closing replaced plugin '%s': %v", slot.filter, err)
+		}
+	}()
 }
 
 // pluginLog formats plugin output as Envoy does: "wasm log <name> <root_id>
