@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -218,7 +219,11 @@ func TestRemoteCodeGoodSHA256(t *testing.T) {
 // TestRemoteCodeRefusesToStart: the shipped placeholder digest, a missing
 // module and an unreachable server each stop the start with an error that
 // says what went wrong, and no listener is ever bound.
-func TestRemoteCodeRefusesToStart(t *testing.T) {
+// TestRemoteCodeFailureFailsClosed checks Envoy's behaviour when remote code
+// cannot be fetched or verified: the proxy still starts, logs why, and the
+// filter, having no VM, answers every request per failure_policy (503 with
+// envoy-remote.yaml's FAIL_CLOSED) instead of letting it through unfiltered.
+func TestRemoteCodeFailureFailsClosed(t *testing.T) {
 	wasm := builtWasm(t)
 	real := fileSHA256(t, wasm)
 	tests := []struct {
@@ -229,7 +234,7 @@ func TestRemoteCodeRefusesToStart(t *testing.T) {
 		{
 			name:    "placeholder sha256",
 			modify:  func(*envoy.Config, *envoy.WasmFilter) {},
-			wantErr: []string{"sha256 mismatch", strings.Repeat("0", 64), real, "refusing"},
+			wantErr: []string{"sha256 mismatch", strings.Repeat("0", 64), real, "sha256"},
 		},
 		{
 			name: "sha256 of another module",
@@ -264,20 +269,43 @@ func TestRemoteCodeRefusesToStart(t *testing.T) {
 			cs := startCodeServer(t, filepath.Dir(wasm))
 			cfg, w := loadRemoteConfig(t, cs)
 			tc.modify(cfg, w)
-			srv, err := startConfig(t, cfg)
-			if err == nil {
-				t.Fatal("Start succeeded")
+			logs := &lockedBuffer{}
+			srv, err := startConfigWith(t, cfg, envoy.Options{Logger: envoy.NewLogger(logs, envoy.LevelInfo)})
+			if err != nil {
+				t.Fatalf("Start: %v (Envoy starts and fails the filter instead)", err)
 			}
-			for _, want := range append(tc.wantErr, "sluice", "http://127.0.0.1:8000/sluice.wasm") {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error %q does not contain %q", err, want)
+			for _, want := range append(tc.wantErr, "sluice", "http://127.0.0.1:8000/sluice.wasm", "Plugin configured to fail closed failed to load") {
+				if !strings.Contains(logs.String(), want) {
+					t.Errorf("logs do not contain %q:\n%s", want, logs)
 				}
 			}
-			if addr := srv.ListenerAddr(cfg.Listeners[0].Name); addr != "" {
-				t.Errorf("listener bound at %s although the code was refused", addr)
+			status, _ := httpGet(t, "http://"+srv.ListenerAddr(cfg.Listeners[0].Name)+"/")
+			if status != 503 {
+				t.Fatalf("a request through the failed filter got %d, want 503 (FAIL_CLOSED)", status)
+			}
+			if len(cs.requests()) == 0 && tc.name != "server unreachable" {
+				t.Error("the code server was never asked")
 			}
 		})
 	}
+}
+
+// lockedBuffer collects log lines written from several goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // closedAddr is a 127.0.0.1 address nothing listens on.

@@ -88,7 +88,7 @@ func (rc *RemoteCode) fetch(ctx context.Context, cm *clusterManager, plugin stri
 	}
 	sum := sha256.Sum256(resp.Body)
 	if got := hex.EncodeToString(sum[:]); got != rc.SHA256 {
-		return nil, fmt.Errorf("%s: sha256 mismatch: the configured sha256 is %s but the fetched module (%s bytes) has sha256 %s; refusing to load it",
+		return nil, fmt.Errorf("%s: sha256 mismatch: the configured sha256 is %s but the fetched module (%s bytes) has sha256 %s",
 			where, rc.SHA256, strconv.Itoa(len(resp.Body)), got)
 	}
 	return resp.Body, nil

@@ -232,7 +232,9 @@ func (s *Server) Plugins() []*host.Plugin {
 	out := make([]*host.Plugin, 0, len(s.slots))
 	for _, slot := range s.slots {
 		slot.mu.RLock()
-		out = append(out, slot.cur.p)
+		if slot.cur.p != nil {
+			out = append(out, slot.cur.p)
+		}
 		slot.mu.RUnlock()
 	}
 	return out
@@ -323,6 +325,9 @@ func (s *Server) newListener(ctx context.Context, lc *Listener) (*listener, erro
 		next = func(ctx context.Context, req *host.Request) (*host.Response, error) {
 			ref := slot.acquire()
 			defer ref.inflight.Done()
+			if ref.p == nil {
+				return noVM(ctx, req, n, slot.wasm)
+			}
 			return ref.p.Serve(ctx, req, n)
 		}
 	}
@@ -339,6 +344,16 @@ func (s *Server) startPlugin(ctx context.Context, w *WasmFilter) (*host.Plugin, 
 		// cluster exactly as the data path would.
 		s.log.Logf(LevelInfo, "wasm", "fetching code for plugin '%s' from %s via cluster '%s'", w.Name, r.URI, r.Cluster)
 		code, err = r.fetch(ctx, s.clusters, w.Name)
+		if err != nil {
+			// Envoy does not refuse to start over remote code it cannot
+			// fetch or verify: the filter is left without a VM and every
+			// request is answered per failure_policy. Do the same.
+			s.log.Logf(LevelCritical, "wasm", "%v", err)
+			if !w.failsOpen() {
+				s.log.Logf(LevelCritical, "wasm", "Plugin configured to fail closed failed to load")
+			}
+			return nil, nil
+		}
 	} else {
 		code, err = w.LoadCodeContext(ctx)
 	}
@@ -932,4 +947,19 @@ func (s *Server) rtProfile() host.Profile {
 		return s.rt.Profile()
 	}
 	return s.opts.Profile
+}
+
+// noVM serves a request for a wasm filter whose module failed to load, as
+// Envoy does: fail open passes it on, fail closed answers 503.
+func noVM(ctx context.Context, req *host.Request, next host.Upstream, w *WasmFilter) (*host.Response, error) {
+	if w.failsOpen() {
+		return next(ctx, req)
+	}
+	return &host.Response{Status: 503, Details: "wasm_fail_stream", Local: true}, nil
+}
+
+// failsOpen reports whether the filter lets traffic through when its VM
+// is unavailable: the legacy fail_open flag or failure_policy FAIL_OPEN.
+func (w *WasmFilter) failsOpen() bool {
+	return w.FailOpen || w.FailurePolicy == "FAIL_OPEN"
 }
