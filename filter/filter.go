@@ -7,7 +7,9 @@
 //  2. the enforcing limits are decided together with limiter.AllowAll, so a
 //     request denied by any of them consumes from none (the most
 //     restrictive wins); shadow limits are then decided on their own and
-//     only counted;
+//     only counted. Global and hybrid limits are decided in Redis first,
+//     with the request paused (distributed.go, lease.go, which state what
+//     "consumes from none" still means then);
 //  3. breakers guarding the request's cluster (or route) are checked; an
 //     admitted request carries a ticket whose outcome is reported when the
 //     stream ends, from the response code and its details.
@@ -38,13 +40,14 @@ func NewVMContext() types.VMContext { return NewVMContextWithClock(time.Now) }
 // NewVMContextWithClock is NewVMContext with a time source, so native tests
 // can step time exactly.
 func NewVMContextWithClock(now func() time.Time) types.VMContext {
-	return &vmContext{now: now, store: sharedData{}}
+	return &vmContext{now: now, store: sharedData{}, caller: proxyCaller{}}
 }
 
 type vmContext struct {
 	types.DefaultVMContext
-	now   clock
-	store store.Store
+	now    clock
+	store  store.Store
+	caller httpCaller
 }
 
 func (vm *vmContext) NewPluginContext(uint32) types.PluginContext {
@@ -58,6 +61,8 @@ type pluginContext struct {
 
 	limits   []*limitRuntime
 	breakers []*breakerRuntime
+	// backend is nil unless some limit is global or hybrid.
+	backend  *backendRuntime
 	requests proxywasm.MetricCounter
 	// needRoute is set when any match or key reads the route name, so other
 	// configs never pay for the property hostcall.
@@ -110,6 +115,14 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 		if err != nil {
 			return err
 		}
+		if l.remote != nil && p.backend == nil {
+			if cfg.Backend == nil {
+				return errorf("limits[%d].mode: %s needs a backend", i, cfg.Limits[i].Mode)
+			}
+			if p.backend, err = newBackendRuntime(p, cfg.Backend); err != nil {
+				return err
+			}
+		}
 		p.limits = append(p.limits, l)
 		if cfg.Limits[i].Match.Routes != nil {
 			p.needRoute = true
@@ -144,17 +157,21 @@ type limitRuntime struct {
 	def       *limiter.Table
 	overrides map[string]*limiter.Table
 	metrics   limitMetrics
+	// remote is nil for local limits.
+	remote *remoteLimit
 	// evictionsSeen is the sum of this worker's table eviction counts
 	// already exported, so only the delta is added to the shared counter.
 	evictionsSeen uint64
 }
 
 func newLimitRuntime(s store.Store, cfg *config.Limit, index int) (*limitRuntime, error) {
-	if cfg.Mode != config.ModeLocal {
-		return nil, errorf("limits[%d].mode: %s needs the distributed backend, which this build does not include yet", index, cfg.Mode)
-	}
 	l := &limitRuntime{cfg: cfg, index: index, window: cfg.Rate.Window, metrics: defineLimitMetrics(cfg.Name)}
 	var err error
+	if cfg.Mode != config.ModeLocal {
+		if l.remote, err = newRemoteLimit(cfg, index); err != nil {
+			return nil, err
+		}
+	}
 	// The prefix and seed depend only on the name, so a config reload that
 	// keeps the name keeps the state and the shared-data key set.
 	l.def, err = newTable(s, cfg.Algorithm, cfg.Rate, "sluice.rl."+cfg.Name+".", cfg.Name)
@@ -176,15 +193,7 @@ func newLimitRuntime(s store.Store, cfg *config.Limit, index int) (*limitRuntime
 }
 
 func newTable(s store.Store, alg config.Algorithm, r config.Rate, prefix, seedSource string) (*limiter.Table, error) {
-	lim := limiter.Limit{Rate: r.Limit, Period: r.Window, Burst: r.Burst}
-	switch alg {
-	case config.FixedWindow:
-		lim.Algorithm = limiter.FixedWindow
-	case config.SlidingWindow:
-		lim.Algorithm = limiter.SlidingWindow
-	default:
-		lim.Algorithm = limiter.TokenBucket
-	}
+	lim := limiterLimit(alg, r)
 	return limiter.NewTable(s, lim, limiter.TableConfig{Prefix: prefix, Seed: seedOf(seedSource)})
 }
 

@@ -65,3 +65,71 @@ func (proxyHost) property(path ...string) string {
 // clock is the filter's time source. Tests replace it; in the wasm,
 // time.Now reads the host's WASI clock.
 type clock func() time.Time
+
+// httpCaller sends proxy_http_call requests. done runs once per accepted
+// call, from the host's http_call_response callback; ok is false when the
+// host reports no response (timeout, reset, no healthy host), which Envoy
+// signals with an empty header map.
+type httpCaller interface {
+	call(cluster string, headers [][2]string, body []byte, timeout time.Duration,
+		done func(status int, body []byte, ok bool)) error
+}
+
+type proxyCaller struct{}
+
+func (proxyCaller) call(cluster string, headers [][2]string, body []byte, timeout time.Duration,
+	done func(status int, body []byte, ok bool)) error {
+	ms := uint32(timeout / time.Millisecond)
+	if ms == 0 {
+		ms = 1
+	}
+	_, err := proxywasm.DispatchHttpCall(cluster, headers, body, nil, ms, func(numHeaders, bodySize, _ int) {
+		if numHeaders == 0 {
+			done(0, nil, false)
+			return
+		}
+		status := 0
+		if hs, err := proxywasm.GetHttpCallResponseHeaders(); err == nil {
+			for _, kv := range hs {
+				if kv[0] == ":status" {
+					status = atoiStatus(kv[1])
+					break
+				}
+			}
+		}
+		var b []byte
+		if bodySize > 0 {
+			// A reply larger than any script result is malformed anyway;
+			// reading it whole would only cost memory.
+			n := bodySize
+			if n > maxReplyBody {
+				n = maxReplyBody
+			}
+			b, _ = proxywasm.GetHttpCallResponseBody(0, n)
+		}
+		done(status, b, true)
+	})
+	return err
+}
+
+// maxReplyBody bounds how much of a backend reply is read.
+const maxReplyBody = 64 << 10
+
+func atoiStatus(s string) int {
+	if len(s) == 0 || len(s) > 3 {
+		return 0
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n
+}
+
+// switchTo makes a paused stream the target of the next stream hostcalls,
+// when a callback of another context (the tick, a call reply) acts on it.
+// It fails when the stream is gone.
+func switchTo(id uint32) error { return proxywasm.SetEffectiveContext(id) }

@@ -37,6 +37,20 @@ type httpContext struct {
 
 	tickets   []breakerTicket
 	responded time.Time
+
+	// Remote (global and hybrid) decisions in progress: the request is
+	// paused until pending reaches 0. localReqs/localLim are the local
+	// limits, committed only once every remote limit admitted.
+	remote    []remoteReq
+	calls     []*remoteCall
+	localReqs []limiter.Request
+	localLim  []*limitRuntime
+	pending   int
+	starting  bool
+	// gen changes when the stream ends or is re-evaluated, so replies to
+	// calls of an earlier evaluation are ignored.
+	gen  uint32
+	done bool
 }
 
 type breakerTicket struct {
@@ -59,6 +73,8 @@ const (
 	verdictAllow verdict = iota
 	verdictReject
 	verdictDelay
+	// verdictPending: waiting for Redis; a reply callback finishes it.
+	verdictPending
 )
 
 // evaluate runs the limits and breakers at now. It is re-run from the tick
@@ -70,7 +86,7 @@ func (h *httpContext) evaluate(now time.Time) types.Action {
 		switch h.evaluateLimits(now) {
 		case verdictReject:
 			return types.ActionPause
-		case verdictDelay:
+		case verdictDelay, verdictPending:
 			return types.ActionPause
 		}
 	}
@@ -101,6 +117,8 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 	}
 
 	p.reqs, p.reqLim = p.reqs[:0], p.reqLim[:0]
+	h.gen++
+	h.resetRemote()
 	var shadows []limiter.Request
 	var shadowLim []*limitRuntime
 	for i, l := range p.limits {
@@ -120,7 +138,21 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 			}
 			continue
 		}
-		t, _ := l.table(overrideValue)
+		t, rate := l.table(overrideValue)
+		if l.remote != nil {
+			lim := limiterLimit(l.cfg.Algorithm, rate)
+			rkey := redisKey(l.cfg.Name, string(key))
+			if l.cfg.Shadow {
+				h.startShadowRemote(l, lim, rkey, l.cfg.Cost, now)
+				continue
+			}
+			fp := seedOf(rkey)
+			h.remote = append(h.remote, remoteReq{
+				l: l, key: string(key), overrideValue: overrideValue, rkey: rkey, fp: fp,
+				slot: l.remote.slotPrefix + strconv.FormatUint(fp%remoteSlots, 10), cost: l.cfg.Cost, lim: lim,
+			})
+			continue
+		}
 		r := limiter.Request{Table: t, Key: string(key), Cost: l.cfg.Cost}
 		if l.cfg.Shadow {
 			shadows, shadowLim = append(shadows, r), append(shadowLim, l)
@@ -130,6 +162,11 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 	}
 
 	ns := now.UnixNano()
+	if len(h.remote) > 0 {
+		v := h.startRemote(now)
+		h.evaluateShadows(shadows, shadowLim, ns)
+		return v
+	}
 	if len(p.reqs) > 0 {
 		results := p.results[:len(p.reqs)]
 		admitted, err := limiter.AllowAll(ns, p.reqs, results)
@@ -159,6 +196,11 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 		h.quota = quotaOf(p.reqLim[best], results[best])
 		h.hasQuota = true
 	}
+	h.evaluateShadows(shadows, shadowLim, ns)
+	return verdictAllow
+}
+
+func (h *httpContext) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRuntime, ns int64) {
 	for i, r := range shadows {
 		l := shadowLim[i]
 		res, err := r.Table.AllowN(r.Key, ns, r.Cost)
@@ -173,7 +215,6 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 			h.logRejection("shadow_limited", l, res)
 		}
 	}
-	return verdictAllow
 }
 
 func quotaOf(l *limitRuntime, res limiter.Result) quota {
@@ -335,6 +376,15 @@ func (h *httpContext) OnHttpStreamDone() {
 	if h.delayed {
 		delete(p.waiters, h.id)
 	}
+	if len(h.remote) > 0 {
+		if h.pending > 0 {
+			h.refund()
+		}
+		delete(p.backend.leaseWaiters, h.id)
+		h.resetRemote()
+	}
+	h.gen++
+	h.done = true
 	if len(h.tickets) == 0 || h.localReply {
 		return
 	}
@@ -404,10 +454,16 @@ func statusProperty(v string) int {
 // addWaiter parks a delayed stream until the tick resumes it.
 func (p *pluginContext) addWaiter(h *httpContext) {
 	p.waiters[h.id] = h
+	p.ensureTick()
+}
+
+// ensureTick starts the tick that drives delayed requests, retries, lease
+// calls and call timeouts; OnTick stops it when nothing is left.
+func (p *pluginContext) ensureTick() {
 	if !p.ticking {
 		p.ticking = true
 		if err := proxywasm.SetTickPeriodMilliSeconds(uint32(delayTick / time.Millisecond)); err != nil {
-			proxywasm.LogErrorf("sluice: starting the delay tick: %v", err)
+			proxywasm.LogErrorf("sluice: starting the tick: %v", err)
 		}
 	}
 }
@@ -433,7 +489,10 @@ func (p *pluginContext) OnTick() {
 			}
 		}
 	}
-	if len(p.waiters) == 0 && p.ticking {
+	if p.backend != nil {
+		p.backend.tick(now)
+	}
+	if len(p.waiters) == 0 && (p.backend == nil || !p.backend.busy()) && p.ticking {
 		p.ticking = false
 		_ = proxywasm.SetTickPeriodMilliSeconds(0)
 	}

@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -107,6 +108,9 @@ func (p *proc) waitReady(ready func() error) error {
 		if last = ready(); last == nil {
 			return nil
 		}
+		if errors.Is(last, errNotOurs) {
+			return last
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not ready after %v: %w", startTimeout, last)
 		}
@@ -167,7 +171,7 @@ func (r *Redis) start() error {
 	if err != nil {
 		return err
 	}
-	if err := p.waitReady(func() error { return Ping(r.Addr()) }); err != nil {
+	if err := p.waitReady(func() error { return ourRedis(r.Addr(), p.cmd.Process.Pid) }); err != nil {
 		p.kill()
 		return err
 	}
@@ -207,6 +211,30 @@ func (r *Redis) Client() *redis.Client {
 }
 
 // Ping sends one PING to addr on a fresh connection.
+// errNotOurs means another process answers on the port we chose: our
+// server lost the race for it, and talking to it would share someone
+// else's data.
+var errNotOurs = errors.New("another server answers on this port")
+
+// ourRedis succeeds once the Redis at addr answers and is the process pid.
+func ourRedis(addr string, pid int) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			if v != strconv.Itoa(pid) {
+				return fmt.Errorf("%w: %s is pid %s, not %d", errNotOurs, addr, v, pid)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("INFO server from %s has no process_id", addr)
+}
+
 func Ping(addr string) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer c.Close()

@@ -1,0 +1,372 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/e2e/envoy"
+	"github.com/sluice-proxy/sluice/e2e/redistest"
+	"github.com/sluice-proxy/sluice/e2e/upstash"
+)
+
+// distProtocol is how a test reaches Redis: through webdis or through
+// our Upstash-protocol server, both over the same real redis-server.
+type distProtocol string
+
+const (
+	viaWebdis  distProtocol = "webdis"
+	viaUpstash distProtocol = "upstash"
+)
+
+const upstashToken = "sluice-e2e-token"
+
+// distBackend is a running Redis with its HTTP front.
+type distBackend struct {
+	redis  *redistest.Redis
+	webdis *redistest.Webdis
+	// addr is the host:port the Envoy "redis" cluster points at.
+	addr     string
+	protocol distProtocol
+
+	mu   sync.Mutex
+	gate chan struct{} // closed unless frozen (Upstash front only)
+}
+
+func startDistBackend(t *testing.T, p distProtocol) *distBackend {
+	t.Helper()
+	r := redistest.StartRedis(t)
+	b := &distBackend{redis: r, protocol: p}
+	switch p {
+	case viaWebdis:
+		b.webdis = redistest.StartWebdis(t, r.Addr())
+		b.addr = b.webdis.Addr()
+	case viaUpstash:
+		h := upstash.New(r.Client(), upstashToken)
+		b.gate = make(chan struct{})
+		close(b.gate)
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			b.mu.Lock()
+			gate := b.gate
+			b.mu.Unlock()
+			select {
+			case <-gate:
+			case <-req.Context().Done():
+				return
+			}
+			h.ServeHTTP(w, req)
+		}))
+		t.Cleanup(func() {
+			b.thaw()
+			ts.CloseClientConnections()
+			ts.Close()
+		})
+		b.addr = ts.Listener.Addr().String()
+	}
+	return b
+}
+
+// freeze makes the HTTP front hang like a stopped process: webdis gets
+// SIGSTOP, the Upstash server holds every request until thaw.
+func (b *distBackend) freeze() {
+	if b.webdis != nil {
+		b.webdis.Stop()
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.gate:
+		b.gate = make(chan struct{})
+	default:
+	}
+}
+
+func (b *distBackend) thaw() {
+	if b.webdis != nil {
+		b.webdis.Cont()
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.gate:
+	default:
+		close(b.gate)
+	}
+}
+
+// evalCalls is how many script calls Redis has run (EVALSHA and EVAL).
+func (b *distBackend) evalCalls(t *testing.T) int64 {
+	t.Helper()
+	st, err := redistest.CommandStats(b.redis.Addr())
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	return st["evalsha"] + st["eval"]
+}
+
+// backendBlock is the plugin's "backend" JSON for b, with extra fields
+// (without braces) appended.
+func (b *distBackend) backendBlock(extra string) string {
+	s := `"cluster":"redis","protocol":"` + string(b.protocol) + `"`
+	if b.protocol == viaUpstash {
+		s += `,"token":"` + upstashToken + `"`
+	}
+	if extra != "" {
+		s += "," + extra
+	}
+	return `"backend":{` + s + `}`
+}
+
+// uniqueKey makes a key no other run can have used: redis-servers of
+// other test processes may sit on recycled ports, and a key they share
+// would start with someone else's consumption.
+func uniqueKey(base string) string {
+	return fmt.Sprintf("%s-%d", base, time.Now().UnixNano())
+}
+
+// distYAML is a bootstrap with one listener running the plugin in front
+// of the echo backend, and a "redis" cluster at redisAddr.
+func distYAML(wasm, pluginJSON, backendAddr, redisAddr string) string {
+	host := func(addr string) (string, string) {
+		h, p, _ := net.SplitHostPort(addr)
+		return h, p
+	}
+	bh, bp := host(backendAddr)
+	rh, rp := host(redisAddr)
+	indented := strings.ReplaceAll(pluginJSON, "\n", " ")
+	return fmt.Sprintf(`
+static_resources:
+  listeners:
+    - name: ingress
+      address:
+        socket_address: {address: 127.0.0.1, port_value: 0}
+      filter_chains:
+        - filters:
+            - name: envoy.filters.network.http_connection_manager
+              typed_config:
+                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+                stat_prefix: ingress_http
+                route_config:
+                  name: local_route
+                  virtual_hosts:
+                    - name: backend
+                      domains: ["*"]
+                      routes:
+                        - name: default
+                          match: {prefix: "/"}
+                          route: {cluster: backend, timeout: 15s}
+                http_filters:
+                  - name: envoy.filters.http.wasm
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+                      config:
+                        name: sluice
+                        root_id: sluice
+                        vm_config:
+                          vm_id: sluice
+                          runtime: envoy.wasm.runtime.v8
+                          code: {local: {filename: %q}}
+                        configuration:
+                          "@type": type.googleapis.com/google.protobuf.StringValue
+                          value: %q
+                  - name: envoy.filters.http.router
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+    - name: backend
+      type: STATIC
+      connect_timeout: 1s
+      load_assignment:
+        cluster_name: backend
+        endpoints:
+          - lb_endpoints:
+              - endpoint: {address: {socket_address: {address: %s, port_value: %s}}}
+    - name: redis
+      type: STATIC
+      connect_timeout: 0.25s
+      load_assignment:
+        cluster_name: redis
+        endpoints:
+          - lb_endpoints:
+              - endpoint: {address: {socket_address: {address: %s, port_value: %s}}}
+admin:
+  address:
+    socket_address: {address: 127.0.0.1, port_value: 0}
+`, wasm, indented, bh, bp, rh, rp)
+}
+
+// distInstance is one running Envoy stand-in.
+type distInstance struct {
+	srv  *envoy.Server
+	base string
+}
+
+// startDistInstances starts n instances of the host, each with 2 workers
+// and its own shared data, all sharing redisAddr.
+func startDistInstances(t *testing.T, n int, pluginJSON, redisAddr string) []*distInstance {
+	t.Helper()
+	wasm := builtWasm(t)
+	be := echoBackend(t)
+	var out []*distInstance
+	for range n {
+		cfg, err := envoy.Load([]byte(distYAML(wasm, pluginJSON, be, redisAddr)))
+		if err != nil {
+			t.Fatalf("loading the bootstrap: %v", err)
+		}
+		srv := envoy.NewServer(cfg, envoy.Options{Concurrency: 2, Logger: envoy.NewLogger(io.Discard, envoy.LevelOff)})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		err = srv.Start(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+		})
+		out = append(out, &distInstance{srv: srv, base: "http://" + srv.ListenerAddr("ingress")})
+	}
+	return out
+}
+
+// metric reads a plugin metric summed over the instance's workers.
+func (d *distInstance) metric(name string) uint64 {
+	st := d.srv.Runtime().Stats()
+	if v, ok := st.Lookup(name); ok {
+		return v
+	}
+	v, _ := st.Lookup("wasmcustom." + name)
+	return v
+}
+
+func sumMetric(insts []*distInstance, name string) uint64 {
+	var s uint64
+	for _, in := range insts {
+		s += in.metric(name)
+	}
+	return s
+}
+
+var distClient = &http.Client{
+	Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64},
+	Timeout:   10 * time.Second,
+}
+
+// hit sends one request with x-key: key and returns the status and how
+// long it took.
+func hit(t *testing.T, url, key string) (int, time.Duration) {
+	return hitWith(t, url, "x-key", key)
+}
+
+func hitWith(t *testing.T, url, header, key string) (int, time.Duration) {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Error(err)
+		return 0, 0
+	}
+	req.Header.Set(header, key)
+	start := time.Now()
+	resp, err := distClient.Do(req)
+	if err != nil {
+		t.Errorf("GET %s: %v", url, err)
+		return 0, time.Since(start)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, time.Since(start)
+}
+
+// tally counts statuses safely across goroutines.
+type tally struct {
+	mu     sync.Mutex
+	counts map[int]int
+	max    time.Duration
+}
+
+func (ta *tally) add(status int, d time.Duration) {
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	if ta.counts == nil {
+		ta.counts = map[int]int{}
+	}
+	ta.counts[status]++
+	if d > ta.max {
+		ta.max = d
+	}
+}
+
+func (ta *tally) get(status int) int {
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	return ta.counts[status]
+}
+
+// burst sends n concurrent requests for key spread over the instances.
+func burst(t *testing.T, insts []*distInstance, path, key string, n int) *tally {
+	var ta tally
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 48)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			st, d := hit(t, insts[i%len(insts)].base+path, key)
+			ta.add(st, d)
+		}()
+	}
+	wg.Wait()
+	return &ta
+}
+
+// paced offers rate requests/s in total for dur, spread over the
+// instances, and returns the tally and the time from first to last send.
+func paced(t *testing.T, insts []*distInstance, path, key string, rate int, dur time.Duration) (*tally, time.Duration) {
+	var ta tally
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	interval := time.Second / time.Duration(rate)
+	sem := make(chan struct{}, 96)
+	start := time.Now()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	i := 0
+	for now := range tick.C {
+		if now.Sub(start) >= dur {
+			break
+		}
+		// Catch up when the ticker fell behind, so the offered load holds.
+		due := int(now.Sub(start)/interval) + 1
+		for ; i < due; i++ {
+			select {
+			case sem <- struct{}{}:
+			default:
+				ta.add(-1, 0) // the client could not keep up: not offered
+				continue
+			}
+			wg.Add(1)
+			sent.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				st, d := hit(t, insts[i%len(insts)].base+path, key)
+				ta.add(st, d)
+			}(i)
+		}
+	}
+	elapsed := time.Since(start)
+	wg.Wait()
+	return &ta, elapsed
+}
