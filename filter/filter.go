@@ -35,7 +35,7 @@ import (
 )
 
 // NewVMContext returns the root of the plugin, registered from main's init.
-func NewVMContext() types.VMContext { return NewVMContextWithClock(time.Now) }
+func NewVMContext() types.VMContext { return NewVMContextWithClock(wallClock) }
 
 // NewVMContextWithClock is NewVMContext with a time source, so native tests
 // can step time exactly.
@@ -67,15 +67,22 @@ type pluginContext struct {
 	// needRoute is set when any match or key reads the route name, so other
 	// configs never pay for the property hostcall.
 	needRoute bool
+	// needHeaders is set when any match reads the path, method, host or a
+	// header; otherwise matching costs no header-map hostcall.
+	needHeaders bool
 
 	// Scratch reused by every request of this worker; a VM runs one
 	// callback at a time.
-	keyBuf  []byte
-	matched []bool
-	applied []bool
-	reqs    []limiter.Request
-	reqLim  []*limitRuntime
-	results []limiter.Result
+	keyBuf []byte
+	// respHeaders and respBuf render rate-limit headers on allowed
+	// responses without allocating.
+	respHeaders [][2]string
+	respBuf     []byte
+	matched     []bool
+	applied     []bool
+	reqs        []limiter.Request
+	reqLim      []*limitRuntime
+	results     []limiter.Result
 
 	// waiters are streams paused by on_limit delay, resumed from the tick.
 	waiters     map[uint32]*httpContext
@@ -127,6 +134,7 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 		if cfg.Limits[i].Match.Routes != nil {
 			p.needRoute = true
 		}
+		p.needHeaders = p.needHeaders || matchNeedsHeaders(&cfg.Limits[i].Match)
 	}
 	for i := range cfg.Breakers {
 		b, err := newBreakerRuntime(p.vm.store, &cfg.Breakers[i], i)
@@ -137,11 +145,16 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 		if cfg.Breakers[i].Match.Routes != nil {
 			p.needRoute = true
 		}
+		p.needHeaders = p.needHeaders || matchNeedsHeaders(&cfg.Breakers[i].Match)
 	}
 	p.matched = make([]bool, len(p.limits))
 	p.applied = make([]bool, len(p.limits))
 	p.results = make([]limiter.Result, len(p.limits))
 	return nil
+}
+
+func matchNeedsHeaders(m *config.Match) bool {
+	return m.Path != "" || m.PathPrefix != "" || m.Methods != nil || m.Hosts != nil || len(m.Headers) > 0
 }
 
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {

@@ -3,6 +3,7 @@ package filter
 import (
 	"errors"
 	"time"
+	"unsafe"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -56,14 +57,16 @@ func (proxyHost) requestHeaders() [][2]string {
 
 func (proxyHost) property(path ...string) string {
 	v, err := proxywasm.GetProperty(path)
-	if err != nil {
+	if err != nil || len(v) == 0 {
 		return ""
 	}
-	return string(v)
+	// The host wrote v into memory allocated for this call alone, and
+	// nothing writes it again, so it can back a string without a copy.
+	return unsafe.String(&v[0], len(v))
 }
 
-// clock is the filter's time source. Tests replace it; in the wasm,
-// time.Now reads the host's WASI clock.
+// clock is the filter's time source. Tests replace it; in the wasm it is
+// wallClock, which reads the host's WASI clock directly.
 type clock func() time.Time
 
 // httpCaller sends proxy_http_call requests. done runs once per accepted

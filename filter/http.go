@@ -1,10 +1,10 @@
 package filter
 
 import (
-	"encoding/binary"
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -37,6 +37,8 @@ type httpContext struct {
 
 	tickets   []breakerTicket
 	responded time.Time
+	// status is the response's :status, read when a breaker tracks it.
+	status int
 
 	// Remote (global and hybrid) decisions in progress: the request is
 	// paused until pending reaches 0. localReqs/localLim are the local
@@ -99,7 +101,7 @@ func (h *httpContext) evaluate(now time.Time) types.Action {
 func (h *httpContext) evaluateLimits(now time.Time) verdict {
 	p := h.plugin
 	info := &h.info
-	match := info.matchRequest(p.needRoute)
+	match := info.matchRequest(p.needRoute, p.needHeaders)
 	for i, l := range p.limits {
 		p.matched[i] = l.cfg.Match.Matches(match)
 		p.applied[i] = p.matched[i]
@@ -121,12 +123,19 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 	h.resetRemote()
 	var shadows []limiter.Request
 	var shadowLim []*limitRuntime
+	// Every key of this evaluation is appended to one arena that lives
+	// until the next evaluation, so the keys handed to AllowAll need no
+	// allocation of their own.
+	arena := p.keyBuf[:0]
 	for i, l := range p.limits {
 		if !p.applied[i] {
 			continue
 		}
-		key, overrideValue, ok := info.appendKey(p.keyBuf[:0], l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
-		p.keyBuf = key[:0]
+		start := len(arena)
+		var overrideValue string
+		var ok bool
+		arena, overrideValue, ok = info.appendKey(arena, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
+		key := arena[start:]
 		if !ok {
 			if h.delayed {
 				continue // counted on the first evaluation
@@ -153,7 +162,7 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 			})
 			continue
 		}
-		r := limiter.Request{Table: t, Key: string(key), Cost: l.cfg.Cost}
+		r := limiter.Request{Table: t, Key: arenaString(key), Cost: l.cfg.Cost}
 		if l.cfg.Shadow {
 			shadows, shadowLim = append(shadows, r), append(shadowLim, l)
 			continue
@@ -161,6 +170,7 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 		p.reqs, p.reqLim = append(p.reqs, r), append(p.reqLim, l)
 	}
 
+	p.keyBuf = arena
 	ns := now.UnixNano()
 	if len(h.remote) > 0 {
 		v := h.startRemote(now)
@@ -250,7 +260,7 @@ func (h *httpContext) onLimited(l *limitRuntime, res limiter.Result, now time.Ti
 	l.metrics.limited.Increment(1)
 	h.logRejection("rate_limited", l, res)
 	q := quotaOf(l, res)
-	headers := appendRateLimitHeaders(nil, p.cfg.Response.Headers, q, now, true)
+	headers, _ := appendRateLimitHeaders(nil, nil, p.cfg.Response.Headers, q, now, true)
 	ct, body := rateLimitedBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status, res.RetryAfter)
 	h.sendLocal(l.cfg.OnLimit.Status, "sluice_rate_limited", headers, ct, body)
 	return verdictReject
@@ -305,7 +315,7 @@ func (h *httpContext) checkBreakers(now time.Time) bool {
 	matched := false
 	for _, b := range p.breakers {
 		if !matched {
-			match = h.info.matchRequest(p.needRoute)
+			match = h.info.matchRequest(p.needRoute, p.needHeaders)
 			matched = true
 		}
 		if !b.cfg.Match.Matches(match) {
@@ -361,10 +371,19 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	if h.localReply {
 		return types.ActionContinue
 	}
-	h.responded = h.plugin.vm.now()
 	p := h.plugin
+	if len(h.tickets) > 0 {
+		// The breaker outcome needs the status and, for slow calls, the
+		// time the upstream answered; read both only when it is tracked.
+		h.responded = p.vm.now()
+		if v, err := proxywasm.GetHttpResponseHeader(":status"); err == nil {
+			h.status = atoiStatus(v)
+		}
+	}
 	if h.hasQuota && p.cfg.Response.HeadersOnAllowed {
-		for _, kv := range appendRateLimitHeaders(nil, p.cfg.Response.Headers, h.quota, h.responded, false) {
+		// Reset times are relative to the decision, made at h.start.
+		p.respHeaders, p.respBuf = appendRateLimitHeaders(p.respHeaders[:0], p.respBuf, p.cfg.Response.Headers, h.quota, h.start, false)
+		for _, kv := range p.respHeaders {
 			_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
 		}
 	}
@@ -388,9 +407,25 @@ func (h *httpContext) OnHttpStreamDone() {
 	if len(h.tickets) == 0 || h.localReply {
 		return
 	}
-	now := p.vm.now()
-	code := statusProperty(h.info.host.property("response", "code"))
-	details := h.info.host.property("response", "code_details")
+	if h.responded.IsZero() {
+		// No response reached the filter (the client went away first):
+		// nothing is known about the upstream. A probe's slot is freed by
+		// the breaker's probe timeout.
+		return
+	}
+	now, code := h.responded, h.status
+	// A success from the upstream is the common case and needs no property
+	// read; the details are fetched only when they can change the verdict:
+	// a status that could be a failure or a router reply (timeouts and
+	// resets come as 5xx), or a half-open probe, whose outcome closes the
+	// breaker and so must come from the upstream.
+	details := "via_upstream"
+	for _, t := range h.tickets {
+		if code >= 500 || code == 0 || t.ticket.Probe() || t.b.cfg.IsFailureStatus(code) {
+			details = h.info.host.property("response", "code_details")
+			break
+		}
+	}
 	for _, t := range h.tickets {
 		failure, known := t.b.classify(code, details)
 		if !known {
@@ -439,18 +474,6 @@ func (b *breakerRuntime) classify(code int, details string) (failure, known bool
 	return false, false
 }
 
-// statusProperty decodes response.code, an 8-byte little-endian integer.
-func statusProperty(v string) int {
-	if len(v) != 8 {
-		return 0
-	}
-	n := binary.LittleEndian.Uint64([]byte(v))
-	if n > 999 {
-		return 0
-	}
-	return int(n)
-}
-
 // addWaiter parks a delayed stream until the tick resumes it.
 func (p *pluginContext) addWaiter(h *httpContext) {
 	p.waiters[h.id] = h
@@ -496,4 +519,15 @@ func (p *pluginContext) OnTick() {
 		p.ticking = false
 		_ = proxywasm.SetTickPeriodMilliSeconds(0)
 	}
+}
+
+// arenaString views key bytes of the current evaluation's arena as a
+// string. The arena is only overwritten by the next evaluation, by which
+// time nothing holds these strings: limiter tables hash keys and do not
+// keep them.
+func arenaString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }

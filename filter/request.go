@@ -128,10 +128,18 @@ func (r *requestInfo) client(cfg *config.ClientIP) (string, bool) {
 	return r.clientIP, r.clientIPOK
 }
 
+// RequestHeader makes requestInfo a config.HeaderSource.
+func (r *requestInfo) RequestHeader(name string) (string, bool) { return r.header(name) }
+
 // matchRequest adapts requestInfo for config.Match.
-func (r *requestInfo) matchRequest(needRoute bool) config.Request {
-	r.loadHeaders()
-	req := config.Request{Method: r.method, Path: r.path, Host: r.authority, Header: r.header}
+// Without needHeaders no match reads :path, :method, :authority or a
+// header, so the header map is not fetched at all.
+func (r *requestInfo) matchRequest(needRoute, needHeaders bool) config.Request {
+	req := config.Request{Header: r}
+	if needHeaders {
+		r.loadHeaders()
+		req.Method, req.Path, req.Host = r.method, r.path, r.authority
+	}
 	if needRoute {
 		req.Route = r.routeName()
 	}

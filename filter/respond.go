@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 )
@@ -50,10 +51,28 @@ func ceilSeconds(d time.Duration) int64 {
 }
 
 // appendRateLimitHeaders adds the configured header families for q.
-// Retry-After is added only when rejected.
-func appendRateLimitHeaders(dst [][2]string, families config.HeaderFamilies, q quota, now time.Time, rejected bool) [][2]string {
+// Retry-After is added only when rejected. Values are written into buf,
+// which the caller reuses across requests, and the returned pairs point
+// into it: the host copies header values during the hostcall, so rendering
+// headers costs no allocation once buf has grown.
+func appendRateLimitHeaders(dst [][2]string, buf []byte, families config.HeaderFamilies, q quota, now time.Time, rejected bool) ([][2]string, []byte) {
+	buf = buf[:0]
+	// Values are sliced out only after all are written: appending may move
+	// buf, and a view into the old array would then miss later writes.
+	type span struct {
+		name     string
+		from, to int
+	}
+	var spans [6]span
+	n := 0
+	mark := func(name string, from int) {
+		spans[n] = span{name, from, len(buf)}
+		n++
+	}
 	if families.Has(config.HeadersRetryAfter) && rejected {
-		dst = append(dst, [2]string{"retry-after", strconv.FormatInt(retryAfterSeconds(q.retryAfter), 10)})
+		from := len(buf)
+		buf = strconv.AppendInt(buf, retryAfterSeconds(q.retryAfter), 10)
+		mark("retry-after", from)
 	}
 	if families.Has(config.HeadersXRateLimit) {
 		reset := now.Add(q.resetAfter)
@@ -61,30 +80,50 @@ func appendRateLimitHeaders(dst [][2]string, families config.HeaderFamilies, q q
 		if reset.Nanosecond() > 0 {
 			resetUnix++
 		}
-		dst = append(dst,
-			[2]string{"x-ratelimit-limit", strconv.FormatInt(q.limit, 10)},
-			[2]string{"x-ratelimit-remaining", strconv.FormatInt(q.remaining, 10)},
-			[2]string{"x-ratelimit-reset", strconv.FormatInt(resetUnix, 10)},
-		)
+		from := len(buf)
+		buf = strconv.AppendInt(buf, q.limit, 10)
+		mark("x-ratelimit-limit", from)
+		from = len(buf)
+		buf = strconv.AppendInt(buf, q.remaining, 10)
+		mark("x-ratelimit-remaining", from)
+		from = len(buf)
+		buf = strconv.AppendInt(buf, resetUnix, 10)
+		mark("x-ratelimit-reset", from)
 	}
 	if families.Has(config.HeadersRateLimit) {
 		w := ceilSeconds(q.window)
 		if w < 1 {
 			w = 1
 		}
-		dst = append(dst,
-			[2]string{"ratelimit-policy", sfString(q.name) + ";q=" + strconv.FormatInt(q.limit, 10) + ";w=" + strconv.FormatInt(w, 10)},
-			[2]string{"ratelimit", sfString(q.name) + ";r=" + strconv.FormatInt(q.remaining, 10) + ";t=" + strconv.FormatInt(ceilSeconds(q.resetAfter), 10)},
-		)
+		from := len(buf)
+		buf = appendSFString(buf, q.name)
+		buf = append(buf, ";q="...)
+		buf = strconv.AppendInt(buf, q.limit, 10)
+		buf = append(buf, ";w="...)
+		buf = strconv.AppendInt(buf, w, 10)
+		mark("ratelimit-policy", from)
+		from = len(buf)
+		buf = appendSFString(buf, q.name)
+		buf = append(buf, ";r="...)
+		buf = strconv.AppendInt(buf, q.remaining, 10)
+		buf = append(buf, ";t="...)
+		buf = strconv.AppendInt(buf, ceilSeconds(q.resetAfter), 10)
+		mark("ratelimit", from)
 	}
-	return dst
+	for _, sp := range spans[:n] {
+		v := ""
+		if sp.to > sp.from {
+			v = unsafe.String(&buf[sp.from], sp.to-sp.from)
+		}
+		dst = append(dst, [2]string{sp.name, v})
+	}
+	return dst, buf
 }
 
-// sfString renders a Structured Fields (RFC 8941) string. Limit names are
-// validated to [A-Za-z0-9_-], so escaping never triggers for them; it is
-// here so a future caller cannot emit a malformed field.
-func sfString(s string) string {
-	b := make([]byte, 0, len(s)+2)
+// appendSFString renders a Structured Fields (RFC 8941) string. Limit names
+// are validated to [A-Za-z0-9_-], so escaping never triggers for them; it
+// is here so a future caller cannot emit a malformed field.
+func appendSFString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -96,7 +135,7 @@ func sfString(s string) string {
 		}
 		b = append(b, c)
 	}
-	return string(append(b, '"'))
+	return append(b, '"')
 }
 
 // rateLimitedBody renders the body of a rejection by the named limit.

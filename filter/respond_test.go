@@ -24,7 +24,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 func TestRateLimitHeaders(t *testing.T) {
 	now := time.Unix(1700000000, 250_000_000)
 	q := quota{name: "api-per-ip", limit: 100, window: time.Second, remaining: 0, retryAfter: 10 * time.Millisecond, resetAfter: 1200 * time.Millisecond}
-	got := appendRateLimitHeaders(nil, config.AllHeaderFamilies, q, now, true)
+	got, _ := appendRateLimitHeaders(nil, nil, config.AllHeaderFamilies, q, now, true)
 	want := [][2]string{
 		{"retry-after", "1"},
 		{"x-ratelimit-limit", "100"},
@@ -41,17 +41,17 @@ func TestRateLimitHeaders(t *testing.T) {
 			t.Errorf("header %d = %q, want %q", i, got[i], want[i])
 		}
 	}
-	allowed := appendRateLimitHeaders(nil, config.AllHeaderFamilies, q, now, false)
+	allowed, _ := appendRateLimitHeaders(nil, nil, config.AllHeaderFamilies, q, now, false)
 	for _, h := range allowed {
 		if h[0] == "retry-after" {
 			t.Fatal("retry-after on an allowed response")
 		}
 	}
-	if n := len(appendRateLimitHeaders(nil, config.HeadersXRateLimit, q, now, true)); n != 3 {
-		t.Fatalf("x-ratelimit family alone gave %d headers, want 3", n)
+	if hs, _ := appendRateLimitHeaders(nil, nil, config.HeadersXRateLimit, q, now, true); len(hs) != 3 {
+		t.Fatalf("x-ratelimit family alone gave %d headers, want 3", len(hs))
 	}
-	if n := len(appendRateLimitHeaders(nil, 0, q, now, true)); n != 0 {
-		t.Fatalf("no families gave %d headers", n)
+	if hs, _ := appendRateLimitHeaders(nil, nil, 0, q, now, true); len(hs) != 0 {
+		t.Fatalf("no families gave %d headers", len(hs))
 	}
 }
 
@@ -90,5 +90,20 @@ func TestAppendJSONStringAlwaysValid(t *testing.T) {
 		if err := json.Unmarshal(appendJSONString(nil, s), &out); err != nil {
 			t.Fatalf("%q: %v", s, err)
 		}
+	}
+}
+
+func TestRateLimitHeadersAllocationFree(t *testing.T) {
+	q := quota{name: "api", limit: 100, window: time.Second, remaining: 7, resetAfter: time.Second}
+	now := time.Unix(1700000000, 0)
+	dst, buf := appendRateLimitHeaders(nil, nil, config.AllHeaderFamilies, q, now, true)
+	allocs := testing.AllocsPerRun(100, func() {
+		dst, buf = appendRateLimitHeaders(dst[:0], buf, config.AllHeaderFamilies, q, now, true)
+	})
+	if allocs != 0 {
+		t.Fatalf("rendering headers into a grown buffer allocated %.0f times", allocs)
+	}
+	if dst[1] != [2]string{"x-ratelimit-limit", "100"} || dst[5] != [2]string{"ratelimit", `"api";r=7;t=1`} {
+		t.Fatalf("headers %q", dst)
 	}
 }

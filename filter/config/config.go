@@ -362,7 +362,7 @@ type HeaderMatch struct {
 }
 
 // Request is what Match.Matches looks at. Header returns the value of a
-// lower-case header name and whether it is present.
+// lower-case header name and whether it is present; nil means no headers.
 type Request struct {
 	Method string
 	// Path may include the query string; it is ignored.
@@ -370,8 +370,21 @@ type Request struct {
 	// Host may include a port; it is ignored.
 	Host   string
 	Route  string
-	Header func(name string) (string, bool)
+	Header HeaderSource
 }
+
+// HeaderSource gives request headers by lower-case name. It is an interface
+// rather than a func so that the filter can pass a pointer it already has
+// without allocating a closure per request.
+type HeaderSource interface {
+	RequestHeader(name string) (value string, ok bool)
+}
+
+// HeaderFunc adapts a function to HeaderSource.
+type HeaderFunc func(name string) (string, bool)
+
+// RequestHeader calls f.
+func (f HeaderFunc) RequestHeader(name string) (string, bool) { return f(name) }
 
 // Matches reports whether r satisfies m. It does not allocate.
 func (m *Match) Matches(r Request) bool {
@@ -399,7 +412,7 @@ func (m *Match) Matches(r Request) bool {
 		var v string
 		var ok bool
 		if r.Header != nil {
-			v, ok = r.Header(h.Name)
+			v, ok = r.Header.RequestHeader(h.Name)
 		}
 		if h.HasValue {
 			if !ok || v != h.Value {

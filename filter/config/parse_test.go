@@ -505,7 +505,7 @@ func TestMatch(t *testing.T) {
 	m := &c.Limits[0].Match
 	headers := map[string]string{"x-tier": "free"}
 	base := Request{Method: "GET", Path: "/api/users?x=1", Host: "API.example.com:8443", Route: "r2",
-		Header: func(n string) (string, bool) { v, ok := headers[n]; return v, ok }}
+		Header: HeaderFunc(func(n string) (string, bool) { v, ok := headers[n]; return v, ok })}
 	if !m.Matches(base) {
 		t.Fatal("base request does not match")
 	}
@@ -524,10 +524,10 @@ func TestMatch(t *testing.T) {
 		{"other host", func(r *Request) { r.Host = "example.com" }, false},
 		{"other route", func(r *Request) { r.Route = "r3" }, false},
 		{"header value differs", func(r *Request) {
-			r.Header = func(n string) (string, bool) { return map[string]string{"x-tier": "gold"}[n], n == "x-tier" }
+			r.Header = HeaderFunc(func(n string) (string, bool) { return map[string]string{"x-tier": "gold"}[n], n == "x-tier" })
 		}, false},
 		{"forbidden header present", func(r *Request) {
-			r.Header = func(n string) (string, bool) { return "free", n == "x-tier" || n == "x-block" }
+			r.Header = HeaderFunc(func(n string) (string, bool) { return "free", n == "x-tier" || n == "x-block" })
 		}, false},
 		{"no headers at all", func(r *Request) { r.Header = nil }, false},
 	}
@@ -610,7 +610,7 @@ func TestMatchesDoesNotAllocate(t *testing.T) {
 		"headers": [{"name": "x-tier", "value": "free"}], "routes": ["r"]}}]}`)
 	m := &c.Limits[0].Match
 	hdr := func(string) (string, bool) { return "free", true }
-	r := Request{Method: "GET", Path: "/api/x?y", Host: "a.example.com:80", Route: "r", Header: hdr}
+	r := Request{Method: "GET", Path: "/api/x?y", Host: "a.example.com:80", Route: "r", Header: HeaderFunc(hdr)}
 	if !m.Matches(r) {
 		t.Fatal("no match")
 	}
@@ -639,7 +639,7 @@ func BenchmarkMatches(b *testing.B) {
 		"path_prefix": "/api", "methods": ["GET", "POST"], "hosts": ["*.example.com"], "headers": [{"name": "x-tier", "value": "free"}]}}]}`))
 	m := &c.Limits[0].Match
 	r := Request{Method: "POST", Path: "/api/x?y", Host: "a.example.com:80",
-		Header: func(string) (string, bool) { return "free", true }}
+		Header: HeaderFunc(func(string) (string, bool) { return "free", true })}
 	b.ReportAllocs()
 	for b.Loop() {
 		m.Matches(r)

@@ -1,0 +1,141 @@
+package filter
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+)
+
+// fakeHost serves requestInfo from fixed headers and properties, so key
+// extraction can be fuzzed without a proxy-wasm host.
+type fakeHost struct {
+	headers [][2]string
+	props   map[string]string
+}
+
+func (h *fakeHost) requestHeaders() [][2]string { return h.headers }
+
+func (h *fakeHost) property(path ...string) string {
+	return h.props[strings.Join(path, ".")]
+}
+
+// parseFuzzHeaders turns "name=value" lines into a header map. The line
+// format keeps the corpus readable; names may be pseudo-headers (":path").
+func parseFuzzHeaders(blob string) [][2]string {
+	var hs [][2]string
+	for _, line := range strings.Split(blob, "\n") {
+		if line == "" {
+			continue
+		}
+		name, value, _ := strings.Cut(line, "=")
+		hs = append(hs, [2]string{name, value})
+	}
+	return hs
+}
+
+// fuzzKeyParts decodes one byte per part: the low bits pick the kind (with
+// values past KeyHost exercising the unknown-kind path), the high bit picks
+// which header name a header part reads.
+func fuzzKeyParts(spec []byte, headerA, headerB string) []config.KeyPart {
+	if len(spec) > 8 {
+		spec = spec[:8]
+	}
+	parts := make([]config.KeyPart, 0, len(spec))
+	for _, b := range spec {
+		p := config.KeyPart{Kind: config.KeyKind(b & 0x7)}
+		if p.Kind == config.KeyHeader {
+			p.Header = headerA
+			if b&0x80 != 0 {
+				p.Header = headerB
+			}
+		}
+		parts = append(parts, p)
+	}
+	return parts
+}
+
+func FuzzAppendKey(f *testing.F) {
+	f.Add(":method=GET\n:path=/a?b=c\n:authority=Example.COM\nx-api-key=k1", "10.0.0.1:5555", "r1",
+		[]byte{byte(config.KeyClientIP), byte(config.KeyHeader)}, "x-api-key", "x-user", uint8(0), 1, 1)
+	f.Add(":path=/\nx-forwarded-for=1.1.1.1, 2.2.2.2\nx-forwarded-for=[::1]:80", "[2001:db8::2]:443", "",
+		[]byte{byte(config.KeyClientIP), byte(config.KeyPath), byte(config.KeyRoute)}, "", "", uint8(1), 2, 0)
+	f.Add("x-real-ip= 192.168.0.1 \nx-user=\nx-user=b", "", "route",
+		[]byte{byte(config.KeyClientIP), byte(config.KeyHeader) | 0x80, byte(config.KeyMethod)}, "x-real-ip", "x-user", uint8(2), 1, 1)
+	f.Add(":authority=HOST\n:method=POST", "garbage", "r",
+		[]byte{byte(config.KeyHost), byte(config.KeyMethod), 7}, "", "", uint8(0), 1, -1)
+	f.Add("", "", "", []byte{}, "", "", uint8(0), 0, 0)
+	f.Fuzz(func(t *testing.T, headerBlob, sourceAddress, route string, spec []byte,
+		headerA, headerB string, ipSource uint8, hops int, overrideBy int) {
+		host := &fakeHost{
+			headers: parseFuzzHeaders(headerBlob),
+			props:   map[string]string{"source.address": sourceAddress, "xds.route_name": route},
+		}
+		parts := fuzzKeyParts(spec, headerA, headerB)
+		clientCfg := &config.ClientIP{Source: config.ClientIPSource(ipSource % 4), TrustedHops: hops % 64, Header: headerA}
+		prefix := []byte("prefix/")
+
+		r := &requestInfo{host: host}
+		key, override, ok := r.appendKey(append([]byte(nil), prefix...), parts, clientCfg, overrideBy)
+
+		if !bytes.HasPrefix(key, prefix) {
+			t.Fatalf("key %q lost the caller's prefix", key)
+		}
+		// On a missing part the returned buffer may hold a partial key: the
+		// caller keeps it only to reuse its capacity.
+		if !ok {
+			if override != "" {
+				t.Fatalf("a missing part still gave override value %q", override)
+			}
+			return
+		}
+		if len(parts) == 0 && len(key) != len(prefix) {
+			t.Fatalf("the global bucket appended %q", key[len(prefix):])
+		}
+
+		// Same request, fresh state: extraction must not depend on what was
+		// loaded lazily before.
+		again, override2, ok2 := (&requestInfo{host: host}).appendKey(nil, parts, clientCfg, overrideBy)
+		if !ok2 || !bytes.Equal(again, key[len(prefix):]) || override2 != override {
+			t.Fatalf("not deterministic: %q/%q/%v then %q/%q/%v", key[len(prefix):], override, ok, again, override2, ok2)
+		}
+
+		// Real header values cannot hold NUL, so only then is the key
+		// guaranteed to split back into its parts.
+		if strings.ContainsRune(headerBlob+sourceAddress+route, 0) || len(parts) == 0 {
+			return
+		}
+		fields := strings.Split(string(key[len(prefix):]), string(rune(keySeparator)))
+		if len(fields) != len(parts) {
+			t.Fatalf("key %q has %d fields for %d parts", key, len(fields), len(parts))
+		}
+		for i, p := range parts {
+			v := fields[i]
+			if v == "" {
+				t.Fatalf("part %d (%v) is empty in an ok key", i, p)
+			}
+			switch p.Kind {
+			case config.KeyClientIP:
+				if n, ok := normalizeIP(v); !ok || n != v {
+					t.Fatalf("client part %q is not a normalised address", v)
+				}
+			case config.KeyHost:
+				if v != strings.ToLower(v) {
+					t.Fatalf("host part %q is not lower-cased", v)
+				}
+			case config.KeyPath:
+				if strings.ContainsRune(v, '?') {
+					t.Fatalf("path part %q kept its query", v)
+				}
+			case config.KeyRoute:
+				if v != route {
+					t.Fatalf("route part %q, want %q", v, route)
+				}
+			}
+		}
+		if overrideBy >= 0 && overrideBy < len(parts) && override != fields[overrideBy] {
+			t.Fatalf("override value %q, want part %d %q", override, overrideBy, fields[overrideBy])
+		}
+	})
+}
