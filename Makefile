@@ -19,14 +19,15 @@ else
 RUN_CONFIG := examples/$(EXAMPLE)/envoy.yaml
 endif
 
-.PHONY: help build test test-unit test-wasm run lint clean bench oci push fuzz
+.PHONY: help build test run lint clean bench oci push fuzz
 
 help:
 	@echo "make build   - build/sluice.wasm and build/noop.wasm (standard Go + bridge)"
 	@echo "make run     - build, start a demo backend and serve envoy/envoy.yaml (or EXAMPLE=<name>) on our host"
 	@echo "make test    - every test: native, wasm in our host, end-to-end with redis-server and webdis"
 	@echo "make lint    - gofmt, go vet (native and wasm), go mod tidy leaves no diff"
-	@echo "make bench   - benchmark report"
+	@echo "make bench   - BENCHMARKS.md and its plot (BENCH_QUICK=1 for the short CI mode)"
+	@echo "make fuzz    - every fuzz target for FUZZTIME (default 20s)"
 	@echo "make oci     - OCI image layouts under build/oci"
 	@echo "make clean"
 
@@ -77,6 +78,44 @@ lint: $(BUILD)/sdk/.stamp
 	if ! diff -q go.mod "$$tmp"/go.mod >/dev/null || ! diff -q go.sum "$$tmp"/go.sum >/dev/null; then \
 		diff -u "$$tmp"/go.mod go.mod || true; cp "$$tmp"/go.mod "$$tmp"/go.sum .; \
 		echo "go mod tidy changes go.mod/go.sum"; exit 1; fi
+
+# make bench: one command, one report (BENCHMARKS.md and its plot).
+# BENCH_QUICK=1 is the short mode CI runs to prove the harness works; it
+# asserts no timings.
+BENCH_COUNT := $(if $(BENCH_QUICK),1,5)
+BENCH_TIME := $(if $(BENCH_QUICK),-benchtime 20ms,)
+bench: build
+	@mkdir -p $(BUILD)
+	SLUICE_BENCH=1 SLUICE_BENCH_OUT=$(CURDIR)/$(BUILD)/bench-lifecycle.md \
+		$(GO) test -count=1 -timeout 20m -run '^TestLifecycleReport$$' ./e2e/
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) $(BENCH_TIME) ./limiter/ ./breaker/ \
+		| tee $(BUILD)/bench-native.txt \
+		| $(GO) run ./tools/benchfmt -baseline XTimeRate,XTimeRateAllowN > $(BUILD)/bench-native.md
+	SLUICE_BENCH=1 SLUICE_BENCH_OUT_DISTRIBUTED=$(CURDIR)/$(BUILD)/bench-distributed.md \
+		SLUICE_BENCH_SERIES_DISTRIBUTED=$(CURDIR)/$(BUILD)/bench-distributed-series.json \
+		$(GO) test -count=1 -timeout 20m -run '^TestBenchDistributed$$' ./e2e/
+	$(GO) run ./tools/benchreport -in $(BUILD)/bench-distributed-series.json -out BENCHMARKS.png
+	{ \
+	  echo "# Benchmarks"; echo; \
+	  echo "Produced by \`make bench$(if $(BENCH_QUICK), BENCH_QUICK=1)\` on $$(nproc) cores, $$(date -u +%Y-%m-%dT%H:%MZ); load average at the end: $$(cut -d' ' -f1-3 /proc/loadavg)."; \
+	  echo "Ratios are measured within one run, so they carry less noise than the absolute figures."; echo; \
+	  echo "## Filter cost in our host"; echo; \
+	  echo "Per-request lifecycle (context create, request headers, upstream, response headers, log, done, delete) on one worker, interleaved with the no-op SDK filter built the same way."; echo; \
+	  cat $(BUILD)/bench-lifecycle.md; echo; \
+	  echo "## Native cores"; echo; \
+	  echo "ns per decision against golang.org/x/time/rate's AllowN in the same run."; echo; \
+	  cat $(BUILD)/bench-native.md; echo; \
+	  echo "## Distributed"; echo; \
+	  echo "![admitted per second against the limit](BENCHMARKS.png)"; echo; \
+	  sed '1{/^#/d}' $(BUILD)/bench-distributed.md; echo; \
+	  if [ -f $(BUILD)/soak.md ]; then echo "## Soak and memory"; echo; cat $(BUILD)/soak.md; echo; fi; \
+	  if [ -f $(BUILD)/faults.md ]; then echo "## Fault matrix"; echo; cat $(BUILD)/faults.md; echo; fi; \
+	} > BENCHMARKS.md
+	@echo "wrote BENCHMARKS.md and BENCHMARKS.png"
+
+# Every go test -fuzz target for FUZZTIME each (default 20s).
+fuzz:
+	bash .ci/fuzz
 
 TAG ?= dev
 # Both image variants as OCI layouts; reproducible for the same wasm.
