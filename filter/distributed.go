@@ -762,7 +762,7 @@ func (h *httpContext) rejectBackendFailure(rr *remoteReq) verdict {
 	rr.l.metrics.limited.Increment(1)
 	h.logRejection("backend_unavailable", rr.l, limiter.Result{Limit: rr.lim.Rate})
 	ct, body := rateLimitedBody(p.cfg.Response.Body, rr.l.cfg.Name, status, 0)
-	h.sendLocal(status, "sluice_backend_unavailable", nil, ct, body)
+	h.sendLocal(status, nil, ct, body)
 	return verdictReject
 }
 

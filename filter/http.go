@@ -262,7 +262,7 @@ func (h *httpContext) onLimited(l *limitRuntime, res limiter.Result, now time.Ti
 	q := quotaOf(l, res)
 	headers, _ := appendRateLimitHeaders(nil, nil, p.cfg.Response.Headers, q, now, true)
 	ct, body := rateLimitedBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status, res.RetryAfter)
-	h.sendLocal(l.cfg.OnLimit.Status, "sluice_rate_limited", headers, ct, body)
+	h.sendLocal(l.cfg.OnLimit.Status, headers, ct, body)
 	return verdictReject
 }
 
@@ -270,10 +270,12 @@ func (h *httpContext) rejectMissingKey(l *limitRuntime) {
 	p := h.plugin
 	h.logRejection("missing_key", l, limiter.Result{})
 	ct, body := missingKeyBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status)
-	h.sendLocal(l.cfg.OnLimit.Status, "sluice_missing_key", nil, ct, body)
+	h.sendLocal(l.cfg.OnLimit.Status, nil, ct, body)
 }
 
-func (h *httpContext) sendLocal(status int, details string, headers [][2]string, contentType string, body []byte) {
+// sendLocal answers the request itself. The SDK's send_local_response
+// sets no details, so Envoy records these replies under its default.
+func (h *httpContext) sendLocal(status int, headers [][2]string, contentType string, body []byte) {
 	if contentType != "" {
 		headers = append(headers, [2]string{"content-type", contentType})
 	}
@@ -281,7 +283,6 @@ func (h *httpContext) sendLocal(status int, details string, headers [][2]string,
 	if err := proxywasm.SendHttpResponse(uint32(status), headers, body, -1); err != nil {
 		proxywasm.LogErrorf("sluice: sending local reply: %v", err)
 	}
-	_ = details // Envoy records local replies from Wasm as "wasm_local_reply"; kept for logs
 }
 
 // logRejection writes one JSON line per rejection. It names the key's
@@ -364,7 +365,7 @@ func (h *httpContext) rejectOpen(b *breakerRuntime, scope string, d breaker.Deci
 	b2 = append(b2, `,"retry_after":`...)
 	b2 = strconv.AppendInt(b2, retryAfterSeconds(d.RetryAfter), 10)
 	proxywasm.LogInfo(string(append(b2, '}')))
-	h.sendLocal(b.cfg.Status, "sluice_circuit_open", headers, ct, body)
+	h.sendLocal(b.cfg.Status, headers, ct, body)
 }
 
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
