@@ -138,66 +138,73 @@ func appendSFString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// rateLimitedBody renders the body of a rejection by the named limit.
-func rateLimitedBody(format config.Body, limitName string, status int, retryAfter time.Duration) (contentType string, body []byte) {
-	secs := retryAfterSeconds(retryAfter)
+// rejection describes a local reply body in both formats.
+type rejection struct {
+	code, message      string // the json body's "error" and "message"
+	problemType, title string // RFC 9457
+	field, value       string // the subject: "limit" or "upstream" and its name
+}
+
+// render writes the body in the configured format. Rejections are not the
+// hot path, so clarity wins over avoiding the few allocations here.
+func (r rejection) render(format config.Body, status int, retryAfter time.Duration) (contentType string, body []byte) {
+	var b []byte
 	switch format {
 	case config.BodyNone:
 		return "", nil
 	case config.BodyProblemJSON:
-		b := []byte(`{"type":`)
-		b = appendJSONString(b, problemQuotaExceeded)
+		b = append(b, `{"type":`...)
+		b = appendJSONString(b, r.problemType)
 		b = append(b, `,"title":`...)
-		b = appendJSONString(b, titleQuotaExceeded)
+		b = appendJSONString(b, r.title)
 		b = append(b, `,"status":`...)
 		b = strconv.AppendInt(b, int64(status), 10)
 		b = append(b, `,"detail":`...)
-		b = appendJSONString(b, messageRateLimited)
-		b = append(b, `,"violated-policies":[`...)
-		b = appendJSONString(b, limitName)
-		b = append(b, `],"retry_after":`...)
-		b = strconv.AppendInt(b, secs, 10)
-		return contentTypeProblemJSON, append(b, '}')
+		b = appendJSONString(b, r.message)
+		if r.field == "limit" {
+			// The draft's extension member for quota-exceeded.
+			b = append(b, `,"violated-policies":[`...)
+			b = appendJSONString(b, r.value)
+			b = append(b, ']')
+		} else {
+			b = append(b, ',')
+			b = appendJSONString(b, r.field)
+			b = append(b, ':')
+			b = appendJSONString(b, r.value)
+		}
+		contentType = contentTypeProblemJSON
 	default:
-		b := []byte(`{"error":"rate_limited","message":`)
-		b = appendJSONString(b, messageRateLimited)
-		b = append(b, `,"limit":`...)
-		b = appendJSONString(b, limitName)
-		b = append(b, `,"retry_after":`...)
-		b = strconv.AppendInt(b, secs, 10)
-		return contentTypeJSON, append(b, '}')
+		b = append(b, `{"error":`...)
+		b = appendJSONString(b, r.code)
+		b = append(b, `,"message":`...)
+		b = appendJSONString(b, r.message)
+		b = append(b, ',')
+		b = appendJSONString(b, r.field)
+		b = append(b, ':')
+		b = appendJSONString(b, r.value)
+		contentType = contentTypeJSON
 	}
+	b = append(b, `,"retry_after":`...)
+	b = strconv.AppendInt(b, retryAfterSeconds(retryAfter), 10)
+	return contentType, append(b, '}')
+}
+
+// rateLimitedBody renders the body of a rejection by the named limit.
+func rateLimitedBody(format config.Body, limitName string, status int, retryAfter time.Duration) (contentType string, body []byte) {
+	return rejection{
+		code: "rate_limited", message: messageRateLimited,
+		problemType: problemQuotaExceeded, title: titleQuotaExceeded,
+		field: "limit", value: limitName,
+	}.render(format, status, retryAfter)
 }
 
 // circuitOpenBody renders the body of a rejection by an open breaker.
 func circuitOpenBody(format config.Body, upstream string, status int, retryAfter time.Duration) (contentType string, body []byte) {
-	secs := retryAfterSeconds(retryAfter)
-	switch format {
-	case config.BodyNone:
-		return "", nil
-	case config.BodyProblemJSON:
-		b := []byte(`{"type":`)
-		b = appendJSONString(b, problemReducedCapacity)
-		b = append(b, `,"title":`...)
-		b = appendJSONString(b, titleTemporaryReduction)
-		b = append(b, `,"status":`...)
-		b = strconv.AppendInt(b, int64(status), 10)
-		b = append(b, `,"detail":`...)
-		b = appendJSONString(b, messageCircuitOpen)
-		b = append(b, `,"upstream":`...)
-		b = appendJSONString(b, upstream)
-		b = append(b, `,"retry_after":`...)
-		b = strconv.AppendInt(b, secs, 10)
-		return contentTypeProblemJSON, append(b, '}')
-	default:
-		b := []byte(`{"error":"circuit_open","message":`)
-		b = appendJSONString(b, messageCircuitOpen)
-		b = append(b, `,"upstream":`...)
-		b = appendJSONString(b, upstream)
-		b = append(b, `,"retry_after":`...)
-		b = strconv.AppendInt(b, secs, 10)
-		return contentTypeJSON, append(b, '}')
-	}
+	return rejection{
+		code: "circuit_open", message: messageCircuitOpen,
+		problemType: problemReducedCapacity, title: titleTemporaryReduction,
+		field: "upstream", value: upstream,
+	}.render(format, status, retryAfter)
 }
 
 // appendJSONString appends s as a JSON string. Cluster and header-derived
