@@ -22,6 +22,7 @@ type lifecycleCase struct {
 
 var lifecycleCases = []lifecycleCase{
 	{"noop SDK filter", "noop", `{}`},
+	{"sluice, empty config (issue 2's minimal filter)", "sluice", `{}`},
 	{"sluice, no matching limit", "sluice", `{"limits":[{"name":"other","match":{"path_prefix":"/nothing-here"},"key":[],"requests_per_second":10}]}`},
 	{"one local limit", "sluice", `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}]}`},
 	{"one limit + one breaker", "sluice", `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}],"breakers":[{"name":"backend"}]}`},
