@@ -58,7 +58,12 @@ func normalizeIP(s string) (string, bool) {
 }
 
 // peerIP strips the port from Envoy's source.address ("ip:port", or
-// "[v6]:port"); Envoy may also give a bare address.
+// "[v6]:port"); Envoy may also give a bare address. The usual form is
+// tried first: a failed parse returns an allocated error, and this runs
+// on every request with a client_ip key.
 func peerIP(sourceAddress string) (string, bool) {
+	if ap, err := netip.ParseAddrPort(sourceAddress); err == nil {
+		return ap.Addr().Unmap().String(), true
+	}
 	return normalizeIP(sourceAddress)
 }

@@ -23,6 +23,7 @@ package filter
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -127,7 +128,7 @@ func newBackendRuntime(p *pluginContext, cfg *config.Backend) (*backendRuntime, 
 	}
 	m, err := breaker.NewMachine(set)
 	if err != nil {
-		return nil, errorf("backend.breaker: %v", err)
+		return nil, fmt.Errorf("backend.breaker: %v", err)
 	}
 	b.breaker = breaker.NewBreaker(m, b.store, "sluice.backend.cb")
 	if err := b.breaker.Init(); err != nil {
@@ -396,7 +397,7 @@ func newRemoteLimit(cfg *config.Limit, index int) (*remoteLimit, error) {
 			_, err = backend.Decide(lim, "k", 1)
 		}
 		if err != nil {
-			return errorf("limits[%d]%s: mode %s: %v", index, where, cfg.Mode, err)
+			return fmt.Errorf("limits[%d]%s: mode %s: %v", index, where, cfg.Mode, err)
 		}
 		return nil
 	}
@@ -624,6 +625,7 @@ func (h *httpContext) resolve(i int, now time.Time, r backend.Reply, err error) 
 		h.applyFailure(rr, err)
 	} else {
 		rr.res = r.Result(rr.lim.Rate)
+		rr.res.Period = rr.lim.Period
 		if rr.res.Allowed {
 			rr.state = remoteAllowed
 		} else {

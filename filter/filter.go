@@ -21,7 +21,6 @@ package filter
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"time"
 
@@ -124,7 +123,7 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 		}
 		if l.remote != nil && p.backend == nil {
 			if cfg.Backend == nil {
-				return errorf("limits[%d].mode: %s needs a backend", i, cfg.Limits[i].Mode)
+				return fmt.Errorf("limits[%d].mode: %s needs a backend", i, cfg.Limits[i].Mode)
 			}
 			if p.backend, err = newBackendRuntime(p, cfg.Backend); err != nil {
 				return err
@@ -166,10 +165,12 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 type limitRuntime struct {
 	cfg       *config.Limit
 	index     int
-	window    time.Duration
 	def       *limiter.Table
 	overrides map[string]*limiter.Table
 	metrics   limitMetrics
+	// keyKinds names the key's parts for logs ("client_ip+header:x-tenant"),
+	// joined once here rather than on every rejection.
+	keyKinds string
 	// remote is nil for local limits.
 	remote *remoteLimit
 	// evictionsSeen is the sum of this worker's table eviction counts
@@ -178,7 +179,12 @@ type limitRuntime struct {
 }
 
 func newLimitRuntime(s store.Store, cfg *config.Limit, index int) (*limitRuntime, error) {
-	l := &limitRuntime{cfg: cfg, index: index, window: cfg.Rate.Window, metrics: defineLimitMetrics(cfg.Name)}
+	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(cfg.Name)}
+	kinds := make([]string, len(cfg.Key))
+	for i, k := range cfg.Key {
+		kinds[i] = k.String()
+	}
+	l.keyKinds = strings.Join(kinds, "+")
 	var err error
 	if cfg.Mode != config.ModeLocal {
 		if l.remote, err = newRemoteLimit(cfg, index); err != nil {
@@ -189,15 +195,15 @@ func newLimitRuntime(s store.Store, cfg *config.Limit, index int) (*limitRuntime
 	// keeps the name keeps the state and the shared-data key set.
 	l.def, err = newTable(s, cfg.Algorithm, cfg.Rate, "sluice.rl."+cfg.Name+".", cfg.Name)
 	if err != nil {
-		return nil, errorf("limits[%d]: %v", index, err)
+		return nil, fmt.Errorf("limits[%d]: %v", index, err)
 	}
 	if len(cfg.Overrides) > 0 {
 		l.overrides = make(map[string]*limiter.Table, len(cfg.Overrides))
 		for value, rate := range cfg.Overrides {
-			id := strings.ToLower(hexHash(value))
+			id := hexHash(value)
 			t, err := newTable(s, cfg.Algorithm, rate, "sluice.rl."+cfg.Name+".o"+id+".", cfg.Name+"\x00"+value)
 			if err != nil {
-				return nil, errorf("limits[%d].overrides[%q]: %v", index, value, err)
+				return nil, fmt.Errorf("limits[%d].overrides[%q]: %v", index, value, err)
 			}
 			l.overrides[value] = t
 		}
@@ -207,7 +213,7 @@ func newLimitRuntime(s store.Store, cfg *config.Limit, index int) (*limitRuntime
 
 func newTable(s store.Store, alg config.Algorithm, r config.Rate, prefix, seedSource string) (*limiter.Table, error) {
 	lim := limiterLimit(alg, r)
-	return limiter.NewTable(s, lim, limiter.TableConfig{Prefix: prefix, Seed: seedOf(seedSource)})
+	return limiter.NewTable(s, lim, limiter.TableConfig{Prefix: prefix, Seed: limiter.Hash(0, seedSource)})
 }
 
 func (l *limitRuntime) table(overrideValue string) (*limiter.Table, config.Rate) {
@@ -229,17 +235,11 @@ func (l *limitRuntime) exportEvictions() {
 	}
 }
 
-func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
-
-func seedOf(s string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(s))
-	return h.Sum64()
-}
-
+// hexHash names a key by its limiter.Hash, for shared-data and Redis key
+// names that must stay short and printable whatever the key holds.
 func hexHash(s string) string {
 	const digits = "0123456789abcdef"
-	v := seedOf(s)
+	v := limiter.Hash(0, s)
 	b := make([]byte, 16)
 	for i := 15; i >= 0; i-- {
 		b[i] = digits[v&0xf]
@@ -302,7 +302,7 @@ func newBreakerRuntime(s store.Store, cfg *config.Breaker, index int) (*breakerR
 	}
 	m, err := breaker.NewMachine(set)
 	if err != nil {
-		return nil, errorf("breakers[%d]: %v", index, err)
+		return nil, fmt.Errorf("breakers[%d]: %v", index, err)
 	}
 	b.machine = m
 	return b, nil

@@ -155,7 +155,7 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 				h.startShadowRemote(l, lim, rkey, l.cfg.Cost, now)
 				continue
 			}
-			fp := seedOf(rkey)
+			fp := limiter.Hash(0, rkey)
 			h.remote = append(h.remote, remoteReq{
 				l: l, key: string(key), overrideValue: overrideValue, rkey: rkey, fp: fp,
 				slot: l.remote.slotPrefix + strconv.FormatUint(fp%remoteSlots, 10), cost: l.cfg.Cost, lim: lim,
@@ -227,12 +227,17 @@ func (h *httpContext) evaluateShadows(shadows []limiter.Request, shadowLim []*li
 	}
 }
 
+// quotaOf describes a decision for the rate-limit headers. The window comes
+// from the result, so an override with its own window reports that one.
 func quotaOf(l *limitRuntime, res limiter.Result) quota {
-	_, rate := l.def, l.cfg.Rate
+	window := res.Period
+	if window == 0 {
+		window = l.cfg.Rate.Window // a contention or store-error result
+	}
 	return quota{
 		name:       l.cfg.Name,
 		limit:      res.Limit,
-		window:     rate.Window,
+		window:     window,
 		remaining:  res.Remaining,
 		retryAfter: res.RetryAfter,
 		resetAfter: res.ResetAfter,
@@ -295,11 +300,7 @@ func (h *httpContext) logRejection(event string, l *limitRuntime, res limiter.Re
 	b = append(b, `,"limit":`...)
 	b = appendJSONString(b, l.cfg.Name)
 	b = append(b, `,"key":`...)
-	kinds := make([]string, len(l.cfg.Key))
-	for i, k := range l.cfg.Key {
-		kinds[i] = k.String()
-	}
-	b = appendJSONString(b, strings.Join(kinds, "+"))
+	b = appendJSONString(b, l.keyKinds)
 	b = append(b, `,"limit_value":`...)
 	b = strconv.AppendInt(b, res.Limit, 10)
 	b = append(b, `,"retry_after":`...)

@@ -18,7 +18,7 @@ const ClockStepTolerance = time.Minute
 // unchanged. It does not allocate and never panics, whatever st, now and n.
 func (l Limit) Decide(st State, now int64, n int64) (State, Result) {
 	if !l.valid() {
-		return st, Result{Limit: l.Rate, Reason: ReasonInvalidLimit}
+		return st, Result{Limit: l.Rate, Period: l.Period, Reason: ReasonInvalidLimit}
 	}
 	switch l.Algorithm {
 	case FixedWindow:
@@ -57,7 +57,7 @@ func (l Limit) decideBucket(st State, now int64, n int64) (State, Result) {
 		}
 	}
 
-	res := Result{Limit: l.Rate}
+	res := Result{Limit: l.Rate, Period: l.Period}
 	reason, ok := l.costReason(n)
 	if ok {
 		after := debt.add(mul(uint64(n), period))
@@ -118,7 +118,7 @@ func (l Limit) decideFixed(st State, now int64, n int64) (State, Result) {
 	}
 	untilEnd := addSat(delay, period-elapsed)
 
-	res := Result{Limit: l.Rate}
+	res := Result{Limit: l.Rate, Period: l.Period}
 	reason, ok := l.costReason(n)
 	if ok {
 		if used+uint64(n) <= limit {
@@ -183,7 +183,7 @@ func (l Limit) decideSliding(st State, now int64, n int64) (State, Result) {
 		return 0
 	}
 
-	res := Result{Limit: l.Rate}
+	res := Result{Limit: l.Rate, Period: l.Period}
 	reason, ok := l.costReason(n)
 	if ok {
 		if _, ok := headroom(cur + uint64(n) - 1); ok {

@@ -185,6 +185,9 @@ type Result struct {
 	Allowed bool
 	// Limit is the per-period allowance (Limit.Rate), not the capacity.
 	Limit int64
+	// Period is the window Limit applies to (Limit.Period): the "w" of the
+	// IETF RateLimit-Policy field.
+	Period time.Duration
 	// Remaining is the whole units still available after this decision.
 	Remaining int64
 	// RetryAfter is how long until the requested units would be granted,

@@ -114,7 +114,7 @@ func firstTrue(hi int64, f func(int64) bool) int64 {
 }
 
 func modelDecide(m model, l Limit, now, n int64) Result {
-	res := Result{Limit: l.Rate}
+	res := Result{Limit: l.Rate, Period: l.Period}
 	horizon := 3*int64(l.Period) + int64(l.Capacity())*int64(l.Period)/l.Rate
 	remaining := func() int64 {
 		return firstTrue(l.Capacity()+1, func(k int64) bool { return !m.canAdmit(now, k+1) })

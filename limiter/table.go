@@ -453,6 +453,7 @@ func (t *Table) storeFailure(err error) (Result, error) {
 	return Result{
 		Allowed: t.policy == ContentionAllow,
 		Limit:   t.limit.Rate,
+		Period:  t.limit.Period,
 		Reason:  ReasonStoreError,
 	}, fmt.Errorf("limiter: store: %w", err)
 }

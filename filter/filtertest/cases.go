@@ -270,7 +270,7 @@ var Cases = []Case{
 	{
 		Name: "overrides give tiers their own rate",
 		Config: `{"limits":[{"name":"tiers","key":["header:x-tier"],"requests_per_second":1,"burst":1,
-			"overrides":{"premium":{"requests_per_second":5,"burst":5}}}]}`,
+			"overrides":{"premium":{"requests_per_second":5,"burst":5},"enterprise":{"limit":600,"window":"10s"}}}]}`,
 		Workers: 1,
 		Run: func(t *testing.T, h Harness) {
 			if got := admitted(t, h, 20, func(int) Request { return get("/").with("x-tier", "premium") }); got != 10 {
@@ -278,6 +278,11 @@ var Cases = []Case{
 			}
 			if got := admitted(t, h, 20, func(int) Request { return get("/").with("x-tier", "basic") }); got != 2 {
 				t.Fatalf("basic admitted %d, want 2", got)
+			}
+			// An override with its own window reports that window.
+			resp := h.Do(t, get("/").with("x-tier", "enterprise"))
+			if got := resp.Headers.Get("ratelimit-policy"); got != `"tiers";q=600;w=10` {
+				t.Fatalf("enterprise RateLimit-Policy = %q, want its own 600 per 10s", got)
 			}
 		},
 	},
