@@ -86,6 +86,25 @@ func (v *vm) copyOut(ctx context.Context, data []byte, ptrPtr, sizePtr uint32) b
 	return v.mem.WriteUint32Le(ptrPtr, addr) && v.mem.WriteUint32Le(sizePtr, uint32(len(data)))
 }
 
+// replyBytes copies data out to the guest and sets the hostcall's status:
+// Ok, or InvalidMemoryAccess when the return pointers are bad.
+func (v *vm) replyBytes(ctx context.Context, s []uint64, data []byte, ptrPtr, sizePtr uint32) {
+	if !v.copyOut(ctx, data, ptrPtr, sizePtr) {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ok(s, StatusOK)
+}
+
+// replyString is replyBytes for a string.
+func (v *vm) replyString(ctx context.Context, s []uint64, data string, ptrPtr, sizePtr uint32) {
+	if !v.copyOutString(ctx, data, ptrPtr, sizePtr) {
+		ok(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ok(s, StatusOK)
+}
+
 func (v *vm) copyOutString(ctx context.Context, s string, ptrPtr, sizePtr uint32) bool {
 	return v.copyOut(ctx, unsafe.Slice(unsafe.StringData(s), len(s)), ptrPtr, sizePtr)
 }
@@ -394,11 +413,7 @@ func hGetHeader(v *vm, ctx context.Context, s []uint64) {
 		ok(s, StatusNotFound)
 		return
 	}
-	if !v.copyOutString(ctx, val, uint32(s[3]), uint32(s[4])) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	v.replyString(ctx, s, val, uint32(s[3]), uint32(s[4]))
 }
 
 func (v *vm) keyValue(s []uint64) (key, val string, good bool) {
@@ -479,19 +494,11 @@ func hGetPairs(v *vm, ctx context.Context, s []uint64) {
 	if m == nil {
 		// Unlike the single-value getter, Envoy's getHeaderMapPairs reports
 		// an unavailable map as empty, with status Ok.
-		if !v.copyOut(ctx, nil, uint32(s[1]), uint32(s[2])) {
-			ok(s, StatusInvalidMemoryAccess)
-			return
-		}
-		ok(s, StatusOK)
+		v.replyBytes(ctx, s, nil, uint32(s[1]), uint32(s[2]))
 		return
 	}
 	b := v.encodePairs(*m)
-	if !v.copyOut(ctx, b, uint32(s[1]), uint32(s[2])) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	v.replyBytes(ctx, s, b, uint32(s[1]), uint32(s[2]))
 }
 
 func hSetPairs(v *vm, _ context.Context, s []uint64) {
@@ -563,11 +570,7 @@ func hGetBuffer(v *vm, ctx context.Context, s []uint64) {
 	if end > uint64(len(data)) {
 		end = uint64(len(data))
 	}
-	if !v.copyOut(ctx, data[start:end], uint32(s[3]), uint32(s[4])) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	v.replyBytes(ctx, s, data[start:end], uint32(s[3]), uint32(s[4]))
 }
 
 func hSetBuffer(v *vm, _ context.Context, s []uint64) {
@@ -675,11 +678,7 @@ func hGetProperty(v *vm, ctx context.Context, s []uint64) {
 		ok(s, StatusNotFound)
 		return
 	}
-	if !v.copyOut(ctx, val, uint32(s[2]), uint32(s[3])) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	v.replyBytes(ctx, s, val, uint32(s[2]), uint32(s[3]))
 }
 
 func hSetProperty(v *vm, _ context.Context, s []uint64) {

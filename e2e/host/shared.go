@@ -146,11 +146,7 @@ func hDequeue(v *vm, ctx context.Context, s []uint64) {
 	item := q.items[0]
 	q.items = q.items[1:]
 	qr.mu.Unlock()
-	if !v.copyOut(ctx, item, uint32(s[1]), uint32(s[2])) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	v.replyBytes(ctx, s, item, uint32(s[1]), uint32(s[2]))
 }
 
 func hEnqueue(v *vm, _ context.Context, s []uint64) {
