@@ -159,8 +159,19 @@ func (b *Breaker) contended(last State) Decision {
 // Report records the outcome of a request admitted with t. On ErrContended
 // or a store error the outcome is dropped; a dropped probe outcome leaves
 // its slot taken until ProbeTimeout re-opens the breaker.
+//
+// A success admitted by a closed breaker that counted only consecutive
+// failures and had none (the healthy steady state) is not read or written
+// at all: it would have changed nothing that was stored when it was
+// admitted. The one thing this gives up is a success resetting a failure
+// streak that other requests started while it was in flight, so such a
+// streak can trip the breaker despite an interleaved success: the breaker
+// errs towards opening, never towards staying closed.
 func (b *Breaker) Report(t Ticket, o Outcome, now time.Time) (Transition, error) {
 	if !t.Tracked() || b.m.mode == ModeDisabled || b.m.mode == ModeForcedOpen {
+		return NoTransition, nil
+	}
+	if t.quiet && !o.Failure && (b.m.slowDuration == 0 || o.Duration <= b.m.slowDuration) {
 		return NoTransition, nil
 	}
 	ns := now.UnixNano()

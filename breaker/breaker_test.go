@@ -97,6 +97,54 @@ func TestBreakerClosedCheckDoesNotWrite(t *testing.T) {
 	}
 }
 
+// TestBreakerQuietSuccessSkipsStore: the healthy steady state of a
+// consecutive-failures breaker costs one read per request and no write,
+// and what that gives up is exactly one thing: a success admitted before
+// another request's failure does not reset that failure's streak.
+func TestBreakerQuietSuccessSkipsStore(t *testing.T) {
+	st := store.NewMemory()
+	var sets atomic.Int64
+	st.BeforeSet = func(string) bool { sets.Add(1); return false }
+	m := mustMachine(t, Settings{FailureThreshold: 2, OpenTimeout: 10 * sec})
+	b := NewBreaker(m, st, "k")
+	other := NewBreaker(m, st, "k")
+	if err := b.Init(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		tk, _, _ := b.Check(t0)
+		if tr, err := b.Report(tk, ok, t0); tr != NoTransition || err != nil {
+			t.Fatalf("success: %v %v", tr, err)
+		}
+	}
+	if n := sets.Load(); n != 1 {
+		t.Fatalf("%d writes for Init plus 50 healthy requests, want 1", n)
+	}
+
+	quiet, _, _ := b.Check(t0)       // admitted with no streak
+	failing, _, _ := other.Check(t0) // admitted alongside it
+	if _, err := other.Report(failing, fail, t0); err != nil {
+		t.Fatal(err)
+	}
+	b.Report(quiet, ok, t0)
+	if r := storedRecord(t, st, "k"); r.consec != 1 {
+		t.Fatalf("streak %d after a quiet success, want 1 (left as it was)", r.consec)
+	}
+	// A success admitted after the failure sees the streak and resets it.
+	tk, _, _ := b.Check(t0)
+	b.Report(tk, ok, t0)
+	if r := storedRecord(t, st, "k"); r.consec != 0 {
+		t.Fatalf("streak %d after a success that saw it, want 0", r.consec)
+	}
+	// A slow call is never quiet when slow calls are tracked.
+	slowM := mustMachine(t, Settings{FailureThreshold: 2, SlowCallDuration: sec, SlowCallPercent: 100, Window: Window{Size: 10}})
+	sb := NewBreaker(slowM, store.NewMemory(), "s")
+	tk, _, _ = sb.Check(t0)
+	if tk.quiet {
+		t.Fatal("a windowed breaker must not hand out quiet tickets")
+	}
+}
+
 func TestBreakerCorruptValue(t *testing.T) {
 	st := store.NewMemory()
 	if err := st.Set("k", []byte("garbage"), 0); err != nil {

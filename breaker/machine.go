@@ -71,6 +71,9 @@ func (t Transition) IsOpen() bool { return t == Opened || t == Reopened }
 type Ticket struct {
 	gen   uint32
 	probe bool
+	// quiet: admitted by a closed breaker with no failure streak and no
+	// window, where a success changes nothing that was stored at the time.
+	quiet bool
 }
 
 // Generation is the generation that admitted the request, 0 if untracked.
@@ -341,7 +344,7 @@ func (m *Machine) check(r *Record, now int64) (Ticket, Decision, bool) {
 		}
 		return Ticket{}, m.reject(d), changed
 	}
-	return Ticket{gen: r.gen}, Decision{Allowed: true, State: Closed}, false
+	return Ticket{gen: r.gen, quiet: r.consec == 0 && r.win == winNone}, Decision{Allowed: true, State: Closed}, false
 }
 
 func (m *Machine) reject(d Decision) Decision {
@@ -398,6 +401,9 @@ func (m *Machine) report(r *Record, t Ticket, o Outcome, now int64) (Transition,
 				r.consec++
 			}
 		} else {
+			if r.consec == 0 && r.win == winNone {
+				return NoTransition, false // nothing to store
+			}
 			r.consec = 0
 		}
 		m.record(r, failed, slow, now)

@@ -41,6 +41,7 @@ func TestClientIPFromXFF(t *testing.T) {
 func TestPeerIP(t *testing.T) {
 	for in, want := range map[string]string{
 		"10.1.2.3:5555": "10.1.2.3", "[::1]:80": "::1", "192.168.0.1": "192.168.0.1",
+		"[::ffff:10.1.2.3]:80": "10.1.2.3", "[2001:DB8::1]:443": "2001:db8::1", "255.255.255.255:0": "255.255.255.255",
 	} {
 		if got, ok := peerIP(in); !ok || got != want {
 			t.Errorf("peerIP(%q) = %q, %v; want %q", in, got, ok, want)

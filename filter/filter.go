@@ -157,7 +157,9 @@ func matchNeedsHeaders(m *config.Match) bool {
 }
 
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
-	return &httpContext{plugin: p, id: contextID, info: requestInfo{host: proxyHost{}}}
+	h := &httpContext{plugin: p, id: contextID, info: requestInfo{host: proxyHost{}}}
+	h.tickets = h.ticketBuf[:0]
+	return h
 }
 
 // limitRuntime is one configured limit with its tables: one for the

@@ -17,7 +17,7 @@ type fakeHost struct {
 
 func (h *fakeHost) requestHeaders() [][2]string { return h.headers }
 
-func (h *fakeHost) property(path ...string) string {
+func (h *fakeHost) property(path []string) string {
 	return h.props[strings.Join(path, ".")]
 }
 

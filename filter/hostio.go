@@ -42,7 +42,8 @@ func (sharedData) Set(key string, value []byte, cas uint32) error {
 type hostAccess interface {
 	requestHeaders() [][2]string
 	// property returns a string property, or "" when the host has none.
-	property(path ...string) string
+	// Paths are package-level values, so a read allocates no slice.
+	property(path []string) string
 }
 
 type proxyHost struct{}
@@ -55,7 +56,7 @@ func (proxyHost) requestHeaders() [][2]string {
 	return hs
 }
 
-func (proxyHost) property(path ...string) string {
+func (proxyHost) property(path []string) string {
 	v, err := proxywasm.GetProperty(path)
 	if err != nil || len(v) == 0 {
 		return ""
@@ -64,6 +65,14 @@ func (proxyHost) property(path ...string) string {
 	// nothing writes it again, so it can back a string without a copy.
 	return unsafe.String(&v[0], len(v))
 }
+
+// Property paths read on the request path.
+var (
+	propSourceAddress = []string{"source", "address"}
+	propRouteName     = []string{"xds", "route_name"}
+	propClusterName   = []string{"xds", "cluster_name"}
+	propCodeDetails   = []string{"response", "code_details"}
+)
 
 // clock is the filter's time source. Tests replace it; in the wasm it is
 // wallClock, which reads the host's WASI clock directly.

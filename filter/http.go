@@ -35,7 +35,10 @@ type httpContext struct {
 	delayUntil    time.Time
 	delayDeadline time.Time
 
-	tickets   []breakerTicket
+	tickets []breakerTicket
+	// ticketBuf backs tickets for the usual one or two breakers, so a
+	// request's tickets cost no allocation of their own.
+	ticketBuf [2]breakerTicket
 	responded time.Time
 	// status is the response's :status, read when a breaker tracks it.
 	status int
@@ -424,7 +427,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	details := "via_upstream"
 	for _, t := range h.tickets {
 		if code >= 500 || code == 0 || t.ticket.Probe() || t.b.cfg.IsFailureStatus(code) {
-			details = h.info.host.property("response", "code_details")
+			details = h.info.host.property(propCodeDetails)
 			break
 		}
 	}

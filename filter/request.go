@@ -83,7 +83,7 @@ func (r *requestInfo) headerValues(name string) []string {
 func (r *requestInfo) routeName() string {
 	if !r.routeLoaded {
 		r.routeLoaded = true
-		r.route = r.host.property("xds", "route_name")
+		r.route = r.host.property(propRouteName)
 	}
 	return r.route
 }
@@ -91,7 +91,7 @@ func (r *requestInfo) routeName() string {
 func (r *requestInfo) clusterName() string {
 	if !r.clusterLoaded {
 		r.clusterLoaded = true
-		r.cluster = r.host.property("xds", "cluster_name")
+		r.cluster = r.host.property(propClusterName)
 	}
 	return r.cluster
 }
@@ -124,7 +124,7 @@ func (r *requestInfo) client(cfg *config.ClientIP) (string, bool) {
 			return ip, true
 		}
 	}
-	r.clientIP, r.clientIPOK = peerIP(r.host.property("source", "address"))
+	r.clientIP, r.clientIPOK = peerIP(r.host.property(propSourceAddress))
 	return r.clientIP, r.clientIPOK
 }
 
