@@ -26,6 +26,9 @@ var lifecycleCases = []lifecycleCase{
 	{"sluice, no matching limit", "sluice", `{"limits":[{"name":"other","match":{"path_prefix":"/nothing-here"},"key":[],"requests_per_second":10}]}`},
 	{"one local limit", "sluice", `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}]}`},
 	{"one limit + one breaker", "sluice", `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}],"breakers":[{"name":"backend"}]}`},
+	// The floor under the case above: a no-op making only the hostcalls
+	// that case cannot avoid (see e2e/noop).
+	{"hostcall floor of one limit + one breaker", "noop", `{"floor":true}`},
 	{"three scoped limits", "sluice", `{"limits":[
 		{"name":"global","key":[],"requests_per_second":1000000000},
 		{"name":"tenant","key":["header:x-tenant"],"requests_per_second":1000000000},

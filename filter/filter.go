@@ -63,12 +63,10 @@ type pluginContext struct {
 	// backend is nil unless some limit is global or hybrid.
 	backend  *backendRuntime
 	requests proxywasm.MetricCounter
-	// needRoute is set when any match or key reads the route name, so other
-	// configs never pay for the property hostcall.
-	needRoute bool
-	// needHeaders is set when any match reads the path, method, host or a
-	// header; otherwise matching costs no header-map hostcall.
-	needHeaders bool
+	// matchNeeds is what any match reads of the request: each
+	// pseudo-header it names costs one small read, and only a header match
+	// costs the whole header map.
+	matchNeeds requestNeeds
 
 	// Scratch reused by every request of this worker; a VM runs one
 	// callback at a time.
@@ -130,10 +128,7 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 			}
 		}
 		p.limits = append(p.limits, l)
-		if cfg.Limits[i].Match.Routes != nil {
-			p.needRoute = true
-		}
-		p.needHeaders = p.needHeaders || matchNeedsHeaders(&cfg.Limits[i].Match)
+		p.matchNeeds |= matchNeedsOf(&cfg.Limits[i].Match)
 	}
 	for i := range cfg.Breakers {
 		b, err := newBreakerRuntime(p.vm.store, &cfg.Breakers[i], i)
@@ -141,10 +136,7 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 			return err
 		}
 		p.breakers = append(p.breakers, b)
-		if cfg.Breakers[i].Match.Routes != nil {
-			p.needRoute = true
-		}
-		p.needHeaders = p.needHeaders || matchNeedsHeaders(&cfg.Breakers[i].Match)
+		p.matchNeeds |= matchNeedsOf(&cfg.Breakers[i].Match)
 	}
 	p.matched = make([]bool, len(p.limits))
 	p.applied = make([]bool, len(p.limits))
@@ -152,8 +144,24 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 	return nil
 }
 
-func matchNeedsHeaders(m *config.Match) bool {
-	return m.Path != "" || m.PathPrefix != "" || m.Methods != nil || m.Hosts != nil || len(m.Headers) > 0
+func matchNeedsOf(m *config.Match) requestNeeds {
+	var n requestNeeds
+	if m.Path != "" || m.PathPrefix != "" {
+		n |= needPath
+	}
+	if m.Methods != nil {
+		n |= needMethod
+	}
+	if m.Hosts != nil {
+		n |= needHost
+	}
+	if len(m.Headers) > 0 {
+		n |= needHeaderMap
+	}
+	if m.Routes != nil {
+		n |= needRoute
+	}
+	return n
 }
 
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {

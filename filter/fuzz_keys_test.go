@@ -17,6 +17,15 @@ type fakeHost struct {
 
 func (h *fakeHost) requestHeaders() [][2]string { return h.headers }
 
+func (h *fakeHost) requestHeader(name string) (string, bool) {
+	for _, kv := range h.headers {
+		if kv[0] == name {
+			return kv[1], true
+		}
+	}
+	return "", false
+}
+
 func (h *fakeHost) property(path []string) string {
 	return h.props[strings.Join(path, ".")]
 }

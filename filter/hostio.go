@@ -41,6 +41,9 @@ func (sharedData) Set(key string, value []byte, cas uint32) error {
 // hostAccess is what requestInfo reads from the current stream.
 type hostAccess interface {
 	requestHeaders() [][2]string
+	// requestHeader returns one header's first value; for headers that
+	// never repeat, such as the pseudo-headers.
+	requestHeader(name string) (string, bool)
 	// property returns a string property, or "" when the host has none.
 	// Paths are package-level values, so a read allocates no slice.
 	property(path []string) string
@@ -54,6 +57,11 @@ func (proxyHost) requestHeaders() [][2]string {
 		return nil
 	}
 	return hs
+}
+
+func (proxyHost) requestHeader(name string) (string, bool) {
+	v, err := proxywasm.GetHttpRequestHeader(name)
+	return v, err == nil
 }
 
 func (proxyHost) property(path []string) string {

@@ -104,7 +104,7 @@ func (h *httpContext) evaluate(now time.Time) types.Action {
 func (h *httpContext) evaluateLimits(now time.Time) verdict {
 	p := h.plugin
 	info := &h.info
-	match := info.matchRequest(p.needRoute, p.needHeaders)
+	match := info.matchRequest(p.matchNeeds)
 	for i, l := range p.limits {
 		p.matched[i] = l.cfg.Match.Matches(match)
 		p.applied[i] = p.matched[i]
@@ -320,7 +320,7 @@ func (h *httpContext) checkBreakers(now time.Time) bool {
 	matched := false
 	for _, b := range p.breakers {
 		if !matched {
-			match = h.info.matchRequest(p.needRoute, p.needHeaders)
+			match = h.info.matchRequest(p.matchNeeds)
 			matched = true
 		}
 		if !b.cfg.Match.Matches(match) {

@@ -7,17 +7,20 @@ import (
 )
 
 // requestInfo is what limits and breakers read from one request. Every
-// field is fetched on first use: a request no limit matches costs one
-// header-map hostcall, and properties are read only when a key or match
-// needs them.
+// field is fetched on first use, and properties are read only when a key
+// or match needs them. The pseudo-headers never repeat, so each is one
+// small single-value read; the whole header map, which the SDK copies
+// value by value, is fetched only for a header match or key.
 type requestInfo struct {
 	host hostAccess
 
 	headersLoaded bool
 	headers       [][2]string
-	method        string
-	path          string
-	authority     string
+	// pseudoLoaded has a bit per pseudo-header already read.
+	pseudoLoaded requestNeeds
+	method       string
+	path         string
+	authority    string
 
 	routeLoaded bool
 	route       string
@@ -29,6 +32,17 @@ type requestInfo struct {
 	clientIP       string
 	clientIPOK     bool
 }
+
+// requestNeeds says which parts of a request something reads.
+type requestNeeds uint8
+
+const (
+	needPath requestNeeds = 1 << iota
+	needMethod
+	needHost
+	needHeaderMap
+	needRoute
+)
 
 func (r *requestInfo) loadHeaders() {
 	if r.headersLoaded {
@@ -46,6 +60,23 @@ func (r *requestInfo) loadHeaders() {
 			r.authority = kv[1]
 		}
 	}
+	r.pseudoLoaded |= needPath | needMethod | needHost
+}
+
+// pseudo returns :path, :method or :authority.
+func (r *requestInfo) pseudo(which requestNeeds) string {
+	dst, name := &r.path, ":path"
+	switch which {
+	case needMethod:
+		dst, name = &r.method, ":method"
+	case needHost:
+		dst, name = &r.authority, ":authority"
+	}
+	if r.pseudoLoaded&which == 0 {
+		r.pseudoLoaded |= which
+		*dst, _ = r.host.requestHeader(name)
+	}
+	return *dst
 }
 
 // header returns a request header by lower-case name. Repeated headers are
@@ -98,8 +129,7 @@ func (r *requestInfo) clusterName() string {
 
 // pathOnly is the :path without its query string.
 func (r *requestInfo) pathOnly() string {
-	r.loadHeaders()
-	p := r.path
+	p := r.pseudo(needPath)
 	if i := strings.IndexByte(p, '?'); i >= 0 {
 		p = p[:i]
 	}
@@ -131,16 +161,21 @@ func (r *requestInfo) client(cfg *config.ClientIP) (string, bool) {
 // RequestHeader makes requestInfo a config.HeaderSource.
 func (r *requestInfo) RequestHeader(name string) (string, bool) { return r.header(name) }
 
-// matchRequest adapts requestInfo for config.Match.
-// Without needHeaders no match reads :path, :method, :authority or a
-// header, so the header map is not fetched at all.
-func (r *requestInfo) matchRequest(needRoute, needHeaders bool) config.Request {
+// matchRequest adapts requestInfo for config.Match, reading only what
+// some match needs. Header matches read through Header, which loads the
+// header map on first use.
+func (r *requestInfo) matchRequest(needs requestNeeds) config.Request {
 	req := config.Request{Header: r}
-	if needHeaders {
-		r.loadHeaders()
-		req.Method, req.Path, req.Host = r.method, r.path, r.authority
+	if needs&needPath != 0 {
+		req.Path = r.pseudo(needPath)
 	}
-	if needRoute {
+	if needs&needMethod != 0 {
+		req.Method = r.pseudo(needMethod)
+	}
+	if needs&needHost != 0 {
+		req.Host = r.pseudo(needHost)
+	}
+	if needs&needRoute != 0 {
 		req.Route = r.routeName()
 	}
 	return req
@@ -168,11 +203,9 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 			v = r.routeName()
 			ok = true
 		case config.KeyMethod:
-			r.loadHeaders()
-			v, ok = r.method, true
+			v, ok = r.pseudo(needMethod), true
 		case config.KeyHost:
-			r.loadHeaders()
-			v, ok = strings.ToLower(r.authority), true
+			v, ok = strings.ToLower(r.pseudo(needHost)), true
 		default:
 			ok = false
 		}
