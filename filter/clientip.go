@@ -62,6 +62,9 @@ func normalizeIP(s string) (string, bool) {
 // tried first: a failed parse returns an allocated error, and this runs
 // on every request with a client_ip key.
 func peerIP(sourceAddress string) (string, bool) {
+	if n := ipv4WithPort(sourceAddress); n > 0 {
+		return sourceAddress[:n], true
+	}
 	if ap, err := netip.ParseAddrPort(sourceAddress); err == nil {
 		if ap.Addr().Is4() {
 			// netip accepts only canonical dotted-decimal IPv4 (no leading
@@ -72,4 +75,43 @@ func peerIP(sourceAddress string) (string, bool) {
 		return ap.Addr().Unmap().String(), true
 	}
 	return normalizeIP(sourceAddress)
+}
+
+// ipv4WithPort returns the length of the address in "a.b.c.d:port" when s
+// is exactly that, with the forms netip accepts (octets 0-255 without
+// leading zeros, port 0-65535), and 0 otherwise. It is the shape of
+// nearly every source.address, and netip's general parser is several
+// times slower in the wasm guest.
+func ipv4WithPort(s string) int {
+	i := 0
+	for octet := 0; octet < 4; octet++ {
+		start, v := i, 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' && i-start < 3 {
+			v = v*10 + int(s[i]-'0')
+			i++
+		}
+		if i == start || v > 255 || (s[start] == '0' && i-start > 1) {
+			return 0
+		}
+		if octet < 3 {
+			if i >= len(s) || s[i] != '.' {
+				return 0
+			}
+			i++
+		}
+	}
+	addrLen := i
+	if i >= len(s) || s[i] != ':' {
+		return 0
+	}
+	i++
+	start, port := i, 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' && i-start < 5 {
+		port = port*10 + int(s[i]-'0')
+		i++
+	}
+	if i == start || i != len(s) || port > 65535 {
+		return 0
+	}
+	return addrLen
 }

@@ -1,6 +1,9 @@
 package filter
 
-import "testing"
+import (
+	"net/netip"
+	"testing"
+)
 
 func TestClientIPFromXFF(t *testing.T) {
 	tests := []struct {
@@ -64,6 +67,43 @@ func FuzzClientIPFromXFF(f *testing.F) {
 			}
 		} else if ip != "" {
 			t.Fatalf("not ok but returned %q", ip)
+		}
+	})
+}
+
+// TestIPv4WithPortAgreesWithNetip: the fast path accepts exactly what
+// netip.ParseAddrPort accepts as IPv4 with a port, and yields the same
+// address text.
+func TestIPv4WithPortAgreesWithNetip(t *testing.T) {
+	for _, in := range []string{
+		"10.1.2.3:5555", "0.0.0.0:0", "255.255.255.255:65535", "1.2.3.4:65536", "1.2.3.256:1",
+		"01.2.3.4:1", "1.2.3.4", "1.2.3.4:", ":80", "1.2.3:4", "1.2.3.4.5:6", "1.2.3.4:080",
+		"1.2.3.4:1x", "[::1]:80", "1.2.3.4:123456", "1..3.4:5", "", "1.2.3.04:5", "9.9.9.9:00",
+	} {
+		n := ipv4WithPort(in)
+		ap, err := netip.ParseAddrPort(in)
+		want := err == nil && ap.Addr().Is4()
+		if (n > 0) != want {
+			t.Errorf("ipv4WithPort(%q) = %d, netip says IPv4 with port: %v", in, n, want)
+			continue
+		}
+		if n > 0 && in[:n] != ap.Addr().String() {
+			t.Errorf("ipv4WithPort(%q) address %q, netip %q", in, in[:n], ap.Addr())
+		}
+	}
+}
+
+func FuzzIPv4WithPort(f *testing.F) {
+	f.Add("10.1.2.3:5555")
+	f.Add("1.2.3.4:080")
+	f.Fuzz(func(t *testing.T, in string) {
+		n := ipv4WithPort(in)
+		ap, err := netip.ParseAddrPort(in)
+		if want := err == nil && ap.Addr().Is4(); (n > 0) != want {
+			t.Fatalf("ipv4WithPort(%q) = %d, netip says %v", in, n, want)
+		}
+		if n > 0 && in[:n] != ap.Addr().String() {
+			t.Fatalf("address %q, netip %q", in[:n], ap.Addr())
 		}
 	})
 }

@@ -2,6 +2,8 @@ package filter
 
 import (
 	"encoding/json"
+	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -105,5 +107,17 @@ func TestRateLimitHeadersAllocationFree(t *testing.T) {
 	}
 	if dst[1] != [2]string{"x-ratelimit-limit", "100"} || dst[5] != [2]string{"ratelimit", `"api";r=7;t=1`} {
 		t.Fatalf("headers %q", dst)
+	}
+}
+
+func TestAppendIntMatchesStrconv(t *testing.T) {
+	vals := []int64{0, 1, -1, 9, 10, 99, 100, 1795305600, math.MaxInt64, math.MinInt64, math.MinInt64 + 1}
+	for v := int64(-1000); v < 1000; v += 7 {
+		vals = append(vals, v)
+	}
+	for _, v := range vals {
+		if got, want := string(appendInt([]byte("x"), v)), "x"+strconv.FormatInt(v, 10); got != want {
+			t.Errorf("appendInt(%d) = %q, want %q", v, got, want)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package limiter
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"time"
 )
 
@@ -131,7 +130,8 @@ func (l Limit) valid() bool {
 
 // spanFits checks Capacity×Period < 2^62×Rate without dividing.
 func (l Limit) spanFits() bool {
-	hi, lo := bits.Mul64(uint64(l.Rate+l.Burst), uint64(l.Period))
+	span := mul(uint64(l.Rate+l.Burst), uint64(l.Period))
+	hi, lo := span.hi, span.lo
 	limHi, limLo := uint64(l.Rate)>>2, uint64(l.Rate)<<62
 	return hi < limHi || (hi == limHi && lo < limLo)
 }
