@@ -54,8 +54,11 @@ type concurrencyRuntime struct {
 	tallyKey string
 	keyKinds string
 	metrics  concurrencyMetrics
-	// inFlight is this VM's requests holding a slot of the limit.
-	inFlight uint32
+	// inFlight is this VM's requests holding a slot of a limit of this
+	// name. It is per VM, not per plugin context, so that the tally a
+	// context replaced by a config reload still reports for its draining
+	// streams and the one of its successor agree.
+	inFlight *uint32
 	// reclaimedSeen is the part of the table's Reclaimed already exported.
 	reclaimedSeen uint64
 }
@@ -101,6 +104,13 @@ func (p *pluginContext) configureConcurrency(cfg *config.Config) error {
 		if err != nil {
 			return err
 		}
+		if p.vm.ccInFlight == nil {
+			p.vm.ccInFlight = map[string]*uint32{}
+		}
+		if p.vm.ccInFlight[c.cfg.Name] == nil {
+			p.vm.ccInFlight[c.cfg.Name] = new(uint32)
+		}
+		c.inFlight = p.vm.ccInFlight[c.cfg.Name]
 		p.concurrency = append(p.concurrency, c)
 		if cfg.Concurrency[i].Match.Routes != nil {
 			p.needRoute = true
@@ -155,7 +165,7 @@ func (h *httpContext) acquireConcurrency(now time.Time) bool {
 		}
 		c.exportReclaimed()
 		if res.Taken {
-			c.inFlight++
+			*c.inFlight++
 			if h.cc == nil {
 				h.cc = h.ccBuf[:0]
 			}
@@ -196,7 +206,7 @@ func (h *httpContext) releaseConcurrency(now time.Time) {
 		if err := in.Release(held.slot, now.UnixNano()); err != nil {
 			proxywasm.LogWarnf("sluice: concurrency %s: release left to the heartbeat: %v", held.c.cfg.Name, err)
 		}
-		held.c.inFlight--
+		*held.c.inFlight--
 		held.c.exportReclaimed()
 	}
 	h.cc = h.cc[:0]
@@ -214,7 +224,7 @@ func (p *pluginContext) concurrencyTick(now time.Time) {
 		proxywasm.LogWarnf("sluice: concurrency heartbeat: %v", err)
 	}
 	for _, c := range p.concurrency {
-		total, err := p.vm.inflight.Report(c.tallyKey, c.inFlight, ns)
+		total, err := p.vm.inflight.Report(c.tallyKey, *c.inFlight, ns)
 		if err != nil {
 			proxywasm.LogWarnf("sluice: concurrency %s: tally: %v", c.cfg.Name, err)
 		}

@@ -55,6 +55,9 @@ type vmContext struct {
 	// by a config reload are still kept alive and released. Nil until a
 	// configuration has concurrency limits.
 	inflight *inflight.Instance
+	// ccInFlight counts this VM's requests holding a slot, per concurrency
+	// limit name.
+	ccInFlight map[string]*uint32
 }
 
 func (vm *vmContext) NewPluginContext(uint32) types.PluginContext {
