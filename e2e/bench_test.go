@@ -26,6 +26,7 @@ var lifecycleCases = []lifecycleCase{
 	{"sluice, no matching limit", "sluice", `{"limits":[{"name":"other","match":{"path_prefix":"/nothing-here"},"key":[],"requests_per_second":10}]}`},
 	{"one local limit", "sluice", `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}]}`},
 	{"one limit + one breaker", "sluice", `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}],"breakers":[{"name":"backend"}]}`},
+	{"one concurrency limit", "sluice", `{"concurrency":[{"name":"per-route","key":["route"],"max_in_flight":1000000000}]}`},
 	{"three scoped limits", "sluice", `{"limits":[
 		{"name":"global","key":[],"requests_per_second":1000000000},
 		{"name":"tenant","key":["header:x-tenant"],"requests_per_second":1000000000},
