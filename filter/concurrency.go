@@ -215,7 +215,9 @@ func (h *httpContext) releaseConcurrency(now time.Time) {
 // concurrencyTick is the heartbeat: it keeps this VM's entries fresh and
 // sets the in_flight gauges from every live VM's totals.
 func (p *pluginContext) concurrencyTick(now time.Time) {
-	if len(p.concurrency) == 0 || now.Sub(p.lastBeat) < heartbeatEvery {
+	// A clock that went back beats at once, so that entries stamped ahead
+	// of the new time are rewritten before readers find them impossible.
+	if since := now.Sub(p.lastBeat); len(p.concurrency) == 0 || (since >= 0 && since < heartbeatEvery) {
 		return
 	}
 	p.lastBeat = now

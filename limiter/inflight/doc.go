@@ -81,8 +81,10 @@
 // ahead of now), is treated as holding no entries and overwritten by the
 // next write (Stats.CorruptRecords). The live instances restore their own
 // entries on their next write or Refresh, so such a record can under-count
-// for at most RefreshAfter plus a timer period. The same holds after a
-// backwards clock step of more than StaleAfter.
+// for at most RefreshAfter plus a timer period. After a backwards clock
+// step of more than StaleAfter every entry is ahead of now and so
+// impossible; Refresh rewrites entries whose beat is ahead of now at once,
+// so that lasts at most one timer period.
 //
 // # CAS discipline
 //

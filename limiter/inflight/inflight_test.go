@@ -754,3 +754,24 @@ func FuzzStoredValue(f *testing.F) {
 		}
 	})
 }
+
+// TestBackwardsClockStepIsRepairedByTheNextRefresh: after the clock steps
+// back by more than StaleAfter every stored beat is impossible, so readers
+// drop the record; the owners' next Refresh rewrites it at the new time.
+func TestBackwardsClockStepIsRepairedByTheNextRefresh(t *testing.T) {
+	s := store.NewMemory()
+	owner, other := newVM(t, s, TableConfig{}), newVM(t, s, TableConfig{})
+	owner.acquire(t, "k", 1, t0)
+	back := t0 - 3600*sec
+	if err := owner.in.Refresh(back); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := other.acquire(t, "k", 1, back); r.Allowed {
+		t.Fatal("after a backwards step and a refresh the owner's request no longer counts")
+	}
+	var sets atomic.Int64
+	s.BeforeSet = func(string) bool { sets.Add(1); return false }
+	if err := owner.in.Refresh(back + sec); err != nil || sets.Load() != 0 {
+		t.Fatalf("the entry rewritten at the new time was rewritten again a second later (%d writes, %v)", sets.Load(), err)
+	}
+}

@@ -349,7 +349,11 @@ func (in *Instance) tidy(key string, h *hold) {
 func (in *Instance) Refresh(now int64) error {
 	var first error
 	for key, h := range in.held {
-		if !h.dirty && (len(h.fps) == 0 || satSub(now, h.beat) < in.refreshAfter) {
+		// A beat ahead of now means the clock went back: rewrite at once,
+		// or readers would find the entry impossible until the clock
+		// caught up with it.
+		age := satSub(now, h.beat)
+		if !h.dirty && (len(h.fps) == 0 || (age >= 0 && age < in.refreshAfter)) {
 			in.tidy(key, h)
 			continue
 		}
@@ -399,8 +403,9 @@ func (in *Instance) Report(key string, count uint32, now int64) (int64, error) {
 		for _, e := range v.others {
 			total += int64(e.Count)
 		}
+		age := satSub(now, v.own.Beat)
 		upToDate := (count == 0 && !v.hasOwn) ||
-			(count > 0 && v.hasOwn && v.own.Count == count && satSub(now, v.own.Beat) < in.refreshAfter)
+			(count > 0 && v.hasOwn && v.own.Count == count && age >= 0 && age < in.refreshAfter)
 		if upToDate && !v.stale && !v.corrupt {
 			return total, nil
 		}
