@@ -152,7 +152,8 @@ const keySeparator = '\x00'
 
 // appendKey appends the composite key of parts to dst. ok is false when a
 // part is missing: an absent or empty header, an unknown client address,
-// route or cluster. An empty parts list is the single global bucket and always ok.
+// route or cluster. An empty parts list is the single global bucket and
+// always ok.
 // overrideValue is the value of parts[overrideBy], for tier lookups.
 func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *config.ClientIP, overrideBy int) (key []byte, overrideValue string, ok bool) {
 	for i, p := range parts {

@@ -143,7 +143,8 @@ type rejection struct {
 	code, message      string // the json body's "error" and "message"
 	problemType, title string // RFC 9457
 	field, value       string // the subject: "limit" or "upstream" and its name
-	// noRetryAfter leaves out retry_after, for rejections no wait cures.
+	// noRetryAfter leaves out retry_after, for rejections after which no
+	// wait can be predicted.
 	noRetryAfter bool
 }
 
