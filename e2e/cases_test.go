@@ -61,6 +61,24 @@ type served struct {
 
 func (w *wasmHarness) Do(t testing.TB, req filtertest.Request) filtertest.Response {
 	t.Helper()
+	f, resp := w.Start(t, req)
+	if f == nil {
+		return resp
+	}
+	return f.Finish(t)
+}
+
+// wasmFlight is a stream whose upstream holds the request until Finish.
+type wasmFlight struct {
+	w               *wasmHarness
+	start           time.Time
+	release         chan struct{}
+	done            chan served
+	upstreamHeaders http.Header
+}
+
+func (w *wasmHarness) Start(t testing.TB, req filtertest.Request) (filtertest.Flight, filtertest.Response) {
+	t.Helper()
 	peer, cluster, route := req.Peer, req.Cluster, req.Route
 	if peer == "" {
 		peer = "10.0.0.1:40000"
@@ -84,32 +102,36 @@ func (w *wasmHarness) Do(t testing.TB, req filtertest.Request) filtertest.Respon
 			}
 		},
 	}
-	var upstreamHeaders http.Header
 	status := req.UpstreamStatus
 	if status == 0 {
 		status = 200
 	}
-	upstream := func(_ context.Context, r *host.Request) (*host.Response, error) {
-		upstreamHeaders = toHeader(r.Headers)
+	f := &wasmFlight{w: w, start: w.clock(), release: make(chan struct{}), done: make(chan served, 1)}
+	reached := make(chan http.Header, 1)
+	upstream := func(ctx context.Context, r *host.Request) (*host.Response, error) {
+		reached <- toHeader(r.Headers)
+		select {
+		case <-f.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 		return &host.Response{Status: status, Headers: [][2]string{{"content-type", "text/plain"}}, Body: []byte("ok")}, nil
 	}
-	start := w.clock()
-	done := make(chan served, 1)
 	go func() {
 		resp, err := w.plugin.Serve(context.Background(), hreq, upstream)
-		done <- served{resp, err}
+		f.done <- served{resp, err}
 	}()
-	var out served
-wait:
 	for {
 		select {
-		case out = <-done:
-			break wait
+		case out := <-f.done:
+			return nil, f.response(t, out)
+		case f.upstreamHeaders = <-reached:
+			return f, filtertest.Response{}
 		case <-parked:
 			// The filter holds the request: move time a tick at a time and
 			// fire the tick, as Envoy's timer would, until it lets go.
 			for w.plugin.ParkedStreams(req.Worker) > 0 {
-				if w.clock().Sub(start) > filtertest.MaxHold {
+				if w.clock().Sub(f.start) > filtertest.MaxHold {
 					t.Fatalf("request held for more than %v", filtertest.MaxHold)
 				}
 				w.Advance(t, tickStep)
@@ -119,6 +141,16 @@ wait:
 			}
 		}
 	}
+}
+
+func (f *wasmFlight) Finish(t testing.TB) filtertest.Response {
+	t.Helper()
+	close(f.release)
+	return f.response(t, <-f.done)
+}
+
+func (f *wasmFlight) response(t testing.TB, out served) filtertest.Response {
+	t.Helper()
 	if out.err != nil {
 		t.Fatalf("serve: %v", out.err)
 	}
@@ -127,12 +159,18 @@ wait:
 		Local:   out.resp.Local,
 		Headers: toHeader(out.resp.Headers),
 		Body:    out.resp.Body,
-		Waited:  w.clock().Sub(start),
+		Waited:  f.w.clock().Sub(f.start),
 	}
 	if !out.resp.Local {
-		resp.UpstreamHeaders = upstreamHeaders
+		resp.UpstreamHeaders = f.upstreamHeaders
 	}
 	return resp
+}
+
+func (w *wasmHarness) Tick(testing.TB) {
+	for i := 0; i < w.plugin.Concurrency(); i++ {
+		w.plugin.Tick(i)
+	}
 }
 
 func (w *wasmHarness) Counter(t testing.TB, name string) uint64 {

@@ -23,16 +23,23 @@ import (
 // so this is what `make run EXAMPLE=<name>` serves.
 type exampleEnv struct {
 	base, admin string
+	srv         *envoy.Server
 }
 
 func startExample(t *testing.T, name string) *exampleEnv {
+	t.Helper()
+	return startExampleWith(t, name, echo.Handler(name))
+}
+
+// startExampleWith is startExample in front of another backend.
+func startExampleWith(t *testing.T, name string, handler http.Handler) *exampleEnv {
 	t.Helper()
 	wasmModule(t, "sluice") // fails under CI when the build is missing
 	cfg, err := envoy.LoadFile(filepath.Join("..", "examples", name, "envoy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	backend := httptest.NewServer(echo.Handler(name))
+	backend := httptest.NewServer(handler)
 	t.Cleanup(backend.Close)
 	cfg.Listeners[0].Address = "127.0.0.1:0"
 	cfg.Admin.Address = "127.0.0.1:0"
@@ -52,7 +59,7 @@ func startExample(t *testing.T, name string) *exampleEnv {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	})
-	env := &exampleEnv{base: "http://" + srv.ListenerAddr(cfg.Listeners[0].Name), admin: "http://" + srv.AdminAddr()}
+	env := &exampleEnv{base: "http://" + srv.ListenerAddr(cfg.Listeners[0].Name), admin: "http://" + srv.AdminAddr(), srv: srv}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(env.admin + "/ready")
@@ -268,5 +275,102 @@ func TestExampleShaping(t *testing.T) {
 	wantWithinBucket(t, "shaped", got, 5, 5, el)
 	if metric(t, env.prometheus(t), `sluice_limit_delayed{sluice_limit="shaped"}`) < 3 {
 		t.Fatal("delayed counter")
+	}
+}
+
+// TestExampleBulkhead serves examples/bulkhead in front of a real backend
+// that holds every request until the test lets it answer, on two workers.
+// Requests start one at a time from new connections, which the host deals
+// to the workers in turn, so both workers hold slots. Exactly max_in_flight
+// requests reach the backend, the rest are rejected at once; when they end,
+// the gauge and every shared-data count are back to zero, and the next
+// round admits exactly max_in_flight again.
+func TestExampleBulkhead(t *testing.T) {
+	const max = 4
+	b := &slowBackend{gates: map[string]chan struct{}{}, arrived: make(chan string, 1024)}
+	env := startExampleWith(t, "bulkhead", b)
+	t.Cleanup(b.shutdown)
+	rt := env.srv.Runtime()
+	gauge := func(limit string) func() (bool, string) {
+		return func() (bool, string) {
+			v, ok := promSample(env.prometheus(t), `sluice_concurrency_in_flight{sluice_concurrency="`+limit+`"}`)
+			return ok && v == float64(b.inFlight.Load()), fmt.Sprintf("%v (present %v) with %d at the backend", v, ok, b.inFlight.Load())
+		}
+	}
+	for round := 0; round < 2; round++ {
+		var held []*inFlightRequest
+		rejected := 0
+		for range max + 6 {
+			r := env.start(t, clientFrom("127.0.0.1"), "/delay/1s", nil)
+			if ok, res := r.await(t, b); ok {
+				held = append(held, r)
+			} else {
+				wantRejection(t, res, 503, "slow")
+				rejected++
+			}
+		}
+		if len(held) != max || rejected != 6 || b.inFlight.Load() != max {
+			t.Fatalf("round %d: %d held (%d at the backend), %d rejected; want exactly %d in flight", round, len(held), b.inFlight.Load(), rejected, max)
+		}
+		if round == 0 {
+			// The heartbeat publishes the gauge within about a second.
+			eventually(t, "slow in_flight gauge", gauge("slow"))
+			byInstance := countsByInstance(inflightRecords(t, rt, "sluice", "slow"), "slow")
+			if len(byInstance) != 2 {
+				t.Fatalf("slots held per VM instance %v, want both workers holding", byInstance)
+			}
+			for id, n := range byInstance {
+				if n != max/2 {
+					t.Fatalf("instance %d holds %d slots, want %d (requests alternate workers): %v", id, n, max/2, byInstance)
+				}
+			}
+			// Tenants on the default route: 2 each, answered 429.
+			tenant := func(id string) map[string]string { return map[string]string{"x-tenant": id} }
+			for _, id := range []string{"t1", "t1", "t2"} {
+				r := env.start(t, clientFrom("127.0.0.1"), "/", tenant(id))
+				if ok, res := r.await(t, b); !ok {
+					t.Fatalf("tenant %s refused: %d %s", id, res.status, res.body)
+				}
+				held = append(held, r)
+			}
+			r := env.start(t, clientFrom("127.0.0.1"), "/", tenant("t1"))
+			if ok, res := r.await(t, b); ok {
+				t.Fatal("a third request of tenant t1 reached the backend")
+			} else {
+				wantRejection(t, res, 429, "per-tenant")
+			}
+		}
+		b.releaseAll()
+		for _, r := range held {
+			if res := r.wait(t); res.status != 200 {
+				t.Fatalf("held request: %d %s", res.status, res.body)
+			}
+		}
+		eventually(t, "gauges back to zero", func() (bool, string) {
+			okSlow, s1 := gauge("slow")()
+			okTenant, s2 := gauge("per-tenant")()
+			return okSlow && okTenant, s1 + "; " + s2
+		})
+		for _, limit := range []string{"slow", "per-tenant"} {
+			for k, es := range inflightRecords(t, rt, "sluice", limit) {
+				if len(es) != 0 {
+					t.Fatalf("round %d: %s still holds %+v after every request ended", round, k, es)
+				}
+			}
+		}
+	}
+	if p := b.peak.Load(); p != max+3 {
+		t.Fatalf("backend peak %d, want %d slow + 3 tenant requests", p, max)
+	}
+	prom := env.prometheus(t)
+	for s, want := range map[string]float64{
+		`sluice_concurrency_admitted{sluice_concurrency="slow"}`:       2 * max,
+		`sluice_concurrency_rejected{sluice_concurrency="slow"}`:       12,
+		`sluice_concurrency_admitted{sluice_concurrency="per-tenant"}`: 3,
+		`sluice_concurrency_rejected{sluice_concurrency="per-tenant"}`: 1,
+	} {
+		if got := metric(t, prom, s); got != want {
+			t.Errorf("%s = %v, want %v", s, got, want)
+		}
 	}
 }

@@ -672,7 +672,7 @@ func (h *httpContext) resumeAfterRemote(now time.Time) {
 	}
 	switch h.finishRemote(now) {
 	case verdictAllow:
-		if len(h.plugin.breakers) > 0 && !h.checkBreakers(now) {
+		if !h.admitAfterLimits(now) {
 			return
 		}
 		if err := proxywasm.ResumeHttpRequest(); err != nil {

@@ -12,7 +12,9 @@
 //     "consumes from none" still means then);
 //  3. breakers guarding the request's cluster (or route) are checked; an
 //     admitted request carries a ticket whose outcome is reported when the
-//     stream ends, from the response code and its details.
+//     stream ends, from the response code and its details;
+//  4. concurrency limits (bulkheads) that apply take a slot each, given
+//     back when the stream ends (concurrency.go).
 //
 // Tokens taken by a request that an open breaker then rejects stay taken,
 // as with Envoy's own local rate limit filter in front of the router's
@@ -30,6 +32,7 @@ import (
 	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/limiter"
+	"github.com/sluice-proxy/sluice/limiter/inflight"
 	"github.com/sluice-proxy/sluice/limiter/store"
 )
 
@@ -47,6 +50,14 @@ type vmContext struct {
 	now    clock
 	store  store.Store
 	caller httpCaller
+	// inflight is this VM's identity and holdings for concurrency limits,
+	// shared by its plugin contexts so that streams of a context replaced
+	// by a config reload are still kept alive and released. Nil until a
+	// configuration has concurrency limits.
+	inflight *inflight.Instance
+	// ccInFlight counts this VM's requests holding a slot, per concurrency
+	// limit name.
+	ccInFlight map[string]*uint32
 }
 
 func (vm *vmContext) NewPluginContext(uint32) types.PluginContext {
@@ -58,8 +69,9 @@ type pluginContext struct {
 	vm  *vmContext
 	cfg *config.Config
 
-	limits   []*limitRuntime
-	breakers []*breakerRuntime
+	limits      []*limitRuntime
+	breakers    []*breakerRuntime
+	concurrency []*concurrencyRuntime
 	// backend is nil unless some limit is global or hybrid.
 	backend  *backendRuntime
 	requests proxywasm.MetricCounter
@@ -80,6 +92,10 @@ type pluginContext struct {
 	reqs        []limiter.Request
 	reqLim      []*limitRuntime
 	results     []limiter.Result
+	// ccKeyBuf builds concurrency keys; nothing keeps them past a call.
+	ccKeyBuf []byte
+	// lastBeat is the last concurrency heartbeat.
+	lastBeat time.Time
 
 	// waiters are streams paused by on_limit delay, resumed from the tick.
 	waiters     map[uint32]*httpContext
@@ -137,6 +153,9 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 		}
 		p.breakers = append(p.breakers, b)
 		p.matchNeeds |= matchNeedsOf(&cfg.Breakers[i].Match)
+	}
+	if err := p.configureConcurrency(cfg); err != nil {
+		return err
 	}
 	p.matched = make([]bool, len(p.limits))
 	p.applied = make([]bool, len(p.limits))

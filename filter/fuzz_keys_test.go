@@ -45,7 +45,7 @@ func parseFuzzHeaders(blob string) [][2]string {
 }
 
 // fuzzKeyParts decodes one byte per part: the low bits pick the kind (with
-// values past KeyHost exercising the unknown-kind path), the high bit picks
+// values past KeyCluster exercising the unknown-kind path), the high bit picks
 // which header name a header part reads.
 func fuzzKeyParts(spec []byte, headerA, headerB string) []config.KeyPart {
 	if len(spec) > 8 {
@@ -79,7 +79,9 @@ func FuzzAppendKey(f *testing.F) {
 		headerA, headerB string, ipSource uint8, hops int, overrideBy int) {
 		host := &fakeHost{
 			headers: parseFuzzHeaders(headerBlob),
-			props:   map[string]string{"source.address": sourceAddress, "xds.route_name": route},
+			// The cluster is the route name reversed: a distinct value from the
+			// same input.
+			props: map[string]string{"source.address": sourceAddress, "xds.route_name": route, "xds.cluster_name": reverse(route)},
 		}
 		parts := fuzzKeyParts(spec, headerA, headerB)
 		clientCfg := &config.ClientIP{Source: config.ClientIPSource(ipSource % 4), TrustedHops: hops % 64, Header: headerA}
@@ -141,10 +143,22 @@ func FuzzAppendKey(f *testing.F) {
 				if v != route {
 					t.Fatalf("route part %q, want %q", v, route)
 				}
+			case config.KeyCluster:
+				if v != reverse(route) {
+					t.Fatalf("cluster part %q, want %q", v, reverse(route))
+				}
 			}
 		}
 		if overrideBy >= 0 && overrideBy < len(parts) && override != fields[overrideBy] {
 			t.Fatalf("override value %q, want part %d %q", override, overrideBy, fields[overrideBy])
 		}
 	})
+}
+
+func reverse(s string) string {
+	b := []byte(s)
+	for i, j := 0, len(b)-1; i < j; i, j = i+1, j-1 {
+		b[i], b[j] = b[j], b[i]
+	}
+	return string(b)
 }

@@ -56,6 +56,11 @@ type httpContext struct {
 	// calls of an earlier evaluation are ignored.
 	gen  uint32
 	done bool
+
+	// cc are the concurrency slots the request holds (ccBuf backs the
+	// common case without an allocation).
+	cc    []ccHold
+	ccBuf [2]ccHold
 }
 
 type breakerTicket struct {
@@ -95,7 +100,7 @@ func (h *httpContext) evaluate(now time.Time) types.Action {
 			return types.ActionPause
 		}
 	}
-	if len(p.breakers) > 0 && !h.checkBreakers(now) {
+	if !h.admitAfterLimits(now) {
 		return types.ActionPause
 	}
 	return types.ActionContinue
@@ -409,6 +414,9 @@ func (h *httpContext) OnHttpStreamDone() {
 	}
 	h.gen++
 	h.done = true
+	if len(h.cc) > 0 {
+		h.releaseConcurrency(p.vm.now())
+	}
 	if len(h.tickets) == 0 || h.localReply {
 		return
 	}
@@ -503,6 +511,7 @@ func (p *pluginContext) OnTick() {
 	p.tickRunning = true
 	defer func() { p.tickRunning = false }()
 	now := p.vm.now()
+	p.concurrencyTick(now)
 	for id, h := range p.waiters {
 		if now.Before(h.delayUntil) {
 			continue
@@ -522,7 +531,7 @@ func (p *pluginContext) OnTick() {
 	}
 	if len(p.waiters) == 0 && (p.backend == nil || !p.backend.busy()) && p.ticking {
 		p.ticking = false
-		_ = proxywasm.SetTickPeriodMilliSeconds(0)
+		_ = proxywasm.SetTickPeriodMilliSeconds(p.idleTickMillis())
 	}
 }
 

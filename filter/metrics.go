@@ -9,14 +9,16 @@ import (
 // Metric names put the limit or breaker name in the middle so Envoy's
 // stats_tags can lift it into a label (see envoy/envoy.yaml):
 //
-//	sluice.limit.<name>.<counter>    -> sluice_limit_<counter>{sluice_limit="<name>"}
-//	sluice.breaker.<name>.<metric>   -> sluice_breaker_<metric>{sluice_breaker="<name>"}
+//	sluice.limit.<name>.<counter>        -> sluice_limit_<counter>{sluice_limit="<name>"}
+//	sluice.breaker.<name>.<metric>       -> sluice_breaker_<metric>{sluice_breaker="<name>"}
+//	sluice.concurrency.<name>.<metric>   -> sluice_concurrency_<metric>{sluice_concurrency="<name>"}
 //
 // Only configured names appear, never key values, so cardinality is bounded
 // by the config.
 const (
 	metricPrefixLimit   = "sluice.limit."
 	metricPrefixBreaker = "sluice.breaker."
+	metricPrefixCC      = "sluice.concurrency."
 	metricRequests      = "sluice.requests_total"
 )
 
@@ -60,4 +62,31 @@ func defineBreakerMetrics(name string) breakerMetrics {
 		successes: proxywasm.DefineCounterMetric(p + "successes"),
 		slowCalls: proxywasm.DefineCounterMetric(p + "slow_calls"),
 	}
+}
+
+type concurrencyMetrics struct {
+	admitted, rejected, shadowRejected, missingKey, reclaimed proxywasm.MetricCounter
+	// inFlight is the requests in flight under the limit across the live
+	// VMs, set from the heartbeat (so it lags by at most heartbeatEvery).
+	inFlight proxywasm.MetricGauge
+}
+
+func defineConcurrencyMetrics(name string) concurrencyMetrics {
+	p := metricPrefixCC + name + "."
+	return concurrencyMetrics{
+		admitted:       proxywasm.DefineCounterMetric(p + "admitted"),
+		rejected:       proxywasm.DefineCounterMetric(p + "rejected"),
+		shadowRejected: proxywasm.DefineCounterMetric(p + "shadow_rejected"),
+		missingKey:     proxywasm.DefineCounterMetric(p + "missing_key"),
+		reclaimed:      proxywasm.DefineCounterMetric(p + "reclaimed"),
+		inFlight:       proxywasm.DefineGaugeMetric(p + "in_flight"),
+	}
+}
+
+// setInFlight sets the gauge the way setState does for breakers.
+func (m concurrencyMetrics) setInFlight(n int64) {
+	if n < 0 {
+		n = 0
+	}
+	proxywasm.MetricHistogram(uint32(m.inFlight)).Record(uint64(n))
 }

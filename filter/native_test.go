@@ -30,6 +30,15 @@ func (n *nativeHarness) Advance(_ testing.TB, d time.Duration) { n.now = n.now.A
 
 func (n *nativeHarness) Do(t testing.TB, req filtertest.Request) filtertest.Response {
 	t.Helper()
+	f, resp := n.Start(t, req)
+	if f == nil {
+		return resp
+	}
+	return f.Finish(t)
+}
+
+func (n *nativeHarness) Start(t testing.TB, req filtertest.Request) (filtertest.Flight, filtertest.Response) {
+	t.Helper()
 	peer, cluster, route := req.Peer, req.Cluster, req.Route
 	if peer == "" {
 		peer = "10.0.0.1:40000"
@@ -40,6 +49,8 @@ func (n *nativeHarness) Do(t testing.TB, req filtertest.Request) filtertest.Resp
 	if route == "" {
 		route = "default"
 	}
+	// proxytest has one property map for all streams; the filter reads
+	// properties while deciding, which happens before Start returns.
 	for path, v := range map[string]string{"source.address": peer, "xds.cluster_name": cluster, "xds.route_name": route} {
 		if err := n.host.SetProperty(splitPath(path), []byte(v)); err != nil {
 			t.Fatal(err)
@@ -61,29 +72,50 @@ func (n *nativeHarness) Do(t testing.TB, req filtertest.Request) filtertest.Resp
 		n.host.Tick()
 		action = n.host.GetCurrentHttpStreamAction(id)
 	}
-	resp := filtertest.Response{Waited: n.now.Sub(start)}
-	status, details := 200, "via_upstream"
+	f := &nativeFlight{n: n, id: id, req: req, waited: n.now.Sub(start)}
 	if local := n.host.GetSentLocalResponse(id); local != nil {
-		status, details = int(local.StatusCode), "wasm_local_reply"
-		resp.Status, resp.Local, resp.Body = status, true, local.Data
-		resp.Headers = toHeader(local.Headers)
-		n.host.CallOnResponseHeaders(id, append([][2]string{{":status", strconv.Itoa(status)}}, local.Headers...), len(local.Data) == 0)
-	} else {
-		if req.UpstreamStatus != 0 {
-			status = req.UpstreamStatus
-		}
-		resp.UpstreamHeaders = toHeader(n.host.GetCurrentRequestHeaders(id))
-		n.host.CallOnResponseHeaders(id, [][2]string{{":status", strconv.Itoa(status)}}, true)
-		resp.Status = status
-		resp.Headers = toHeader(n.host.GetCurrentResponseHeaders(id))
+		resp := filtertest.Response{Status: int(local.StatusCode), Local: true, Body: local.Data,
+			Headers: toHeader(local.Headers), Waited: f.waited}
+		n.host.CallOnResponseHeaders(id, append([][2]string{{":status", strconv.Itoa(resp.Status)}}, local.Headers...), len(local.Data) == 0)
+		n.complete(id, resp.Status, "wasm_local_reply")
+		return nil, resp
 	}
+	f.upstreamHeaders = toHeader(n.host.GetCurrentRequestHeaders(id))
+	return f, filtertest.Response{}
+}
+
+type nativeFlight struct {
+	n               *nativeHarness
+	id              uint32
+	req             filtertest.Request
+	waited          time.Duration
+	upstreamHeaders http.Header
+}
+
+func (f *nativeFlight) Finish(t testing.TB) filtertest.Response {
+	n := f.n
+	status := 200
+	if f.req.UpstreamStatus != 0 {
+		status = f.req.UpstreamStatus
+	}
+	resp := filtertest.Response{Status: status, UpstreamHeaders: f.upstreamHeaders, Waited: f.waited}
+	n.host.CallOnResponseHeaders(f.id, [][2]string{{":status", strconv.Itoa(status)}}, true)
+	resp.Headers = toHeader(n.host.GetCurrentResponseHeaders(f.id))
+	n.complete(f.id, status, "via_upstream")
+	return resp
+}
+
+// complete ends the stream (proxy_on_log) with the response code and
+// details Envoy would report.
+func (n *nativeHarness) complete(id uint32, status int, details string) {
 	code := make([]byte, 8)
 	binary.LittleEndian.PutUint64(code, uint64(status))
 	_ = n.host.SetProperty([]string{"response", "code"}, code)
 	_ = n.host.SetProperty([]string{"response", "code_details"}, []byte(details))
 	n.host.CompleteHttpContext(id)
-	return resp
 }
+
+func (n *nativeHarness) Tick(testing.TB) { n.host.Tick() }
 
 func splitPath(p string) []string {
 	for i := range p {

@@ -186,8 +186,9 @@ func (r *requestInfo) matchRequest(needs requestNeeds) config.Request {
 const keySeparator = '\x00'
 
 // appendKey appends the composite key of parts to dst. ok is false when a
-// part is missing: an absent or empty header, an unknown client address or
-// route. An empty parts list is the single global bucket and always ok.
+// part is missing: an absent or empty header, an unknown client address,
+// route or cluster. An empty parts list is the single global bucket and
+// always ok.
 // overrideValue is the value of parts[overrideBy], for tier lookups.
 func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *config.ClientIP, overrideBy int) (key []byte, overrideValue string, ok bool) {
 	for i, p := range parts {
@@ -201,6 +202,9 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 			v, ok = r.pathOnly(), true
 		case config.KeyRoute:
 			v = r.routeName()
+			ok = true
+		case config.KeyCluster:
+			v = r.clusterName()
 			ok = true
 		case config.KeyMethod:
 			v, ok = r.pseudo(needMethod), true

@@ -167,6 +167,9 @@ type rejection struct {
 	code, message      string // the json body's "error" and "message"
 	problemType, title string // RFC 9457
 	field, value       string // the subject: "limit" or "upstream" and its name
+	// noRetryAfter leaves out retry_after, for rejections after which no
+	// wait can be predicted.
+	noRetryAfter bool
 }
 
 // render writes the body in the configured format. Rejections are not the
@@ -208,8 +211,10 @@ func (r rejection) render(format config.Body, status int, retryAfter time.Durati
 		b = appendJSONString(b, r.value)
 		contentType = contentTypeJSON
 	}
-	b = append(b, `,"retry_after":`...)
-	b = strconv.AppendInt(b, retryAfterSeconds(retryAfter), 10)
+	if !r.noRetryAfter {
+		b = append(b, `,"retry_after":`...)
+		b = strconv.AppendInt(b, retryAfterSeconds(retryAfter), 10)
+	}
 	return contentType, append(b, '}')
 }
 

@@ -84,6 +84,13 @@ func TestBodies(t *testing.T) {
 	if ct, body := rateLimitedBody(config.BodyNone, "api", 429, time.Second); ct != "" || body != nil {
 		t.Fatal("body none must be empty")
 	}
+	ct, body = concurrencyLimitedBody(config.BodyJSON, "search", 503)
+	if ct != "application/json" || string(body) != `{"error":"concurrency_limited","message":"Too many concurrent requests","limit":"search"}` {
+		t.Fatalf("json concurrency body: %s %s", ct, body)
+	}
+	if ct, body := concurrencyLimitedBody(config.BodyNone, "search", 503); ct != "" || body != nil {
+		t.Fatal("body none must be empty")
+	}
 }
 
 func TestAppendJSONStringAlwaysValid(t *testing.T) {

@@ -415,7 +415,7 @@ func TestRepoEnvoyYAML(t *testing.T) {
 	if cfg.Admin == nil || cfg.Admin.Address != "127.0.0.1:9901" {
 		t.Errorf("admin = %+v", cfg.Admin)
 	}
-	if len(cfg.StatsTags) != 2 {
+	if len(cfg.StatsTags) != 3 {
 		t.Fatalf("stats tags = %+v", cfg.StatsTags)
 	}
 	// Envoy extracts tags from the full name, which for wasm metrics
@@ -425,6 +425,7 @@ func TestRepoEnvoyYAML(t *testing.T) {
 		{"wasmcustom.sluice.limit.api-per-ip.allowed", "sluice_limit", "api-per-ip", "wasmcustom.sluice.limit.allowed"},
 		{"sluice.limit.api-per-ip.allowed", "sluice_limit", "api-per-ip", "sluice.limit.allowed"},
 		{"wasmcustom.sluice.breaker.backend.state", "sluice_breaker", "backend", "wasmcustom.sluice.breaker.state"},
+		{"wasmcustom.sluice.concurrency.search.in_flight", "sluice_concurrency", "search", "wasmcustom.sluice.concurrency.in_flight"},
 	} {
 		var hit bool
 		for _, ts := range cfg.StatsTags {

@@ -25,6 +25,9 @@ type Config struct {
 	Limits []Limit
 	// Breakers in config order.
 	Breakers []Breaker
+	// Concurrency limits (bulkheads) in config order, which is also
+	// evaluation order.
+	Concurrency []ConcurrencyLimit
 	// Response controls rate-limit headers and reply bodies.
 	Response Response
 	// Backend is the Redis-over-HTTP backend for global and hybrid limits.
@@ -146,6 +149,8 @@ const (
 	KeyMethod
 	// KeyHost is the :authority.
 	KeyHost
+	// KeyCluster is the upstream cluster the route picked (xds.cluster_name).
+	KeyCluster
 )
 
 func (k KeyKind) String() string {
@@ -162,6 +167,8 @@ func (k KeyKind) String() string {
 		return "method"
 	case KeyHost:
 		return "host"
+	case KeyCluster:
+		return "cluster"
 	}
 	return "unknown"
 }
@@ -472,6 +479,25 @@ func stripPort(host string) string {
 		return host
 	}
 	return host[:i]
+}
+
+// ConcurrencyLimit caps the requests in flight at once per key: a
+// bulkhead. A request counts from its admission until its stream ends.
+type ConcurrencyLimit struct {
+	// Name is unique among concurrency limits and is the metric label; it
+	// matches [A-Za-z0-9_-]{1,64}.
+	Name string
+	// Match selects the requests the limit applies to; zero matches all.
+	Match Match
+	// Key is what a count is per; empty (the default) is one count for
+	// every matching request.
+	Key []KeyPart
+	// MaxInFlight is the most requests of one key in flight at once; >= 1.
+	MaxInFlight int64
+	// Status of the rejection, 400-599, default 503.
+	Status int
+	// Shadow counts and reports but never rejects.
+	Shadow bool
 }
 
 // BreakerScope is what one breaker instance covers.

@@ -10,9 +10,10 @@ import (
 // equal Config, so it is safe to log, diff or feed back to Envoy.
 func (c *Config) MarshalJSON() ([]byte, error) {
 	w := wireConfig{
-		ClientIP: wireClientIP{Source: c.ClientIP.Source.String()},
-		Limits:   []wireLimit{},
-		Breakers: []wireBreaker{},
+		ClientIP:    wireClientIP{Source: c.ClientIP.Source.String()},
+		Limits:      []wireLimit{},
+		Breakers:    []wireBreaker{},
+		Concurrency: []wireConcurrency{},
 	}
 	switch c.ClientIP.Source {
 	case ClientIPXFF:
@@ -25,6 +26,9 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	}
 	for i := range c.Breakers {
 		w.Breakers = append(w.Breakers, wireBreakerOf(&c.Breakers[i]))
+	}
+	for i := range c.Concurrency {
+		w.Concurrency = append(w.Concurrency, wireConcurrencyOf(&c.Concurrency[i]))
 	}
 	w.Response.Headers = []string{}
 	for i, name := range headerFamilyNames {
@@ -114,6 +118,15 @@ func wireMatchOf(m *Match) *wireMatch {
 	return w
 }
 
+func wireConcurrencyOf(c *ConcurrencyLimit) wireConcurrency {
+	w := wireConcurrency{Name: c.Name, Match: wireMatchOf(&c.Match), Key: []string{},
+		MaxInFlight: c.MaxInFlight, Status: c.Status, Shadow: c.Shadow}
+	for _, k := range c.Key {
+		w.Key = append(w.Key, k.String())
+	}
+	return w
+}
+
 func wireBreakerOf(b *Breaker) wireBreaker {
 	w := wireBreaker{
 		Name: b.Name, Match: wireMatchOf(&b.Match), Per: b.Per.String(),
@@ -145,11 +158,21 @@ func wireBreakerOf(b *Breaker) wireBreaker {
 // either absent or invalid in a given combination (e.g. max_delay without
 // delay); everything else is always written.
 type wireConfig struct {
-	ClientIP wireClientIP  `json:"client_ip"`
-	Limits   []wireLimit   `json:"limits"`
-	Breakers []wireBreaker `json:"breakers"`
-	Response wireResponse  `json:"response"`
-	Backend  *wireBackend  `json:"backend,omitempty"`
+	ClientIP    wireClientIP      `json:"client_ip"`
+	Limits      []wireLimit       `json:"limits"`
+	Breakers    []wireBreaker     `json:"breakers"`
+	Concurrency []wireConcurrency `json:"concurrency"`
+	Response    wireResponse      `json:"response"`
+	Backend     *wireBackend      `json:"backend,omitempty"`
+}
+
+type wireConcurrency struct {
+	Name        string     `json:"name"`
+	Match       *wireMatch `json:"match"`
+	Key         []string   `json:"key"`
+	MaxInFlight int64      `json:"max_in_flight"`
+	Status      int        `json:"status"`
+	Shadow      bool       `json:"shadow"`
 }
 
 type wireClientIP struct {

@@ -279,6 +279,8 @@ func parseKeyPart(s string) (KeyPart, string) {
 		return KeyPart{Kind: KeyMethod}, ""
 	case "host":
 		return KeyPart{Kind: KeyHost}, ""
+	case "cluster":
+		return KeyPart{Kind: KeyCluster}, ""
 	}
 	if name, ok := strings.CutPrefix(s, "header:"); ok {
 		if !headerToken(name) {
@@ -286,7 +288,7 @@ func parseKeyPart(s string) (KeyPart, string) {
 		}
 		return KeyPart{Kind: KeyHeader, Header: strings.ToLower(name)}, ""
 	}
-	return KeyPart{}, fmt.Sprintf("unknown key part %q; want client_ip, header:<name>, path, route, method or host", s)
+	return KeyPart{}, fmt.Sprintf("unknown key part %q; want client_ip, header:<name>, path, route, cluster, method or host", s)
 }
 
 func (p *parser) key(path string, items []gjson.Result) []KeyPart {

@@ -39,6 +39,7 @@ const (
 	DefaultLimitStatus         = 429
 	DefaultMaxDelay            = 500 * time.Millisecond
 	DefaultBreakerStatus       = 503
+	DefaultConcurrencyStatus   = 503
 	DefaultFailureThreshold    = 5
 	DefaultSuccessThreshold    = 2
 	DefaultOpenTimeout         = 30 * time.Second
@@ -119,7 +120,7 @@ func (p *parser) config(root gjson.Result) *Config {
 		p.errorf("", 0, "configuration must be a JSON object")
 		return cfg
 	}
-	o := p.object("", root, "client_ip", "limits", "breakers", "response", "backend")
+	o := p.object("", root, "client_ip", "limits", "breakers", "concurrency", "response", "backend")
 	if c := o.child("client_ip", "source", "trusted_hops", "header"); c != nil {
 		cfg.ClientIP = p.clientIP(c)
 	}
@@ -138,6 +139,13 @@ func (p *parser) config(root gjson.Result) *Config {
 			o.errorf("breakers", "must have at most %d entries", maxEntries)
 		} else {
 			p.breakers(cfg, o.path1("breakers"), items)
+		}
+	}
+	if items, ok := o.array("concurrency", ""); ok {
+		if len(items) > maxEntries {
+			o.errorf("concurrency", "must have at most %d entries", maxEntries)
+		} else {
+			p.concurrency(cfg, o.path1("concurrency"), items)
 		}
 	}
 	if r := o.child("response", "headers", "headers_on_allowed", "body"); r != nil {

@@ -194,6 +194,30 @@ func TestParseEverything(t *testing.T) {
 	}
 }
 
+func TestParseConcurrency(t *testing.T) {
+	c := mustParse(t, `{"concurrency": [
+	  {"name": "search", "max_in_flight": 50},
+	  {"name": "per-tenant", "match": {"path_prefix": "/api", "routes": ["r"]}, "key": ["route", "cluster", "header:X-Tenant"],
+	   "max_in_flight": 2, "status": 429, "shadow": true}]}`)
+	want := []ConcurrencyLimit{
+		{Name: "search", Key: []KeyPart{}, MaxInFlight: 50, Status: 503},
+		{Name: "per-tenant", Match: Match{PathPrefix: "/api", Routes: []string{"r"}},
+			Key:         []KeyPart{{Kind: KeyRoute}, {Kind: KeyCluster}, {Kind: KeyHeader, Header: "x-tenant"}},
+			MaxInFlight: 2, Status: 429, Shadow: true},
+	}
+	if !reflect.DeepEqual(c.Concurrency, want) {
+		t.Errorf("got  %+v\nwant %+v", c.Concurrency, want)
+	}
+	if len(c.Limits) != 0 || len(c.Breakers) != 0 {
+		t.Errorf("concurrency leaked into limits or breakers: %+v", c)
+	}
+	// The cluster key part is for rate limits too.
+	l := mustParse(t, `{"limits": [{"name": "a", "key": ["cluster"], "requests_per_second": 1}]}`).Limits[0]
+	if len(l.Key) != 1 || l.Key[0].Kind != KeyCluster || l.Key[0].String() != "cluster" {
+		t.Errorf("cluster key part = %+v", l.Key)
+	}
+}
+
 func TestParseIntegralNumbers(t *testing.T) {
 	// JSON Schema counts 5.0 and 5e0 as integers; the parser must agree.
 	for _, n := range []string{"5", "5.0", "5e0", "0.5e1", "500e-2"} {
@@ -290,7 +314,7 @@ var badCases = []badCase{
 	// Keys and overrides.
 	{name: "key not array", in: lim(`, "key": "client_ip"`), want: []string{"limits[0].key: must be an array"}},
 	{name: "unknown key part", in: lim(`, "key": ["client_ip", "cookie"]`),
-		want: []string{`limits[0].key[1]: unknown key part "cookie"; want client_ip, header:<name>, path, route, method or host`}},
+		want: []string{`limits[0].key[1]: unknown key part "cookie"; want client_ip, header:<name>, path, route, cluster, method or host`}},
 	{name: "empty header key", in: lim(`, "key": ["header:"]`), want: []string{`limits[0].key[0]: invalid header name ""`}},
 	{name: "bad header key", in: lim(`, "key": ["header:x y"]`), want: []string{`limits[0].key[0]: invalid header name "x y"`}},
 	{name: "duplicate key part", in: lim(`, "key": ["path", "path"]`), want: []string{`limits[0].key[1]: duplicate key part "path"`}},
@@ -430,6 +454,27 @@ var badCases = []badCase{
 	{name: "slow call without duration", in: `{"breakers": [{"name": "b", "slow_call": {}}]}`, want: []string{"breakers[0].slow_call.duration: required"}},
 	{name: "slow call percent without rate", in: `{"breakers": [{"name": "b", "slow_call": {"duration": "1s", "threshold_percent": 50}}]}`,
 		want: []string{"breakers[0].slow_call.threshold_percent: only valid with failure_rate (without it each slow call counts as a failure)"}},
+
+	// Concurrency limits.
+	{name: "concurrency not array", in: `{"concurrency": {}}`, want: []string{"concurrency: must be an array"}},
+	{name: "concurrency entry not object", in: `{"concurrency": [1]}`, want: []string{"concurrency[0]: must be an object"}},
+	{name: "concurrency too many", in: `{"concurrency": [` + strings.Repeat(`{"name": "c", "max_in_flight": 1}, `, 1000) + `{"name": "c", "max_in_flight": 1}]}`,
+		want: []string{"concurrency: must have at most 1000 entries"}},
+	{name: "concurrency name and max missing", in: `{"concurrency": [{}]}`,
+		want: []string{"concurrency[0].name: required", "concurrency[0].max_in_flight: required"}},
+	{name: "concurrency unknown field", in: `{"concurrency": [{"name": "c", "max_in_flight": 1, "max_inflight": 2}]}`,
+		want: []string{"concurrency[0].max_inflight: unknown field"}},
+	{name: "concurrency max zero", in: `{"concurrency": [{"name": "c", "max_in_flight": 0}]}`, want: []string{"concurrency[0].max_in_flight: must be >= 1"}},
+	{name: "concurrency max fractional", in: `{"concurrency": [{"name": "c", "max_in_flight": 1.5}]}`, want: []string{"concurrency[0].max_in_flight: must be an integer"}},
+	{name: "concurrency max huge", in: `{"concurrency": [{"name": "c", "max_in_flight": 1e10}]}`, want: []string{"concurrency[0].max_in_flight: must be <= 1000000000"}},
+	{name: "concurrency status", in: `{"concurrency": [{"name": "c", "max_in_flight": 1, "status": 200}]}`, want: []string{"concurrency[0].status: must be >= 400"}},
+	{name: "concurrency shadow type", in: `{"concurrency": [{"name": "c", "max_in_flight": 1, "shadow": "yes"}]}`, want: []string{"concurrency[0].shadow: must be a boolean"}},
+	{name: "concurrency bad key", in: `{"concurrency": [{"name": "c", "max_in_flight": 1, "key": ["route", "tenant"]}]}`,
+		want: []string{`concurrency[0].key[1]: unknown key part "tenant"; want client_ip, header:<name>, path, route, cluster, method or host`}},
+	{name: "concurrency bad match", in: `{"concurrency": [{"name": "c", "max_in_flight": 1, "match": {"path": "x"}}]}`,
+		want: []string{`concurrency[0].match.path: must start with "/"`}},
+	{name: "concurrency duplicate names", in: `{"concurrency": [{"name": "c", "max_in_flight": 1}, {"name": "c", "max_in_flight": 2}]}`,
+		want: []string{`concurrency[1].name: duplicate name "c" (also concurrency[0])`}, schemaAccepts: true},
 
 	// Response.
 	{name: "unknown header family", in: `{"response": {"headers": ["x-ratelimit", "draft-7"]}}`,

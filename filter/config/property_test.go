@@ -62,7 +62,7 @@ func genConfig(r *rand.Rand) map[string]any {
 		rateFields(m)
 		maybe(m, "match", match)
 		maybe(m, "key", func() any {
-			return pick([]any{}, []any{"client_ip"}, []any{"header:x", "path"}, []any{"route", "method", "host"}, []any{"bogus"}, []any{"path", "path"})
+			return pick([]any{}, []any{"client_ip"}, []any{"header:x", "path"}, []any{"route", "method", "host"}, []any{"cluster"}, []any{"bogus"}, []any{"path", "path"})
 		})
 		maybe(m, "algorithm", func() any { return mostly([]any{"token_bucket", "fixed_window", "sliding_window"}, "leaky") })
 		maybe(m, "cost", count)
@@ -128,6 +128,19 @@ func genConfig(r *rand.Rand) map[string]any {
 		maybe(m, "status", status)
 		return m
 	}
+	concurrency := func() any {
+		m := map[string]any{"name": mostly([]any{"c1", "c2"}, "c 1")}
+		if r.IntN(6) > 0 {
+			m["max_in_flight"] = count()
+		}
+		maybe(m, "match", match)
+		maybe(m, "key", func() any {
+			return pick([]any{}, []any{"route"}, []any{"cluster", "header:x-tenant"}, []any{"tenant"}, []any{"route", "route"})
+		})
+		maybe(m, "status", status)
+		maybe(m, "shadow", func() any { return pick(true, false, "no") })
+		return m
+	}
 	cfg := map[string]any{}
 	maybe(cfg, "client_ip", func() any {
 		o := map[string]any{}
@@ -164,6 +177,11 @@ func genConfig(r *rand.Rand) map[string]any {
 	}
 	if breakers != nil {
 		cfg["breakers"] = breakers
+	}
+	// One entry in a third of the documents keeps the share of accepted
+	// documents (every field is another chance of a mistake) useful.
+	if r.IntN(3) == 0 {
+		cfg["concurrency"] = []any{concurrency()}
 	}
 	maybe(cfg, "response", func() any {
 		o := map[string]any{}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -70,7 +71,7 @@ func TestExamplesValidateAndParse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse rejects %s:\n%v", f, err)
 			}
-			if len(c.Limits)+len(c.Breakers) == 0 {
+			if len(c.Limits)+len(c.Breakers)+len(c.Concurrency) == 0 {
 				t.Errorf("%s configures nothing", f)
 			}
 		})
@@ -100,6 +101,9 @@ var goodConfigs = []string{
 	  "slow_call": {"duration": "2s", "threshold_percent": 50}}]}`,
 	`{"breakers": [{"name": "b", "match": {"path": "/x", "methods": ["DELETE"], "hosts": ["a.b"]}, "failure_statuses": []}]}`,
 	`{"response": {"headers": [], "headers_on_allowed": false, "body": "none"}}`,
+	`{"concurrency": [{"name": "search", "max_in_flight": 50}]}`,
+	`{"concurrency": [{"name": "c", "match": {"routes": ["search"]}, "key": ["route", "cluster"], "max_in_flight": 1, "status": 429, "shadow": true}],
+	  "limits": [{"name": "c", "key": ["cluster"], "requests_per_second": 1}]}`,
 }
 
 func TestGoodConfigsAgree(t *testing.T) {
@@ -152,8 +156,9 @@ func TestSchemaDefaultsMatchParser(t *testing.T) {
 		b, _ := json.Marshal(s.Defs[d].Properties[p].Default)
 		return string(b)
 	}
-	c := mustParse(t, `{"limits": [{"name": "a", "requests_per_second": 1}], "breakers": [{"name": "b"}], "backend": {"cluster": "c"}}`)
-	l, b, be := c.Limits[0], c.Breakers[0], c.Backend
+	c := mustParse(t, `{"limits": [{"name": "a", "requests_per_second": 1}], "breakers": [{"name": "b"}], "backend": {"cluster": "c"},
+	  "concurrency": [{"name": "c", "max_in_flight": 1}]}`)
+	l, b, be, cc := c.Limits[0], c.Breakers[0], c.Backend, c.Concurrency[0]
 	checks := []struct{ schema, parser string }{
 		{def("limit", "algorithm"), `"` + l.Algorithm.String() + `"`},
 		{def("limit", "cost"), "1"},
@@ -171,10 +176,22 @@ func TestSchemaDefaultsMatchParser(t *testing.T) {
 		{def("backend", "retries"), "1"},
 		{def("backend", "failure_policy"), `"` + be.FailurePolicy.String() + `"`},
 		{def("backend", "failure_status"), "429"},
+		{def("concurrency", "key"), keyJSON(cc.Key)},
+		{def("concurrency", "status"), strconv.Itoa(cc.Status)},
+		{def("concurrency", "shadow"), strconv.FormatBool(cc.Shadow)},
 	}
 	for _, ch := range checks {
 		if ch.schema != ch.parser {
 			t.Errorf("schema default %s, parser default %s", ch.schema, ch.parser)
 		}
 	}
+}
+
+func keyJSON(parts []KeyPart) string {
+	names := []string{}
+	for _, p := range parts {
+		names = append(names, p.String())
+	}
+	b, _ := json.Marshal(names)
+	return string(b)
 }

@@ -63,6 +63,19 @@ type Harness interface {
 	Gauge(t testing.TB, name string) int64
 	// Advance moves the clock forward.
 	Advance(t testing.TB, d time.Duration)
+	// Start runs a stream until the filter has decided its request. If
+	// the filter answered it, the stream is complete: its response is
+	// returned and the Flight is nil. Otherwise the upstream holds the
+	// request, in flight, until Flight.Finish lets it answer.
+	Start(t testing.TB, req Request) (Flight, Response)
+	// Tick fires the tick of every worker, as Envoy's timer would.
+	Tick(t testing.TB)
+}
+
+// Flight is a request the upstream holds.
+type Flight interface {
+	// Finish lets the upstream answer and runs the stream to its end.
+	Finish(t testing.TB) Response
 }
 
 // MaxHold bounds how long a harness drives a paused request.

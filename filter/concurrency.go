@@ -1,0 +1,275 @@
+package filter
+
+// Concurrency limits (bulkheads): at most max_in_flight requests of one key
+// in flight at once, across every worker of the Envoy.
+//
+// A request takes its slots after the rate limits and the breakers have
+// admitted it, so a request they reject never holds a slot; and it takes
+// them from every applying concurrency limit in config order, giving back
+// the ones already taken when a later one rejects. Rate-limit tokens and
+// half-open probes of a request that a concurrency limit then rejects stay
+// taken, as when Envoy's own rate limit filter runs in front of the
+// router's max_requests circuit breaker. The slots are given back when the
+// stream ends (proxy_on_log), however it ends.
+//
+// Counts live in shared data (limiter/inflight), one entry per VM
+// instance, so a VM that traps mid-request (failure_policy FAIL_RELOAD, or
+// any VM failure) cannot leak its slots: its entries stop counting
+// ccStaleAfter after its last heartbeat. The heartbeat is the plugin's
+// tick, which runs every heartbeatEvery whenever concurrency limits are
+// configured and rewrites entries older than ccRefreshAfter.
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/limiter"
+	"github.com/sluice-proxy/sluice/limiter/inflight"
+	"github.com/sluice-proxy/sluice/limiter/store"
+)
+
+// Heartbeat timing; see limiter/inflight for the bounds they give. A VM
+// that dies stops holding slots at most ccStaleAfter after it died; a live
+// VM is only mistaken for dead if its tick is late by more than
+// ccStaleAfter − ccRefreshAfter − heartbeatEvery (7s).
+const (
+	heartbeatEvery = time.Second
+	ccStaleAfter   = 10 * time.Second
+	ccRefreshAfter = 2 * time.Second
+)
+
+const messageConcurrencyLimited = "Too many concurrent requests"
+
+// concurrencyRuntime is one configured concurrency limit in one VM.
+type concurrencyRuntime struct {
+	cfg   *config.ConcurrencyLimit
+	table *inflight.Table
+	// tallyKey is the shared-data record of every VM's in-flight total,
+	// for the in_flight gauge.
+	tallyKey string
+	keyKinds string
+	metrics  concurrencyMetrics
+	// inFlight is this VM's requests holding a slot of a limit of this
+	// name. It is per VM, not per plugin context, so that the tally a
+	// context replaced by a config reload still reports for its draining
+	// streams and the one of its successor agree.
+	inFlight *uint32
+	// reclaimedSeen is the part of the table's Reclaimed already exported.
+	reclaimedSeen uint64
+}
+
+// ccHold is a slot one request holds.
+type ccHold struct {
+	c    *concurrencyRuntime
+	slot inflight.Slot
+	// over marks a shadow limit's slot taken past max_in_flight.
+	over bool
+}
+
+func newConcurrencyRuntime(s store.Store, cfg *config.ConcurrencyLimit, index int) (*concurrencyRuntime, error) {
+	// Prefix and seed depend only on the name, so a config reload that
+	// keeps the name keeps counting the requests already in flight.
+	prefix := "sluice.cc." + cfg.Name + "."
+	t, err := inflight.NewTable(s, inflight.TableConfig{Prefix: prefix, Seed: limiter.Hash(0, "cc\x00"+cfg.Name)})
+	if err != nil {
+		return nil, fmt.Errorf("concurrency[%d]: %v", index, err)
+	}
+	kinds := make([]string, len(cfg.Key))
+	for i, k := range cfg.Key {
+		kinds[i] = k.String()
+	}
+	return &concurrencyRuntime{cfg: cfg, table: t, tallyKey: prefix + "total",
+		keyKinds: strings.Join(kinds, "+"), metrics: defineConcurrencyMetrics(cfg.Name)}, nil
+}
+
+// configureConcurrency builds the runtimes and starts the heartbeat.
+func (p *pluginContext) configureConcurrency(cfg *config.Config) error {
+	if len(cfg.Concurrency) == 0 {
+		return nil
+	}
+	if p.vm.inflight == nil {
+		in, err := inflight.NewInstance(p.vm.store, inflight.InstanceConfig{StaleAfter: ccStaleAfter, RefreshAfter: ccRefreshAfter})
+		if err != nil {
+			return err
+		}
+		p.vm.inflight = in
+	}
+	for i := range cfg.Concurrency {
+		c, err := newConcurrencyRuntime(p.vm.store, &cfg.Concurrency[i], i)
+		if err != nil {
+			return err
+		}
+		if p.vm.ccInFlight == nil {
+			p.vm.ccInFlight = map[string]*uint32{}
+		}
+		if p.vm.ccInFlight[c.cfg.Name] == nil {
+			p.vm.ccInFlight[c.cfg.Name] = new(uint32)
+		}
+		c.inFlight = p.vm.ccInFlight[c.cfg.Name]
+		p.concurrency = append(p.concurrency, c)
+		p.matchNeeds |= matchNeedsOf(&cfg.Concurrency[i].Match)
+	}
+	if err := proxywasm.SetTickPeriodMilliSeconds(p.idleTickMillis()); err != nil {
+		return fmt.Errorf("starting the concurrency heartbeat: %v", err)
+	}
+	return nil
+}
+
+// idleTickMillis is the tick period when nothing waits for the fast tick:
+// the heartbeat's with concurrency limits, none otherwise.
+func (p *pluginContext) idleTickMillis() uint32 {
+	if len(p.concurrency) > 0 {
+		return uint32(heartbeatEvery / time.Millisecond)
+	}
+	return 0
+}
+
+// admitAfterLimits runs what follows the rate limits: the breakers, then
+// the concurrency limits. False means the request was answered.
+func (h *httpContext) admitAfterLimits(now time.Time) bool {
+	p := h.plugin
+	if len(p.breakers) > 0 && !h.checkBreakers(now) {
+		return false
+	}
+	return len(p.concurrency) == 0 || h.acquireConcurrency(now)
+}
+
+// acquireConcurrency takes a slot of every concurrency limit that applies,
+// or gives back what it took and answers the request.
+func (h *httpContext) acquireConcurrency(now time.Time) bool {
+	p := h.plugin
+	match := h.info.matchRequest(p.matchNeeds)
+	ns := now.UnixNano()
+	for _, c := range p.concurrency {
+		if !c.cfg.Match.Matches(match) {
+			continue
+		}
+		key, _, ok := h.info.appendKey(p.ccKeyBuf[:0], c.cfg.Key, &p.cfg.ClientIP, -1)
+		p.ccKeyBuf = key
+		if !ok {
+			c.metrics.missingKey.Increment(1)
+			continue
+		}
+		// The table hashes the key and keeps nothing of it.
+		res, slot, err := c.table.Acquire(p.vm.inflight, arenaString(key), c.cfg.MaxInFlight, !c.cfg.Shadow, ns)
+		if err != nil {
+			proxywasm.LogWarnf("sluice: concurrency %s: %v", c.cfg.Name, err)
+		}
+		c.exportReclaimed()
+		if res.Taken {
+			*c.inFlight++
+			if h.cc == nil {
+				h.cc = h.ccBuf[:0]
+			}
+			h.cc = append(h.cc, ccHold{c: c, slot: slot, over: !res.Allowed})
+		}
+		switch {
+		case res.Allowed:
+		case c.cfg.Shadow:
+			c.metrics.shadowRejected.Increment(1)
+			c.logRejection("shadow_concurrency_limited", res)
+		default:
+			c.metrics.rejected.Increment(1)
+			h.releaseConcurrency(now)
+			h.releaseTickets(now)
+			c.logRejection("concurrency_limited", res)
+			ct, body := concurrencyLimitedBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)
+			h.sendLocal(c.cfg.Status, nil, ct, body)
+			return false
+		}
+	}
+	// Counted only now: a slot given back because a later limit rejected
+	// was not an admission.
+	for _, held := range h.cc {
+		if !held.over {
+			held.c.metrics.admitted.Increment(1)
+		}
+	}
+	return true
+}
+
+// releaseConcurrency gives back every slot the request holds.
+func (h *httpContext) releaseConcurrency(now time.Time) {
+	if len(h.cc) == 0 {
+		return
+	}
+	in := h.plugin.vm.inflight
+	for _, held := range h.cc {
+		if err := in.Release(held.slot, now.UnixNano()); err != nil {
+			proxywasm.LogWarnf("sluice: concurrency %s: release left to the heartbeat: %v", held.c.cfg.Name, err)
+		}
+		*held.c.inFlight--
+		held.c.exportReclaimed()
+	}
+	h.cc = h.cc[:0]
+}
+
+// concurrencyTick is the heartbeat: it keeps this VM's entries fresh and
+// sets the in_flight gauges from every live VM's totals.
+func (p *pluginContext) concurrencyTick(now time.Time) {
+	// A clock that went back beats at once, so that entries stamped ahead
+	// of the new time are rewritten before readers find them impossible.
+	if since := now.Sub(p.lastBeat); len(p.concurrency) == 0 || (since >= 0 && since < heartbeatEvery) {
+		return
+	}
+	p.lastBeat = now
+	ns := now.UnixNano()
+	if err := p.vm.inflight.Refresh(ns); err != nil {
+		proxywasm.LogWarnf("sluice: concurrency heartbeat: %v", err)
+	}
+	for _, c := range p.concurrency {
+		total, err := p.vm.inflight.Report(c.tallyKey, *c.inFlight, ns)
+		if err != nil {
+			proxywasm.LogWarnf("sluice: concurrency %s: tally: %v", c.cfg.Name, err)
+		}
+		c.metrics.setInFlight(total)
+		c.exportReclaimed()
+	}
+}
+
+// exportReclaimed adds to the reclaimed counter the slots of dead VMs this
+// VM's writes dropped since the last call.
+func (c *concurrencyRuntime) exportReclaimed() {
+	if r := c.table.Stats().Reclaimed; r > c.reclaimedSeen {
+		c.metrics.reclaimed.Increment(r - c.reclaimedSeen)
+		c.reclaimedSeen = r
+	}
+}
+
+// logRejection writes one JSON line, naming the key's kinds but never its
+// values, like the rate-limit rejections.
+func (c *concurrencyRuntime) logRejection(event string, res inflight.Result) {
+	b := make([]byte, 0, 160)
+	b = append(b, `{"sluice":`...)
+	b = appendJSONString(b, event)
+	b = append(b, `,"limit":`...)
+	b = appendJSONString(b, c.cfg.Name)
+	b = append(b, `,"key":`...)
+	b = appendJSONString(b, c.keyKinds)
+	b = append(b, `,"max_in_flight":`...)
+	b = strconv.AppendInt(b, c.cfg.MaxInFlight, 10)
+	b = append(b, `,"in_flight":`...)
+	b = strconv.AppendInt(b, res.InFlight, 10)
+	if res.Reason != inflight.ReasonLimited && res.Reason != inflight.ReasonNone {
+		// Not a full bulkhead: the count could not be read or written.
+		b = append(b, `,"reason":`...)
+		b = appendJSONString(b, res.Reason.String())
+	}
+	proxywasm.LogInfo(string(append(b, '}')))
+}
+
+// concurrencyLimitedBody renders the rejection of a full bulkhead. It has
+// no retry_after: a slot frees when any request in flight ends, which
+// nothing here can predict.
+func concurrencyLimitedBody(format config.Body, limitName string, status int) (contentType string, body []byte) {
+	return rejection{
+		code: "concurrency_limited", message: messageConcurrencyLimited,
+		problemType: problemReducedCapacity, title: titleTemporaryReduction,
+		field: "limit", value: limitName, noRetryAfter: true,
+	}.render(format, status, 0)
+}

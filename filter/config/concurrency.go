@@ -1,0 +1,49 @@
+package config
+
+import "github.com/tidwall/gjson"
+
+var concurrencyFields = []string{"name", "match", "key", "max_in_flight", "status", "shadow"}
+
+func (p *parser) concurrency(cfg *Config, path string, items []gjson.Result) {
+	firstByName := map[string]string{}
+	for i, item := range items {
+		ipath := index(path, i)
+		o := p.object(ipath, item, concurrencyFields...)
+		if o == nil {
+			cfg.Concurrency = append(cfg.Concurrency, ConcurrencyLimit{Key: []KeyPart{}, Status: DefaultConcurrencyStatus})
+			continue
+		}
+		c := p.concurrencyLimit(o)
+		if c.Name != "" {
+			if prev, dup := firstByName[c.Name]; dup {
+				o.errorf("name", "duplicate name %q (also %s)", c.Name, prev)
+			} else {
+				firstByName[c.Name] = ipath
+			}
+		}
+		cfg.Concurrency = append(cfg.Concurrency, c)
+	}
+}
+
+func (p *parser) concurrencyLimit(o *object) ConcurrencyLimit {
+	c := ConcurrencyLimit{Key: []KeyPart{}, Status: DefaultConcurrencyStatus}
+	c.Name = p.name(o)
+	if m := o.child("match", matchFields...); m != nil {
+		c.Match = p.match(m)
+	}
+	if items, ok := o.array("key", ""); ok {
+		c.Key = p.key(o.path1("key"), items)
+	}
+	if n, ok := o.integer("max_in_flight", 1, maxCount); ok {
+		c.MaxInFlight = n
+	} else if !o.has("max_in_flight") {
+		o.errorf("max_in_flight", "required")
+	}
+	if n, ok := o.integer("status", 400, 599); ok {
+		c.Status = int(n)
+	}
+	if b, ok := o.boolean("shadow"); ok {
+		c.Shadow = b
+	}
+	return c
+}
