@@ -100,6 +100,12 @@ var goodConfigs = []string{
 	  "slow_call": {"duration": "2s", "threshold_percent": 50}}]}`,
 	`{"breakers": [{"name": "b", "match": {"path": "/x", "methods": ["DELETE"], "hosts": ["a.b"]}, "failure_statuses": []}]}`,
 	`{"response": {"headers": [], "headers_on_allowed": false, "body": "none"}}`,
+	`{"limits": [{"name": "a", "requests_per_second": 100, "cost": {"header": "X-Cost", "max": 50}}]}`,
+	`{"limits": [{"name": "a", "requests_per_second": 100, "cost": {"header": "x-cost", "default": 5, "max": 5}}]}`,
+	`{"limits": [{"name": "a", "limit": 10000, "window": "1m", "key": ["header:x-api-key"],
+	  "cost_from_response": {"header": "x-tokens-used", "default": 100}}]}`,
+	`{"limits": [{"name": "a", "requests_per_second": 1000, "mode": "hybrid", "cost_from_response": {"header": "x-tokens-used"}}],
+	  "backend": {"cluster": "webdis"}}`,
 }
 
 func TestGoodConfigsAgree(t *testing.T) {
