@@ -91,7 +91,8 @@ func (w *wasmHarness) Do(t testing.TB, req filtertest.Request) filtertest.Respon
 	}
 	upstream := func(_ context.Context, r *host.Request) (*host.Response, error) {
 		upstreamHeaders = toHeader(r.Headers)
-		return &host.Response{Status: status, Headers: [][2]string{{"content-type", "text/plain"}}, Body: []byte("ok")}, nil
+		hs := append([][2]string{{"content-type", "text/plain"}}, req.UpstreamResponseHeaders...)
+		return &host.Response{Status: status, Headers: hs, Body: []byte("ok")}, nil
 	}
 	start := w.clock()
 	done := make(chan served, 1)

@@ -22,6 +22,7 @@ const (
 
 type limitMetrics struct {
 	allowed, limited, shadowLimited, delayed, missingKey, evictions proxywasm.MetricCounter
+	cost                                                            costMetrics
 }
 
 func defineLimitMetrics(name string) limitMetrics {

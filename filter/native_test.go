@@ -73,7 +73,7 @@ func (n *nativeHarness) Do(t testing.TB, req filtertest.Request) filtertest.Resp
 			status = req.UpstreamStatus
 		}
 		resp.UpstreamHeaders = toHeader(n.host.GetCurrentRequestHeaders(id))
-		n.host.CallOnResponseHeaders(id, [][2]string{{":status", strconv.Itoa(status)}}, true)
+		n.host.CallOnResponseHeaders(id, append([][2]string{{":status", strconv.Itoa(status)}}, req.UpstreamResponseHeaders...), true)
 		resp.Status = status
 		resp.Headers = toHeader(n.host.GetCurrentResponseHeaders(id))
 	}
