@@ -115,7 +115,8 @@ func (w *wasmHarness) Start(t testing.TB, req filtertest.Request) (filtertest.Fl
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		return &host.Response{Status: status, Headers: [][2]string{{"content-type", "text/plain"}}, Body: []byte("ok")}, nil
+		hs := append([][2]string{{"content-type", "text/plain"}}, req.UpstreamResponseHeaders...)
+		return &host.Response{Status: status, Headers: hs, Body: []byte("ok")}, nil
 	}
 	go func() {
 		resp, err := w.plugin.Serve(context.Background(), hreq, upstream)

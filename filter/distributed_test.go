@@ -116,6 +116,15 @@ func (f *fakeRedis) answer(t testing.TB, c proxytest.HttpCalloutAttribute, now t
 		st = limiter.State{} // a fresh key has its whole allowance
 	}
 	us := now.UnixMicro()
+	if s == backend.ChargeScript {
+		// The charge reply is granted with no retry time (see chargeBody).
+		next, res := f.lim.Charge(st, ns, n)
+		granted := 0
+		if res.Allowed {
+			f.state[key], granted = next, 1
+		}
+		return 200, f.envelope("EVALSHA", fmt.Sprintf("[%d,%d,0,%d,%d,%d]", granted, res.Remaining, ceilMS(res.ResetAfter), res.Reason, us))
+	}
 	if s == backend.LeaseScript {
 		for g := n; g >= 1; g-- {
 			next, res := f.lim.Decide(st, ns, g)
@@ -160,6 +169,8 @@ type distHarness struct {
 	ctxs   []uint32
 	// callouts counts every callout the plugin made.
 	callouts int
+	// respHeaders are added to the upstream's response headers.
+	respHeaders [][2]string
 }
 
 func newDistHarness(t *testing.T, cfg string, fake *fakeRedis) *distHarness {
@@ -243,7 +254,7 @@ func (d *distHarness) do(key string) outcome {
 			return outcome{status: int(local.StatusCode), local: true, waited: d.now.Sub(start), calls: d.callouts - before, headers: local.Headers}
 		}
 		if action == types.ActionContinue {
-			d.host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
+			d.host.CallOnResponseHeaders(id, append([][2]string{{":status", "200"}}, d.respHeaders...), true)
 			d.host.CompleteHttpContext(id)
 			d.pump() // background renewals started by this request
 			return outcome{status: 200, waited: d.now.Sub(start), calls: d.callouts - before}

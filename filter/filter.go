@@ -19,6 +19,10 @@
 // Tokens taken by a request that an open breaker then rejects stay taken,
 // as with Envoy's own local rate limit filter in front of the router's
 // circuit breaking.
+//
+// A limit's cost per request may come from a request header, and a limit
+// with cost_from_response is charged again from the response headers
+// (cost.go).
 package filter
 
 import (
@@ -209,6 +213,7 @@ type limitRuntime struct {
 
 func newLimitRuntime(s store.Store, cfg *config.Limit, index int) (*limitRuntime, error) {
 	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(cfg.Name)}
+	l.metrics.cost = defineCostMetrics(cfg)
 	kinds := make([]string, len(cfg.Key))
 	for i, k := range cfg.Key {
 		kinds[i] = k.String()

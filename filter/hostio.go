@@ -59,6 +59,16 @@ func (proxyHost) requestHeaders() [][2]string {
 	return hs
 }
 
+// responseHeaders returns the current response's headers; only limits
+// charging a cost from the response read them.
+func responseHeaders() [][2]string {
+	hs, err := proxywasm.GetHttpResponseHeaders()
+	if err != nil {
+		return nil
+	}
+	return hs
+}
+
 func (proxyHost) requestHeader(name string) (string, bool) {
 	v, err := proxywasm.GetHttpRequestHeader(name)
 	return v, err == nil

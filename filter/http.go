@@ -61,6 +61,9 @@ type httpContext struct {
 	// common case without an allocation).
 	cc    []ccHold
 	ccBuf [2]ccHold
+	// charges are the cost_from_response limits that admitted the request,
+	// charged from the response headers (cost.go).
+	charges []pendingCharge
 }
 
 type breakerTicket struct {
@@ -129,6 +132,7 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 	p.reqs, p.reqLim = p.reqs[:0], p.reqLim[:0]
 	h.gen++
 	h.resetRemote()
+	h.charges = h.charges[:0]
 	var shadows []limiter.Request
 	var shadowLim []*limitRuntime
 	// Every key of this evaluation is appended to one arena that lives
@@ -155,22 +159,32 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 			}
 			continue
 		}
+		cost, ok := h.requestCost(l)
+		if !ok {
+			if l.cfg.Shadow {
+				continue
+			}
+			return verdictReject
+		}
 		t, rate := l.table(overrideValue)
+		if l.cfg.CostFromResponse != nil {
+			h.noteCharge(l, t, rate, overrideValue, key)
+		}
 		if l.remote != nil {
 			lim := limiterLimit(l.cfg.Algorithm, rate)
 			rkey := redisKey(l.cfg.Name, string(key))
 			if l.cfg.Shadow {
-				h.startShadowRemote(l, lim, rkey, l.cfg.Cost, now)
+				h.startShadowRemote(l, lim, rkey, cost, now)
 				continue
 			}
 			fp := limiter.Hash(0, rkey)
 			h.remote = append(h.remote, remoteReq{
 				l: l, key: string(key), overrideValue: overrideValue, rkey: rkey, fp: fp,
-				slot: l.remote.slotPrefix + strconv.FormatUint(fp%remoteSlots, 10), cost: l.cfg.Cost, lim: lim,
+				slot: l.remote.slotPrefix + strconv.FormatUint(fp%remoteSlots, 10), cost: cost, lim: lim,
 			})
 			continue
 		}
-		r := limiter.Request{Table: t, Key: arenaString(key), Cost: l.cfg.Cost}
+		r := limiter.Request{Table: t, Key: arenaString(key), Cost: cost}
 		if l.cfg.Shadow {
 			shadows, shadowLim = append(shadows, r), append(shadowLim, l)
 			continue
@@ -231,6 +245,7 @@ func (h *httpContext) evaluateShadows(shadows []limiter.Request, shadowLim []*li
 		} else {
 			l.metrics.shadowLimited.Increment(1)
 			h.logRejection("shadow_limited", l, res)
+			h.dropCharge(l)
 		}
 	}
 }
@@ -380,6 +395,9 @@ func (h *httpContext) rejectOpen(b *breakerRuntime, scope string, d breaker.Deci
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	if h.localReply {
 		return types.ActionContinue
+	}
+	if len(h.charges) > 0 {
+		h.chargeResponse()
 	}
 	p := h.plugin
 	if len(h.tickets) > 0 {

@@ -24,6 +24,7 @@ const (
 
 type limitMetrics struct {
 	allowed, limited, shadowLimited, delayed, missingKey, evictions proxywasm.MetricCounter
+	cost                                                            costMetrics
 }
 
 func defineLimitMetrics(name string) limitMetrics {

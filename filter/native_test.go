@@ -99,7 +99,7 @@ func (f *nativeFlight) Finish(t testing.TB) filtertest.Response {
 		status = f.req.UpstreamStatus
 	}
 	resp := filtertest.Response{Status: status, UpstreamHeaders: f.upstreamHeaders, Waited: f.waited}
-	n.host.CallOnResponseHeaders(f.id, [][2]string{{":status", strconv.Itoa(status)}}, true)
+	n.host.CallOnResponseHeaders(f.id, append([][2]string{{":status", strconv.Itoa(status)}}, f.req.UpstreamResponseHeaders...), true)
 	resp.Headers = toHeader(n.host.GetCurrentResponseHeaders(f.id))
 	n.complete(f.id, status, "via_upstream")
 	return resp

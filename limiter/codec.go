@@ -113,8 +113,8 @@ func (l Limit) DecodeState(b []byte, now int64) (State, error) {
 
 // CheckState reports why st (stored under alg) is impossible for l at now:
 // wrong algorithm, counts above the limit, a TAT remainder not below Rate,
-// or state further in the future than a full bucket plus
-// ClockStepTolerance.
+// or state further in the future than a bucket charged one full bucket past
+// empty (see Charge) plus ClockStepTolerance.
 func (l Limit) CheckState(alg Algorithm, st State, now int64) error {
 	if !l.valid() {
 		return fmt.Errorf("%w: invalid limit", ErrImpossible)
@@ -130,9 +130,10 @@ func (l Limit) CheckState(alg Algorithm, st State, now int64) error {
 		}
 		if st.At > now {
 			debt := mul(uint64(st.At)-uint64(now), limit).add64(uint64(st.N))
-			ceiling := mul(uint64(l.Capacity()), uint64(l.Period)).add(mul(uint64(ClockStepTolerance), limit))
+			full := mul(uint64(l.Capacity()), uint64(l.Period))
+			ceiling := full.add(full).add(mul(uint64(ClockStepTolerance), limit))
 			if ceiling.less(debt) {
-				return fmt.Errorf("%w: TAT %d is beyond a full bucket ahead of %d", ErrImpossible, st.At, now)
+				return fmt.Errorf("%w: TAT %d is beyond a bucket charged a full bucket past empty, ahead of %d", ErrImpossible, st.At, now)
 			}
 		}
 	default:
@@ -194,35 +195,29 @@ func (l Limit) Idle(st State, now int64) bool {
 }
 
 // Merge returns one state that carries the consumption of both a and b at
-// now, capped at Empty. A key found in two slots after a race is merged so
-// that neither slot's consumption is forgotten; adding may over-count (the
-// safe direction), never under-count.
+// now, capped at Empty, or for a token bucket charged into debt at the
+// larger of the two debts. A key found in two slots after a race is merged
+// so that neither slot's consumption is forgotten; adding may over-count
+// (the safe direction), never under-count.
 func (l Limit) Merge(a, b State, now int64) State {
 	if !l.valid() {
 		return l.Empty(now)
 	}
 	if l.Algorithm == TokenBucket {
-		rate := uint64(l.Rate)
-		full := mul(uint64(l.Capacity()), uint64(l.Period))
-		debt := func(s State) u128 {
-			if s.At > now || (s.At == now && s.N > 0) {
-				d := mul(uint64(s.At)-uint64(now), rate).add64(uint64(s.N))
-				if full.less(d) {
-					return full
-				}
-				return d
-			}
-			return u128{}
+		da, full := l.bucketDebt(a, now)
+		db, _ := l.bucketDebt(b, now)
+		most := full
+		if most.less(da) {
+			most = da
 		}
-		sum := debt(a).add(debt(b))
-		if full.less(sum) {
-			sum = full
+		if most.less(db) {
+			most = db
 		}
-		q, r := sum.div(rate)
-		if now > 0 && q > uint64(1<<63-1-now) {
-			return State{At: 1<<63 - 1}
+		sum := da.add(db)
+		if most.less(sum) {
+			sum = most
 		}
-		return State{At: now + int64(q), N: uint32(r)}
+		return l.bucketState(now, sum)
 	}
 	wa, _, _, okA := l.window(a, now)
 	wb, _, _, okB := l.window(b, now)

@@ -54,7 +54,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"sliding with bucket length", sw, append([]byte{0x12}, tbFresh[1:]...), ErrMalformed},
 		{"other algorithm", fw, tbFresh, ErrImpossible},
 		{"remainder not below rate", tb, enc(tb, State{At: t0, N: 100}), ErrImpossible},
-		{"TAT far ahead", tb, enc(tb, State{At: t0 + int64(1200*ms+ClockStepTolerance) + 1}), ErrImpossible},
+		{"TAT far ahead", tb, enc(tb, State{At: t0 + int64(2400*ms+ClockStepTolerance) + 1}), ErrImpossible},
 		{"fixed count above limit", fw, enc(fw, State{At: t0 / int64(time.Second), N: 6}), ErrImpossible},
 		{"fixed negative window", fw, enc(fw, State{At: -1}), ErrMalformed},
 		{"fixed window far ahead", fw, enc(fw, State{At: t0/int64(time.Second) + 62}), ErrImpossible},
@@ -75,7 +75,7 @@ func TestDecodeRejects(t *testing.T) {
 		l  Limit
 		st State
 	}{
-		{tb, State{At: t0 + int64(1200*ms+ClockStepTolerance)}},
+		{tb, State{At: t0 + int64(2400*ms+ClockStepTolerance)}}, // charged a full bucket past empty
 		{fw, State{At: t0/int64(time.Second) + 61, N: 5}},
 		{sw, State{At: t0 / int64(time.Second), N: 10, Prev: 10}},
 	}
@@ -180,6 +180,13 @@ func TestAllocs(t *testing.T) {
 		})
 		if a != 0 {
 			t.Errorf("%v Decide: %v allocs/op", l.Algorithm, a)
+		}
+		a = testing.AllocsPerRun(1000, func() {
+			now += int64(ms)
+			st, _ = l.Charge(st, now, 3)
+		})
+		if a != 0 {
+			t.Errorf("%v Charge: %v allocs/op", l.Algorithm, a)
 		}
 		a = testing.AllocsPerRun(1000, func() {
 			buf = l.AppendState(buf[:0], st)

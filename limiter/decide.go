@@ -46,32 +46,17 @@ func (l Limit) costReason(n int64) (Reason, bool) {
 // exactly Period.
 func (l Limit) decideBucket(st State, now int64, n int64) (State, Result) {
 	rate, period := uint64(l.Rate), uint64(l.Period)
-	full := mul(uint64(l.Capacity()), period) // debt of an empty bucket
-
-	// debt is how far the TAT is ahead of now; zero means the bucket is full.
-	var debt u128
-	if st.At > now || (st.At == now && st.N > 0) {
-		debt = mul(uint64(st.At)-uint64(now), rate).add64(uint64(st.N))
-		if full.add(mul(uint64(ClockStepTolerance), rate)).less(debt) {
-			debt = full
-		}
-	}
+	debt, full := l.bucketDebt(st, now)
 
 	res := Result{Limit: l.Rate, Period: l.Period}
 	reason, ok := l.costReason(n)
 	if ok {
 		after := debt.add(mul(uint64(n), period))
 		if !full.less(after) {
-			q, r := after.div(rate)
-			// q < 2^62 by Validate, so only a now near MaxInt64 can overflow.
-			at := int64(math.MaxInt64)
-			if now <= 0 || q <= uint64(math.MaxInt64-now) {
-				at = now + int64(q)
-			}
 			res.Allowed, res.Reason = true, ReasonAllowed
 			res.Remaining = int64(full.sub(after).divFloor(period))
 			res.ResetAfter = dur(after.divCeil(rate))
-			return State{At: at, N: uint32(r)}, res
+			return l.bucketState(now, after), res
 		}
 		res.RetryAfter = dur(after.sub(full).divCeil(rate))
 		reason = ReasonLimited
@@ -82,6 +67,93 @@ func (l Limit) decideBucket(st State, now int64, n int64) (State, Result) {
 	}
 	res.ResetAfter = dur(debt.divCeil(rate))
 	return st, res
+}
+
+// bucketDebt returns how far the TAT of st is ahead of now (zero: the
+// bucket is full) and the debt of an empty bucket, both in units of
+// 1/Rate ns. A debt beyond what Charge can leave plus ClockStepTolerance
+// cannot come from a sane clock and reads as an empty bucket.
+func (l Limit) bucketDebt(st State, now int64) (debt, full u128) {
+	rate := uint64(l.Rate)
+	full = mul(uint64(l.Capacity()), uint64(l.Period))
+	if st.At > now || (st.At == now && st.N > 0) {
+		debt = mul(uint64(st.At)-uint64(now), rate).add64(uint64(st.N))
+		if full.add(full).add(mul(uint64(ClockStepTolerance), rate)).less(debt) {
+			debt = full
+		}
+	}
+	return debt, full
+}
+
+// bucketState is the state whose TAT is debt (in units of 1/Rate ns)
+// ahead of now.
+func (l Limit) bucketState(now int64, debt u128) State {
+	q, r := debt.div(uint64(l.Rate))
+	// q < 2^63 for any debt bucketDebt or Charge produces, so only a now
+	// near MaxInt64 can overflow.
+	at := int64(math.MaxInt64)
+	if now <= 0 || q <= uint64(math.MaxInt64-now) {
+		at = now + int64(q)
+	}
+	return State{At: at, N: uint32(r)}
+}
+
+// Charge takes n units at now whether or not they are available: the cost
+// of work already done (a response that reports what it used), which
+// cannot be refused. A token bucket goes into debt, down to one full
+// bucket below empty, so later decisions wait until the debt is repaid;
+// a window fills up to its limit and forgets the rest at its end. A
+// charge never lowers a debt.
+//
+// The Result reads as a decision: Allowed when charged, Remaining after
+// the charge, RetryAfter until one unit is available again and ResetAfter
+// until the key is idle. n < 1 charges nothing and is reported as
+// ReasonInvalidCost. Like Decide it does not allocate and never panics.
+func (l Limit) Charge(st State, now int64, n int64) (State, Result) {
+	if !l.valid() || n < 1 {
+		_, res := l.Decide(st, now, n)
+		return st, res
+	}
+	var next State
+	switch l.Algorithm {
+	case FixedWindow, SlidingWindow:
+		limit := uint64(l.Rate)
+		win, _, _, plausible := l.window(st, now)
+		var cur, prev uint64
+		switch {
+		case !plausible:
+			cur = limit
+		case st.At == win:
+			cur, prev = uint64(st.N), uint64(st.Prev)
+		case st.At == win-1 && l.Algorithm == SlidingWindow:
+			prev = uint64(st.N)
+		}
+		cur = min(cur+min(uint64(n), limit), limit)
+		next = State{At: win, N: uint32(cur)}
+		if l.Algorithm == SlidingWindow {
+			next.Prev = uint32(prev)
+		}
+	default:
+		debt, full := l.bucketDebt(st, now)
+		most := full.add(full)
+		after := debt.add(mul(uint64(n), uint64(l.Period)))
+		if most.less(after) {
+			after = most
+			if most.less(debt) {
+				after = debt
+			}
+		}
+		next = l.bucketState(now, after)
+	}
+	// The decisions that would follow describe the charged key exactly as
+	// Decide would: cost 0 reports Remaining and ResetAfter, cost 1 the
+	// wait for the next unit.
+	_, res := l.Decide(next, now, 0)
+	if _, one := l.Decide(next, now, 1); !one.Allowed {
+		res.RetryAfter = one.RetryAfter
+	}
+	res.Allowed, res.Reason = true, ReasonAllowed
+	return next, res
 }
 
 // window finds the window a decision is evaluated in. Normally that is the

@@ -287,3 +287,148 @@ func TestParseAlgorithm(t *testing.T) {
 		}
 	}
 }
+
+// op is one step of a sequence mixing decisions and charges.
+type op struct {
+	at        time.Duration
+	charge    bool
+	n         int64
+	allowed   bool
+	reason    Reason
+	remaining int64
+	retry     time.Duration
+	reset     time.Duration
+}
+
+func runOps(t *testing.T, l Limit, ops []op) {
+	t.Helper()
+	var st State
+	for i, o := range ops {
+		f := l.Decide
+		if o.charge {
+			f = l.Charge
+		}
+		next, r := f(st, t0+int64(o.at), o.n)
+		if r.Allowed != o.allowed || r.Reason != o.reason || r.Remaining != o.remaining ||
+			r.RetryAfter != o.retry || r.ResetAfter != o.reset || r.Limit != l.Rate || r.Period != l.Period {
+			t.Fatalf("step %d (at %v, charge %v, n %d): got %+v, want allowed=%v reason=%v remaining=%d retry=%v reset=%v",
+				i, o.at, o.charge, o.n, r, o.allowed, o.reason, o.remaining, o.retry, o.reset)
+		}
+		if !r.Allowed && next != st {
+			t.Fatalf("step %d: a refused operation changed the state %+v -> %+v", i, st, next)
+		}
+		if err := l.CheckState(l.Algorithm, next, t0+int64(o.at)); err != nil {
+			t.Fatalf("step %d: the state left behind is not one the codec accepts: %v", i, err)
+		}
+		st = next
+	}
+}
+
+func TestTokenBucketChargeSteps(t *testing.T) {
+	// 10/s, no burst: capacity 10, one unit per 100ms, an empty bucket is
+	// 1s of debt and a charge may leave at most 2s.
+	runOps(t, Limit{Rate: 10, Period: time.Second}, []op{
+		{0, false, 1, true, ReasonAllowed, 9, 0, 100 * ms},
+		{0, true, 4, true, ReasonAllowed, 5, 0, 500 * ms},
+		// Beyond what is left: the bucket goes 700ms into debt, so the next
+		// unit is 800ms away.
+		{0, true, 12, true, ReasonAllowed, 0, 800 * ms, 1700 * ms},
+		{0, false, 1, false, ReasonLimited, 0, 800 * ms, 1700 * ms},
+		// The debt stops at one full bucket past empty.
+		{0, true, 100, true, ReasonAllowed, 0, 1100 * ms, 2000 * ms},
+		{1000 * ms, false, 1, false, ReasonLimited, 0, 100 * ms, 1000 * ms},
+		{1100 * ms, false, 1, true, ReasonAllowed, 0, 0, 1000 * ms},
+		{1100 * ms, true, 0, false, ReasonInvalidCost, 0, 0, 1000 * ms},
+		{1100 * ms, true, -3, false, ReasonInvalidCost, 0, 0, 1000 * ms},
+		// The clock steps back 2.6s: the debt looks larger than a charge can
+		// leave, and a charge keeps it rather than lowering it to the cap.
+		{-1500 * ms, true, 1, true, ReasonAllowed, 0, 2700 * ms, 3600 * ms},
+		// Repaid: a full bucket again, never more.
+		{3100 * ms, false, 11, false, ReasonCostExceedsCapacity, 10, 0, 0},
+		{3100 * ms, false, 10, true, ReasonAllowed, 0, 0, time.Second},
+	})
+}
+
+func TestFixedWindowChargeSteps(t *testing.T) {
+	runOps(t, Limit{Algorithm: FixedWindow, Rate: 5, Period: time.Second}, []op{
+		{500 * ms, false, 2, true, ReasonAllowed, 3, 0, 500 * ms},
+		// A window cannot hold debt: it fills up and forgets at its end.
+		{500 * ms, true, 10, true, ReasonAllowed, 0, 500 * ms, 500 * ms},
+		{600 * ms, false, 1, false, ReasonLimited, 0, 400 * ms, 400 * ms},
+		{1000 * ms, true, 2, true, ReasonAllowed, 3, 0, time.Second},
+		{1000 * ms, false, 3, true, ReasonAllowed, 0, 0, time.Second},
+	})
+}
+
+func TestSlidingWindowChargeSteps(t *testing.T) {
+	runOps(t, Limit{Algorithm: SlidingWindow, Rate: 10, Period: time.Second}, []op{
+		{0, true, 25, true, ReasonAllowed, 0, time.Second + 1, 2 * time.Second},
+		// The full previous window weighs half way through the next one.
+		{1500 * ms, false, 5, true, ReasonAllowed, 0, 0, 1500 * ms},
+		{1500 * ms, true, 1, true, ReasonAllowed, 0, 100*ms + 1, 1500 * ms},
+	})
+}
+
+// Charge must not panic or leave an out-of-range result for any state,
+// time and amount, and must never lower a debt (short of the end of
+// int64 time, where a TAT saturates).
+func TestChargeExtremes(t *testing.T) {
+	limits := []Limit{
+		{Rate: 100, Period: time.Second, Burst: 20},
+		{Rate: MaxRate, Period: MinPeriod, Burst: MaxRate},
+		{Rate: 1, Period: MaxPeriod},
+		{Algorithm: FixedWindow, Rate: MaxRate, Period: MinPeriod},
+		{Algorithm: SlidingWindow, Rate: MaxRate, Period: MaxPeriod},
+		{},
+	}
+	vals := []int64{math.MinInt64, -1, 0, 1, t0, math.MaxInt64 - 1, math.MaxInt64}
+	for _, l := range limits {
+		for _, at := range vals {
+			for _, now := range vals {
+				for _, nn := range []uint32{0, 1, math.MaxUint32} {
+					st := State{At: at, N: nn, Prev: nn}
+					for _, n := range []int64{math.MinInt64, 0, 1, l.Capacity() + 1, math.MaxInt64} {
+						next, r := l.Charge(st, now, n)
+						if r.Allowed != (l.valid() && n >= 1) {
+							t.Fatalf("%+v st=%+v now=%d n=%d: %+v", l, st, now, n, r)
+						}
+						if r.Remaining < 0 || r.Remaining > l.Capacity() || r.RetryAfter < 0 || r.ResetAfter < 0 {
+							t.Fatalf("%+v st=%+v now=%d n=%d: out of range %+v", l, st, now, n, r)
+						}
+						_, before := l.Decide(st, now, 0)
+						_, after := l.Decide(next, now, 0)
+						if l.valid() && l.Algorithm == TokenBucket && now > 0 && now <= t0 && after.ResetAfter < before.ResetAfter {
+							t.Fatalf("%+v st=%+v now=%d n=%d: debt fell from %v to %v", l, st, now, n, before.ResetAfter, after.ResetAfter)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// Charging n units is the same as deciding them when they are available,
+// so a cost known in advance and one reported afterwards agree.
+func TestChargeMatchesDecideWhenAvailable(t *testing.T) {
+	for _, l := range []Limit{
+		{Rate: 7, Period: 100 * ms, Burst: 3},
+		{Algorithm: FixedWindow, Rate: 7, Period: 100 * ms},
+		{Algorithm: SlidingWindow, Rate: 7, Period: 100 * ms},
+	} {
+		var st State
+		now := t0
+		for i := 0; i < 500; i++ {
+			now += int64(i%17) * int64(ms)
+			n := int64(1 + i%3)
+			decided, dr := l.Decide(st, now, n)
+			if !dr.Allowed {
+				continue
+			}
+			charged, cr := l.Charge(st, now, n)
+			if charged != decided || cr.Remaining != dr.Remaining || cr.ResetAfter != dr.ResetAfter {
+				t.Fatalf("%v step %d: charge %+v %+v, decide %+v %+v", l.Algorithm, i, charged, cr, decided, dr)
+			}
+			st = decided
+		}
+	}
+}

@@ -38,7 +38,7 @@
 // bucket. At now:
 //
 //	D  = max(0, TAT − now)          the debt; tokens = C − D/τ
-//	if D > Σ + ClockStepTolerance:  D = Σ   (implausible state: treat as empty)
+//	if D > 2Σ + ClockStepTolerance: D = Σ   (implausible state: treat as empty)
 //	allowed   ⇔ D + n·τ ≤ Σ
 //	on allow:   TAT' = now + D + n·τ,  D' = D + n·τ
 //	Remaining = ⌊(Σ − D')/τ⌋   (D' = D when denied; 0 if negative)
@@ -52,8 +52,25 @@
 // earlier now: the bucket looks emptier, never fuller (no refill, no panic).
 // Unlike the "if now < last then last = now" guard in some Lua scripts, no
 // separate last-refill time exists; a step back larger than
-// ClockStepTolerance beyond a full bucket is treated as an empty bucket at
-// the new now, which is what the codec check stores (see below).
+// ClockStepTolerance beyond the most debt a charge can leave (2Σ, see
+// Charges) is treated as an empty bucket at the new now, which is what the
+// codec check stores (see below).
+//
+// # Charges
+//
+// Limit.Charge takes n ≥ 1 units that cannot be refused, for costs known
+// only after the work is done (a response reporting the tokens it used):
+//
+//	token_bucket:  D' = min(D + n·τ, 2Σ), but never below D
+//	windows:       used' = min(used + n, L)   (prev unchanged)
+//
+// A token bucket thus goes into debt, at most one full bucket past empty,
+// and later decisions wait until it is repaid; a window fills up and
+// forgets the excess at its end. The Result reads like an allowed decision
+// (Remaining and ResetAfter after the charge) except that RetryAfter is
+// the wait for one unit, and n < 1 is ReasonInvalidCost with nothing
+// charged. Table.Charge applies it with the CAS loop of AllowN; a charge
+// whose retries run out is lost and reported with ReasonContention.
 //
 // # fixed_window
 //
@@ -100,8 +117,9 @@
 // DecodeState rejects bad length, unknown version or algorithm and negative
 // windows (ErrMalformed); Limit.DecodeState additionally rejects states this
 // Limit could not have produced by now (ErrImpossible): another algorithm,
-// counts above L, N ≥ L for a TAT, or state further ahead than a full
-// bucket or window plus ClockStepTolerance. On any error the caller
+// counts above L, N ≥ L for a TAT, or state further ahead than a bucket
+// charged one full bucket past empty (2Σ) or a window, plus
+// ClockStepTolerance. On any error the caller
 // continues from Limit.Empty(now), a bucket or window used up at now: never
 // more than a fresh key, refilling normally from then. (One exception, in
 // the Table: a token-bucket state whose remainder is not below a lowered

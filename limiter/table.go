@@ -495,6 +495,46 @@ func (t *Table) Peek(key string, now int64, n int64) (Result, error) {
 	return res, nil
 }
 
+// Charge takes n units for key at now whether or not they are available
+// (Limit.Charge: a token bucket goes into debt), with the CAS loop of
+// AllowN. It is for costs known only after the work was done. When the
+// retries run out the charge is lost: the Result is not Allowed, with
+// ReasonContention (Stats.Contention). A store failure is returned as the
+// error with ReasonStoreError, whatever OnContention says: a charge has
+// nothing to admit.
+func (t *Table) Charge(key string, now int64, n int64) (Result, error) {
+	h := Hash(t.seed, key)
+	for attempt := 0; ; attempt++ {
+		v, err := t.read(h, now)
+		if err != nil {
+			return t.chargeFailure(err)
+		}
+		next, res := t.limit.Charge(v.state, now, n)
+		if !res.Allowed {
+			return res, nil
+		}
+		err = t.commit(&v, next, now)
+		if err == nil {
+			return res, nil
+		}
+		if !errors.Is(err, store.ErrCASMismatch) {
+			return t.chargeFailure(err)
+		}
+		t.stats.CASMismatches++
+		if attempt >= t.maxRetries {
+			t.stats.Contention++
+			res.Allowed, res.Reason = false, ReasonContention
+			return res, nil
+		}
+	}
+}
+
+func (t *Table) chargeFailure(err error) (Result, error) {
+	res, err := t.storeFailure(err)
+	res.Allowed = false
+	return res, err
+}
+
 func (t *Table) contended(res Result) Result {
 	t.stats.Contention++
 	res.Reason = ReasonContention

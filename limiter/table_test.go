@@ -649,3 +649,42 @@ func TestAllowAllStoreFailure(t *testing.T) {
 		t.Fatalf("admitted request not recorded: %d left", r.Remaining)
 	}
 }
+
+// A charge after the fact drives the key into debt through the store, so
+// every worker's next decision waits for it to be repaid.
+func TestTableChargeIntoDebt(t *testing.T) {
+	s := store.NewMemory()
+	l := Limit{Rate: 10, Period: time.Second}
+	a, b := newTable(t, s, l, TableConfig{}), newTable(t, s, l, TableConfig{})
+	if r, err := a.AllowN("k", t0, 1); err != nil || !r.Allowed {
+		t.Fatalf("first unit: %+v %v", r, err)
+	}
+	// 15 units taken of 10: 1.5s of refill owed, half a second past empty.
+	r, err := a.Charge("k", t0, 14)
+	if err != nil || !r.Allowed || r.Remaining != 0 || r.RetryAfter != 600*ms || r.ResetAfter != 1500*ms {
+		t.Fatalf("charge: %+v %v; want 1.5s of debt, the next unit 600ms away", r, err)
+	}
+	if r, _ := b.AllowN("k", t0+int64(599*ms), 1); r.Allowed || r.RetryAfter != ms {
+		t.Fatalf("another worker before the debt is repaid: %+v", r)
+	}
+	if r, _ := b.AllowN("k", t0+int64(600*ms), 1); !r.Allowed {
+		t.Fatalf("once repaid: %+v", r)
+	}
+	if r, _ := b.Charge("other", t0, 0); r.Allowed || r.Reason != ReasonInvalidCost || s.Len() != 1 {
+		t.Fatalf("charge 0: %+v, %d keys; want nothing written", r, s.Len())
+	}
+}
+
+func TestTableChargeContentionAndStoreError(t *testing.T) {
+	s := store.NewMemory()
+	s.BeforeSet = func(string) bool { return true }
+	tab := newTable(t, s, rps100burst20, TableConfig{MaxRetries: 2, OnContention: ContentionAllow})
+	r, err := tab.Charge("k", t0, 5)
+	if err != nil || r.Allowed || r.Reason != ReasonContention || tab.Stats().Contention != 1 || s.Len() != 0 {
+		t.Fatalf("lost charge: %+v %v stats %+v", r, err, tab.Stats())
+	}
+	tab = newTable(t, failingStore{}, rps100burst20, TableConfig{OnContention: ContentionAllow})
+	if r, err := tab.Charge("k", t0, 5); err == nil || r.Allowed || r.Reason != ReasonStoreError {
+		t.Fatalf("store failure: %+v, %v; a charge never reads as done when it was not", r, err)
+	}
+}

@@ -93,6 +93,43 @@ func TestDecideArgs(t *testing.T) {
 	}
 }
 
+func TestChargeArgs(t *testing.T) {
+	l := limiter.Limit{Rate: 100, Period: time.Second, Burst: 20}
+	for _, c := range []struct{ n, want int64 }{{5, 5}, {240, 240}, {241, 240}, {1 << 62, 240}, {-3, 0}} {
+		got, err := Charge(l, "k", c.n)
+		want := Command{Script: ChargeScript, Key: "k", Args: [5]int64{1, 10000, 120, c.want}, NArgs: 4}
+		if err != nil || got != want {
+			t.Errorf("Charge(%d) = %+v, %v; want %+v", c.n, got, err, want)
+		}
+	}
+	if _, err := Charge(limiter.Limit{Algorithm: limiter.SlidingWindow, Rate: 1, Period: time.Second}, "k", 5); err == nil {
+		t.Error("charging a sliding window succeeded: a window cannot hold debt")
+	}
+	if _, err := Charge(limiter.Limit{Rate: 10, Period: 1500 * time.Nanosecond}, "k", 1); err == nil {
+		t.Error("charging a limit outside the scripts' range succeeded")
+	}
+}
+
+// The wait derived from a charge reply never exceeds the exact one, which
+// for 10/s with capacity 10 is the reset time less 900ms of refill.
+func TestChargeRetryAfter(t *testing.T) {
+	l := limiter.Limit{Rate: 10, Period: time.Second}
+	for _, c := range []struct {
+		r    Reply
+		want time.Duration
+	}{
+		{Reply{Granted: 1, Remaining: 0, ResetAfter: 1500 * time.Millisecond}, 599 * time.Millisecond},
+		{Reply{Granted: 1, Remaining: 0, ResetAfter: 1000 * time.Millisecond}, 99 * time.Millisecond},
+		{Reply{Granted: 1, Remaining: 0, ResetAfter: 900 * time.Millisecond}, 0},
+		{Reply{Granted: 1, Remaining: 2, ResetAfter: 800 * time.Millisecond}, 0},
+		{Reply{Granted: 0, Remaining: 0, ResetAfter: 1500 * time.Millisecond, Reason: limiter.ReasonInvalidCost}, 0},
+	} {
+		if got := ChargeRetryAfter(l, c.r); got != c.want {
+			t.Errorf("ChargeRetryAfter(%+v) = %v, want %v", c.r, got, c.want)
+		}
+	}
+}
+
 func TestWithTimeAppendsMicros(t *testing.T) {
 	c, _ := Decide(limiter.Limit{Rate: 5, Period: time.Second}, "k", 1)
 	c = c.WithTime(time.Unix(1700000000, 123456789))

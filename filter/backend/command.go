@@ -87,6 +87,39 @@ func Lease(l limiter.Limit, key string, want int64) (Command, error) {
 	return Command{Script: LeaseScript, Key: key, Args: [5]int64{r, p, l.Capacity(), clampCost(want)}, NArgs: 4}, nil
 }
 
+// Charge builds the command that makes the same charge as l.Charge for n
+// units on key (a cost reported after the fact), with Redis TIME as the
+// clock. Only token buckets can carry the debt a charge leaves. The reply
+// is granted with RetryAfter 0; ChargeRetryAfter derives the wait.
+func Charge(l limiter.Limit, key string, n int64) (Command, error) {
+	if err := l.Validate(); err != nil {
+		return Command{}, err
+	}
+	if l.Algorithm != limiter.TokenBucket {
+		return Command{}, fmt.Errorf("backend: only token_bucket limits can be charged, not %v", l.Algorithm)
+	}
+	r, p, err := bucketUnits(l)
+	if err != nil {
+		return Command{}, err
+	}
+	// Two capacities fill the most debt a charge can leave; a larger n
+	// charges the same and would only leave the scripts' exact range.
+	n = min(clampCost(n), 2*l.Capacity())
+	return Command{Script: ChargeScript, Key: key, Args: [5]int64{r, p, l.Capacity(), n}, NArgs: 4}, nil
+}
+
+// ChargeRetryAfter is how long after a charge reply the key of token
+// bucket l has a unit again, never more than the exact wait: the reply's
+// reset time less the refill of capacity−1 units, less the millisecond
+// the reset time may have been rounded up by.
+func ChargeRetryAfter(l limiter.Limit, r Reply) time.Duration {
+	if !r.Allowed() || r.Remaining > 0 || l.Rate < 1 {
+		return 0
+	}
+	refill := time.Duration(float64(l.Capacity()-1) * float64(l.Period) / float64(l.Rate))
+	return max(r.ResetAfter-refill-time.Millisecond, 0)
+}
+
 // clampCost maps costs the script cannot parse (negative) to 0, which the
 // script reports as an invalid cost like the local limiter does.
 func clampCost(n int64) int64 {

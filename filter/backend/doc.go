@@ -10,7 +10,7 @@
 //
 // A call goes:
 //
-//	cmd, err := backend.Decide(limit, key, cost)      // or backend.Lease
+//	cmd, err := backend.Decide(limit, key, cost)      // or backend.Lease, backend.Charge
 //	req, err := endpoint.EvalSHA(cmd)                  // send it
 //	reply, err := backend.ParseReply(endpoint.Protocol, status, body)
 //	if backend.KindOf(err) == backend.KindNoScript {
@@ -35,6 +35,12 @@
 // by leases and decisions together is what one bucket admits, so leasing
 // cannot over-admit beyond the bucket's own capacity. Tokens a lease
 // holder never uses are not returned.
+//
+// Charge takes n units from a token bucket whether or not they are there,
+// as limiter.Limit.Charge does (a cost reported after the work was done):
+// the bucket may go up to one full bucket into debt, and Decide and Lease
+// then wait for it to be repaid. Its reply is granted with no retry time;
+// ChargeRetryAfter derives the wait for the next unit from the reset time.
 //
 // State that is not a number the scripts wrote (hand-edited, or from an
 // older format) reads as a fresh key; a key of another Redis type is a

@@ -162,7 +162,8 @@ var compared = []limiter.Limit{
 
 // TestScriptsMatchLimiter drives every script step by step with explicit
 // instants (random gaps, random costs including invalid and oversize ones,
-// clock steps backwards) and checks each reply against limiter.Decide.
+// clock steps backwards, charges into debt) and checks each reply against
+// limiter.Decide and limiter.Charge.
 func TestScriptsMatchLimiter(t *testing.T) {
 	fx := newFixture(t)
 	for _, rm := range fx.remotes {
@@ -173,7 +174,7 @@ func TestScriptsMatchLimiter(t *testing.T) {
 				holdKey(t, fx.rdb, key)
 				var st limiter.State
 				now := time.Unix(1_700_000_000, 0).Add(time.Duration(rng.Int63n(int64(l.Period))) / time.Microsecond * time.Microsecond)
-				allowed, denied := 0, 0
+				allowed, denied, charges := 0, 0, 0
 				for step := 0; step < 300; step++ {
 					switch k := rng.Intn(20); {
 					case k == 19 && rng.Intn(3) == 0: // clock steps back beyond the tolerance
@@ -195,7 +196,18 @@ func TestScriptsMatchLimiter(t *testing.T) {
 					case k < 6:
 						cost = 1 + rng.Int63n(l.Capacity())
 					}
+					// Token buckets also take charges: reported costs, up to
+					// several capacities, that drive the key into debt.
+					charge := l.Algorithm == limiter.TokenBucket && rng.Intn(4) == 0
+					if charge && rng.Intn(3) == 0 {
+						cost = rng.Int63n(3 * l.Capacity())
+					}
 					cmd, err := backend.Decide(l, key, cost)
+					decide := l.Decide
+					if charge {
+						cmd, err = backend.Charge(l, key, cost)
+						decide = l.Charge
+					}
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -203,9 +215,18 @@ func TestScriptsMatchLimiter(t *testing.T) {
 					if err != nil {
 						t.Fatalf("step %d: %v", step, err)
 					}
-					next, want := l.Decide(st, now.UnixNano(), cost)
+					next, want := decide(st, now.UnixNano(), cost)
+					if charge {
+						// A charge reply carries no retry time; the caller
+						// derives it, never past the exact wait.
+						if derived := backend.ChargeRetryAfter(l, got); derived > want.RetryAfter || derived < want.RetryAfter-2*time.Millisecond {
+							t.Fatalf("step %d: derived retry %v, exact %v", step, derived, want.RetryAfter)
+						}
+						want.RetryAfter = 0
+						charges++
+					}
 					if !same(got, want) {
-						t.Fatalf("step %d at %v cost %d: script %+v, limiter %+v (state before %+v)", step, now.UnixMicro(), cost, got, want, st)
+						t.Fatalf("step %d at %v cost %d charge %v: script %+v, limiter %+v (state before %+v)", step, now.UnixMicro(), cost, charge, got, want, st)
 					}
 					if got.ServerMicros != now.UnixMicro() {
 						t.Fatalf("script used time %d, want %d", got.ServerMicros, now.UnixMicro())
@@ -217,8 +238,8 @@ func TestScriptsMatchLimiter(t *testing.T) {
 						denied++
 					}
 				}
-				if allowed == 0 || denied == 0 {
-					t.Fatalf("weak run: %d allowed, %d denied", allowed, denied)
+				if allowed == 0 || denied == 0 || (l.Algorithm == limiter.TokenBucket && charges == 0) {
+					t.Fatalf("weak run: %d allowed, %d denied, %d charges", allowed, denied, charges)
 				}
 			})
 		}

@@ -78,6 +78,16 @@ local function keep(key, ms)
   if ttl < ms then redis.call('PEXPIRE', key, str(2 * ms)) end
 end
 local TOLERANCE_US = 60000000
+-- bucketDebt mirrors limiter's: the TAT's lead over now in 1/R' µs, where
+-- a charge can leave up to two full buckets; more than that plus the
+-- clock tolerance is implausible and reads as an empty bucket.
+local function bucketDebt(st, now, R, full)
+  local at, fr = num(st[1]), num(st[2])
+  if not (at and fr and (at > now or (at == now and fr > 0))) then return 0 end
+  local debt = (at - now) * R + fr
+  if debt > 2 * full + TOLERANCE_US * R then return full end
+  return debt
+end
 `
 
 // ARGV: R' P' capacity cost [now_us]. KEYS[1]: the bucket.
@@ -93,27 +103,26 @@ local key = KEYS[1]
 local full = C * P
 local st = redis.call('HMGET', key, 'at', 'n')
 local at, fr = num(st[1]), num(st[2])
-local debt = 0
-if at and fr and (at > now or (at == now and fr > 0)) then
-  debt = (at - now) * R + fr
-  if debt > full + TOLERANCE_US * R then debt = full end
-end
+local debt = bucketDebt(st, now, R, full)
 local reason, remaining, retry = 0, 0, 0
 if n < 1 then
   reason = 3
 elseif n > C then
   reason = 2
 else
-  local after = debt + n * P
-  if after <= full then
+  -- over, not debt + n×P: a charged debt can be 2×full, and the sum
+  -- could leave the exact range.
+  local over = (debt - full) + n * P
+  if over <= 0 then
+    local after = full + over
     local q, r = divmod(after, R)
     redis.call('HSET', key, 'at', str(now + q), 'n', str(r))
     local reset = ceildiv(after, R)
     keep(key, ceildiv(reset, 1000))
-    return {1, divmod(full - after, P), 0, ceildiv(reset, 1000), 0, now}
+    return {1, divmod(-over, P), 0, ceildiv(reset, 1000), 0, now}
   end
   reason = 1
-  retry = ceildiv(ceildiv(after - full, R), 1000)
+  retry = ceildiv(ceildiv(over, R), 1000)
 end
 if debt < full then remaining = divmod(full - debt, P) end
 return {0, remaining, retry, ceildiv(ceildiv(debt, R), 1000), reason, now}
@@ -132,12 +141,7 @@ if not now then return redis.error_reply('ERR sluice: bad time argument') end
 local key = KEYS[1]
 local full = C * P
 local st = redis.call('HMGET', key, 'at', 'n')
-local at, fr = num(st[1]), num(st[2])
-local debt = 0
-if at and fr and (at > now or (at == now and fr > 0)) then
-  debt = (at - now) * R + fr
-  if debt > full + TOLERANCE_US * R then debt = full end
-end
+local debt = bucketDebt(st, now, R, full)
 if want < 1 then
   return {0, 0, 0, ceildiv(ceildiv(debt, R), 1000), 3, now}
 end
@@ -152,8 +156,45 @@ if grant >= 1 then
   keep(key, ceildiv(reset, 1000))
   return {grant, divmod(full - after, P), 0, ceildiv(reset, 1000), 0, now}
 end
-local retry = ceildiv(ceildiv(debt + P - full, R), 1000)
+local retry = ceildiv(ceildiv((debt - full) + P, R), 1000)
 return {0, 0, retry, ceildiv(ceildiv(debt, R), 1000), 1, now}
+`
+
+// ARGV: R' P' capacity n [now_us]. Mirrors limiter.Limit.Charge on the
+// state of tokenBucketBody: n units are taken whether or not they are
+// there, leaving at most two full buckets of debt and never lowering one.
+// The caller clamps n to 2×capacity, past which every charge is the same,
+// so n×P' stays exact. A charge is granted, so it reports no retry time
+// (the reply format ties a retry time to a refusal); the caller derives
+// the wait from the reset time.
+const chargeBody = `
+local R, P, C, n = num(ARGV[1]), num(ARGV[2]), num(ARGV[3]), num(ARGV[4])
+if not (R and P and C and n) or R < 1 or P < 1 or C < 1 then
+  return redis.error_reply('ERR sluice: bad charge arguments')
+end
+local now = clock(ARGV[5])
+if not now then return redis.error_reply('ERR sluice: bad time argument') end
+local key = KEYS[1]
+local full = C * P
+local st = redis.call('HMGET', key, 'at', 'n')
+local debt = bucketDebt(st, now, R, full)
+local after = debt
+if n >= 1 then
+  local most = 2 * full
+  if n * P > most - debt then
+    after = math.max(most, debt)
+  else
+    after = debt + n * P
+  end
+  local q, r = divmod(after, R)
+  redis.call('HSET', key, 'at', str(now + q), 'n', str(r))
+  keep(key, ceildiv(ceildiv(after, R), 1000))
+end
+local remaining = 0
+if after < full then remaining = divmod(full - after, P) end
+local reset = ceildiv(ceildiv(after, R), 1000)
+if n < 1 then return {0, remaining, 0, reset, 3, now} end
+return {1, remaining, 0, reset, 0, now}
 `
 
 // window mirrors limiter's window(): the evaluation window is the one
@@ -281,11 +322,12 @@ var (
 	FixedWindowScript   = newScript("fixed_window", fixedWindowBody)
 	SlidingWindowScript = newScript("sliding_window", slidingWindowBody)
 	LeaseScript         = newScript("token_bucket_lease", leaseBody)
+	ChargeScript        = newScript("token_bucket_charge", chargeBody)
 )
 
 // Scripts lists every registered script, for loading them all at once.
 func Scripts() []*Script {
-	return []*Script{TokenBucketScript, FixedWindowScript, SlidingWindowScript, LeaseScript}
+	return []*Script{TokenBucketScript, FixedWindowScript, SlidingWindowScript, LeaseScript, ChargeScript}
 }
 
 // ScriptBySHA1 finds a registered script by its digest, or nil.

@@ -302,8 +302,18 @@ type Limit struct {
 	// Rate is the default allowance for every key value.
 	Rate Rate
 	// Cost is the tokens one request takes; >= 1, default 1, and never more
-	// than Rate.Capacity(Algorithm) (that request could never pass).
+	// than Rate.Capacity(Algorithm) (that request could never pass). With
+	// CostHeader it is CostHeader.Default, the cost of a request without
+	// the header; with CostFromResponse it is 1, the unit a request takes
+	// at admission.
 	Cost int64
+	// CostHeader, when not nil, takes each request's cost from a request
+	// header. Nil for a fixed cost.
+	CostHeader *CostHeader
+	// CostFromResponse, when not nil, charges each admitted request's cost
+	// from a response header after the upstream answered. Only with
+	// TokenBucket, and never with CostHeader.
+	CostFromResponse *ResponseCost
 	// Overrides maps a value of the key part Key[OverrideBy] to its own rate
 	// (SLA tiers). Nil when none are configured.
 	Overrides map[string]Rate
@@ -328,6 +338,33 @@ type Limit struct {
 	// disables when it matches (the most specific applies). Resolved and
 	// cycle-free.
 	Replaces []int
+}
+
+// CostHeader is a cost sent by the client in a request header
+// ("cost": {"header": ..., "default": ..., "max": ...}).
+type CostHeader struct {
+	// Header is the lower-cased request header name.
+	Header string
+	// Default is the cost of a request without the header (or with it
+	// empty); 1 <= Default <= Max, default 1.
+	Default int64
+	// Max is the largest cost a request may claim; a larger one is
+	// rejected with 400. At most the capacity of every rate of the limit,
+	// which is also its default.
+	Max int64
+}
+
+// ResponseCost is a cost reported by the upstream in a response header
+// ("cost_from_response": {"header": ..., "default": ...}): the request
+// takes one unit when admitted and the rest of the reported cost is
+// charged when the response headers arrive, into debt if need be.
+type ResponseCost struct {
+	// Header is the lower-cased response header name.
+	Header string
+	// Default is the cost charged when the response lacks the header or
+	// its value is not a whole number >= 0; >= 1, default 1 (the unit
+	// taken at admission and nothing more).
+	Default int64
 }
 
 // RateFor returns the rate for a key-part value: its override if one exists,

@@ -67,6 +67,14 @@ func (c *Config) wireLimit(l *Limit) wireLimit {
 		Shadow:       l.Shadow,
 	}
 	w.wireRate = wireRateOf(l.Rate, l.Algorithm)
+	if ch := l.CostHeader; ch != nil {
+		w.Cost = wireCost{Header: ch.Header, Default: ch.Default, Max: ch.Max}
+	}
+	if rc := l.CostFromResponse; rc != nil {
+		// cost is implied (one unit at admission) and may not be written.
+		w.Cost = nil
+		w.CostFromResponse = &wireResponseCost{Header: rc.Header, Default: rc.Default}
+	}
 	for _, k := range l.Key {
 		w.Key = append(w.Key, k.String())
 	}
@@ -193,16 +201,29 @@ type wireLimit struct {
 	Key       []string   `json:"key"`
 	Algorithm string     `json:"algorithm"`
 	wireRate
-	Cost          int64               `json:"cost"`
-	Overrides     map[string]wireRate `json:"overrides,omitempty"`
-	OverrideBy    string              `json:"override_by,omitempty"`
-	Mode          string              `json:"mode"`
-	FailurePolicy string              `json:"failure_policy,omitempty"`
-	Instances     int                 `json:"instances,omitempty"`
-	OnMissingKey  string              `json:"on_missing_key"`
-	OnLimit       wireOnLimit         `json:"on_limit"`
-	Shadow        bool                `json:"shadow"`
-	Replaces      []string            `json:"replaces,omitempty"`
+	// Cost is the integer cost or a wireCost; nil with cost_from_response.
+	Cost             any                 `json:"cost,omitempty"`
+	CostFromResponse *wireResponseCost   `json:"cost_from_response,omitempty"`
+	Overrides        map[string]wireRate `json:"overrides,omitempty"`
+	OverrideBy       string              `json:"override_by,omitempty"`
+	Mode             string              `json:"mode"`
+	FailurePolicy    string              `json:"failure_policy,omitempty"`
+	Instances        int                 `json:"instances,omitempty"`
+	OnMissingKey     string              `json:"on_missing_key"`
+	OnLimit          wireOnLimit         `json:"on_limit"`
+	Shadow           bool                `json:"shadow"`
+	Replaces         []string            `json:"replaces,omitempty"`
+}
+
+type wireCost struct {
+	Header  string `json:"header"`
+	Default int64  `json:"default"`
+	Max     int64  `json:"max"`
+}
+
+type wireResponseCost struct {
+	Header  string `json:"header"`
+	Default int64  `json:"default"`
 }
 
 type wireOnLimit struct {

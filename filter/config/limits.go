@@ -10,8 +10,8 @@ import (
 )
 
 var limitFields = []string{"name", "match", "key", "algorithm", "requests_per_second", "burst", "limit",
-	"window", "cost", "overrides", "override_by", "mode", "failure_policy", "instances", "on_missing_key",
-	"on_limit", "shadow", "replaces"}
+	"window", "cost", "cost_from_response", "overrides", "override_by", "mode", "failure_policy", "instances",
+	"on_missing_key", "on_limit", "shadow", "replaces"}
 
 // replacesRef is one replaces entry, kept until every limit name is known.
 type replacesRef struct {
@@ -78,14 +78,25 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 		l.Algorithm = Algorithm(i)
 	}
 	l.Rate, _ = p.rate(o, l.Algorithm)
-	if n, ok := o.integer("cost", 1, maxCount); ok {
-		l.Cost = n
-	}
+	maxPath, maxAt := p.cost(o, &l)
+	p.costFromResponse(o, &l)
 	rateOK := l.Rate.Limit > 0
-	if rateOK && l.Cost > l.Rate.Capacity(l.Algorithm) {
-		o.errorf("cost", "%d is more than the capacity %d, so no request could pass", l.Cost, l.Rate.Capacity(l.Algorithm))
+	if c := l.Rate.Capacity(l.Algorithm); rateOK && l.maxCost() > c {
+		p.errorf(maxPath, maxAt, "%d is more than the capacity %d, so no request could pass", l.maxCost(), c)
 	}
 	p.overrides(o, &l)
+	if ch := l.CostHeader; ch != nil && ch.Max == 0 {
+		// max defaults to what every rate of the limit can grant at once.
+		ch.Max = ch.Default
+		if rateOK {
+			ch.Max = max(ch.Default, l.Rate.Capacity(l.Algorithm))
+			for _, r := range l.Overrides {
+				if r.Limit > 0 {
+					ch.Max = max(ch.Default, min(ch.Max, r.Capacity(l.Algorithm)))
+				}
+			}
+		}
+	}
 
 	modeOK := true
 	if i, ok := o.enum("mode", "local", "global", "hybrid"); ok {
@@ -255,8 +266,8 @@ func (p *parser) overrides(o *object, l *Limit) {
 			return true
 		}
 		r, ok := p.rate(oo, l.Algorithm)
-		if ok && l.Cost > r.Capacity(l.Algorithm) {
-			p.errorf(vpath, v.Index, "capacity %d is less than cost %d, so no request could pass", r.Capacity(l.Algorithm), l.Cost)
+		if ok && l.maxCost() > r.Capacity(l.Algorithm) {
+			p.errorf(vpath, v.Index, "capacity %d is less than %s %d, so no request could pass", r.Capacity(l.Algorithm), l.maxCostName(), l.maxCost())
 		}
 		l.Overrides[name] = r
 		return true
@@ -264,6 +275,97 @@ func (p *parser) overrides(o *object, l *Limit) {
 	if len(l.Overrides) == 0 {
 		o.errorf("overrides", "must not be empty")
 	}
+}
+
+// cost reads cost: a fixed integer, or {header, default, max} for a cost
+// the client sends. It returns where capacity errors are reported: the
+// member holding the largest cost a request can have.
+func (p *parser) cost(o *object, l *Limit) (path string, at int) {
+	v, present := o.fields["cost"]
+	switch {
+	case !present:
+		return o.path1("cost"), o.offset("cost")
+	case v.IsObject():
+	case v.Type == gjson.Number:
+		if n, ok := o.integer("cost", 1, maxCount); ok {
+			l.Cost = n
+		}
+		return o.path1("cost"), v.Index
+	default:
+		o.errorf("cost", "must be an integer or an object with header, default and max")
+		return o.path1("cost"), v.Index
+	}
+	c := o.child("cost", "header", "default", "max")
+	ch := &CostHeader{Default: 1}
+	if s, ok := c.str("header"); ok {
+		if headerToken(s) {
+			ch.Header = strings.ToLower(s)
+		} else {
+			c.errorf("header", "invalid header name %q", s)
+		}
+	} else if !c.has("header") {
+		c.errorf("header", "required")
+	}
+	if n, ok := c.integer("default", 1, maxCount); ok {
+		ch.Default = n
+	}
+	path, at = c.path1("default"), c.offset("default")
+	if n, ok := c.integer("max", 1, maxCount); ok {
+		path, at = c.path1("max"), c.offset("max")
+		if n < ch.Default {
+			c.errorf("max", "must be >= default (%d)", ch.Default)
+		} else {
+			ch.Max = n
+		}
+	}
+	l.Cost, l.CostHeader = ch.Default, ch
+	return path, at
+}
+
+// costFromResponse reads cost_from_response: {header, default}.
+func (p *parser) costFromResponse(o *object, l *Limit) {
+	c := o.child("cost_from_response", "header", "default")
+	if c == nil {
+		return
+	}
+	rc := &ResponseCost{Default: 1}
+	if s, ok := c.str("header"); ok {
+		if headerToken(s) {
+			rc.Header = strings.ToLower(s)
+		} else {
+			c.errorf("header", "invalid header name %q", s)
+		}
+	} else if !c.has("header") {
+		c.errorf("header", "required")
+	}
+	if n, ok := c.integer("default", 1, maxCount); ok {
+		rc.Default = n
+	}
+	l.CostFromResponse = rc
+	switch {
+	case o.has("cost"):
+		o.errorf("cost_from_response", "cannot be combined with cost: the request takes one unit when admitted and the response's cost is charged after")
+	case l.Algorithm != TokenBucket:
+		o.errorf("cost_from_response", `only valid with algorithm "token_bucket": a window cannot carry the debt a response's cost can leave`)
+	}
+}
+
+// maxCost is the largest cost one request of l can take at admission.
+func (l *Limit) maxCost() int64 {
+	if l.CostHeader != nil && l.CostHeader.Max > 0 {
+		return l.CostHeader.Max
+	}
+	return l.Cost
+}
+
+func (l *Limit) maxCostName() string {
+	switch {
+	case l.CostHeader == nil:
+		return "cost"
+	case l.CostHeader.Max > 0:
+		return "cost.max"
+	}
+	return "cost.default"
 }
 
 // parseKeyPart parses one key entry; the error is empty on success.

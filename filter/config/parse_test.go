@@ -218,6 +218,33 @@ func TestParseConcurrency(t *testing.T) {
 	}
 }
 
+func TestParseCosts(t *testing.T) {
+	c := mustParse(t, `{"limits": [
+	  {"name": "fixed", "requests_per_second": 10, "cost": 3},
+	  {"name": "header", "requests_per_second": 10, "burst": 5, "cost": {"header": "X-Cost", "default": 2, "max": 12}},
+	  {"name": "header-default-max", "key": ["header:x-tier"], "requests_per_second": 10, "burst": 5,
+	   "cost": {"header": "x-cost"}, "overrides": {"gold": {"requests_per_second": 100}, "tin": {"requests_per_second": 8}}},
+	  {"name": "response", "limit": 10000, "window": "1m", "cost_from_response": {"header": "X-Tokens-Used", "default": 50}}]}`)
+	checks := []struct {
+		got, want Limit
+	}{
+		{Limit{Cost: c.Limits[0].Cost, CostHeader: c.Limits[0].CostHeader}, Limit{Cost: 3}},
+		{Limit{Cost: c.Limits[1].Cost, CostHeader: c.Limits[1].CostHeader},
+			Limit{Cost: 2, CostHeader: &CostHeader{Header: "x-cost", Default: 2, Max: 12}}},
+		// max defaults to the smallest capacity among the rate and its overrides.
+		{Limit{Cost: c.Limits[2].Cost, CostHeader: c.Limits[2].CostHeader},
+			Limit{Cost: 1, CostHeader: &CostHeader{Header: "x-cost", Default: 1, Max: 8}}},
+		{Limit{Cost: c.Limits[3].Cost, CostFromResponse: c.Limits[3].CostFromResponse},
+			Limit{Cost: 1, CostFromResponse: &ResponseCost{Header: "x-tokens-used", Default: 50}}},
+	}
+	for i, ch := range checks {
+		if !reflect.DeepEqual(ch.got, ch.want) {
+			t.Errorf("limits[%d]: got %+v %+v, want %+v %+v", i, ch.got, ch.got.CostHeader, ch.want, ch.want.CostHeader)
+		}
+	}
+	roundTrip(t, c)
+}
+
 func TestParseIntegralNumbers(t *testing.T) {
 	// JSON Schema counts 5.0 and 5e0 as integers; the parser must agree.
 	for _, n := range []string{"5", "5.0", "5e0", "0.5e1", "500e-2"} {
@@ -310,6 +337,33 @@ var badCases = []badCase{
 	{name: "cost over capacity", in: lim(`, "burst": 2, "cost": 8`), want: []string{"limits[0].cost: 8 is more than the capacity 7, so no request could pass"}, schemaAccepts: true},
 	{name: "cost over window capacity", in: `{"limits": [{"name": "a", "algorithm": "fixed_window", "limit": 3, "window": "1s", "cost": 4}]}`,
 		want: []string{"limits[0].cost: 4 is more than the capacity 3, so no request could pass"}, schemaAccepts: true},
+	{name: "cost string", in: lim(`, "cost": "2"`), want: []string{"limits[0].cost: must be an integer or an object with header, default and max"}},
+	{name: "cost header missing", in: lim(`, "cost": {"max": 5}`), want: []string{"limits[0].cost.header: required"}},
+	{name: "cost header invalid", in: lim(`, "cost": {"header": "x cost"}`), want: []string{`limits[0].cost.header: invalid header name "x cost"`}},
+	{name: "cost header wrong type", in: lim(`, "cost": {"header": 5}`), want: []string{"limits[0].cost.header: must be a string"}},
+	{name: "cost unknown field", in: lim(`, "cost": {"header": "x", "maximum": 5}`), want: []string{"limits[0].cost.maximum: unknown field"}},
+	{name: "cost default zero", in: lim(`, "cost": {"header": "x", "default": 0}`), want: []string{"limits[0].cost.default: must be >= 1"}},
+	{name: "cost max fractional", in: lim(`, "cost": {"header": "x", "max": 2.5}`), want: []string{"limits[0].cost.max: must be an integer"}},
+	{name: "cost max below default", in: lim(`, "cost": {"header": "x", "default": 4, "max": 3}`),
+		want: []string{"limits[0].cost.max: must be >= default (4)"}, schemaAccepts: true},
+	{name: "cost max over capacity", in: lim(`, "burst": 2, "cost": {"header": "x", "max": 8}`),
+		want: []string{"limits[0].cost.max: 8 is more than the capacity 7, so no request could pass"}, schemaAccepts: true},
+	{name: "cost default over capacity", in: lim(`, "cost": {"header": "x", "default": 6}`),
+		want: []string{"limits[0].cost.default: 6 is more than the capacity 5, so no request could pass"}, schemaAccepts: true},
+	{name: "override below cost max", in: lim(`, "cost": {"header": "x", "max": 3}, "overrides": {"g": {"requests_per_second": 2}}`),
+		want: []string{"limits[0].overrides.g: capacity 2 is less than cost.max 3, so no request could pass"}, schemaAccepts: true},
+	{name: "cost from response with cost", in: lim(`, "cost": 2, "cost_from_response": {"header": "x-tokens"}`),
+		want: []string{"limits[0].cost_from_response: cannot be combined with cost: the request takes one unit when admitted and the response's cost is charged after"}},
+	{name: "cost from response with a window", in: `{"limits": [{"name": "a", "algorithm": "sliding_window", "limit": 5, "window": "1m", "cost_from_response": {"header": "x-tokens"}}]}`,
+		want: []string{`limits[0].cost_from_response: only valid with algorithm "token_bucket": a window cannot carry the debt a response's cost can leave`}},
+	{name: "cost from response not object", in: lim(`, "cost_from_response": "x-tokens"`), want: []string{"limits[0].cost_from_response: must be an object"}},
+	{name: "cost from response header missing", in: lim(`, "cost_from_response": {}`), want: []string{"limits[0].cost_from_response.header: required"}},
+	{name: "cost from response header invalid", in: lim(`, "cost_from_response": {"header": "x:y"}`),
+		want: []string{`limits[0].cost_from_response.header: invalid header name "x:y"`}},
+	{name: "cost from response default zero", in: lim(`, "cost_from_response": {"header": "x", "default": 0}`),
+		want: []string{"limits[0].cost_from_response.default: must be >= 1"}},
+	{name: "cost from response unknown field", in: lim(`, "cost_from_response": {"header": "x", "max": 5}`),
+		want: []string{"limits[0].cost_from_response.max: unknown field"}},
 
 	// Keys and overrides.
 	{name: "key not array", in: lim(`, "key": "client_ip"`), want: []string{"limits[0].key: must be an array"}},

@@ -65,7 +65,27 @@ func genConfig(r *rand.Rand) map[string]any {
 			return pick([]any{}, []any{"client_ip"}, []any{"header:x", "path"}, []any{"route", "method", "host"}, []any{"cluster"}, []any{"bogus"}, []any{"path", "path"})
 		})
 		maybe(m, "algorithm", func() any { return mostly([]any{"token_bucket", "fixed_window", "sliding_window"}, "leaky") })
-		maybe(m, "cost", count)
+		maybe(m, "cost", func() any {
+			if r.IntN(2) == 0 {
+				return count()
+			}
+			o := map[string]any{}
+			if r.IntN(5) > 0 {
+				o["header"] = mostly([]any{"x-cost", "X-Cost"}, "x cost", 5)
+			}
+			maybe(o, "default", count)
+			maybe(o, "max", count)
+			maybe(o, "maximum", count)
+			return o
+		})
+		maybe(m, "cost_from_response", func() any {
+			o := map[string]any{}
+			if r.IntN(5) > 0 {
+				o["header"] = mostly([]any{"x-tokens-used"}, "x:tokens", "")
+			}
+			maybe(o, "default", count)
+			return mostly([]any{o}, "x-tokens-used")
+		})
 		maybe(m, "overrides", func() any {
 			o := map[string]any{}
 			for i := 1 + r.IntN(2); i > 0; i-- {

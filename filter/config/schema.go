@@ -14,5 +14,6 @@ var schemaJSON []byte
 // Schema returns the JSON Schema (draft 2020-12) of the plugin configuration.
 // The schema accepts a superset of what Parse accepts: Parse also checks
 // rules a schema cannot state (unique names, replaces targets and cycles,
-// cost against capacity, duration ranges, duplicate JSON keys).
+// cost against capacity, cost.max against cost.default, duration ranges,
+// duplicate JSON keys).
 func Schema() []byte { return bytes.Clone(schemaJSON) }

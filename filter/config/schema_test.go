@@ -104,6 +104,12 @@ var goodConfigs = []string{
 	`{"concurrency": [{"name": "search", "max_in_flight": 50}]}`,
 	`{"concurrency": [{"name": "c", "match": {"routes": ["search"]}, "key": ["route", "cluster"], "max_in_flight": 1, "status": 429, "shadow": true}],
 	  "limits": [{"name": "c", "key": ["cluster"], "requests_per_second": 1}]}`,
+	`{"limits": [{"name": "a", "requests_per_second": 100, "cost": {"header": "X-Cost", "max": 50}}]}`,
+	`{"limits": [{"name": "a", "requests_per_second": 100, "cost": {"header": "x-cost", "default": 5, "max": 5}}]}`,
+	`{"limits": [{"name": "a", "limit": 10000, "window": "1m", "key": ["header:x-api-key"],
+	  "cost_from_response": {"header": "x-tokens-used", "default": 100}}]}`,
+	`{"limits": [{"name": "a", "requests_per_second": 1000, "mode": "hybrid", "cost_from_response": {"header": "x-tokens-used"}}],
+	  "backend": {"cluster": "webdis"}}`,
 }
 
 func TestGoodConfigsAgree(t *testing.T) {

@@ -33,6 +33,8 @@ type Request struct {
 	Cluster, Route string
 	// UpstreamStatus is what the upstream answers; default 200.
 	UpstreamStatus int
+	// UpstreamResponseHeaders are added to the upstream's answer.
+	UpstreamResponseHeaders [][2]string
 }
 
 // Response is what the client receives, after the filter's response
@@ -99,6 +101,12 @@ func (r Request) with(name, value string) Request {
 }
 
 func (r Request) status(code int) Request { r.UpstreamStatus = code; return r }
+
+// answering adds a header to the upstream's response.
+func (r Request) answering(name, value string) Request {
+	r.UpstreamResponseHeaders = append(append([][2]string(nil), r.UpstreamResponseHeaders...), [2]string{name, value})
+	return r
+}
 
 // admitted sends n requests and returns how many reached the upstream.
 func admitted(t *testing.T, h Harness, n int, mk func(i int) Request) int {

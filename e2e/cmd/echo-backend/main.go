@@ -6,6 +6,10 @@
 //	GET /status/<code>     → that status, with the echo as body
 //	GET /delay/<duration>  → waits (e.g. 250ms, 2s; a bare number is
 //	                         seconds), then echoes
+//
+// A request header "Echo-Response-Header: <name>: <value>" (repeatable)
+// adds that header to the response, e.g. "x-tokens-used: 250" to play an
+// LLM API reporting its usage.
 package main
 
 import (

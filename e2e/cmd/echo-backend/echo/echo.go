@@ -56,6 +56,18 @@ func Handler(name string) http.Handler {
 				return
 			}
 		}
+		// Echo-Response-Header plays an upstream that reports something
+		// in its response headers, such as the tokens an LLM call used.
+		var extra [][2]string
+		for _, v := range r.Header.Values("Echo-Response-Header") {
+			name, value, ok := strings.Cut(v, ":")
+			name = strings.TrimSpace(name)
+			if !ok || name == "" || strings.ContainsAny(name, " \t") {
+				http.Error(w, "Echo-Response-Header must be <name>: <value>", http.StatusBadRequest)
+				return
+			}
+			extra = append(extra, [2]string{name, strings.TrimSpace(value)})
+		}
 		reply := Reply{
 			Name:    name,
 			Method:  r.Method,
@@ -75,6 +87,9 @@ func Handler(name string) http.Handler {
 		out, _ := json.Marshal(reply) // only strings and string maps: cannot fail
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Echo-Name", name)
+		for _, kv := range extra {
+			w.Header().Add(kv[0], kv[1])
+		}
 		w.WriteHeader(status)
 		if status != http.StatusNoContent && status != http.StatusNotModified {
 			_, _ = w.Write(out)

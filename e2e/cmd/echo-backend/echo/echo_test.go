@@ -57,6 +57,34 @@ func TestHandler(t *testing.T) {
 	}
 }
 
+func TestEchoResponseHeader(t *testing.T) {
+	ts := httptest.NewServer(Handler("one"))
+	defer ts.Close()
+	req, _ := http.NewRequest("GET", ts.URL+"/v1/chat", nil)
+	req.Header.Add("Echo-Response-Header", "X-Tokens-Used: 250")
+	req.Header.Add("Echo-Response-Header", "x-other:a:b")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("X-Tokens-Used") != "250" || resp.Header.Get("X-Other") != "a:b" {
+		t.Fatalf("status %d headers %v", resp.StatusCode, resp.Header)
+	}
+	for _, bad := range []string{"no colon", ": value", "two words: x"} {
+		req, _ := http.NewRequest("GET", ts.URL+"/", nil)
+		req.Header.Set("Echo-Response-Header", bad)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 400 {
+			t.Errorf("Echo-Response-Header %q: status %d, want 400", bad, resp.StatusCode)
+		}
+	}
+}
+
 // TestDelayStopsWhenClientLeaves makes sure an abandoned /delay does not
 // pin the handler for its whole duration.
 func TestDelayStopsWhenClientLeaves(t *testing.T) {

@@ -1,0 +1,366 @@
+package filter
+
+// Weighted cost. A limit's cost per request is fixed ("cost": 3), sent by
+// the client in a request header ("cost": {"header", "default", "max"}),
+// or reported by the upstream after the fact ("cost_from_response"):
+//
+//   - Request header: absent or empty costs default. Anything but a whole
+//     number from 1 to max (sent once, or repeated with the same value) is
+//     answered with 400 invalid_cost before any limit consumes, because a
+//     cost the client cannot state is not one to guess; a shadow limit only
+//     counts it and skips the request.
+//   - Response header: the request takes one unit at admission, so it is
+//     admitted only while its bucket has at least one unit, and the rest of
+//     the reported cost is charged in on_response_headers through the same
+//     limiter (limiter.Table.Charge locally, the token_bucket_charge script
+//     for global and hybrid limits), which may leave the bucket up to one
+//     full bucket in debt: later requests wait until it is repaid. The
+//     overshoot this allows is at most one response's cost (less the unit
+//     taken) per request admitted while the bucket still had a unit; and
+//     since each such request took a unit, no more requests can be in
+//     flight uncharged than the bucket held. A response without a usable
+//     value is charged default.
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/limiter"
+)
+
+// costFault says why a cost header value is unusable.
+type costFault uint8
+
+const (
+	costOK costFault = iota
+	costNotNumber
+	costTooSmall
+	costTooLarge
+	costConflict
+)
+
+func (f costFault) String() string {
+	switch f {
+	case costNotNumber:
+		return "not_a_number"
+	case costTooSmall:
+		return "too_small"
+	case costTooLarge:
+		return "too_large"
+	case costConflict:
+		return "conflicting_values"
+	}
+	return "ok"
+}
+
+// parseCost reads a cost header: a decimal whole number from lo to hi with
+// optional surrounding spaces or tabs. A header sent several times reaches
+// the filter as one comma-separated list (HTTP field combination); its
+// elements must then all be the same number. It does not allocate.
+func parseCost(v string, lo, hi int64) (int64, costFault) {
+	var first int64
+	for i := 0; ; i++ {
+		elem := v
+		rest := ""
+		for j := 0; j < len(v); j++ {
+			if v[j] == ',' {
+				elem, rest = v[:j], v[j+1:]
+				break
+			}
+		}
+		n, f := parseCostElem(trimOWS(elem), lo, hi)
+		if f != costOK {
+			return 0, f
+		}
+		if i > 0 && n != first {
+			return 0, costConflict
+		}
+		first = n
+		if len(elem) == len(v) {
+			return first, costOK
+		}
+		v = rest
+	}
+}
+
+func parseCostElem(s string, lo, hi int64) (int64, costFault) {
+	neg := len(s) > 1 && s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	if s == "" {
+		return 0, costNotNumber
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, costNotNumber
+		}
+		if n > (math.MaxInt64-int64(c-'0'))/10 {
+			if neg {
+				return 0, costTooSmall
+			}
+			return 0, costTooLarge
+		}
+		n = n*10 + int64(c-'0')
+	}
+	switch {
+	case neg && n > 0, n < lo:
+		return 0, costTooSmall
+	case n > hi:
+		return 0, costTooLarge
+	}
+	return n, costOK
+}
+
+func trimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// costMetrics are defined only for limits with a header cost or a cost
+// from the response, so other limits keep their usual set.
+type costMetrics struct {
+	// invalid counts requests whose cost header was unusable.
+	invalid proxywasm.MetricCounter
+	// responseCost sums the costs responses reported (or default), the
+	// unit taken at admission included.
+	responseCost proxywasm.MetricCounter
+	// invalidResponse counts responses whose cost header was unusable.
+	invalidResponse proxywasm.MetricCounter
+}
+
+func defineCostMetrics(cfg *config.Limit) costMetrics {
+	p := metricPrefixLimit + cfg.Name + "."
+	var m costMetrics
+	if cfg.CostHeader != nil {
+		m.invalid = proxywasm.DefineCounterMetric(p + "invalid_cost")
+	}
+	if cfg.CostFromResponse != nil {
+		m.responseCost = proxywasm.DefineCounterMetric(p + "response_cost")
+		m.invalidResponse = proxywasm.DefineCounterMetric(p + "invalid_response_cost")
+	}
+	return m
+}
+
+// requestCost is what limit l takes from this request at admission. ok is
+// false for an unusable cost header; the request has then been answered
+// with 400, unless l is a shadow limit, which only counts and skips it.
+func (h *httpContext) requestCost(l *limitRuntime) (cost int64, ok bool) {
+	ch := l.cfg.CostHeader
+	if ch == nil {
+		return l.cfg.Cost, true
+	}
+	v, present := h.info.header(ch.Header)
+	if !present || trimOWS(v) == "" {
+		return ch.Default, true
+	}
+	n, fault := parseCost(v, 1, ch.Max)
+	if fault == costOK {
+		return n, true
+	}
+	if !h.delayed { // a held request was counted on its first evaluation
+		l.metrics.cost.invalid.Increment(1)
+		logCostFault("invalid_cost", l, ch.Header, fault)
+	}
+	if !l.cfg.Shadow {
+		p := h.plugin
+		ct, body := invalidCostBody(p.cfg.Response.Body, l.cfg.Name, ch)
+		h.sendLocal(invalidCostStatus, nil, ct, body)
+	}
+	return 0, false
+}
+
+// invalidCostStatus answers a cost header the filter cannot use: the
+// request is malformed, not over a limit.
+const invalidCostStatus = 400
+
+// invalidCostBody states the rule rather than echoing the client's value,
+// which may be anything.
+func invalidCostBody(format config.Body, limitName string, ch *config.CostHeader) (contentType string, body []byte) {
+	msg := make([]byte, 0, 96)
+	msg = append(msg, ch.Header...)
+	msg = append(msg, " must be a whole number from 1 to "...)
+	msg = strconv.AppendInt(msg, ch.Max, 10)
+	msg = append(msg, ", sent once"...)
+	var b []byte
+	switch format {
+	case config.BodyNone:
+		return "", nil
+	case config.BodyProblemJSON:
+		b = append(b, `{"type":"about:blank","title":"Invalid request cost","status":`...)
+		b = strconv.AppendInt(b, invalidCostStatus, 10)
+		b = append(b, `,"detail":`...)
+		b = appendJSONString(b, string(msg))
+		b = append(b, `,"limit":`...)
+		b = appendJSONString(b, limitName)
+		contentType = contentTypeProblemJSON
+	default:
+		b = append(b, `{"error":"invalid_cost","message":`...)
+		b = appendJSONString(b, string(msg))
+		b = append(b, `,"limit":`...)
+		b = appendJSONString(b, limitName)
+		contentType = contentTypeJSON
+	}
+	return contentType, append(b, '}')
+}
+
+// logCostFault writes one JSON line naming the limit, the header and why
+// its value was refused, never the value itself.
+func logCostFault(event string, l *limitRuntime, header string, fault costFault) {
+	b := make([]byte, 0, 128)
+	b = append(b, `{"sluice":`...)
+	b = appendJSONString(b, event)
+	b = append(b, `,"limit":`...)
+	b = appendJSONString(b, l.cfg.Name)
+	b = append(b, `,"header":`...)
+	b = appendJSONString(b, header)
+	b = append(b, `,"reason":`...)
+	b = appendJSONString(b, fault.String())
+	proxywasm.LogInfo(string(append(b, '}')))
+}
+
+// pendingCharge is a cost_from_response limit that admitted the request
+// and is owed the response's cost.
+type pendingCharge struct {
+	l             *limitRuntime
+	table         *limiter.Table
+	rate          config.Rate
+	overrideValue string
+	// key is copied: the evaluation's key arena is reused.
+	key     string
+	dropped bool
+}
+
+// noteCharge remembers that limit l is to be charged from the response;
+// key is l's key in this evaluation's arena.
+func (h *httpContext) noteCharge(l *limitRuntime, t *limiter.Table, rate config.Rate, overrideValue string, key []byte) {
+	h.charges = append(h.charges, pendingCharge{l: l, table: t, rate: rate, overrideValue: overrideValue, key: string(key)})
+}
+
+// dropCharge forgets the charge of a shadow limit that would have refused
+// the request: had it been enforcing, there would be no response to pay.
+func (h *httpContext) dropCharge(l *limitRuntime) {
+	for i := range h.charges {
+		if h.charges[i].l == l {
+			h.charges[i].dropped = true
+		}
+	}
+}
+
+// chargeResponse charges every pending limit the cost the response
+// reports, less the unit each took at admission.
+func (h *httpContext) chargeResponse() {
+	p := h.plugin
+	now := p.vm.now()
+	headers := responseHeaders()
+	for i := range h.charges {
+		c := &h.charges[i]
+		if c.dropped {
+			continue
+		}
+		l := c.l
+		rc := l.cfg.CostFromResponse
+		total := rc.Default
+		if v, present := combinedHeader(headers, rc.Header); present && trimOWS(v) != "" {
+			n, fault := parseCost(v, 0, math.MaxInt64)
+			if fault == costOK {
+				total = n
+			} else {
+				l.metrics.cost.invalidResponse.Increment(1)
+				logCostFault("invalid_response_cost", l, rc.Header, fault)
+			}
+		}
+		if total > 0 {
+			// Envoy refuses a zero increment, and the SDK panics on it.
+			l.metrics.cost.responseCost.Increment(uint64(total))
+		}
+		if total <= 1 {
+			continue // the unit taken at admission covers it
+		}
+		if l.remote != nil {
+			h.chargeRemote(c, total-1, now)
+			continue
+		}
+		res, err := c.table.Charge(c.key, now.UnixNano(), total-1)
+		if err != nil {
+			proxywasm.LogWarnf("sluice: limiter store: %v", err)
+		}
+		l.exportEvictions()
+		if res.Allowed && !l.cfg.Shadow && h.hasQuota && (h.quota.name == l.cfg.Name || res.Remaining < h.quota.remaining) {
+			// The rate-limit headers of this response then report what is
+			// left after it, not before; reset times count from h.start.
+			q := quotaOf(l, res)
+			q.resetAfter += now.Sub(h.start)
+			h.quota = q
+		}
+	}
+	h.charges = h.charges[:0]
+}
+
+// combinedHeader is requestInfo.header over a response header map.
+func combinedHeader(headers [][2]string, name string) (value string, ok bool) {
+	n := 0
+	for _, kv := range headers {
+		if kv[0] != name {
+			continue
+		}
+		if n == 0 {
+			value = kv[1]
+		} else {
+			value = value + "," + kv[1]
+		}
+		n++
+	}
+	return value, n > 0
+}
+
+// chargeRemote sends a global or hybrid limit's charge to Redis, in the
+// background from the tick. A key the charge leaves without a unit goes
+// into the negative cache until one is back, so neither mode asks Redis
+// meanwhile (hybrid still serves tokens this Envoy already leased). A
+// charge Redis cannot take is charged to the local fallback table under
+// failure_policy local and otherwise lost, counted in the backend's error
+// metrics.
+func (h *httpContext) chargeRemote(c *pendingCharge, n int64, now time.Time) {
+	b := h.plugin.backend
+	l := c.l
+	rr := remoteReq{l: l, key: c.key, overrideValue: c.overrideValue, rkey: redisKey(l.cfg.Name, c.key),
+		lim: limiterLimit(l.cfg.Algorithm, c.rate), cost: n}
+	rr.fp = limiter.Hash(0, rr.rkey)
+	rr.slot = l.remote.slotPrefix + strconv.FormatUint(rr.fp%remoteSlots, 10)
+	cmd, err := backend.Charge(rr.lim, rr.rkey, n)
+	if err != nil {
+		proxywasm.LogWarnf("sluice: limit %s: charge: %v", l.cfg.Name, err)
+		return
+	}
+	b.enqueue(b.newCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
+		if err == nil {
+			if wait := backend.ChargeRetryAfter(rr.lim, r); wait > 0 && !l.cfg.Shadow {
+				b.setDenied(&rr, at.UnixNano()+int64(wait))
+			}
+			return
+		}
+		if l.remote.policy != config.FailLocal {
+			return
+		}
+		t, ferr := l.fallbackTable(b.store, rr.overrideValue)
+		if ferr == nil {
+			_, ferr = t.Charge(rr.key, at.UnixNano(), n)
+		}
+		if ferr != nil {
+			proxywasm.LogWarnf("sluice: limit %s fallback: %v", l.cfg.Name, ferr)
+		}
+	}))
+}
