@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -40,6 +41,8 @@ import (
 //	SLUICE_BENCH_FAILURE_POLICY           Sluice's failure_policy (local)
 //	SLUICE_BENCH_BACKEND_TIMEOUT          Sluice's backend timeout, retries 1 (250ms)
 //	SLUICE_BENCH_DIST_RUNS                rounds of all modes (1); the table gives medians and ranges
+//	SLUICE_BENCH_DIST_LIMIT               the per-key limit per second (benchLimit); twice it is offered
+//	SLUICE_BENCH_DIST_MODES               comma-separated subset of strict,hybrid,ratelimit (all)
 //	SLUICE_RATELIMIT_BIN                  a prebuilt ratelimit service_cmd (skips go install)
 //	SLUICE_RATELIMIT_VERSION              module version to go install (ratelimitVersion)
 func TestBenchDistributed(t *testing.T) {
@@ -72,17 +75,41 @@ func TestBenchDistributed(t *testing.T) {
 	if d, err := time.ParseDuration(timeout); err != nil || d <= 0 {
 		t.Fatalf("SLUICE_BENCH_BACKEND_TIMEOUT=%q: want a positive duration", timeout)
 	}
+	limit := benchLimit
+	if s := os.Getenv("SLUICE_BENCH_DIST_LIMIT"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("SLUICE_BENCH_DIST_LIMIT=%q: want a positive integer", s)
+		}
+		limit = n
+	}
+	modes := map[string]bool{"strict": true, "hybrid": true, "ratelimit": true}
+	if s := os.Getenv("SLUICE_BENCH_DIST_MODES"); s != "" {
+		modes = map[string]bool{}
+		for _, m := range strings.Split(s, ",") {
+			switch m {
+			case "strict", "hybrid", "ratelimit":
+				modes[m] = true
+			default:
+				t.Fatalf("SLUICE_BENCH_DIST_MODES=%q: %q is not strict, hybrid or ratelimit", s, m)
+			}
+		}
+	}
 	plan := benchPlan{
-		limit:          benchLimit,
-		offered:        2 * benchLimit,
+		limit:          limit,
+		offered:        2 * limit,
 		duration:       dur,
 		killAt:         dur * 2 / 3,
 		policy:         policy,
 		backendTimeout: timeout,
 	}
 	// Installing the peer first keeps its compile off the measured runs.
-	rlBin, rlErr := ratelimitBinary(t)
-	if rlErr != nil {
+	var rlBin string
+	rlErr := errPeerLeftOut
+	if modes["ratelimit"] {
+		rlBin, rlErr = ratelimitBinary(t)
+	}
+	if rlErr != nil && modes["ratelimit"] {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("envoyproxy/ratelimit could not be installed: %v", rlErr)
 		}
@@ -103,6 +130,9 @@ func TestBenchDistributed(t *testing.T) {
 	var results []*modeResult
 	for round := range rounds {
 		for _, mode := range []string{"strict", "hybrid"} {
+			if !modes[mode] {
+				continue
+			}
 			t.Run(fmt.Sprintf("%s/%d", mode, round), func(t *testing.T) {
 				results = append(results, runSluiceMode(t, plan, mode))
 			})
@@ -127,6 +157,10 @@ func TestBenchDistributed(t *testing.T) {
 	writeFile(t, seriesPath, js)
 	t.Logf("\n%s\nwrote %s and %s", md, mdPath, seriesPath)
 }
+
+// errPeerLeftOut stands for the peer's result when SLUICE_BENCH_DIST_MODES
+// leaves it out.
+var errPeerLeftOut = errors.New("left out by SLUICE_BENCH_DIST_MODES")
 
 // benchLimit is the per-key limit in every mode: 200 per second, with a
 // bucket of 200 for Sluice; the peer only has fixed windows, so it gets
@@ -696,8 +730,10 @@ func benchMarkdown(plan benchPlan, results []*modeResult, rlErr error) string {
 			fmt.Fprintf(&b, "  - %s\n", n)
 		}
 	}
-	b.WriteString("\nNotes: decisions/s is the rate served at this offered load, not a saturation figure. Ideal is capacity + limit × elapsed; for ratelimit, which only has fixed windows (200 per wall-clock second), the same figure bounds what it can admit. Redis calls are the commands the client sends: for Sluice the script calls (EVALSHA; EVAL or SCRIPT LOAD after NOSCRIPT), each one round trip; for ratelimit INCRBY and EXPIRE, which it sends per descriptor in one pipeline (two calls, one round trip per decision), plus its pool's PINGs. Commands run inside Sluice's scripts (TIME, HMGET, HSET, PTTL, PEXPIRE) are listed but are not calls.\n")
-	if rlErr != nil {
+	fmt.Fprintf(&b, "\nNotes: decisions/s is the rate served at this offered load, not a saturation figure. Ideal is capacity + limit × elapsed; for ratelimit, which only has fixed windows (%d per wall-clock second), the same figure bounds what it can admit. Redis calls are the commands the client sends: for Sluice the script calls (EVALSHA; EVAL or SCRIPT LOAD after NOSCRIPT), each one round trip; for ratelimit INCRBY and EXPIRE, which it sends per descriptor in one pipeline (two calls, one round trip per decision), plus its pool's PINGs. Commands run inside Sluice's scripts (TIME, HMGET, HSET, PTTL, PEXPIRE) are listed but are not calls.\n", plan.limit)
+	if errors.Is(rlErr, errPeerLeftOut) {
+		fmt.Fprintf(&b, "\nenvoyproxy/ratelimit was %s.\n", rlErr)
+	} else if rlErr != nil {
 		fmt.Fprintf(&b, "\nenvoyproxy/ratelimit could not be installed: `%s`\n", strings.ReplaceAll(rlErr.Error(), "\n", " "))
 	}
 	return b.String()

@@ -87,6 +87,10 @@ func TestDistributedHybridBounds(t *testing.T) {
 		if float64(decisions) < 1.5*bound {
 			t.Fatalf("only %d decisions: the client did not offer 2× the limit", decisions)
 		}
+		// Issue #5's target for hybrid mode.
+		if perK > 10 {
+			t.Fatalf("%.1f Redis calls per 1000 decisions, want at most 10", perK)
+		}
 	})
 }
 

@@ -83,10 +83,24 @@ func TestHybridChargesRedisAndStopsLeasing(t *testing.T) {
 	if got := fake.calls["token_bucket_charge"]; got != 1 {
 		t.Fatalf("%d charge calls, want 1", got)
 	}
-	// Redis is a bucket in debt and the first lease (one token) is spent:
-	// requests are refused locally, without asking Redis, until the debt
-	// is repaid.
+	// Redis is a bucket in debt. What is left of the lease this Envoy
+	// already holds is still served (at most one lease, less than a
+	// bucket); after that requests are refused locally, without asking
+	// Redis, until the debt is repaid.
 	leases := fake.calls["token_bucket_lease"]
+	served := 0
+	for {
+		o := d.do("alice")
+		if o.status == 429 {
+			break
+		}
+		if o.status != 200 || o.calls != 0 {
+			t.Fatalf("serving the held lease: status %d after %d calls", o.status, o.calls)
+		}
+		if served++; served >= 10 {
+			t.Fatalf("served %d in debt: more than one lease can hold", served)
+		}
+	}
 	for i := range 20 {
 		if o := d.do("alice"); o.status != 429 || o.calls != 0 {
 			t.Fatalf("request %d in debt: status %d after %d calls", i, o.status, o.calls)

@@ -11,6 +11,9 @@ package filter
 //     local denial rejects before any Redis call, and nothing is consumed;
 //   - a key in the negative cache (known over its global limit until its
 //     retry time) rejects before any call, and nothing is consumed;
+//   - hybrid limits are decided before any global call is made: their
+//     decisions come from shared data, so a hybrid denial stops the
+//     request without a call;
 //   - hybrid tokens taken from a lease are returned to the lease when the
 //     request is then denied by any other limit;
 //   - global decisions cannot be undone: when one global limit admits and
@@ -284,7 +287,11 @@ func (b *backendRuntime) onReply(c *remoteCall, seq uint32, status int, body []b
 		b.send(c, now)
 		return
 	}
-	reply, err := backend.ParseReply(proto, status, body)
+	parse := backend.ParseReply
+	if c.lease {
+		parse = backend.ParseLeaseReply
+	}
+	reply, err := parse(proto, status, body)
 	if backend.KindOf(err) == backend.KindNoScript && c.reloads < 2 {
 		// Redis restarted or was flushed: it is healthy, only the script
 		// cache is empty.
@@ -392,7 +399,7 @@ func newRemoteLimit(cfg *config.Limit, index int) (*remoteLimit, error) {
 		lim := limiterLimit(cfg.Algorithm, r)
 		var err error
 		if cfg.Mode == config.ModeHybrid {
-			_, err = backend.Lease(lim, "k", 1)
+			_, err = backend.Lease(lim, "k", 1, leaseAhead)
 		} else {
 			_, err = backend.Decide(lim, "k", 1)
 		}
@@ -546,6 +553,9 @@ func (h *httpContext) startRemote(now time.Time) verdict {
 	}
 	for i := range h.remote {
 		rr := &h.remote[i]
+		if rr.l.remote.mode == config.ModeHybrid {
+			continue // tryLease checks its negative cache, counting the demand
+		}
 		rec, _ := b.loadSlot(rr)
 		if rec.deniedUntil > ns {
 			b.metrics.negativeHits.Increment(1)
@@ -554,15 +564,21 @@ func (h *httpContext) startRemote(now time.Time) verdict {
 	}
 	h.starting = true
 	h.pending = len(h.remote)
-	for i := range h.remote {
-		rr := &h.remote[i]
-		if rr.l.remote.mode == config.ModeHybrid {
-			h.tryLease(i, now, true)
-		} else {
-			h.startGlobal(i, now)
-		}
-		if rr.state == remoteDenied {
-			break // no need to ask the others
+	// Hybrid limits first: they decide from shared data, so one denying
+	// stops the request before any global call is made.
+	denied := false
+	for _, hybrid := range [2]bool{true, false} {
+		for i := range h.remote {
+			rr := &h.remote[i]
+			if denied || (rr.l.remote.mode == config.ModeHybrid) != hybrid {
+				continue
+			}
+			if hybrid {
+				h.tryLease(i, now, true)
+			} else {
+				h.startGlobal(i, now)
+			}
+			denied = rr.state == remoteDenied // no need to ask the others
 		}
 	}
 	h.starting = false

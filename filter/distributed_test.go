@@ -126,21 +126,17 @@ func (f *fakeRedis) answer(t testing.TB, c proxytest.HttpCalloutAttribute, now t
 		return 200, f.envelope("EVALSHA", fmt.Sprintf("[%d,%d,0,%d,%d,%d]", granted, res.Remaining, ceilMS(res.ResetAfter), res.Reason, us))
 	}
 	if s == backend.LeaseScript {
-		for g := n; g >= 1; g-- {
-			next, res := f.lim.Decide(st, ns, g)
-			if res.Allowed {
-				if debugLeases {
-					fmt.Printf("lease t=%v want=%d grant=%d\n", now.Sub(filtertest.Epoch), n, g)
-				}
-				f.state[key] = next
-				return 200, f.envelope("EVALSHA", fmt.Sprintf("[%d,%d,0,%d,0,%d]", g, res.Remaining, res.ResetAfter.Milliseconds(), us))
-			}
-		}
-		_, res := f.lim.Decide(st, ns, 1)
+		aheadUS, _ := strconv.ParseInt(args[8], 10, 64)
+		next, res := f.lim.Lease(st, ns, n, time.Duration(aheadUS)*time.Microsecond)
 		if debugLeases {
-			fmt.Printf("lease t=%v want=%d grant=0\n", now.Sub(filtertest.Epoch), n)
+			fmt.Printf("lease t=%v want=%d ahead=%dus: %+v\n", now.Sub(filtertest.Epoch), n, aheadUS, res)
 		}
-		return 200, f.envelope("EVALSHA", fmt.Sprintf("[0,0,%d,%d,1,%d]", ceilMS(res.RetryAfter), ceilMS(res.ResetAfter), us))
+		f.state[key] = next
+		wait := res.RetryAfter
+		if res.Granted > 0 {
+			wait = res.ReadyAfter
+		}
+		return 200, f.envelope("EVALSHA", fmt.Sprintf("[%d,%d,%d,%d,%d,%d]", res.Granted, res.Remaining, ceilMS(wait), ceilMS(res.ResetAfter), res.Reason, us))
 	}
 	next, res := f.lim.Decide(st, ns, n)
 	if res.Allowed {
@@ -480,6 +476,21 @@ func TestSilentBackendIsBoundedByBudget(t *testing.T) {
 	}
 }
 
+// TestHybridSilentBackendIsBoundedByBudget: a request waiting for its own
+// lease call to a backend that never answers is released within the
+// budget, like a global decision.
+func TestHybridSilentBackendIsBoundedByBudget(t *testing.T) {
+	d := newDistHarness(t, distConfig("hybrid", "deny", "webdis", ""), nil)
+	d.silent = true
+	o := d.do("alice")
+	if o.status != 503 || o.calls != 2 {
+		t.Fatalf("status %d after %d calls, want the deny policy's 503 after a retry", o.status, o.calls)
+	}
+	if budget := 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond; o.waited > budget {
+		t.Fatalf("held %v, budget %v", o.waited, budget)
+	}
+}
+
 func TestMixedLocalAndGlobalConsumeFromNone(t *testing.T) {
 	local := `{"name":"local","key":["header:x-key"],"requests_per_second":3}`
 	fake := newFakeRedis(tenPerSecond, backend.Webdis)
@@ -524,6 +535,11 @@ func TestHybridServesFromLeases(t *testing.T) {
 				ok++
 			}
 			total++
+		}
+		// Reserved tokens are never spent early: at every instant the
+		// lease admitted no more than the bucket could have.
+		if bound := 200 + 200*d.now.Sub(start).Seconds(); float64(ok) > bound {
+			t.Fatalf("admitted %d after %v, more than the bucket's %.0f", ok, d.now.Sub(start), bound)
 		}
 		d.now = d.now.Add(5 * time.Millisecond)
 		d.host.Tick()
@@ -684,5 +700,26 @@ func TestHybridLeaseExpiresUnused(t *testing.T) {
 	}
 	if got := d.counter("sluice.backend.lease_expired_tokens"); got != 4 {
 		t.Fatalf("lease_expired_tokens = %d, want the 4 unused tokens", got)
+	}
+}
+
+// TestHybridWaitsForEveryLimitsLease: a request under two hybrid limits,
+// one served from its lease and one waiting for a lease call, is resumed
+// when that call answers.
+func TestHybridWaitsForEveryLimitsLease(t *testing.T) {
+	fake := newFakeRedis(limiter.Limit{Algorithm: limiter.TokenBucket, Rate: 100, Period: time.Second}, backend.Webdis)
+	all := `{"name":"all","key":[],"requests_per_second":100,"mode":"hybrid","failure_policy":"deny"}`
+	cfg := strings.Replace(distConfig("hybrid", "deny", "webdis", all), `"requests_per_second":10`, `"requests_per_second":100`, 1)
+	d := newDistHarness(t, cfg, fake)
+	if o := d.do("alice"); o.status != 200 || o.calls != 2 {
+		t.Fatalf("first request: status %d after %d calls, want 200 after a lease per limit", o.status, o.calls)
+	}
+	// bob has no lease under "api" yet; "all" serves him from its lease.
+	o := d.do("bob")
+	if o.status != 200 || o.calls != 1 {
+		t.Fatalf("bob: status %d after %d calls, want 200 after one lease call", o.status, o.calls)
+	}
+	if budget := 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond; o.waited > budget {
+		t.Fatalf("bob held %v, beyond the budget %v", o.waited, budget)
 	}
 }

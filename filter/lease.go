@@ -11,30 +11,47 @@ package filter
 //   - Lease calls are sent from the tick, in the root context: the SDK
 //     drops the reply of a call made from a stream that has ended, and a
 //     lease reply must never be dropped (Redis has already granted it).
-//   - Renewal starts when the lease falls below half of its last size, so
-//     steady traffic rarely waits.
-//   - Size: the demand seen since the previous call, scaled to leaseHorizon,
-//     between the request cost and the bucket capacity. At steady state a
-//     key therefore costs about one call per leaseHorizon/2 per Envoy.
-//   - When Redis grants less than asked, the bucket is empty: the next call
-//     waits exhaustedInterval (capacity / (2 × rate), between 100ms and
-//     300ms), and requests finding no tokens meanwhile are rejected locally
-//     (negative cache). Tokens refilling in Redis meanwhile stay there for
-//     the next lease: the wait lets at most half the capacity refill, so
-//     nothing is lost to the bucket's cap. Overloaded keys thus cost one
-//     call per wait per Envoy, however high the offered load.
-//   - Leased tokens expire leaseTTL after the grant and are not returned:
-//     each expiry can under-admit by what was left of one lease, at most
-//     the lease size (≤ capacity, normally ≈ rate × leaseHorizon / Envoys).
+//   - A lease may reserve up to leaseAhead of refill beyond the empty
+//     bucket (limiter.Limit.Lease). Its tokens become spendable one refill
+//     interval apart, the last at the time Redis reports, and none is
+//     spent earlier: leases never admit more than the bucket itself.
+//   - Below its limit (the whole lease granted and spendable at once) a
+//     key's lease is the demand seen since the previous call (admitted or
+//     not) scaled to leaseHorizon, between the request cost and the
+//     capacity, renewed in the background when half of it is left: about
+//     one call per leaseHorizon per Envoy, and requests rarely wait.
+//   - Over its limit (less granted than asked, or some of it reserved) the
+//     refill is shared by every Envoy asking for it. Each Envoy then calls
+//     when one batch will have accrued to it (saturatedInterval), judging
+//     its share by what its last call got for the time since its previous
+//     one: all Envoys together make about rate/batch calls per second,
+//     whatever their number or the offered load. The batch is as large as
+//     the lag it causes allows (saturatedBatch): tokens become spendable at
+//     the key's whole rate but an Envoy spends them at its own demand, and
+//     what it holds spendable but unspent is admitted later than a single
+//     bucket would. Meanwhile requests without a spendable token are
+//     rejected locally (negative cache). No Envoy waits longer than
+//     capacity/rate + leaseAhead between calls, so refill accruing in
+//     Redis is never capped by the bucket while an Envoy has traffic.
+//   - Leased tokens expire leaseTTL after the last of them became
+//     spendable and are not returned. An Envoy holds at most one and a
+//     half leases of a key (renewal starts below half of one), so when its
+//     traffic for the key stops it loses at most that: 1.5 × the lease
+//     size, itself at most the capacity.
 //   - Over-admission: every admitted request spends a token Redis granted,
-//     and Redis grants what one bucket admits, so over any period starting
-//     at the bucket's creation the Envoys together admit at most capacity +
-//     rate × elapsed. Over an arbitrary window [a, b] the tokens leased
-//     before a and used after it add at most one lease per Envoy.
+//     no earlier than a decision of the bucket would have allowed it, so
+//     over any period starting at the bucket's creation the Envoys
+//     together admit at most capacity + rate × elapsed. Over an arbitrary
+//     window [a, b] the tokens that became spendable before a and are
+//     spent after it add at most what each Envoy held at a.
+//   - A request waiting for a lease call, its own or one another worker
+//     started, gives up within its own budget (callBudget): the failure
+//     policy then applies.
 
 import (
 	"encoding/binary"
 	"errors"
+	"math/bits"
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
@@ -45,10 +62,24 @@ import (
 )
 
 const (
-	leaseHorizon  = 250 * time.Millisecond
+	leaseHorizon = 500 * time.Millisecond
+	// leaseInterval is the shortest wait between lease calls of an
+	// overloaded key.
 	leaseInterval = 100 * time.Millisecond
-	maxInterval   = 300 * time.Millisecond
-	leaseTTL      = time.Second
+	// batchTime bounds one lease call's batch for an overloaded key: at
+	// most this much of the key's refill.
+	batchTime = 750 * time.Millisecond
+	// lagBudget bounds the leased tokens an Envoy holds spendable but not
+	// yet spent while the key is over its limit, as this much of its
+	// share of the refill (see saturatedInterval).
+	lagBudget = 150 * time.Millisecond
+	// leaseAhead is how far beyond the empty bucket a lease may reserve.
+	leaseAhead = time.Second
+	// maxSaturatedInterval bounds an Envoy's wait between calls for an
+	// overloaded key, and so how long it takes to notice the key is no
+	// longer over its limit.
+	maxSaturatedInterval = 2 * time.Second
+	leaseTTL             = time.Second
 	// failureHold stops new lease calls for a key right after one failed,
 	// so an outage costs at most one call per key per Envoy per hold.
 	failureHold  = 100 * time.Millisecond
@@ -57,8 +88,12 @@ const (
 
 // slotRecord is the shared-data state of one remote key in this Envoy.
 type slotRecord struct {
-	fp          uint64
-	tokens      int64
+	fp uint64
+	// tokens are the leased tokens not spent yet, including reserved ones
+	// that are not spendable yet (see pendingTokens).
+	tokens int64
+	// ready is when the last of them becomes spendable (ns).
+	ready       int64
 	expires     int64 // ns; tokens are void after it
 	inflight    int64 // ns the current lease call started; 0 when none
 	lastCall    int64 // ns the last lease call started
@@ -67,14 +102,24 @@ type slotRecord struct {
 	want        int64 // size of the last lease asked for
 	deniedUntil int64 // ns; the negative cache
 	failedAt    int64 // ns the last lease call failed
+	// interval is the wait between calls while the key is over its limit
+	// (ns); 0 when the last lease was granted in full and spendable now.
+	interval int64
+	// batch is the size a call should bring while the key is over its
+	// limit; a lease asks for little more, leaving the rest of the refill
+	// to the other Envoys.
+	batch int64
 }
 
-const slotRecordLen = 8 * 10
+const slotRecordFields = 13
+
+const slotRecordLen = 8 * slotRecordFields
 
 func (r *slotRecord) encode() []byte {
 	b := make([]byte, slotRecordLen)
-	vals := [...]uint64{r.fp, uint64(r.tokens), uint64(r.expires), uint64(r.inflight), uint64(r.lastCall),
-		uint64(r.nextCall), uint64(r.demand), uint64(r.want), uint64(r.deniedUntil), uint64(r.failedAt)}
+	vals := [slotRecordFields]uint64{r.fp, uint64(r.tokens), uint64(r.ready), uint64(r.expires), uint64(r.inflight),
+		uint64(r.lastCall), uint64(r.nextCall), uint64(r.demand), uint64(r.want), uint64(r.deniedUntil),
+		uint64(r.failedAt), uint64(r.interval), uint64(r.batch)}
 	for i, v := range vals {
 		binary.LittleEndian.PutUint64(b[i*8:], v)
 	}
@@ -87,16 +132,54 @@ func decodeSlot(b []byte) (slotRecord, bool) {
 	if len(b) != slotRecordLen {
 		return slotRecord{}, false
 	}
-	var v [10]int64
+	var v [slotRecordFields]int64
 	for i := range v {
 		v[i] = int64(binary.LittleEndian.Uint64(b[i*8:]))
 	}
-	r := slotRecord{fp: uint64(v[0]), tokens: v[1], expires: v[2], inflight: v[3], lastCall: v[4],
-		nextCall: v[5], demand: v[6], want: v[7], deniedUntil: v[8], failedAt: v[9]}
-	if r.tokens < 0 || r.demand < 0 || r.want < 0 {
+	r := slotRecord{fp: uint64(v[0]), tokens: v[1], ready: v[2], expires: v[3], inflight: v[4], lastCall: v[5],
+		nextCall: v[6], demand: v[7], want: v[8], deniedUntil: v[9], failedAt: v[10], interval: v[11], batch: v[12]}
+	if r.tokens < 0 || r.demand < 0 || r.want < 0 || r.interval < 0 || r.batch < 0 {
 		return slotRecord{}, false
 	}
 	return r, true
+}
+
+// pendingTokens is how many of r.tokens are not spendable at ns: reserved
+// tokens become spendable one refill interval (Period/Rate) apart, the
+// last at r.ready, so ⌈(ready − ns) × Rate/Period⌉ of them are still
+// pending. Rounding up and a ready time measured from the reply's arrival
+// make this never smaller than the truth.
+func pendingTokens(r *slotRecord, l limiter.Limit, ns int64) int64 {
+	if r.ready <= ns || r.tokens == 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(r.ready-ns), uint64(l.Rate))
+	if hi >= uint64(l.Period) {
+		return r.tokens
+	}
+	q, rem := bits.Div64(hi, lo, uint64(l.Period))
+	if rem != 0 {
+		q++
+	}
+	if q >= uint64(r.tokens) {
+		return r.tokens
+	}
+	return int64(q)
+}
+
+// spendableAt is the first instant at which n of r.tokens (n ≤ tokens)
+// are spendable: pending ≤ tokens − n once ready − t ≤ (tokens − n) ×
+// Period/Rate, taken rounded down.
+func spendableAt(r *slotRecord, l limiter.Limit, n int64) int64 {
+	hi, lo := bits.Mul64(uint64(r.tokens-n), uint64(l.Period))
+	if hi >= uint64(l.Rate) {
+		return r.ready
+	}
+	q, _ := bits.Div64(hi, lo, uint64(l.Rate))
+	if q > uint64(r.ready) {
+		return 0
+	}
+	return r.ready - int64(q)
 }
 
 // loadSlot returns the key's record (zero with its fingerprint when the
@@ -176,74 +259,101 @@ func (h *httpContext) tryLease(i int, now time.Time, first bool) {
 		rr.waitSince = ns
 	}
 	var out leaseOutcome
-	var rec slotRecord
-	var sendWant, expired int64
+	var cl leaseClaim
+	var expired, left, until int64
 	ok := b.updateSlot(rr, func(r *slotRecord) bool {
-		sendWant, expired = 0, 0
+		cl, expired = leaseClaim{}, 0
 		if first {
 			r.demand += rr.cost
 		}
-		if r.expires <= ns {
+		if r.expires <= ns && r.tokens > 0 {
 			expired, r.tokens = r.tokens, 0
 		}
 		if r.inflight != 0 && ns-r.inflight > int64(b.budget+leaseInterval) {
 			r.inflight = 0 // its reply was lost
 		}
+		canCall := r.inflight == 0 && ns >= r.nextCall && (r.failedAt == 0 || ns-r.failedAt >= int64(failureHold))
+		usable := r.tokens - pendingTokens(r, rr.lim, ns)
 		switch {
-		case r.tokens >= rr.cost:
+		case usable >= rr.cost:
 			r.tokens -= rr.cost
-			out = leaseTaken
-			if r.inflight == 0 && r.tokens*2 < r.want && ns >= r.nextCall && ns-r.failedAt >= int64(failureHold) {
-				sendWant = b.claimLease(r, rr, ns)
+			out, left = leaseTaken, usable-rr.cost
+			if canCall && r.tokens*2 < r.want {
+				cl = b.claimLease(r, rr, ns)
 			}
 		case r.deniedUntil > ns:
-			out = leaseDenied
+			out, until = leaseDenied, r.deniedUntil
+		case r.tokens >= rr.cost:
+			// Reserved tokens will cover it: until then the bucket would
+			// not admit it either. A new lease could only come later.
+			out, until = leaseDenied, spendableAt(r, rr.lim, rr.cost)
+			if canCall && r.tokens*2 < r.want {
+				cl = b.claimLease(r, rr, ns)
+			}
 		case r.failedAt >= rr.waitSince && r.failedAt != 0, r.failedAt != 0 && ns-r.failedAt < int64(failureHold) && r.inflight == 0:
 			out = leaseFailed
 		case r.inflight != 0:
 			out = leaseWait
 		case ns < r.nextCall:
-			out = leaseDenied
-			r.deniedUntil = r.nextCall
+			out, until = leaseDenied, r.nextCall
 		default:
 			out = leaseWait
-			sendWant = b.claimLease(r, rr, ns)
+			cl = b.claimLease(r, rr, ns)
 		}
-		rec = *r
 		return true
 	})
 	if !ok {
 		// Shared data is failing: treat it like the backend failing.
-		out, sendWant, expired = leaseFailed, 0, 0
+		out, cl, expired = leaseFailed, leaseClaim{}, 0
 	}
 	if expired > 0 {
 		b.metrics.leaseExpired.Increment(uint64(expired))
 	}
-	if sendWant > 0 {
-		b.startLease(rr, sendWant, now)
+	if cl.want > 0 {
+		b.startLease(rr, cl, now)
+	}
+	if out == leaseWait {
+		// The budget runs from when the request started waiting, whoever
+		// made the call it waits for; the tick that sees it next may be
+		// one delayTick later.
+		if ns-rr.waitSince+int64(delayTick) > int64(b.budget) {
+			out = leaseFailed
+		} else {
+			rr.state = remoteWaitLease
+			b.leaseWaiters[h.id] = h
+			p.ensureTick()
+			return
+		}
+	}
+	// Another remote limit of the request may still wait for its lease.
+	if !h.waitingForLease(i) {
+		delete(b.leaseWaiters, h.id)
 	}
 	switch out {
 	case leaseTaken:
 		rr.taken = rr.cost
-		delete(b.leaseWaiters, h.id)
-		h.resolveLease(i, now, limiter.Result{Allowed: true, Limit: rr.lim.Rate, Remaining: rec.tokens})
+		h.resolveLease(i, now, limiter.Result{Allowed: true, Limit: rr.lim.Rate, Remaining: left})
 	case leaseDenied:
-		delete(b.leaseWaiters, h.id)
 		b.metrics.negativeHits.Increment(1)
-		h.resolveLease(i, now, rr.cachedDenial(ns, rec.deniedUntil))
+		h.resolveLease(i, now, rr.cachedDenial(ns, until))
 	case leaseFailed:
-		delete(b.leaseWaiters, h.id)
-		h.resolve(i, now, backend.Reply{}, errLeaseFailed)
-	case leaseWait:
-		if ns-rr.waitSince > int64(b.budget+leaseInterval) {
-			delete(b.leaseWaiters, h.id)
-			h.resolve(i, now, backend.Reply{}, backend.Timeout())
-			return
+		var err error = errLeaseFailed
+		if ns-rr.waitSince+int64(delayTick) > int64(b.budget) {
+			err = backend.Timeout()
 		}
-		rr.state = remoteWaitLease
-		b.leaseWaiters[h.id] = h
-		p.ensureTick()
+		h.resolve(i, now, backend.Reply{}, err)
 	}
+}
+
+// waitingForLease reports whether a remote limit other than i still waits
+// for a lease.
+func (h *httpContext) waitingForLease(i int) bool {
+	for j := range h.remote {
+		if j != i && h.remote[j].state == remoteWaitLease {
+			return true
+		}
+	}
+	return false
 }
 
 var errLeaseFailed = errors.New("lease call failed")
@@ -266,32 +376,75 @@ func (h *httpContext) resolveLease(i int, now time.Time, res limiter.Result) {
 	h.resumeAfterRemote(now)
 }
 
-// exhaustedInterval is how long an Envoy waits before asking again for
-// tokens from a bucket it found empty: long enough to make the call worth
-// it, short enough that the refill meanwhile (at most half the capacity)
-// cannot overflow the bucket.
-func exhaustedInterval(l limiter.Limit) time.Duration {
-	half := float64(l.Capacity()) * float64(l.Period) / float64(l.Rate) / 2
-	d := time.Duration(half)
-	if half > float64(maxInterval) {
-		d = maxInterval
-	}
-	if d < leaseInterval {
-		d = leaseInterval
-	}
-	return d
+// maxInterval is the longest wait between lease calls for an overloaded
+// key: within maxSaturatedInterval, and short enough that an Envoy left
+// alone with the key calls before Redis's bucket is full again and its
+// refill starts being capped (capacity/rate + leaseAhead after a call).
+func maxInterval(l limiter.Limit) time.Duration {
+	refill := float64(l.Capacity())*float64(l.Period)/float64(l.Rate) + float64(leaseAhead)
+	return time.Duration(min(max(refill, float64(leaseInterval)), float64(maxSaturatedInterval)))
 }
 
-// claimLease marks a lease call in flight in r and returns its size.
-func (b *backendRuntime) claimLease(r *slotRecord, rr *remoteReq, ns int64) int64 {
+// saturatedBatch is what one lease call should bring an Envoy while the
+// key is over its limit, given the demand it saw over elapsed.
+//
+// Leased tokens become spendable at the key's whole rate r, one batch
+// after another, but this Envoy spends them at its own demand λ: when
+// λ < r a batch of g leaves up to g × (1 − λ/r) spendable and unspent,
+// g² (1 − λ/r) / (2λ) token-seconds per batch, admitted later than a
+// single bucket would (tokens still held when traffic stops are lost).
+// An Envoy with share s of the refill takes a batch every g/s, so it
+// holds s × g (1 − λ/r) / (2λ) on average; keeping that within s ×
+// lagBudget gives g ≤ 2 λ lagBudget / (1 − λ/r), whatever the number of
+// Envoys (their shares add up to r: together they hold r × lagBudget).
+// Bigger batches mean fewer calls, so the batch is that, within one
+// batchTime of the key's refill and the capacity.
+func saturatedBatch(l limiter.Limit, demand int64, elapsed time.Duration) float64 {
+	rate := float64(l.Rate) / float64(l.Period) // tokens per ns
+	batch := rate * float64(batchTime)
+	if demand > 0 && elapsed > 0 {
+		lambda := float64(demand) / float64(elapsed)
+		if rho := lambda / rate; rho < 1 {
+			batch = min(batch, 2*lambda*float64(lagBudget)/(1-rho))
+		}
+	}
+	return min(max(batch, 1), float64(l.Capacity()))
+}
+
+// saturatedInterval is how long an Envoy waits between lease calls while
+// the key is over its limit, so that each call brings about batch: its
+// last call got granted tokens for the elapsed time since its previous
+// one, so at that share of the refill a batch accrues to it every batch ×
+// elapsed / granted. N Envoys each wait about N batches' worth of the
+// refill: the key costs about rate / batch calls per second in total,
+// whatever the number of Envoys or the offered load. One call's grant
+// depends on when the other Envoys happened to call, so the interval
+// moves at most twofold per call, starting from batchTime.
+func saturatedInterval(l limiter.Limit, prev, elapsed time.Duration, granted int64, batch float64) time.Duration {
+	if prev <= 0 {
+		prev = batchTime
+	}
+	next := 2 * prev
+	if granted > 0 && elapsed > 0 {
+		next = time.Duration(batch * float64(elapsed) / float64(granted))
+	}
+	next = min(max(next, prev/2), 2*prev)
+	return min(max(next, leaseInterval), maxInterval(l))
+}
+
+// leaseClaim is one lease call this Envoy claimed: its size, the demand
+// seen since the previous call and when that one and this one started.
+type leaseClaim struct {
+	want, demand, prevCall, start int64
+}
+
+// claimLease marks a lease call in flight in r.
+func (b *backendRuntime) claimLease(r *slotRecord, rr *remoteReq, ns int64) leaseClaim {
 	capacity := rr.lim.Capacity()
 	want := capacity / 20
-	horizon := leaseHorizon
-	if r.nextCall != 0 {
-		// The bucket was empty last time: the lease must last until the
-		// next call is allowed.
-		horizon = 2 * exhaustedInterval(rr.lim)
-	}
+	// Over its limit the key gets no lease before the next call: the
+	// lease must cover the demand until then.
+	horizon := leaseHorizon + time.Duration(r.interval)
 	if r.lastCall != 0 {
 		elapsed := ns - r.lastCall
 		if elapsed < int64(time.Millisecond) {
@@ -301,35 +454,42 @@ func (b *backendRuntime) claimLease(r *slotRecord, rr *remoteReq, ns int64) int6
 		// float64 because demand × horizon can exceed int64 for huge costs.
 		want = int64(float64(r.demand)*float64(horizon)/float64(elapsed)) + 1
 	}
+	if r.interval > 0 && r.batch > 0 {
+		// A little over the batch: a call after a long gap leaves the
+		// rest of the refill to the next caller.
+		want = min(want, r.batch+r.batch/5+1)
+	}
 	if want < rr.cost {
 		want = rr.cost
 	}
 	if want > capacity {
 		want = capacity
 	}
+	c := leaseClaim{want: want, demand: r.demand, prevCall: r.lastCall, start: ns}
 	r.inflight = ns
 	r.lastCall = ns
 	r.demand = 0
 	r.want = want
-	return want
+	return c
 }
 
 // startLease queues the lease call for the tick.
-func (b *backendRuntime) startLease(rr *remoteReq, want int64, now time.Time) {
-	cmd, err := backend.Lease(rr.lim, rr.rkey, want)
+func (b *backendRuntime) startLease(rr *remoteReq, cl leaseClaim, now time.Time) {
+	cmd, err := backend.Lease(rr.lim, rr.rkey, cl.want, leaseAhead)
 	if err != nil {
-		b.leaseDone(*rr, want, now, backend.Reply{}, err)
+		b.leaseDone(*rr, cl, now, backend.Reply{}, err)
 		return
 	}
 	key := *rr // the request may be gone when the reply comes
 	c := b.newCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
-		b.leaseDone(key, want, at, r, err)
+		b.leaseDone(key, cl, at, r, err)
 	})
 	c.lease = true
 	b.enqueue(c)
 }
 
-func (b *backendRuntime) leaseDone(rr remoteReq, want int64, now time.Time, r backend.Reply, err error) {
+// leaseDone records a lease reply.
+func (b *backendRuntime) leaseDone(rr remoteReq, cl leaseClaim, now time.Time, r backend.Reply, err error) {
 	ns := now.UnixNano()
 	var expired int64
 	written := b.updateSlot(&rr, func(rec *slotRecord) bool {
@@ -339,23 +499,35 @@ func (b *backendRuntime) leaseDone(rr remoteReq, want int64, now time.Time, r ba
 			rec.failedAt = ns
 			return true
 		}
-		if rec.expires <= ns {
+		if rec.expires <= ns && rec.tokens > 0 {
 			expired, rec.tokens = rec.tokens, 0
 		}
-		rec.tokens += r.Granted
-		rec.expires = ns + int64(leaseTTL)
-		rec.nextCall = 0
-		if r.Granted < want {
-			interval := exhaustedInterval(rr.lim)
-			rec.nextCall = ns + int64(interval)
-			if r.Granted == 0 {
-				wait := r.RetryAfter
-				if wait < interval {
-					wait = interval
-				}
-				rec.deniedUntil = ns + int64(wait)
-				rec.nextCall = rec.deniedUntil
-			}
+		if r.Granted > 0 {
+			rec.tokens += r.Granted
+			// Measured from the reply's arrival, the ready time can only
+			// be late. Merged with reserved tokens still pending, the
+			// later one stands for both, which is also only late: the
+			// older tokens precede the new ones in the bucket.
+			rec.ready = max(rec.ready, ns+int64(r.RetryAfter))
+			rec.expires = max(rec.ready, ns) + int64(leaseTTL)
+		}
+		if r.Granted >= cl.want && r.RetryAfter == 0 {
+			rec.interval, rec.batch, rec.nextCall = 0, 0, 0
+			return true
+		}
+		// Less than asked, or some of it only reserved: the bucket is
+		// empty, the key over its limit.
+		var elapsed time.Duration
+		if cl.prevCall != 0 {
+			elapsed = time.Duration(cl.start - cl.prevCall)
+		}
+		batch := saturatedBatch(rr.lim, cl.demand, elapsed)
+		iv := saturatedInterval(rr.lim, time.Duration(rec.interval), elapsed, r.Granted, batch)
+		rec.interval, rec.batch = int64(iv), int64(batch)
+		rec.nextCall = max(cl.start+int64(iv), ns)
+		if r.Granted == 0 {
+			rec.nextCall = max(rec.nextCall, ns+int64(r.RetryAfter))
+			rec.deniedUntil = rec.nextCall
 		}
 		return true
 	})

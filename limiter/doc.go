@@ -72,6 +72,30 @@
 // charged. Table.Charge applies it with the CAS loop of AllowN; a charge
 // whose retries run out is lost and reported with ReasonContention.
 //
+// # token_bucket leases
+//
+// Limit.Lease(st, now, want, A) takes up to want units in one step, for a
+// holder that spends them later (the hybrid mode's lease). It may reserve
+// refill up to A (0 ≤ A ≤ MaxLeaseAhead) beyond an empty bucket:
+//
+//	k = min(want, ⌊(Σ + A − D)/τ⌋)   granted; 0 if D + τ > Σ + A
+//	on k ≥ 1:   TAT' = now + D + k·τ,  D' = D + k·τ
+//	Remaining = ⌊(Σ − D')/τ⌋ (0 if negative)
+//	ReadyAfter= ⌈D' − Σ⌉ ns (0 if not positive)
+//	RetryAfter= ⌈D + τ − Σ − A⌉ ns   (when k = 0)
+//	ResetAfter= ⌈D'⌉ ns
+//
+// Unit j of the grant (1 ≤ j ≤ k) may be spent from now + max(0, D + j·τ −
+// Σ), the first instant a single-unit Decide would allow it; the last one
+// ReadyAfter from now, and each earlier one τ before the next. Spending
+// every unit no earlier than that is the same as single-unit decisions at
+// those instants, which are in time order (the TAT never moves back), so
+// leases admit no more than the bucket over any window, however many
+// holders share it. With A = 0 a lease is the largest k that one Decide of
+// cost k would admit. want < 1 is ReasonInvalidCost; k = 0 is
+// ReasonLimited. A ≤ MaxLeaseAhead ≪ ClockStepTolerance keeps a reserved
+// debt from ever being reset as implausible.
+//
 // # fixed_window
 //
 // At most L units per window [k·P, (k+1)·P), aligned to the Unix epoch,

@@ -56,22 +56,22 @@ func TestDecideArgs(t *testing.T) {
 	}{
 		{"bucket 100/s burst 20 reduces by gcd",
 			limiter.Limit{Rate: 100, Period: time.Second, Burst: 20}, 1,
-			Command{Script: TokenBucketScript, Key: "k", Args: [5]int64{1, 10000, 120, 1}, NArgs: 4}, false},
+			Command{Script: TokenBucketScript, Key: "k", Args: [6]int64{1, 10000, 120, 1}, NArgs: 4}, false},
 		{"bucket prime rate keeps µs period",
 			limiter.Limit{Rate: 7, Period: time.Second}, 3,
-			Command{Script: TokenBucketScript, Key: "k", Args: [5]int64{7, 1000000, 7, 3}, NArgs: 4}, false},
+			Command{Script: TokenBucketScript, Key: "k", Args: [6]int64{7, 1000000, 7, 3}, NArgs: 4}, false},
 		{"bucket 10000 per day",
 			limiter.Limit{Rate: 10000, Period: 24 * time.Hour}, 1,
-			Command{Script: TokenBucketScript, Key: "k", Args: [5]int64{1, 8640000, 10000, 1}, NArgs: 4}, false},
+			Command{Script: TokenBucketScript, Key: "k", Args: [6]int64{1, 8640000, 10000, 1}, NArgs: 4}, false},
 		{"fixed window",
 			limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 10, Period: 250 * time.Millisecond}, 2,
-			Command{Script: FixedWindowScript, Key: "k", Args: [5]int64{10, 250000, 2}, NArgs: 3}, false},
+			Command{Script: FixedWindowScript, Key: "k", Args: [6]int64{10, 250000, 2}, NArgs: 3}, false},
 		{"sliding window",
 			limiter.Limit{Algorithm: limiter.SlidingWindow, Rate: 10, Period: time.Minute}, 1,
-			Command{Script: SlidingWindowScript, Key: "k", Args: [5]int64{10, 60000000, 1}, NArgs: 3}, false},
+			Command{Script: SlidingWindowScript, Key: "k", Args: [6]int64{10, 60000000, 1}, NArgs: 3}, false},
 		{"negative cost becomes the invalid cost 0",
 			limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 10, Period: time.Second}, -5,
-			Command{Script: FixedWindowScript, Key: "k", Args: [5]int64{10, 1000000, 0}, NArgs: 3}, false},
+			Command{Script: FixedWindowScript, Key: "k", Args: [6]int64{10, 1000000, 0}, NArgs: 3}, false},
 		{"sub-microsecond period", limiter.Limit{Rate: 10, Period: 1500 * time.Nanosecond}, 1, Command{}, true},
 		{"huge prime bucket", limiter.Limit{Rate: 4294967291, Period: 300 * 24 * time.Hour}, 1, Command{}, true},
 		{"huge sliding window", limiter.Limit{Algorithm: limiter.SlidingWindow, Rate: 1 << 30, Period: 300 * 24 * time.Hour}, 1, Command{}, true},
@@ -88,8 +88,24 @@ func TestDecideArgs(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Lease(limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 1, Period: time.Second}, "k", 5); err == nil {
+	if _, err := Lease(limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 1, Period: time.Second}, "k", 5, 0); err == nil {
 		t.Error("leasing a fixed window succeeded")
+	}
+	l := limiter.Limit{Rate: 100, Period: time.Second, Burst: 20}
+	for _, c := range []struct {
+		ahead time.Duration
+		us    int64
+	}{
+		{250 * time.Millisecond, 250000},
+		{1500 * time.Nanosecond, 1}, // truncated: reserving less is safe
+		{-time.Second, 0},
+		{time.Hour, int64(limiter.MaxLeaseAhead / time.Microsecond)},
+	} {
+		got, err := Lease(l, "k", 30, c.ahead)
+		want := Command{Script: LeaseScript, Key: "k", Args: [6]int64{1, 10000, 120, 30, c.us}, NArgs: 5}
+		if err != nil || got != want {
+			t.Errorf("Lease ahead %v: %+v %v, want %+v", c.ahead, got, err, want)
+		}
 	}
 }
 
@@ -97,7 +113,7 @@ func TestChargeArgs(t *testing.T) {
 	l := limiter.Limit{Rate: 100, Period: time.Second, Burst: 20}
 	for _, c := range []struct{ n, want int64 }{{5, 5}, {240, 240}, {241, 240}, {1 << 62, 240}, {-3, 0}} {
 		got, err := Charge(l, "k", c.n)
-		want := Command{Script: ChargeScript, Key: "k", Args: [5]int64{1, 10000, 120, c.want}, NArgs: 4}
+		want := Command{Script: ChargeScript, Key: "k", Args: [6]int64{1, 10000, 120, c.want}, NArgs: 4}
 		if err != nil || got != want {
 			t.Errorf("Charge(%d) = %+v, %v; want %+v", c.n, got, err, want)
 		}
@@ -140,7 +156,7 @@ func TestWithTimeAppendsMicros(t *testing.T) {
 
 func TestWebdisEncoding(t *testing.T) {
 	ep := Endpoint{Authority: "webdis", PathPrefix: "/redis", BasicAuth: "user:pass"}
-	c := Command{Script: TokenBucketScript, Key: "a/b+c%d e.json", Args: [5]int64{1, 2, 3, 4}, NArgs: 4}
+	c := Command{Script: TokenBucketScript, Key: "a/b+c%d e.json", Args: [6]int64{1, 2, 3, 4}, NArgs: 4}
 	req, err := ep.EvalSHA(c)
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +189,7 @@ func TestWebdisEncoding(t *testing.T) {
 
 func TestUpstashEncoding(t *testing.T) {
 	ep := Endpoint{Protocol: Upstash, Authority: "upstash", Token: "tok"}
-	c := Command{Script: LeaseScript, Key: "q\"\\\n\x01ü", Args: [5]int64{1, 2, 3, 40, 1700000000000000}, NArgs: 5}
+	c := Command{Script: LeaseScript, Key: "q\"\\\n\x01ü", Args: [6]int64{1, 2, 3, 40, 1700000000000000}, NArgs: 5}
 	req, err := ep.EvalSHA(c)
 	if err != nil {
 		t.Fatal(err)
@@ -265,6 +281,23 @@ func TestParse(t *testing.T) {
 				t.Fatal("empty error text")
 			}
 		})
+	}
+}
+
+// TestParseLeaseReply: a lease grant carries when its last token may be
+// spent in the retry field, which a decision's grant must never have.
+func TestParseLeaseReply(t *testing.T) {
+	body := []byte(`{"EVALSHA":[40,0,120,1500,0,9]}`)
+	got, err := ParseLeaseReply(Webdis, 200, body)
+	want := Reply{Granted: 40, RetryAfter: 120 * time.Millisecond, ResetAfter: 1500 * time.Millisecond, ServerMicros: 9}
+	if err != nil || got != want {
+		t.Fatalf("lease: %+v %v, want %+v", got, err, want)
+	}
+	if _, err := ParseReply(Webdis, 200, body); KindOf(err) != KindMalformed {
+		t.Fatalf("a decision granted with a retry time: %v, want malformed", err)
+	}
+	if _, err := ParseLeaseReply(Webdis, 200, []byte(`{"EVALSHA":[1,0,0,0,1,1]}`)); KindOf(err) != KindMalformed {
+		t.Fatalf("a lease granted but limited: %v, want malformed", err)
 	}
 }
 

@@ -22,7 +22,7 @@ var ErrOutOfRange = errors.New("backend: limit outside the exact range of the Re
 type Command struct {
 	Script *Script
 	Key    string
-	Args   [5]int64
+	Args   [6]int64
 	NArgs  int
 }
 
@@ -56,7 +56,7 @@ func Decide(l limiter.Limit, key string, cost int64) (Command, error) {
 		if err != nil {
 			return Command{}, err
 		}
-		return Command{Script: TokenBucketScript, Key: key, Args: [5]int64{r, p, l.Capacity(), clampCost(cost)}, NArgs: 4}, nil
+		return Command{Script: TokenBucketScript, Key: key, Args: [6]int64{r, p, l.Capacity(), clampCost(cost)}, NArgs: 4}, nil
 	case limiter.FixedWindow, limiter.SlidingWindow:
 		p, err := windowUnits(l)
 		if err != nil {
@@ -66,14 +66,18 @@ func Decide(l limiter.Limit, key string, cost int64) (Command, error) {
 		if l.Algorithm == limiter.SlidingWindow {
 			s = SlidingWindowScript
 		}
-		return Command{Script: s, Key: key, Args: [5]int64{l.Rate, p, clampCost(cost)}, NArgs: 3}, nil
+		return Command{Script: s, Key: key, Args: [6]int64{l.Rate, p, clampCost(cost)}, NArgs: 3}, nil
 	}
 	return Command{}, fmt.Errorf("backend: unsupported algorithm %v", l.Algorithm)
 }
 
 // Lease builds the command that takes up to want tokens at once from the
-// token bucket l on key (hybrid mode). Only token buckets can be leased.
-func Lease(l limiter.Limit, key string, want int64) (Command, error) {
+// token bucket l on key (hybrid mode), reserving up to ahead of future
+// refill beyond an empty bucket: limiter.Limit.Lease with Redis TIME as
+// the clock. ahead is clamped to [0, limiter.MaxLeaseAhead] and truncated
+// to the microsecond, which can only reserve less. Only token buckets can
+// be leased.
+func Lease(l limiter.Limit, key string, want int64, ahead time.Duration) (Command, error) {
 	if err := l.Validate(); err != nil {
 		return Command{}, err
 	}
@@ -84,7 +88,8 @@ func Lease(l limiter.Limit, key string, want int64) (Command, error) {
 	if err != nil {
 		return Command{}, err
 	}
-	return Command{Script: LeaseScript, Key: key, Args: [5]int64{r, p, l.Capacity(), clampCost(want)}, NArgs: 4}, nil
+	ahead = min(max(ahead, 0), limiter.MaxLeaseAhead)
+	return Command{Script: LeaseScript, Key: key, Args: [6]int64{r, p, l.Capacity(), clampCost(want), int64(ahead / time.Microsecond)}, NArgs: 5}, nil
 }
 
 // Charge builds the command that makes the same charge as l.Charge for n
@@ -105,7 +110,7 @@ func Charge(l limiter.Limit, key string, n int64) (Command, error) {
 	// Two capacities fill the most debt a charge can leave; a larger n
 	// charges the same and would only leave the scripts' exact range.
 	n = min(clampCost(n), 2*l.Capacity())
-	return Command{Script: ChargeScript, Key: key, Args: [5]int64{r, p, l.Capacity(), n}, NArgs: 4}, nil
+	return Command{Script: ChargeScript, Key: key, Args: [6]int64{r, p, l.Capacity(), n}, NArgs: 4}, nil
 }
 
 // ChargeRetryAfter is how long after a charge reply the key of token

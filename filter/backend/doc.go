@@ -12,7 +12,7 @@
 //
 //	cmd, err := backend.Decide(limit, key, cost)      // or backend.Lease, backend.Charge
 //	req, err := endpoint.EvalSHA(cmd)                  // send it
-//	reply, err := backend.ParseReply(endpoint.Protocol, status, body)
+//	reply, err := backend.ParseReply(endpoint.Protocol, status, body) // ParseLeaseReply for Lease
 //	if backend.KindOf(err) == backend.KindNoScript {
 //	        // send endpoint.LoadScript(cmd.Script), check it with
 //	        // ParseScriptLoad, then send EvalSHA again (or Eval once).
@@ -30,11 +30,14 @@
 // reach 2^53 (Lua numbers are float64), are refused with ErrOutOfRange;
 // every limit with round numbers up to billions per period fits.
 //
-// Lease takes min(want, available) tokens from a token bucket in one
-// atomic step, from the same state Decide uses: the total ever granted
-// by leases and decisions together is what one bucket admits, so leasing
-// cannot over-admit beyond the bucket's own capacity. Tokens a lease
-// holder never uses are not returned.
+// Lease is limiter.Limit.Lease in one atomic step, from the same state
+// Decide uses: it takes up to want tokens, reserving up to a given time of
+// future refill beyond an empty bucket, and says when the last granted
+// token may be spent (tokens become spendable one refill interval apart
+// up to then). A holder that spends each token no earlier than that
+// admits, with every other holder and decision, no more than one bucket,
+// so leasing cannot over-admit beyond the bucket's own capacity. Tokens a
+// lease holder never uses are not returned.
 //
 // Charge takes n units from a token bucket whether or not they are there,
 // as limiter.Limit.Charge does (a cost reported after the work was done):

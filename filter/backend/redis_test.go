@@ -85,6 +85,9 @@ func (r *remote) once(t testing.TB, c backend.Command) (backend.Reply, error) {
 	if err != nil {
 		return backend.Reply{}, err
 	}
+	if c.Script == backend.LeaseScript {
+		return backend.ParseLeaseReply(r.ep.Protocol, status, body)
+	}
 	return backend.ParseReply(r.ep.Protocol, status, body)
 }
 
@@ -293,18 +296,9 @@ func TestScriptsUseRedisTime(t *testing.T) {
 	}
 }
 
-// referenceLease is the obviously-correct lease: the largest k <= want
-// that limiter.Decide would admit as one cost-k decision.
-func referenceLease(l limiter.Limit, st limiter.State, now int64, want int64) (limiter.State, int64, limiter.Result) {
-	for k := min(want, l.Capacity()); k >= 1; k-- {
-		if next, r := l.Decide(st, now, k); r.Allowed {
-			return next, k, r
-		}
-	}
-	_, r := l.Decide(st, now, 1)
-	return st, 0, r
-}
-
+// TestLeaseMatchesReference runs the lease script against limiter's pure
+// Lease (itself checked against Decide and a textbook bucket), with and
+// without reserving ahead.
 func TestLeaseMatchesReference(t *testing.T) {
 	fx := newFixture(t)
 	l := limiter.Limit{Rate: 50, Period: time.Second, Burst: 10}
@@ -315,11 +309,15 @@ func TestLeaseMatchesReference(t *testing.T) {
 			holdKey(t, fx.rdb, key)
 			var st limiter.State
 			now := time.Unix(1_700_000_000, 0)
-			total := int64(0)
-			for step := 0; step < 200; step++ {
+			total, reserved := int64(0), 0
+			for step := 0; step < 300; step++ {
 				now = now.Add(time.Duration(rng.Int63n(int64(200*time.Millisecond))) / time.Microsecond * time.Microsecond)
 				want := 1 + rng.Int63n(30)
-				cmd, err := backend.Lease(l, key, want)
+				var ahead time.Duration
+				if rng.Intn(3) > 0 {
+					ahead = time.Duration(rng.Int63n(int64(400*time.Millisecond))) / time.Microsecond * time.Microsecond
+				}
+				cmd, err := backend.Lease(l, key, want, ahead)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -327,18 +325,23 @@ func TestLeaseMatchesReference(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				next, k, ref := referenceLease(l, st, now.UnixNano(), want)
-				if got.Granted != k || got.Remaining != ref.Remaining || got.ResetAfter != ceilMillis(ref.ResetAfter) {
-					t.Fatalf("step %d want %d: script %+v, reference granted %d %+v", step, want, got, k, ref)
+				next, ref := l.Lease(st, now.UnixNano(), want, ahead)
+				wait := ref.RetryAfter
+				if ref.Granted > 0 {
+					wait = ref.ReadyAfter
 				}
-				if k == 0 && got.RetryAfter != ceilMillis(ref.RetryAfter) {
-					t.Fatalf("step %d: retry %v, reference %v", step, got.RetryAfter, ref.RetryAfter)
+				if got.Granted != ref.Granted || got.Remaining != ref.Remaining || got.ResetAfter != ceilMillis(ref.ResetAfter) ||
+					got.RetryAfter != ceilMillis(wait) || got.Reason != ref.Reason {
+					t.Fatalf("step %d want %d ahead %v: script %+v, reference %+v", step, want, ahead, got, ref)
+				}
+				if ref.ReadyAfter > 0 {
+					reserved++
 				}
 				st = next
-				total += k
+				total += ref.Granted
 			}
-			if total == 0 {
-				t.Fatal("nothing leased")
+			if total == 0 || reserved == 0 {
+				t.Fatalf("leased %d, %d leases reserved ahead: the steps test too little", total, reserved)
 			}
 		})
 	}
@@ -366,7 +369,7 @@ func TestConcurrentCallsNeverExceedCapacity(t *testing.T) {
 						if (g+i)%2 == 0 {
 							cmd, _ = backend.Decide(l, key, 1)
 						} else {
-							cmd, _ = backend.Lease(l, key, 3)
+							cmd, _ = backend.Lease(l, key, 3, time.Duration(g)*time.Millisecond)
 						}
 						r, err := rm.call(t, cmd)
 						if err != nil {

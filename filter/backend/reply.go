@@ -102,7 +102,9 @@ type Reply struct {
 	// Remaining is whole units left after this call.
 	Remaining int64
 	// RetryAfter is when the requested units could be granted, rounded up
-	// to the millisecond; 0 when granted or when retrying cannot help.
+	// to the millisecond; 0 when granted or when retrying cannot help. For
+	// a lease that granted tokens it is when the last of them may be spent
+	// (limiter.LeaseResult.ReadyAfter); 0 when all may be spent now.
 	RetryAfter time.Duration
 	// ResetAfter is when the key is back to its full allowance, rounded
 	// up to the millisecond.
@@ -141,7 +143,18 @@ func ParseReply(p Protocol, status int, body []byte) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	return decodeResult(v)
+	return decodeResult(v, false)
+}
+
+// ParseLeaseReply decodes the reply to a Lease command, whose grants
+// carry the time their last token may be spent where decisions must have
+// no retry time.
+func ParseLeaseReply(p Protocol, status int, body []byte) (Reply, error) {
+	v, err := unwrap(p, status, body)
+	if err != nil {
+		return Reply{}, err
+	}
+	return decodeResult(v, true)
 }
 
 // ParseWebdis decodes a Webdis reply such as {"EVALSHA":[1,5,0,1000,0,t]}.
@@ -233,7 +246,7 @@ func redisError(status int, msg string) error {
 }
 
 // decodeResult validates the flat integer array every script returns.
-func decodeResult(v gjson.Result) (Reply, error) {
+func decodeResult(v gjson.Result, lease bool) (Reply, error) {
 	if !v.IsArray() {
 		return Reply{}, fail(KindMalformed, 0, "result is not an array")
 	}
@@ -269,7 +282,7 @@ func decodeResult(v gjson.Result) (Reply, error) {
 		return Reply{}, fail(KindMalformed, 0, "unknown reason code")
 	case (vals[0] > 0) != (vals[4] == 0):
 		return Reply{}, fail(KindMalformed, 0, "granted and reason disagree")
-	case vals[0] > 0 && vals[2] != 0:
+	case vals[0] > 0 && vals[2] != 0 && !lease:
 		return Reply{}, fail(KindMalformed, 0, "granted reply with a retry time")
 	}
 	reasons := [...]limiter.Reason{limiter.ReasonAllowed, limiter.ReasonLimited, limiter.ReasonCostExceedsCapacity, limiter.ReasonInvalidCost}

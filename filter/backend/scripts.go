@@ -37,8 +37,9 @@ func newScript(name, body string) *Script {
 //	{granted, remaining, retry_after_ms, reset_after_ms, reason, now_us}
 //
 // granted is 0/1 for decisions and the token count for leases. reason is
-// 0 allowed, 1 limited, 2 cost exceeds capacity, 3 invalid cost.
-// Durations are rounded up to the millisecond.
+// 0 allowed, 1 limited, 2 cost exceeds capacity, 3 invalid cost. For a
+// lease that granted tokens, retry_after_ms is when the last of them may
+// be spent. Durations are rounded up to the millisecond.
 //
 // Expiry: the state of a key stops mattering once its reset time has
 // passed (a stale TAT or an old window reads as a fresh key), so a key may
@@ -128,15 +129,18 @@ if debt < full then remaining = divmod(full - debt, P) end
 return {0, remaining, retry, ceildiv(ceildiv(debt, R), 1000), reason, now}
 `
 
-// ARGV: R' P' capacity want [now_us]. Takes min(want, available) tokens
-// from the same bucket state as tokenBucketBody in one step, so a lease
-// can never hold more than the bucket could have admitted itself.
+// ARGV: R' P' capacity want ahead_us [now_us]. limiter.Limit.Lease on the
+// same bucket state as tokenBucketBody: takes min(want, what fits up to
+// ahead_us of refill beyond an empty bucket) in one step, so leases and
+// decisions together never admit more than the bucket. For a grant,
+// retry_after_ms is when the last granted token may be spent (0: all now);
+// for an empty grant, when one token could be leased.
 const leaseBody = `
-local R, P, C, want = num(ARGV[1]), num(ARGV[2]), num(ARGV[3]), num(ARGV[4])
-if not (R and P and C and want) or R < 1 or P < 1 or C < 1 then
+local R, P, C, want, A = num(ARGV[1]), num(ARGV[2]), num(ARGV[3]), num(ARGV[4]), num(ARGV[5])
+if not (R and P and C and want and A) or R < 1 or P < 1 or C < 1 or A > TOLERANCE_US then
   return redis.error_reply('ERR sluice: bad lease arguments')
 end
-local now = clock(ARGV[5])
+local now = clock(ARGV[6])
 if not now then return redis.error_reply('ERR sluice: bad time argument') end
 local key = KEYS[1]
 local full = C * P
@@ -145,19 +149,21 @@ local debt = bucketDebt(st, now, R, full)
 if want < 1 then
   return {0, 0, 0, ceildiv(ceildiv(debt, R), 1000), 3, now}
 end
-local avail = 0
-if debt < full then avail = divmod(full - debt, P) end
-local grant = math.min(want, avail)
-if grant >= 1 then
-  local after = debt + grant * P
-  local q, r = divmod(after, R)
-  redis.call('HSET', key, 'at', str(now + q), 'n', str(r))
-  local reset = ceildiv(after, R)
-  keep(key, ceildiv(reset, 1000))
-  return {grant, divmod(full - after, P), 0, ceildiv(reset, 1000), 0, now}
+local top = full + A * R
+if debt + P > top then
+  return {0, 0, ceildiv(ceildiv(debt + P - top, R), 1000), ceildiv(ceildiv(debt, R), 1000), 1, now}
 end
-local retry = ceildiv(ceildiv((debt - full) + P, R), 1000)
-return {0, 0, retry, ceildiv(ceildiv(debt, R), 1000), 1, now}
+local fit = divmod(top - debt, P)
+local grant = math.min(want, fit)
+local after = debt + grant * P
+local q, r = divmod(after, R)
+redis.call('HSET', key, 'at', str(now + q), 'n', str(r))
+local reset = ceildiv(after, R)
+keep(key, ceildiv(reset, 1000))
+local remaining, ready = 0, 0
+if after < full then remaining = divmod(full - after, P) end
+if after > full then ready = ceildiv(ceildiv(after - full, R), 1000) end
+return {grant, remaining, ready, ceildiv(reset, 1000), 0, now}
 `
 
 // ARGV: R' P' capacity n [now_us]. Mirrors limiter.Limit.Charge on the
