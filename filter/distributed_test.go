@@ -723,3 +723,46 @@ func TestHybridWaitsForEveryLimitsLease(t *testing.T) {
 		t.Fatalf("bob held %v, beyond the budget %v", o.waited, budget)
 	}
 }
+
+// TestLateReplyDoesNotReachAReusedContext: a stream that ends while its
+// Redis call is out leaves its context for reuse; when the next stream
+// reuses it and waits on a call of its own, the old call's reply must not
+// decide the new stream.
+func TestLateReplyDoesNotReachAReusedContext(t *testing.T) {
+	d := newDistHarness(t, distConfig("global", "deny", "webdis", ""), nil)
+	hs := [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "example.com"}, {"x-key", "alice"}}
+	start := func() (uint32, proxytest.HttpCalloutAttribute) {
+		id := d.host.InitializeHttpContext()
+		if a := d.host.CallOnRequestHeaders(id, hs, true); a != types.ActionPause {
+			t.Fatalf("action %v, want the request paused for Redis", a)
+		}
+		calls := d.host.GetCalloutAttributesFromContext(id)
+		if len(calls) == 0 {
+			t.Fatal("no call to Redis")
+		}
+		return id, calls[len(calls)-1]
+	}
+	old, oldCall := start()
+	d.host.CompleteHttpContext(old) // the client went away; its context is free
+	next, nextCall := start()
+	if nextCall.CalloutID == oldCall.CalloutID {
+		t.Fatal("both streams share one call")
+	}
+	// The old stream's call answers first, with a denial.
+	denied := []byte(`{"EVALSHA":[0,0,100,100,1,1800000000000000]}`)
+	d.host.CallOnHttpCallResponse(oldCall.CalloutID, [][2]string{{":status", "200"}}, nil, denied)
+	if local := d.host.GetSentLocalResponse(next); local != nil {
+		t.Fatalf("the ended stream's reply answered the new stream: %d", local.StatusCode)
+	}
+	if a := d.host.GetCurrentHttpStreamAction(next); a != types.ActionPause {
+		t.Fatalf("the ended stream's reply resumed the new stream (%v)", a)
+	}
+	allowed := []byte(`{"EVALSHA":[1,4,0,100,0,1800000000000000]}`)
+	d.host.CallOnHttpCallResponse(nextCall.CalloutID, [][2]string{{":status", "200"}}, nil, allowed)
+	if local := d.host.GetSentLocalResponse(next); local != nil {
+		t.Fatalf("the new stream was answered locally: %d", local.StatusCode)
+	}
+	if a := d.host.GetCurrentHttpStreamAction(next); a != types.ActionContinue {
+		t.Fatalf("the new stream was not resumed by its own reply (%v)", a)
+	}
+}

@@ -84,6 +84,9 @@ type pluginContext struct {
 	// costs the whole header map.
 	matchNeeds requestNeeds
 
+	// freeContexts are contexts of ended streams, for reuse.
+	freeContexts []*httpContext
+
 	// Scratch reused by every request of this worker; a VM runs one
 	// callback at a time.
 	keyBuf []byte
@@ -187,10 +190,36 @@ func matchNeedsOf(m *config.Match) requestNeeds {
 	return n
 }
 
+// NewHttpContext reuses the contexts of ended streams. A context is by far
+// the largest allocation a request makes, and allocation volume is what
+// drives the guest's garbage collector, whose work the allocating request
+// pays for. Reuse is safe because the SDK calls nothing on a context after
+// OnHttpStreamDone (proxy_on_done and proxy_on_delete only drop its map
+// entry), and callbacks still out for the old stream (backend replies)
+// compare the generation, which keeps counting up across reuse.
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
-	h := &httpContext{plugin: p, id: contextID, info: requestInfo{host: proxyHost{}}}
+	var h *httpContext
+	if n := len(p.freeContexts); n > 0 {
+		h = p.freeContexts[n-1]
+		p.freeContexts[n-1] = nil
+		p.freeContexts = p.freeContexts[:n-1]
+		*h = httpContext{gen: h.gen + 1}
+	} else {
+		h = &httpContext{}
+	}
+	h.plugin, h.id, h.info.host = p, contextID, proxyHost{}
 	h.tickets = h.ticketBuf[:0]
 	return h
+}
+
+// maxFreeContexts bounds the contexts kept for reuse per worker: enough
+// for the streams a worker ends between two of its new ones.
+const maxFreeContexts = 64
+
+func (p *pluginContext) recycle(h *httpContext) {
+	if len(p.freeContexts) < maxFreeContexts {
+		p.freeContexts = append(p.freeContexts, h)
+	}
 }
 
 // limitRuntime is one configured limit with its tables: one for the

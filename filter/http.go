@@ -420,6 +420,7 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 
 func (h *httpContext) OnHttpStreamDone() {
 	p := h.plugin
+	defer p.recycle(h)
 	if h.delayed {
 		delete(p.waiters, h.id)
 	}
