@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -70,7 +72,7 @@ func TestExamplesValidateAndParse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse rejects %s:\n%v", f, err)
 			}
-			if len(c.Limits)+len(c.Breakers) == 0 {
+			if len(c.Limits)+len(c.Breakers) == 0 && c.External == nil {
 				t.Errorf("%s configures nothing", f)
 			}
 		})
@@ -152,8 +154,19 @@ func TestSchemaDefaultsMatchParser(t *testing.T) {
 		b, _ := json.Marshal(s.Defs[d].Properties[p].Default)
 		return string(b)
 	}
-	c := mustParse(t, `{"limits": [{"name": "a", "requests_per_second": 1}], "breakers": [{"name": "b"}], "backend": {"cluster": "c"}}`)
-	l, b, be := c.Limits[0], c.Breakers[0], c.Backend
+	// durDef normalises a duration default, which the schema spells as an
+	// operator would ("60s") and Go prints as "1m0s".
+	durDef := func(d, p string) string {
+		s, _ := s.Defs[d].Properties[p].Default.(string)
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return "not a duration: " + s
+		}
+		return v.String()
+	}
+	c := mustParse(t, `{"limits": [{"name": "a", "requests_per_second": 1}], "breakers": [{"name": "b"}], "backend": {"cluster": "c"},
+		"external": {"cluster": "limits", "fallback": {"requests_per_second": 1}}}`)
+	l, b, be, ex := c.Limits[0], c.Breakers[0], c.Backend, c.External
 	checks := []struct{ schema, parser string }{
 		{def("limit", "algorithm"), `"` + l.Algorithm.String() + `"`},
 		{def("limit", "cost"), "1"},
@@ -171,6 +184,14 @@ func TestSchemaDefaultsMatchParser(t *testing.T) {
 		{def("backend", "retries"), "1"},
 		{def("backend", "failure_policy"), `"` + be.FailurePolicy.String() + `"`},
 		{def("backend", "failure_status"), "429"},
+		{def("external", "name"), `"` + ex.Limit.Name + `"`},
+		{def("external", "path"), `"` + ex.Path + `"`},
+		{durDef("external", "timeout"), ex.Timeout.String()},
+		{durDef("external", "cache_ttl"), ex.CacheTTL.String()},
+		{durDef("external", "stale_ttl"), ex.StaleTTL.String()},
+		{def("external", "max_cached"), strconv.Itoa(ex.MaxCached)},
+		{def("external", "mode"), `"` + ex.Limit.Mode.String() + `"`},
+		{def("external", "on_missing_key"), `"` + ex.Limit.OnMissingKey.String() + `"`},
 	}
 	for _, ch := range checks {
 		if ch.schema != ch.parser {
