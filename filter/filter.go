@@ -61,7 +61,10 @@ type pluginContext struct {
 	limits   []*limitRuntime
 	breakers []*breakerRuntime
 	// backend is nil unless some limit is global or hybrid.
-	backend  *backendRuntime
+	backend *backendRuntime
+	// external is nil without an external block; its limit is the last
+	// of limits.
+	external *externalRuntime
 	requests proxywasm.MetricCounter
 	// needRoute is set when any match or key reads the route name, so other
 	// configs never pay for the property hostcall.
@@ -121,13 +124,8 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 		if err != nil {
 			return err
 		}
-		if l.remote != nil && p.backend == nil {
-			if cfg.Backend == nil {
-				return fmt.Errorf("limits[%d].mode: %s needs a backend", i, cfg.Limits[i].Mode)
-			}
-			if p.backend, err = newBackendRuntime(p, cfg.Backend); err != nil {
-				return err
-			}
+		if err := p.ensureBackend(l, fmt.Sprintf("limits[%d].mode", i)); err != nil {
+			return err
 		}
 		p.limits = append(p.limits, l)
 		if cfg.Limits[i].Match.Routes != nil {
@@ -146,10 +144,29 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 		}
 		p.needHeaders = p.needHeaders || matchNeedsHeaders(&cfg.Breakers[i].Match)
 	}
+	if cfg.External != nil {
+		if err := p.configureExternal(cfg.External); err != nil {
+			return err
+		}
+	}
 	p.matched = make([]bool, len(p.limits))
 	p.applied = make([]bool, len(p.limits))
 	p.results = make([]limiter.Result, len(p.limits))
 	return nil
+}
+
+// ensureBackend creates the backend the first time a global or hybrid
+// limit needs it.
+func (p *pluginContext) ensureBackend(l *limitRuntime, modePath string) error {
+	if l.remote == nil || p.backend != nil {
+		return nil
+	}
+	if p.cfg.Backend == nil {
+		return fmt.Errorf("%s: %s needs a backend", modePath, l.cfg.Mode)
+	}
+	var err error
+	p.backend, err = newBackendRuntime(p, p.cfg.Backend)
+	return err
 }
 
 func matchNeedsHeaders(m *config.Match) bool {
@@ -173,6 +190,8 @@ type limitRuntime struct {
 	keyKinds string
 	// remote is nil for local limits.
 	remote *remoteLimit
+	// ext is set on the external block's limit only.
+	ext *externalRuntime
 	// evictionsSeen is the sum of this worker's table eviction counts
 	// already exported, so only the delta is added to the shared counter.
 	evictionsSeen uint64
