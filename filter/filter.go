@@ -3,7 +3,9 @@
 //
 // Per request, in order:
 //  1. every limit whose match holds applies, minus the limits named in the
-//     replaces of another applying limit (the most specific wins);
+//     replaces of another applying limit (the most specific wins); when the
+//     external block applies, the request first learns from the limits
+//     service (or its cache) which bucket that limit is (external.go);
 //  2. the enforcing limits are decided together with limiter.AllowAll, so a
 //     request denied by any of them consumes from none (the most
 //     restrictive wins); shadow limits are then decided on their own and
