@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/e2e/cmd/limits-server/limits"
 	"github.com/sluice-proxy/sluice/e2e/envoy"
+	"github.com/sluice-proxy/sluice/e2e/host"
 )
 
 // The external limit end to end: build/sluice.wasm served from Envoy YAML
@@ -387,5 +389,34 @@ func TestExternalGlobalEndToEnd(t *testing.T) {
 	}
 	if calls := be.evalCalls(t); calls < 6 {
 		t.Fatalf("%d Redis decisions for 6 global requests", calls)
+	}
+}
+
+// staticLimits answers every lookup with one plan, in-process: the
+// benchmark measures cache hits, which make no call.
+type staticLimits struct{ answer []byte }
+
+func (staticLimits) HasCluster(name string) bool { return name == "limits" }
+
+func (s staticLimits) Call(context.Context, string, [][2]string, []byte, [][2]string, time.Duration) (*host.Response, error) {
+	return &host.Response{Status: 200, Headers: [][2]string{{"content-type", "application/json"}}, Body: s.answer}, nil
+}
+
+// BenchmarkExternalLifecycle compares a request decided from a cached
+// answer of the limits service with one local limit of the same key.
+func BenchmarkExternalLifecycle(b *testing.B) {
+	code := wasmModule(b, "sluice")
+	static := staticLimits{answer: []byte(`{"requests_per_second":1000000000,"tenant_key":"t1"}`)}
+	cases := []struct {
+		lifecycleCase
+		caller host.Caller
+	}{
+		{lifecycleCase{"one local limit by tenant", "sluice",
+			`{"limits":[{"name":"tenant","key":["header:x-tenant"],"requests_per_second":1000000000}]}`}, nil},
+		{lifecycleCase{"external limit, cache hit", "sluice",
+			`{"external":{"cluster":"limits","forward_headers":["x-tenant"],"fallback":{"requests_per_second":2}}}`}, static},
+	}
+	for _, c := range cases {
+		b.Run(strings.ReplaceAll(c.name, " ", "_"), func(b *testing.B) { benchLifecycleCalling(b, c.lifecycleCase, code, c.caller) })
 	}
 }

@@ -132,10 +132,11 @@ type extRequest struct {
 	// lookupKey is kept only when the bucket may need it (no tenant_key).
 	lookupKey string
 	// What applies once resolved: nothing (skip), the fallback, or an
-	// answer's limit in the bucket named by bucket.
+	// answer's limit in the bucket tag+bucket.
 	skip     bool
 	fallback bool
 	limit    limiter.Limit
+	tag      byte
 	bucket   string
 	policy   limitsvc.Policy
 }
@@ -378,9 +379,9 @@ func (r *extRequest) apply(a *limitsvc.Answer) {
 	case a.Unlimited:
 		r.skip = true
 	case a.TenantKey != "":
-		r.bucket = string(bucketTenant) + a.TenantKey
+		r.tag, r.bucket = bucketTenant, a.TenantKey
 	default:
-		r.bucket = string(bucketLookup) + r.lookupKey
+		r.tag, r.bucket = bucketLookup, r.lookupKey
 	}
 	r.limit = a.Limit()
 	r.policy = a.Policy
@@ -612,7 +613,7 @@ func (h *httpContext) forgetExternal() {
 // appendExternal appends the request's bucket key for the external limit
 // and returns the table and rate it is decided with; ok is false when the
 // fallback key is missing.
-func (h *httpContext) appendExternal(dst []byte) (key []byte, t *limiter.Table, rate config.Rate, ok bool) {
+func (h *httpContext) appendExternal(dst []byte) (arena []byte, t *limiter.Table, rate config.Rate, ok bool) {
 	x := h.plugin.external
 	l := x.lim
 	r := &h.ext
@@ -634,7 +635,7 @@ func (h *httpContext) appendExternal(dst []byte) (key []byte, t *limiter.Table, 
 		return h.appendExternal(dst)
 	}
 	rate = config.Rate{Limit: r.limit.Rate, Window: r.limit.Period, Burst: r.limit.Burst}
-	return append(dst, r.bucket...), t, rate, true
+	return append(append(dst, r.tag), r.bucket...), t, rate, true
 }
 
 // table is the limit's table deciding with lim.
