@@ -32,7 +32,9 @@ var lifecycleCases = []lifecycleCase{
 		{"name":"per-ip","match":{"path_prefix":"/api"},"key":["client_ip"],"requests_per_second":1000000000}]}`},
 }
 
-func benchLifecycle(b *testing.B, c lifecycleCase, code []byte) { benchLifecycleCalling(b, c, code, nil) }
+func benchLifecycle(b *testing.B, c lifecycleCase, code []byte) {
+	benchLifecycleCalling(b, c, code, nil)
+}
 
 // benchLifecycleCalling is benchLifecycle with caller serving the
 // plugin's proxy_http_calls.
