@@ -23,7 +23,7 @@ endif
 
 help:
 	@echo "make build   - build/sluice.wasm and build/noop.wasm (standard Go + bridge)"
-	@echo "make run     - build, start a demo backend and serve envoy/envoy.yaml (or EXAMPLE=<name>) on our host"
+	@echo "make run     - build, start the demo backend and limits service, serve envoy/envoy.yaml (or EXAMPLE=<name>) on our host"
 	@echo "make test    - every test: native, wasm in our host, end-to-end with redis-server and webdis"
 	@echo "make lint    - gofmt, go vet (native and wasm), go mod tidy leaves no diff"
 	@echo "make bench   - BENCHMARKS.md and its plot (BENCH_QUICK=1 for the short CI mode)"
@@ -61,8 +61,10 @@ test: build
 run: build
 	$(GO) build -o $(BUILD)/sluice-envoy ./e2e/cmd/sluice-envoy
 	$(GO) build -o $(BUILD)/echo-backend ./e2e/cmd/echo-backend
+	$(GO) build -o $(BUILD)/limits-server ./e2e/cmd/limits-server
 	$(BUILD)/echo-backend -addr 127.0.0.1:8081 & backend=$$!; \
-	trap 'kill $$backend' EXIT; \
+	$(BUILD)/limits-server -addr 127.0.0.1:8082 & limits=$$!; \
+	trap 'kill $$backend $$limits' EXIT; \
 	$(BUILD)/sluice-envoy -c $(RUN_CONFIG) --concurrency $(CONCURRENCY) --wasm-profile $(PROFILE)
 
 lint: $(BUILD)/sdk/.stamp

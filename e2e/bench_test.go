@@ -37,10 +37,17 @@ var lifecycleCases = []lifecycleCase{
 }
 
 func benchLifecycle(b *testing.B, c lifecycleCase, code []byte) {
+	benchLifecycleCalling(b, c, code, nil)
+}
+
+// benchLifecycleCalling is benchLifecycle with caller serving the
+// plugin's proxy_http_calls.
+func benchLifecycleCalling(b *testing.B, c lifecycleCase, code []byte, caller host.Caller) {
 	ctx := context.Background()
 	rt := host.NewRuntime(host.RuntimeOptions{Logger: func(host.LogLevel, string, string) {}})
 	defer rt.Close(ctx)
-	p, err := rt.NewPlugin(ctx, host.PluginConfig{Name: "bench", RootID: "bench", VMID: "bench", Code: code, Configuration: []byte(c.config), Concurrency: 1})
+	p, err := rt.NewPlugin(ctx, host.PluginConfig{Name: "bench", RootID: "bench", VMID: "bench", Code: code,
+		Configuration: []byte(c.config), Concurrency: 1, Caller: caller})
 	if err != nil {
 		b.Fatal(err)
 	}

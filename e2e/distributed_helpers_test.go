@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,12 +139,31 @@ func uniqueKey(base string) string {
 // distYAML is a bootstrap with one listener running the plugin in front
 // of the echo backend, and a "redis" cluster at redisAddr.
 func distYAML(wasm, pluginJSON, backendAddr, redisAddr string) string {
+	return pluginYAML(wasm, pluginJSON, backendAddr, map[string]string{"redis": redisAddr})
+}
+
+// pluginYAML is a bootstrap with one listener running the plugin in front
+// of the echo backend, and a cluster per entry of clusters (name →
+// address) for proxy_http_call.
+func pluginYAML(wasm, pluginJSON, backendAddr string, clusters map[string]string) string {
 	host := func(addr string) (string, string) {
 		h, p, _ := net.SplitHostPort(addr)
 		return h, p
 	}
 	bh, bp := host(backendAddr)
-	rh, rp := host(redisAddr)
+	var extra strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(clusters)) {
+		h, p := host(clusters[name])
+		fmt.Fprintf(&extra, `    - name: %s
+      type: STATIC
+      connect_timeout: 0.25s
+      load_assignment:
+        cluster_name: %s
+        endpoints:
+          - lb_endpoints:
+              - endpoint: {address: {socket_address: {address: %s, port_value: %s}}}
+`, name, name, h, p)
+	}
 	indented := strings.ReplaceAll(pluginJSON, "\n", " ")
 	return fmt.Sprintf(`
 static_resources:
@@ -191,18 +212,10 @@ static_resources:
         endpoints:
           - lb_endpoints:
               - endpoint: {address: {socket_address: {address: %s, port_value: %s}}}
-    - name: redis
-      type: STATIC
-      connect_timeout: 0.25s
-      load_assignment:
-        cluster_name: redis
-        endpoints:
-          - lb_endpoints:
-              - endpoint: {address: {socket_address: {address: %s, port_value: %s}}}
-admin:
+%sadmin:
   address:
     socket_address: {address: 127.0.0.1, port_value: 0}
-`, wasm, indented, bh, bp, rh, rp)
+`, wasm, indented, bh, bp, extra.String())
 }
 
 // distInstance is one running Envoy stand-in.
@@ -215,15 +228,31 @@ type distInstance struct {
 // and its own shared data, all sharing redisAddr.
 func startDistInstances(t *testing.T, n int, pluginJSON, redisAddr string) []*distInstance {
 	t.Helper()
+	return startInstances(t, n, func(wasm, backendAddr string) string {
+		return distYAML(wasm, pluginJSON, backendAddr, redisAddr)
+	}, envoy.Options{})
+}
+
+// startInstances starts n instances of the bootstrap that bootstrap
+// renders for the built wasm and a fresh echo backend, with opts (2
+// workers and no logs unless set).
+func startInstances(t *testing.T, n int, bootstrap func(wasm, backendAddr string) string, opts envoy.Options) []*distInstance {
+	t.Helper()
 	wasm := builtWasm(t)
 	be := echoBackend(t)
+	if opts.Concurrency == 0 {
+		opts.Concurrency = 2
+	}
+	if opts.Logger == nil {
+		opts.Logger = envoy.NewLogger(io.Discard, envoy.LevelOff)
+	}
 	var out []*distInstance
 	for range n {
-		cfg, err := envoy.Load([]byte(distYAML(wasm, pluginJSON, be, redisAddr)))
+		cfg, err := envoy.Load([]byte(bootstrap(wasm, be)))
 		if err != nil {
 			t.Fatalf("loading the bootstrap: %v", err)
 		}
-		srv := envoy.NewServer(cfg, envoy.Options{Concurrency: 2, Logger: envoy.NewLogger(io.Discard, envoy.LevelOff)})
+		srv := envoy.NewServer(cfg, opts)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		err = srv.Start(ctx)
 		cancel()

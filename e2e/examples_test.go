@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/cmd/echo-backend/echo"
+	"github.com/sluice-proxy/sluice/e2e/cmd/limits-server/limits"
 	"github.com/sluice-proxy/sluice/e2e/envoy"
 )
 
@@ -28,11 +29,13 @@ type exampleEnv struct {
 
 func startExample(t *testing.T, name string) *exampleEnv {
 	t.Helper()
-	return startExampleWith(t, name, echo.Handler(name))
+	return startExampleWith(t, name, echo.Handler(name), nil)
 }
 
-// startExampleWith is startExample in front of another backend.
-func startExampleWith(t *testing.T, name string, handler http.Handler) *exampleEnv {
+// startExampleWith is startExample in front of another backend, with the
+// clusters named in upstreams (name → host:port) pointed at servers the
+// test runs.
+func startExampleWith(t *testing.T, name string, handler http.Handler, upstreams map[string]string) *exampleEnv {
 	t.Helper()
 	wasmModule(t, "sluice") // fails under CI when the build is missing
 	cfg, err := envoy.LoadFile(filepath.Join("..", "examples", name, "envoy.yaml"))
@@ -46,6 +49,9 @@ func startExampleWith(t *testing.T, name string, handler http.Handler) *exampleE
 	for _, c := range cfg.Clusters {
 		if c.Name == "backend" {
 			c.Endpoints = []string{strings.TrimPrefix(backend.URL, "http://")}
+		}
+		if addr, ok := upstreams[c.Name]; ok {
+			c.Endpoints = []string{addr}
 		}
 	}
 	// The YAML names build/sluice.wasm relative to the repository root.
@@ -288,7 +294,7 @@ func TestExampleShaping(t *testing.T) {
 func TestExampleBulkhead(t *testing.T) {
 	const max = 4
 	b := &slowBackend{gates: map[string]chan struct{}{}, arrived: make(chan string, 1024)}
-	env := startExampleWith(t, "bulkhead", b)
+	env := startExampleWith(t, "bulkhead", b, nil)
 	t.Cleanup(b.shutdown)
 	rt := env.srv.Runtime()
 	gauge := func(limit string) func() (bool, string) {
@@ -372,5 +378,37 @@ func TestExampleBulkhead(t *testing.T) {
 		if got := metric(t, prom, s); got != want {
 			t.Errorf("%s = %v, want %v", s, got, want)
 		}
+	}
+}
+
+func TestExampleExternalLimits(t *testing.T) {
+	svc := limits.Demo()
+	ls := httptest.NewServer(svc)
+	t.Cleanup(ls.Close)
+	env := startExampleWith(t, "external-limits", echo.Handler("external-limits"), map[string]string{"limits": strings.TrimPrefix(ls.URL, "http://")})
+	c := clientFrom("127.0.0.1")
+	tenant := func(id string) map[string]string { return map[string]string{"x-tenant-id": id, "x-plan": "any"} }
+	got, el := env.burst(t, c, 40, "GET", "/", tenant("acme"))
+	wantWithinBucket(t, "acme (gold)", got, 30, 20, el)
+	got, el = env.burst(t, c, 12, "GET", "/", tenant("initech"))
+	wantWithinBucket(t, "initech (silver)", got, 7, 5, el)
+	got, el = env.burst(t, c, 6, "GET", "/", tenant("globex"))
+	wantWithinBucket(t, "globex (free)", got, 2, 1, el)
+	for _, id := range []string{"acme", "initech", "globex"} {
+		if n := svc.Count(id); n != 1 {
+			t.Errorf("%d lookups for %s within cache_ttl, want 1", n, id)
+		}
+	}
+	r := env.send(t, c, "GET", "/", tenant("globex"))
+	if r.status != 429 || r.header.Get("retry-after") == "" {
+		t.Fatalf("over quota: %d %v", r.status, r.header)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(r.body, &body); err != nil || body["limit"] != "external" {
+		t.Fatalf("429 body %s", r.body)
+	}
+	prom := env.prometheus(t)
+	if metric(t, prom, "sluice_external_cache_hits") < 50 || metric(t, prom, `sluice_limit_limited{sluice_limit="external"}`) < 1 {
+		t.Fatalf("external metrics:\n%s", prom)
 	}
 }

@@ -26,7 +26,7 @@ func startNative(t *testing.T, cfg string, now *time.Time) proxytest.HostEmulato
 	return host
 }
 
-func tenantHeaders(tenant string) [][2]string {
+func ccTenantHeaders(tenant string) [][2]string {
 	return [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "example.com"}, {"x-tenant", tenant}}
 }
 
@@ -39,24 +39,24 @@ func TestConcurrencyGivesSlotsBackBeforeTheRejectedStreamEnds(t *testing.T) {
 	host := startNative(t, `{"concurrency":[{"name":"all","max_in_flight":2},
 		{"name":"tenant","key":["header:x-tenant"],"max_in_flight":1}]}`, &now)
 	a := host.InitializeHttpContext()
-	if act := host.CallOnRequestHeaders(a, tenantHeaders("a"), true); act != types.ActionContinue {
+	if act := host.CallOnRequestHeaders(a, ccTenantHeaders("a"), true); act != types.ActionContinue {
 		t.Fatalf("first request: %v", act)
 	}
 	rejected := host.InitializeHttpContext()
-	host.CallOnRequestHeaders(rejected, tenantHeaders("a"), true)
+	host.CallOnRequestHeaders(rejected, ccTenantHeaders("a"), true)
 	if local := host.GetSentLocalResponse(rejected); local == nil || local.StatusCode != 503 {
 		t.Fatalf("second request of tenant a: %+v", local)
 	}
 	// The rejected stream is still open here.
 	b := host.InitializeHttpContext()
-	if act := host.CallOnRequestHeaders(b, tenantHeaders("b"), true); act != types.ActionContinue || host.GetSentLocalResponse(b) != nil {
+	if act := host.CallOnRequestHeaders(b, ccTenantHeaders("b"), true); act != types.ActionContinue || host.GetSentLocalResponse(b) != nil {
 		t.Fatalf("tenant b was refused while the rejected stream was open: the all slot was not given back")
 	}
 	for _, id := range []uint32{a, rejected, b} {
 		host.CompleteHttpContext(id)
 	}
 	c := host.InitializeHttpContext()
-	if act := host.CallOnRequestHeaders(c, tenantHeaders("c"), true); act != types.ActionContinue {
+	if act := host.CallOnRequestHeaders(c, ccTenantHeaders("c"), true); act != types.ActionContinue {
 		t.Fatal("slots did not come back at stream end")
 	}
 	host.CompleteHttpContext(c)

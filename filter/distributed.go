@@ -509,8 +509,11 @@ type remoteReq struct {
 	slot          string
 	cost          int64
 	lim           limiter.Limit
-	state         remoteState
-	res           limiter.Result
+	// policy is the limit's failure_policy, or the one an external
+	// answer named.
+	policy config.FailurePolicy
+	state  remoteState
+	res    limiter.Result
 	// taken is the lease tokens this request holds, returned if it is
 	// denied after all.
 	taken int64
@@ -660,7 +663,7 @@ func (h *httpContext) resolve(i int, now time.Time, r backend.Reply, err error) 
 
 func (h *httpContext) applyFailure(rr *remoteReq, err error) {
 	m := &h.plugin.backend.metrics
-	switch rr.l.remote.policy {
+	switch rr.policy {
 	case config.FailDeny:
 		rr.state = remoteFailDeny
 		m.fallbackDeny.Increment(1)
@@ -672,7 +675,7 @@ func (h *httpContext) applyFailure(rr *remoteReq, err error) {
 		m.fallbackAllow.Increment(1)
 	}
 	if !errors.Is(err, errBreakerOpen) {
-		proxywasm.LogDebugf("sluice: limit %s: backend failed (%v), failure_policy %s", rr.l.cfg.Name, err, rr.l.remote.policy)
+		proxywasm.LogDebugf("sluice: limit %s: backend failed (%v), failure_policy %s", rr.l.cfg.Name, err, rr.policy)
 	}
 }
 
@@ -718,7 +721,7 @@ func (h *httpContext) finishRemote(now time.Time) verdict {
 		if rr.state != remoteFailLocal {
 			continue
 		}
-		t, err := rr.l.fallbackTable(p.vm.store, rr.overrideValue)
+		t, err := h.localFallback(rr)
 		if err != nil {
 			proxywasm.LogWarnf("sluice: limit %s fallback: %v", rr.l.cfg.Name, err)
 			continue

@@ -161,6 +161,9 @@ type distHarness struct {
 	reply func(c proxytest.HttpCalloutAttribute) (status int, body []byte, ok bool)
 	// silent makes callouts go unanswered, as with a frozen backend.
 	silent bool
+	// limits answers callouts to the "limits" cluster (external.go);
+	// without it such a callout fails the test.
+	limits func(c proxytest.HttpCalloutAttribute) (status int, body []byte, ok bool)
 	seen   map[uint32]int
 	ctxs   []uint32
 	// callouts counts every callout the plugin made.
@@ -204,7 +207,7 @@ func (d *distHarness) pump() int {
 			return answered
 		}
 		d.callouts++
-		if next.Upstream != "redis" {
+		if next.Upstream != "redis" && (next.Upstream != "limits" || d.limits == nil) {
 			d.t.Fatalf("callout to %q, want the backend cluster", next.Upstream)
 		}
 		if d.silent {
@@ -212,7 +215,9 @@ func (d *distHarness) pump() int {
 		}
 		answered++
 		status, body, ok := 0, []byte(nil), true
-		if d.reply != nil {
+		if next.Upstream == "limits" {
+			status, body, ok = d.limits(*next)
+		} else if d.reply != nil {
 			status, body, ok = d.reply(*next)
 		} else {
 			status, body = d.fake.answer(d.t, *next, d.now)
@@ -238,11 +243,16 @@ type outcome struct {
 // the filter resumes or answers it.
 func (d *distHarness) do(key string) outcome {
 	d.t.Helper()
+	return d.doHeaders([][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "example.com"}, {"x-key", key}})
+}
+
+// doHeaders is do with the request's whole header map.
+func (d *distHarness) doHeaders(hs [][2]string) outcome {
+	d.t.Helper()
 	id := d.host.InitializeHttpContext()
 	d.ctxs = append(d.ctxs, id)
 	before := d.callouts
 	start := d.now
-	hs := [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "example.com"}, {"x-key", key}}
 	action := d.host.CallOnRequestHeaders(id, hs, true)
 	for {
 		if local := d.host.GetSentLocalResponse(id); local != nil {

@@ -3,7 +3,9 @@
 //
 // Per request, in order:
 //  1. every limit whose match holds applies, minus the limits named in the
-//     replaces of another applying limit (the most specific wins);
+//     replaces of another applying limit (the most specific wins); when the
+//     external block applies, the request first learns from the limits
+//     service (or its cache) which bucket that limit is (external.go);
 //  2. the enforcing limits are decided together with limiter.AllowAll, so a
 //     request denied by any of them consumes from none (the most
 //     restrictive wins); shadow limits are then decided on their own and
@@ -77,7 +79,10 @@ type pluginContext struct {
 	breakers    []*breakerRuntime
 	concurrency []*concurrencyRuntime
 	// backend is nil unless some limit is global or hybrid.
-	backend  *backendRuntime
+	backend *backendRuntime
+	// external is nil without an external block; its limit is the last
+	// of limits.
+	external *externalRuntime
 	requests proxywasm.MetricCounter
 	// matchNeeds is what any match reads of the request: each
 	// pseudo-header it names costs one small read, and only a header match
@@ -142,13 +147,8 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 		if err != nil {
 			return err
 		}
-		if l.remote != nil && p.backend == nil {
-			if cfg.Backend == nil {
-				return fmt.Errorf("limits[%d].mode: %s needs a backend", i, cfg.Limits[i].Mode)
-			}
-			if p.backend, err = newBackendRuntime(p, cfg.Backend); err != nil {
-				return err
-			}
+		if err := p.ensureBackend(l, fmt.Sprintf("limits[%d].mode", i)); err != nil {
+			return err
 		}
 		p.limits = append(p.limits, l)
 		p.matchNeeds |= matchNeedsOf(&cfg.Limits[i].Match)
@@ -163,6 +163,11 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 	}
 	if err := p.configureConcurrency(cfg); err != nil {
 		return err
+	}
+	if cfg.External != nil {
+		if err := p.configureExternal(cfg.External); err != nil {
+			return err
+		}
 	}
 	p.matched = make([]bool, len(p.limits))
 	p.applied = make([]bool, len(p.limits))
@@ -188,6 +193,20 @@ func matchNeedsOf(m *config.Match) requestNeeds {
 		n |= needRoute
 	}
 	return n
+}
+
+// ensureBackend creates the backend the first time a global or hybrid
+// limit needs it.
+func (p *pluginContext) ensureBackend(l *limitRuntime, modePath string) error {
+	if l.remote == nil || p.backend != nil {
+		return nil
+	}
+	if p.cfg.Backend == nil {
+		return fmt.Errorf("%s: %s needs a backend", modePath, l.cfg.Mode)
+	}
+	var err error
+	p.backend, err = newBackendRuntime(p, p.cfg.Backend)
+	return err
 }
 
 // NewHttpContext reuses the contexts of ended streams. A context is by far
@@ -235,6 +254,8 @@ type limitRuntime struct {
 	keyKinds string
 	// remote is nil for local limits.
 	remote *remoteLimit
+	// ext is set on the external block's limit only.
+	ext *externalRuntime
 	// evictionsSeen is the sum of this worker's table eviction counts
 	// already exported, so only the delta is added to the shared counter.
 	evictionsSeen uint64

@@ -64,6 +64,8 @@ type httpContext struct {
 	// charges are the cost_from_response limits that admitted the request,
 	// charged from the response headers (cost.go).
 	charges []pendingCharge
+	// ext is this request's lookup of the external limit (external.go).
+	ext extRequest
 }
 
 type breakerTicket struct {
@@ -129,6 +131,9 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 		}
 	}
 
+	if x := p.external; x != nil && p.applied[x.index] && !h.resolveExternal(now) {
+		return verdictPending
+	}
 	p.reqs, p.reqLim = p.reqs[:0], p.reqLim[:0]
 	h.gen++
 	h.resetRemote()
@@ -146,7 +151,18 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 		start := len(arena)
 		var overrideValue string
 		var ok bool
-		arena, overrideValue, ok = info.appendKey(arena, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
+		var t *limiter.Table
+		var rate config.Rate
+		if l.ext != nil {
+			if h.ext.skip {
+				l.metrics.allowed.Increment(1) // the service set no limit
+				continue
+			}
+			arena, t, rate, ok = h.appendExternal(arena)
+		} else {
+			arena, overrideValue, ok = info.appendKey(arena, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
+			t, rate = l.table(overrideValue)
+		}
 		key := arena[start:]
 		if !ok {
 			if h.delayed {
@@ -166,7 +182,6 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 			}
 			return verdictReject
 		}
-		t, rate := l.table(overrideValue)
 		if l.cfg.CostFromResponse != nil {
 			h.noteCharge(l, t, rate, overrideValue, key)
 		}
@@ -181,6 +196,7 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 			h.remote = append(h.remote, remoteReq{
 				l: l, key: string(key), overrideValue: overrideValue, rkey: rkey, fp: fp,
 				slot: l.remote.slotPrefix + strconv.FormatUint(fp%remoteSlots, 10), cost: cost, lim: lim,
+				policy: h.remotePolicy(l),
 			})
 			continue
 		}
@@ -424,6 +440,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	if h.delayed {
 		delete(p.waiters, h.id)
 	}
+	h.forgetExternal()
 	if len(h.remote) > 0 {
 		if h.pending > 0 {
 			h.refund()
@@ -548,7 +565,10 @@ func (p *pluginContext) OnTick() {
 	if p.backend != nil {
 		p.backend.tick(now)
 	}
-	if len(p.waiters) == 0 && (p.backend == nil || !p.backend.busy()) && p.ticking {
+	if p.external != nil {
+		p.external.tick(now)
+	}
+	if len(p.waiters) == 0 && (p.backend == nil || !p.backend.busy()) && (p.external == nil || !p.external.busy()) && p.ticking {
 		p.ticking = false
 		_ = proxywasm.SetTickPeriodMilliSeconds(p.idleTickMillis())
 	}

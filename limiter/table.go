@@ -128,7 +128,9 @@ type Table struct {
 	policy     ContentionPolicy
 	slotKeys   []string
 	buf        []byte
-	stats      Stats
+	// stats is shared with the tables WithLimit derives, which count
+	// into the same slots.
+	stats *Stats
 }
 
 // NewTable validates l and cfg and returns a Table over s.
@@ -183,7 +185,24 @@ func NewTable(s store.Store, l Limit, cfg TableConfig) (*Table, error) {
 		policy:     cfg.OnContention,
 		slotKeys:   make([]string, size),
 		buf:        make([]byte, 0, fingerprintLen+MaxStateLen),
+		stats:      &Stats{},
 	}, nil
+}
+
+// WithLimit returns a table deciding with l over the same slots, prefix,
+// seed and Stats as t, for limits whose rate is chosen per key (answers of
+// a limits service): whatever the number of rates, they together use at
+// most t's slots. A key met under another rate keeps its state as a
+// reload keeps it (see TableConfig.Prefix). It costs a small allocation
+// and no slots of its own; like t, it is for one worker.
+func (t *Table) WithLimit(l Limit) (*Table, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	d := *t
+	d.limit = l
+	d.buf = make([]byte, 0, fingerprintLen+MaxStateLen)
+	return &d, nil
 }
 
 // Limit returns the table's Limit.
@@ -194,7 +213,7 @@ func (t *Table) Limit() Limit { return t.limit }
 func (t *Table) Slots() int { return len(t.slotKeys) }
 
 // Stats returns the counters so far.
-func (t *Table) Stats() Stats { return t.stats }
+func (t *Table) Stats() Stats { return *t.stats }
 
 // SlotKey returns the shared-data key of slot i.
 func (t *Table) SlotKey(i int) string { return t.slotKey(uint64(i) & t.mask) }

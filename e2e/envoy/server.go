@@ -53,6 +53,11 @@ type Options struct {
 	// OnConfigUpdate, if set, is called after every attempt to apply a new
 	// version of an ECDS file, successful or not.
 	OnConfigUpdate func(ConfigUpdate)
+	// Clock and ManualTicks are host.RuntimeOptions' for tests that step
+	// the plugins' time: the tests then fire ticks with Plugin.Tick on
+	// Server.Plugins.
+	Clock       func() time.Time
+	ManualTicks bool
 }
 
 // ConfigUpdate reports one ECDS file change.
@@ -143,9 +148,11 @@ func (s *Server) Start(ctx context.Context) error {
 		s.log.Logf(LevelInfo, "upstream", "cm init: adding cluster %s (%s, %d endpoints)", c.Name, c.Type, len(c.Endpoints))
 	}
 	s.rt = host.NewRuntime(host.RuntimeOptions{
-		Profile:  s.opts.Profile,
-		Logger:   s.pluginLog,
-		LogLevel: s.log.hostLevel(),
+		Profile:     s.opts.Profile,
+		Logger:      s.pluginLog,
+		LogLevel:    s.log.hostLevel(),
+		Clock:       s.opts.Clock,
+		ManualTicks: s.opts.ManualTicks,
 	})
 
 	var workerSeq atomic.Uint64

@@ -34,6 +34,9 @@ type Config struct {
 	// Nil when the config has no "backend" block (then no limit may be
 	// global or hybrid).
 	Backend *Backend
+	// External is the limits-service lookup; nil without an "external"
+	// block.
+	External *External
 }
 
 // LimitIndex returns the index in c.Limits of the limit with that name, or -1.

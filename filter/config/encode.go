@@ -49,7 +49,39 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 			},
 		}
 	}
+	if e := c.External; e != nil {
+		w.External = wireExternalOf(e)
+	}
 	return json.Marshal(w)
+}
+
+func wireExternalOf(e *External) *wireExternal {
+	l := &e.Limit
+	w := &wireExternal{
+		Name: l.Name, Match: wireMatchOf(&l.Match), Cluster: e.Cluster, Authority: e.Authority, Path: e.Path,
+		Timeout: dur(e.Timeout), ForwardHeaders: append([]string{}, e.ForwardHeaders...), CacheKey: []string{},
+		CacheTTL: dur(e.CacheTTL), StaleTTL: dur(e.StaleTTL), MaxCached: e.MaxCached, Mode: l.Mode.String(),
+		OnMissingKey: l.OnMissingKey.String(),
+		OnLimit:      wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
+		Fallback:     wireFallback{wireRate: wireRateOf(l.Rate, TokenBucket), Key: []string{}},
+	}
+	if e.ForwardAll {
+		w.ForwardHeaders = append(w.ForwardHeaders, "*")
+	}
+	for _, k := range e.CacheKey {
+		w.CacheKey = append(w.CacheKey, k.String())
+	}
+	for _, k := range l.Key {
+		w.Fallback.Key = append(w.Fallback.Key, k.String())
+	}
+	if l.Mode != ModeLocal {
+		w.FailurePolicy = l.FailurePolicy.String()
+		w.Instances = l.Instances
+	}
+	if l.OnLimit.Action == ActionDelay {
+		w.OnLimit.MaxDelay = dur(l.OnLimit.MaxDelay)
+	}
+	return w
 }
 
 func dur(d time.Duration) string { return d.String() }
@@ -172,6 +204,7 @@ type wireConfig struct {
 	Concurrency []wireConcurrency `json:"concurrency"`
 	Response    wireResponse      `json:"response"`
 	Backend     *wireBackend      `json:"backend,omitempty"`
+	External    *wireExternal     `json:"external,omitempty"`
 }
 
 type wireConcurrency struct {
@@ -302,4 +335,29 @@ type wireBackendBreaker struct {
 	Window              string `json:"window"`
 	OpenTimeout         string `json:"open_timeout"`
 	HalfOpenMaxRequests int    `json:"half_open_max_requests"`
+}
+
+type wireExternal struct {
+	Name           string       `json:"name"`
+	Match          *wireMatch   `json:"match"`
+	Cluster        string       `json:"cluster"`
+	Authority      string       `json:"authority"`
+	Path           string       `json:"path"`
+	Timeout        string       `json:"timeout"`
+	ForwardHeaders []string     `json:"forward_headers"`
+	CacheKey       []string     `json:"cache_key"`
+	CacheTTL       string       `json:"cache_ttl"`
+	StaleTTL       string       `json:"stale_ttl"`
+	MaxCached      int          `json:"max_cached"`
+	Mode           string       `json:"mode"`
+	FailurePolicy  string       `json:"failure_policy,omitempty"`
+	Instances      int          `json:"instances,omitempty"`
+	OnMissingKey   string       `json:"on_missing_key"`
+	OnLimit        wireOnLimit  `json:"on_limit"`
+	Fallback       wireFallback `json:"fallback"`
+}
+
+type wireFallback struct {
+	wireRate
+	Key []string `json:"key"`
 }

@@ -98,6 +98,34 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 		}
 	}
 
+	p.mode(o, &l, backend)
+	if i, ok := o.enum("on_missing_key", "skip", "deny"); ok {
+		l.OnMissingKey = MissingKeyAction(i)
+	}
+	p.onLimit(o, &l)
+	if b, ok := o.boolean("shadow"); ok {
+		l.Shadow = b
+		if b && l.OnLimit.Action == ActionDelay {
+			o.errorf("shadow", `cannot be combined with on_limit.action "delay": a shadow limit never holds requests`)
+		}
+	}
+	var refs []replacesRef
+	if items, ok := o.array("replaces", "must not be empty; omit it to replace nothing"); ok {
+		for i, item := range items {
+			ipath := index(o.path1("replaces"), i)
+			if item.Type != gjson.String || item.Str == "" {
+				p.errorf(ipath, item.Index, "must be a limit name")
+				continue
+			}
+			refs = append(refs, replacesRef{path: ipath, at: item.Index, name: item.Str})
+		}
+	}
+	return l, refs
+}
+
+// mode reads mode, failure_policy and instances, shared by limits and the
+// external block.
+func (p *parser) mode(o *object, l *Limit, backend *Backend) {
 	modeOK := true
 	if i, ok := o.enum("mode", "local", "global", "hybrid"); ok {
 		l.Mode = Mode(i)
@@ -125,9 +153,10 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 			l.Instances = int(n)
 		}
 	}
-	if i, ok := o.enum("on_missing_key", "skip", "deny"); ok {
-		l.OnMissingKey = MissingKeyAction(i)
-	}
+}
+
+// onLimit reads on_limit into l.OnLimit.
+func (p *parser) onLimit(o *object, l *Limit) {
 	if c := o.child("on_limit", "action", "max_delay", "status"); c != nil {
 		actionOK := true
 		if i, ok := c.enum("action", "reject", "delay"); ok {
@@ -150,24 +179,6 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 			l.OnLimit.Status = int(n)
 		}
 	}
-	if b, ok := o.boolean("shadow"); ok {
-		l.Shadow = b
-		if b && l.OnLimit.Action == ActionDelay {
-			o.errorf("shadow", `cannot be combined with on_limit.action "delay": a shadow limit never holds requests`)
-		}
-	}
-	var refs []replacesRef
-	if items, ok := o.array("replaces", "must not be empty; omit it to replace nothing"); ok {
-		for i, item := range items {
-			ipath := index(o.path1("replaces"), i)
-			if item.Type != gjson.String || item.Str == "" {
-				p.errorf(ipath, item.Index, "must be a limit name")
-				continue
-			}
-			refs = append(refs, replacesRef{path: ipath, at: item.Index, name: item.Str})
-		}
-	}
-	return l, refs
 }
 
 // rate reads requests_per_second | limit+window, and burst, from a limit or

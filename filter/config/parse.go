@@ -120,7 +120,7 @@ func (p *parser) config(root gjson.Result) *Config {
 		p.errorf("", 0, "configuration must be a JSON object")
 		return cfg
 	}
-	o := p.object("", root, "client_ip", "limits", "breakers", "concurrency", "response", "backend")
+	o := p.object("", root, "client_ip", "limits", "breakers", "concurrency", "response", "backend", "external")
 	if c := o.child("client_ip", "source", "trusted_hops", "header"); c != nil {
 		cfg.ClientIP = p.clientIP(c)
 	}
@@ -133,6 +133,9 @@ func (p *parser) config(root gjson.Result) *Config {
 		} else {
 			p.limits(cfg, o.path1("limits"), items)
 		}
+	}
+	if e := o.child("external", externalFields...); e != nil {
+		cfg.External = p.external(e, cfg)
 	}
 	if items, ok := o.array("breakers", ""); ok {
 		if len(items) > maxEntries {

@@ -184,6 +184,36 @@ func genConfig(r *rand.Rand) map[string]any {
 		maybe(o, "path_prefix", func() any { return pick("/", "/r", "r") })
 		return o
 	})
+	maybe(cfg, "external", func() any {
+		o := map[string]any{}
+		if r.IntN(5) > 0 {
+			o["cluster"] = "limits"
+		}
+		if r.IntN(5) > 0 {
+			fb := map[string]any{}
+			rateFields(fb)
+			maybe(fb, "key", func() any { return pick([]any{}, []any{"header:x"}, []any{"bogus"}) })
+			o["fallback"] = fb
+		}
+		maybe(o, "name", func() any { return mostly([]any{"external", "tenant", "a"}, "a.b") })
+		maybe(o, "path", func() any { return pick("/limits", "limits") })
+		maybe(o, "timeout", dur)
+		maybe(o, "forward_headers", func() any {
+			return pick([]any{}, []any{"x-tenant"}, []any{"*"}, []any{"*", "cookie"}, []any{"X", "x"}, []any{"bad header"})
+		})
+		maybe(o, "cache_key", func() any { return pick([]any{}, []any{"header:x-tenant", "path"}, []any{"tenant"}) })
+		maybe(o, "cache_ttl", dur)
+		maybe(o, "stale_ttl", dur)
+		maybe(o, "max_cached", count)
+		maybe(o, "mode", func() any { return pick("local", "global", "hybrid") })
+		if mode := o["mode"]; mode == "global" || mode == "hybrid" || r.IntN(5) == 0 {
+			maybe(o, "failure_policy", func() any { return pick("allow", "deny", "local") })
+			maybe(o, "instances", count)
+		}
+		maybe(o, "on_missing_key", func() any { return pick("skip", "deny") })
+		maybe(o, "on_limit", func() any { return map[string]any{"status": status()} })
+		return o
+	})
 	var limits []any
 	for i := r.IntN(4); i > 0; i-- {
 		limits = append(limits, limit())

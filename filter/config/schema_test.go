@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -71,7 +72,7 @@ func TestExamplesValidateAndParse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse rejects %s:\n%v", f, err)
 			}
-			if len(c.Limits)+len(c.Breakers)+len(c.Concurrency) == 0 {
+			if len(c.Limits)+len(c.Breakers)+len(c.Concurrency) == 0 && c.External == nil {
 				t.Errorf("%s configures nothing", f)
 			}
 		})
@@ -162,9 +163,20 @@ func TestSchemaDefaultsMatchParser(t *testing.T) {
 		b, _ := json.Marshal(s.Defs[d].Properties[p].Default)
 		return string(b)
 	}
+	// durDef normalises a duration default, which the schema spells as an
+	// operator would ("60s") and Go prints as "1m0s".
+	durDef := func(d, p string) string {
+		s, _ := s.Defs[d].Properties[p].Default.(string)
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return "not a duration: " + s
+		}
+		return v.String()
+	}
 	c := mustParse(t, `{"limits": [{"name": "a", "requests_per_second": 1}], "breakers": [{"name": "b"}], "backend": {"cluster": "c"},
-	  "concurrency": [{"name": "c", "max_in_flight": 1}]}`)
-	l, b, be, cc := c.Limits[0], c.Breakers[0], c.Backend, c.Concurrency[0]
+		"external": {"cluster": "limits", "fallback": {"requests_per_second": 1}},
+		"concurrency": [{"name": "c", "max_in_flight": 1}]}`)
+	l, b, be, ex, cc := c.Limits[0], c.Breakers[0], c.Backend, c.External, c.Concurrency[0]
 	checks := []struct{ schema, parser string }{
 		{def("limit", "algorithm"), `"` + l.Algorithm.String() + `"`},
 		{def("limit", "cost"), "1"},
@@ -185,6 +197,14 @@ func TestSchemaDefaultsMatchParser(t *testing.T) {
 		{def("concurrency", "key"), keyJSON(cc.Key)},
 		{def("concurrency", "status"), strconv.Itoa(cc.Status)},
 		{def("concurrency", "shadow"), strconv.FormatBool(cc.Shadow)},
+		{def("external", "name"), `"` + ex.Limit.Name + `"`},
+		{def("external", "path"), `"` + ex.Path + `"`},
+		{durDef("external", "timeout"), ex.Timeout.String()},
+		{durDef("external", "cache_ttl"), ex.CacheTTL.String()},
+		{durDef("external", "stale_ttl"), ex.StaleTTL.String()},
+		{def("external", "max_cached"), strconv.Itoa(ex.MaxCached)},
+		{def("external", "mode"), `"` + ex.Limit.Mode.String() + `"`},
+		{def("external", "on_missing_key"), `"` + ex.Limit.OnMissingKey.String() + `"`},
 	}
 	for _, ch := range checks {
 		if ch.schema != ch.parser {

@@ -1,0 +1,179 @@
+package config
+
+import (
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// External asks a limits service which limit applies to a request, and
+// enforces the answer like one more limit (top-level "external").
+type External struct {
+	// Limit is how the answers are enforced. Name, Match, Mode,
+	// FailurePolicy, Instances, OnMissingKey and OnLimit come from the
+	// external block; Rate and Key are the fallback's, used when the
+	// service cannot answer and no stale answer is left (Key defaults to
+	// CacheKey). Algorithm is always TokenBucket and Cost 1.
+	Limit Limit
+	// Cluster is the Envoy cluster of the limits service; required.
+	Cluster string
+	// Authority is the :authority of lookups; default Cluster.
+	Authority string
+	// Path is the :path of lookups, starting with "/"; default "/limits".
+	Path string
+	// Timeout per lookup, default 100ms, at most 10s.
+	Timeout time.Duration
+	// ForwardHeaders are the lower-cased request headers sent to the
+	// service, in config order. "host" sends the :authority.
+	ForwardHeaders []string
+	// ForwardAll is set by a "*" entry: every request header is sent except
+	// pseudo-headers and SensitiveHeaders not named in ForwardHeaders.
+	ForwardAll bool
+	// CacheKey identifies a lookup: requests with equal values share one
+	// cached answer, one lookup in flight and one breaker. Default: a
+	// header part for every name in ForwardHeaders. An absent part is an
+	// empty value, so it never makes a request skip the lookup.
+	CacheKey []KeyPart
+	// CacheTTL is how long an answer is fresh when the service does not
+	// say (cache_max_age_seconds); default 60s.
+	CacheTTL time.Duration
+	// StaleTTL is how long after it stops being fresh an answer is still
+	// used when a lookup fails; default 5m, zero never uses stale answers.
+	StaleTTL time.Duration
+	// MaxCached bounds the cached lookups (shared-data keys); default 10000.
+	MaxCached int
+}
+
+// SensitiveHeaders are never forwarded to the limits service unless
+// forward_headers names them: credentials do not leave the proxy because
+// of a wildcard.
+var SensitiveHeaders = []string{"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
+
+// IsSensitiveHeader reports whether a lower-case header name is one of
+// SensitiveHeaders.
+func IsSensitiveHeader(name string) bool { return contains(SensitiveHeaders, name) }
+
+// Defaults of the external block.
+const (
+	DefaultExternalName     = "external"
+	DefaultExternalPath     = "/limits"
+	DefaultExternalTimeout  = 100 * time.Millisecond
+	DefaultExternalCacheTTL = 60 * time.Second
+	DefaultExternalStaleTTL = 5 * time.Minute
+	DefaultExternalMaxCache = 10_000
+	maxExternalCached       = 1_000_000
+	maxCacheTTL             = 24 * time.Hour
+)
+
+var externalFields = []string{"name", "match", "cluster", "authority", "path", "timeout", "forward_headers",
+	"cache_key", "cache_ttl", "stale_ttl", "max_cached", "mode", "failure_policy", "instances",
+	"on_missing_key", "on_limit", "fallback"}
+
+func (p *parser) external(o *object, cfg *Config) *External {
+	e := &External{
+		Limit: Limit{
+			Name:       DefaultExternalName,
+			Cost:       1,
+			OverrideBy: -1,
+			Instances:  1,
+			OnLimit:    OnLimit{Action: ActionReject, Status: DefaultLimitStatus},
+		},
+		Path:      DefaultExternalPath,
+		Timeout:   DefaultExternalTimeout,
+		CacheTTL:  DefaultExternalCacheTTL,
+		StaleTTL:  DefaultExternalStaleTTL,
+		MaxCached: DefaultExternalMaxCache,
+	}
+	if o.has("name") {
+		if n := p.name(o); n != "" {
+			e.Limit.Name = n
+		}
+	}
+	if i := cfg.LimitIndex(e.Limit.Name); i >= 0 {
+		o.errorf("name", "%q is also the name of limits[%d]; metrics need distinct names", e.Limit.Name, i)
+	}
+	if m := o.child("match", matchFields...); m != nil {
+		e.Limit.Match = p.match(m)
+	}
+	if s, ok := o.str("cluster"); ok {
+		if s == "" {
+			o.errorf("cluster", "must not be empty")
+		}
+		e.Cluster = s
+	} else if !o.has("cluster") {
+		o.errorf("cluster", "required")
+	}
+	e.Authority = e.Cluster
+	if s, ok := o.str("authority"); ok {
+		if s == "" {
+			o.errorf("authority", "must not be empty; omit it to use the cluster name")
+		}
+		e.Authority = s
+	}
+	if s, ok := o.str("path"); ok {
+		if !strings.HasPrefix(s, "/") {
+			o.errorf("path", `must start with "/"`)
+		}
+		e.Path = s
+	}
+	if d, ok := o.duration("timeout", time.Millisecond, maxBackendWait); ok {
+		e.Timeout = d
+	}
+	var named []KeyPart
+	if items, ok := o.array("forward_headers", ""); ok {
+		for i, item := range items {
+			ipath := index(o.path1("forward_headers"), i)
+			switch {
+			case item.Type == gjson.String && item.Str == "*":
+				if e.ForwardAll {
+					p.errorf(ipath, item.Index, `duplicate entry "*"`)
+				}
+				e.ForwardAll = true
+			case item.Type != gjson.String || !headerToken(item.Str):
+				p.errorf(ipath, item.Index, `must be a header name or "*"`)
+			case contains(e.ForwardHeaders, strings.ToLower(item.Str)):
+				p.errorf(ipath, item.Index, "duplicate header %q", strings.ToLower(item.Str))
+			default:
+				h := strings.ToLower(item.Str)
+				e.ForwardHeaders = append(e.ForwardHeaders, h)
+				named = append(named, KeyPart{Kind: KeyHeader, Header: h})
+			}
+		}
+	}
+	if items, ok := o.array("cache_key", ""); ok {
+		e.CacheKey = p.key(o.path1("cache_key"), items)
+	} else {
+		if e.ForwardAll && !o.has("cache_key") {
+			o.errorf("cache_key", `required when forward_headers has "*": the cache cannot be keyed by every header`)
+		}
+		e.CacheKey = named
+		if e.CacheKey == nil {
+			e.CacheKey = []KeyPart{}
+		}
+	}
+	if d, ok := o.duration("cache_ttl", time.Second, maxCacheTTL); ok {
+		e.CacheTTL = d
+	}
+	if d, ok := o.duration("stale_ttl", 0, maxCacheTTL); ok {
+		e.StaleTTL = d
+	}
+	if n, ok := o.integer("max_cached", 1, maxExternalCached); ok {
+		e.MaxCached = int(n)
+	}
+	p.mode(o, &e.Limit, cfg.Backend)
+	if i, ok := o.enum("on_missing_key", "skip", "deny"); ok {
+		e.Limit.OnMissingKey = MissingKeyAction(i)
+	}
+	p.onLimit(o, &e.Limit)
+	if f := o.child("fallback", "requests_per_second", "limit", "window", "burst", "key"); f != nil {
+		e.Limit.Rate, _ = p.rate(f, TokenBucket)
+		e.Limit.Key = e.CacheKey
+		if items, ok := f.array("key", ""); ok {
+			e.Limit.Key = p.key(f.path1("key"), items)
+		}
+	} else if !o.has("fallback") {
+		o.errorf("fallback", "required: the limit applied when the service cannot answer")
+	}
+	return e
+}

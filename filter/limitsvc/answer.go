@@ -1,0 +1,244 @@
+// Package limitsvc is the wire side of the external limits service: the
+// strict parsing of its answers and the shared-data record that caches
+// them with their singleflight and breaker state.
+//
+// It performs no I/O and imports nothing from proxy-wasm, so it builds
+// natively (and is fuzzed) as well as for GOOS=wasip1. Failures are
+// *backend.Error values with the same kinds as Redis backend failures, so
+// the filter classifies and counts both alike.
+package limitsvc
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/limiter"
+)
+
+// Policy is the failure policy an answer asks for its global or hybrid
+// limit.
+type Policy uint8
+
+const (
+	// PolicyDefault leaves the configured failure_policy in force.
+	PolicyDefault Policy = iota
+	// PolicyAllow, PolicyDeny and PolicyLocal override it for this answer.
+	PolicyAllow
+	PolicyDeny
+	PolicyLocal
+)
+
+// Bounds on what an answer may say. A service asking for more is broken or
+// compromised, and its answer counts as a failure.
+const (
+	// MaxRate bounds the requests per period and the burst, as the
+	// configuration does.
+	MaxRate = 1_000_000_000
+	// MaxTenantKey bounds tenant_key in bytes: it is stored in every cached
+	// entry and becomes a shared-data or Redis key.
+	MaxTenantKey = 256
+	// MaxAge bounds cache_max_age_seconds.
+	MaxAge = 7 * 24 * time.Hour
+	// MinPeriod and MaxPeriod bound the period, as the configuration's
+	// window.
+	MinPeriod = time.Millisecond
+	MaxPeriod = 7 * 24 * time.Hour
+)
+
+// Answer is what the service said about one request.
+type Answer struct {
+	// Unlimited is set when the service answered a rate of 0: no limit
+	// applies. Rate, Period and Burst are then zero.
+	Unlimited bool
+	// Rate requests per Period, plus Burst extra bucket capacity, exactly
+	// as a limit's requests_per_second (or limit and window) and burst.
+	Rate   int64
+	Period time.Duration
+	Burst  int64
+	// TenantKey selects the bucket; empty when the service named none.
+	TenantKey string
+	Policy    Policy
+	// MaxAge is how long the answer is fresh; zero means the configured
+	// cache_ttl.
+	MaxAge time.Duration
+	// NoStore asks that the answer serve only the requests waiting for it.
+	NoStore bool
+}
+
+// Limit is the token bucket the answer describes.
+func (a *Answer) Limit() limiter.Limit {
+	return limiter.Limit{Algorithm: limiter.TokenBucket, Rate: a.Rate, Period: a.Period, Burst: a.Burst}
+}
+
+func fail(kind backend.Kind, status int, detail string) error {
+	return &backend.Error{Kind: kind, Status: status, Detail: detail}
+}
+
+func malformed(detail string) error { return fail(backend.KindMalformed, 200, detail) }
+
+// Parse reads the service's answer. Anything but HTTP 200 with a JSON
+// object stating a valid limit is an error: KindUnavailable for 5xx,
+// KindHTTPStatus for other statuses, KindMalformed for the body. Unknown
+// members are ignored, so a service can add its own.
+func Parse(status int, body []byte) (Answer, error) {
+	switch {
+	case status >= 500:
+		return Answer{}, fail(backend.KindUnavailable, status, "")
+	case status != 200:
+		return Answer{}, fail(backend.KindHTTPStatus, status, "")
+	}
+	if !gjson.ValidBytes(body) {
+		return Answer{}, malformed("invalid JSON")
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return Answer{}, malformed("answer is not a JSON object")
+	}
+	var a Answer
+	var rateName, periodName string
+	var rate, period gjson.Result
+	for _, name := range [...]string{"average", "requests_per_second", "limit"} {
+		if v := root.Get(name); v.Exists() {
+			if rateName != "" {
+				return Answer{}, malformed(rateName + " and " + name + " both given")
+			}
+			rateName, rate = name, v
+		}
+	}
+	for _, name := range [...]string{"period", "window"} {
+		if v := root.Get(name); v.Exists() {
+			if periodName != "" {
+				return Answer{}, malformed(periodName + " and " + name + " both given")
+			}
+			periodName, period = name, v
+		}
+	}
+	var err error
+	switch {
+	case rateName == "":
+		return Answer{}, malformed("no average, requests_per_second or limit")
+	case rateName == "requests_per_second" && periodName != "":
+		return Answer{}, malformed("requests_per_second with " + periodName)
+	case rateName != "requests_per_second" && periodName == "":
+		return Answer{}, malformed(rateName + " without period or window")
+	}
+	if a.Rate, err = count(rateName, rate); err != nil {
+		return Answer{}, err
+	}
+	a.Period = time.Second
+	if periodName != "" {
+		if a.Period, err = duration(periodName, period); err != nil {
+			return Answer{}, err
+		}
+	}
+	if v := root.Get("burst"); v.Exists() {
+		if a.Burst, err = count("burst", v); err != nil {
+			return Answer{}, err
+		}
+	}
+	if a.Rate == 0 {
+		a.Unlimited = true
+		a.Period, a.Burst = 0, 0
+	} else if err := a.Limit().Validate(); err != nil {
+		return Answer{}, malformed(err.Error())
+	}
+	if v := root.Get("tenant_key"); v.Exists() {
+		switch {
+		case v.Type != gjson.String:
+			return Answer{}, malformed("tenant_key is not a string")
+		case v.Str == "":
+			return Answer{}, malformed("tenant_key is empty")
+		case len(v.Str) > MaxTenantKey:
+			return Answer{}, malformed("tenant_key longer than " + strconv.Itoa(MaxTenantKey) + " bytes")
+		}
+		a.TenantKey = v.Str
+	}
+	if v := root.Get("failure_policy"); v.Exists() {
+		if a.Policy, err = policy(v); err != nil {
+			return Answer{}, err
+		}
+	}
+	if v := root.Get("cache_max_age_seconds"); v.Exists() {
+		n, err := count("cache_max_age_seconds", v)
+		if err != nil {
+			return Answer{}, err
+		}
+		if n > int64(MaxAge/time.Second) {
+			return Answer{}, malformed("cache_max_age_seconds above " + strconv.Itoa(int(MaxAge/time.Second)))
+		}
+		a.MaxAge = time.Duration(n) * time.Second
+	}
+	if v := root.Get("cache_no_store"); v.Exists() {
+		if v.Type != gjson.True && v.Type != gjson.False {
+			return Answer{}, malformed("cache_no_store is not a boolean")
+		}
+		a.NoStore = v.Type == gjson.True
+	}
+	return a, nil
+}
+
+// count reads a non-negative integer literal up to MaxRate; fractions,
+// exponents and strings are refused rather than guessed at.
+func count(name string, v gjson.Result) (int64, error) {
+	if v.Type != gjson.Number {
+		return 0, malformed(name + " is not a number")
+	}
+	n, err := strconv.ParseInt(v.Raw, 10, 64)
+	switch {
+	case err != nil:
+		return 0, malformed(name + " is not an integer")
+	case n < 0:
+		return 0, malformed(name + " is negative")
+	case n > MaxRate:
+		return 0, malformed(name + " above " + strconv.Itoa(MaxRate))
+	}
+	return n, nil
+}
+
+// duration reads a Go duration string ("1s", "1m30s") or whole seconds.
+func duration(name string, v gjson.Result) (time.Duration, error) {
+	var d time.Duration
+	switch v.Type {
+	case gjson.String:
+		var err error
+		if d, err = time.ParseDuration(v.Str); err != nil {
+			return 0, malformed(name + " is not a duration")
+		}
+	case gjson.Number:
+		n, err := count(name, v)
+		if err != nil {
+			return 0, err
+		}
+		if n > int64(MaxPeriod/time.Second) {
+			return 0, malformed(name + " above " + MaxPeriod.String())
+		}
+		d = time.Duration(n) * time.Second
+	default:
+		return 0, malformed(name + " is neither a duration string nor seconds")
+	}
+	if d < MinPeriod || d > MaxPeriod {
+		return 0, malformed(name + " outside " + MinPeriod.String() + " to " + MaxPeriod.String())
+	}
+	return d, nil
+}
+
+// policy accepts the filter's spellings and the common aliases of other
+// rate limiters' services.
+func policy(v gjson.Result) (Policy, error) {
+	if v.Type != gjson.String {
+		return 0, malformed("failure_policy is not a string")
+	}
+	switch strings.ToLower(v.Str) {
+	case "allow", "passthrough":
+		return PolicyAllow, nil
+	case "deny", "failclosed":
+		return PolicyDeny, nil
+	case "local", "inmemoryfallback":
+		return PolicyLocal, nil
+	}
+	return 0, malformed("unknown failure_policy")
+}
