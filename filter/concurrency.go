@@ -73,7 +73,9 @@ type ccHold struct {
 
 func newConcurrencyRuntime(s store.Store, cfg *config.ConcurrencyLimit, index int) (*concurrencyRuntime, error) {
 	// Prefix and seed depend only on the name, so a config reload that
-	// keeps the name keeps counting the requests already in flight.
+	// keeps the name and the key parts keeps counting the requests already
+	// in flight. Changing the key parts under the same name starts new
+	// counts: until the old requests end, the limit under-counts them.
 	prefix := "sluice.cc." + cfg.Name + "."
 	t, err := inflight.NewTable(s, inflight.TableConfig{Prefix: prefix, Seed: limiter.Hash(0, "cc\x00"+cfg.Name)})
 	if err != nil {

@@ -544,6 +544,19 @@ func (h *httpContext) startRemote(now time.Time) verdict {
 	ns := now.UnixNano()
 	h.localReqs = append(h.localReqs[:0], p.reqs...)
 	h.localLim = append(h.localLim[:0], p.reqLim...)
+	// The local keys view the worker's key arena, which the next request's
+	// evaluation overwrites while this one waits for Redis: give them
+	// bytes of this stream's own.
+	h.localKeys = h.localKeys[:0]
+	for i := range h.localReqs {
+		h.localKeys = append(h.localKeys, h.localReqs[i].Key...)
+	}
+	at := 0
+	for i := range h.localReqs {
+		n := len(h.localReqs[i].Key)
+		h.localReqs[i].Key = arenaString(h.localKeys[at : at+n])
+		at += n
+	}
 	for i, r := range h.localReqs {
 		res, err := r.Table.Peek(r.Key, ns, r.Cost)
 		if err != nil {

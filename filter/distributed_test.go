@@ -734,33 +734,41 @@ func TestHybridWaitsForEveryLimitsLease(t *testing.T) {
 	}
 }
 
-// TestLateReplyDoesNotReachAReusedContext: a stream that ends while its
-// Redis call is out leaves its context for reuse; when the next stream
-// reuses it and waits on a call of its own, the old call's reply must not
-// decide the new stream.
+// TestLateReplyDoesNotReachAReusedContext: a stream whose Redis call was
+// retried from the tick (so the retry belongs to the plugin, and its reply
+// outlives the stream) ends; the next stream reuses its context and waits
+// on a call of its own. The retry's late reply must not decide it.
 func TestLateReplyDoesNotReachAReusedContext(t *testing.T) {
 	d := newDistHarness(t, distConfig("global", "deny", "webdis", ""), nil)
 	hs := [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "example.com"}, {"x-key", "alice"}}
-	start := func() (uint32, proxytest.HttpCalloutAttribute) {
-		id := d.host.InitializeHttpContext()
-		if a := d.host.CallOnRequestHeaders(id, hs, true); a != types.ActionPause {
-			t.Fatalf("action %v, want the request paused for Redis", a)
-		}
-		calls := d.host.GetCalloutAttributesFromContext(id)
-		if len(calls) == 0 {
-			t.Fatal("no call to Redis")
-		}
-		return id, calls[len(calls)-1]
+	old := d.host.InitializeHttpContext()
+	if a := d.host.CallOnRequestHeaders(old, hs, true); a != types.ActionPause {
+		t.Fatalf("action %v, want the request paused for Redis", a)
 	}
-	old, oldCall := start()
+	// No answer: past the 50ms timeout the tick retries, as the plugin.
+	var retry *proxytest.HttpCalloutAttribute
+	for range 40 {
+		d.now = d.now.Add(5 * time.Millisecond)
+		d.host.Tick()
+		if calls := d.host.GetCalloutAttributesFromContext(proxytest.PluginContextID); len(calls) > 0 {
+			retry = &calls[len(calls)-1]
+			break
+		}
+	}
+	if retry == nil {
+		t.Fatal("the timed-out call was not retried from the tick")
+	}
 	d.host.CompleteHttpContext(old) // the client went away; its context is free
-	next, nextCall := start()
-	if nextCall.CalloutID == oldCall.CalloutID {
-		t.Fatal("both streams share one call")
+	next := d.host.InitializeHttpContext()
+	if a := d.host.CallOnRequestHeaders(next, hs, true); a != types.ActionPause {
+		t.Fatalf("action %v, want the new request paused for Redis", a)
 	}
-	// The old stream's call answers first, with a denial.
+	calls := d.host.GetCalloutAttributesFromContext(next)
+	if len(calls) != 1 {
+		t.Fatalf("%d calls from the new stream, want 1", len(calls))
+	}
 	denied := []byte(`{"EVALSHA":[0,0,100,100,1,1800000000000000]}`)
-	d.host.CallOnHttpCallResponse(oldCall.CalloutID, [][2]string{{":status", "200"}}, nil, denied)
+	d.host.CallOnHttpCallResponse(retry.CalloutID, [][2]string{{":status", "200"}}, nil, denied)
 	if local := d.host.GetSentLocalResponse(next); local != nil {
 		t.Fatalf("the ended stream's reply answered the new stream: %d", local.StatusCode)
 	}
@@ -768,11 +776,47 @@ func TestLateReplyDoesNotReachAReusedContext(t *testing.T) {
 		t.Fatalf("the ended stream's reply resumed the new stream (%v)", a)
 	}
 	allowed := []byte(`{"EVALSHA":[1,4,0,100,0,1800000000000000]}`)
-	d.host.CallOnHttpCallResponse(nextCall.CalloutID, [][2]string{{":status", "200"}}, nil, allowed)
+	d.host.CallOnHttpCallResponse(calls[0].CalloutID, [][2]string{{":status", "200"}}, nil, allowed)
 	if local := d.host.GetSentLocalResponse(next); local != nil {
 		t.Fatalf("the new stream was answered locally: %d", local.StatusCode)
 	}
 	if a := d.host.GetCurrentHttpStreamAction(next); a != types.ActionContinue {
 		t.Fatalf("the new stream was not resumed by its own reply (%v)", a)
+	}
+}
+
+// TestPausedRequestChargesItsOwnLocalKeys: a request waiting for Redis
+// keeps its local limits' keys, though the next request's evaluation
+// reuses the worker's key buffer in the meantime.
+func TestPausedRequestChargesItsOwnLocalKeys(t *testing.T) {
+	local := `{"name":"local","key":["header:x-key"],"requests_per_second":3}`
+	d := newDistHarness(t, distConfig("global", "deny", "webdis", local), newFakeRedis(tenPerSecond, backend.Webdis))
+	admitted := map[string]int{}
+	start := func(key string) uint32 {
+		id := d.host.InitializeHttpContext()
+		d.ctxs = append(d.ctxs, id)
+		hs := [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "example.com"}, {"x-key", key}}
+		if a := d.host.CallOnRequestHeaders(id, hs, true); a != types.ActionPause {
+			t.Fatalf("%s: action %v, want paused for Redis", key, a)
+		}
+		return id
+	}
+	for range 2 {
+		alice, carol := start("alice"), start("carol")
+		d.pump()
+		for key, id := range map[string]uint32{"alice": alice, "carol": carol} {
+			if d.host.GetSentLocalResponse(id) == nil && d.host.GetCurrentHttpStreamAction(id) == types.ActionContinue {
+				admitted[key]++
+			}
+			d.host.CompleteHttpContext(id)
+		}
+	}
+	for range 3 {
+		if o := d.do("alice"); o.status == 200 {
+			admitted["alice"]++
+		}
+	}
+	if admitted["alice"] != 3 || admitted["carol"] != 2 {
+		t.Fatalf("admitted %v at one instant, want alice 3 (her local limit) and carol 2", admitted)
 	}
 }

@@ -212,10 +212,12 @@ func (p *pluginContext) ensureBackend(l *limitRuntime, modePath string) error {
 // NewHttpContext reuses the contexts of ended streams. A context is by far
 // the largest allocation a request makes, and allocation volume is what
 // drives the guest's garbage collector, whose work the allocating request
-// pays for. Reuse is safe because the SDK calls nothing on a context after
-// OnHttpStreamDone (proxy_on_done and proxy_on_delete only drop its map
-// entry), and callbacks still out for the old stream (backend replies)
-// compare the generation, which keeps counting up across reuse.
+// pays for. The SDK calls no stream callback on a context after
+// OnHttpStreamDone, but replies to calls the stream made can still arrive
+// (a retry sent from the tick belongs to the plugin). Reuse is safe
+// because OnHttpStreamDone cancels the stream's calls and drops it from
+// every waiter map, and call callbacks also compare the generation, which
+// keeps counting up across reuse.
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 	var h *httpContext
 	if n := len(p.freeContexts); n > 0 {

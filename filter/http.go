@@ -49,6 +49,8 @@ type httpContext struct {
 	remote    []remoteReq
 	calls     []*remoteCall
 	localReqs []limiter.Request
+	// localKeys backs the keys of localReqs while the request waits.
+	localKeys []byte
 	localLim  []*limitRuntime
 	pending   int
 	starting  bool
@@ -441,11 +443,13 @@ func (h *httpContext) OnHttpStreamDone() {
 		delete(p.waiters, h.id)
 	}
 	h.forgetExternal()
+	if p.backend != nil {
+		delete(p.backend.leaseWaiters, h.id)
+	}
 	if len(h.remote) > 0 {
 		if h.pending > 0 {
 			h.refund()
 		}
-		delete(p.backend.leaseWaiters, h.id)
 		h.resetRemote()
 	}
 	h.gen++
@@ -574,10 +578,10 @@ func (p *pluginContext) OnTick() {
 	}
 }
 
-// arenaString views key bytes of the current evaluation's arena as a
-// string. The arena is only overwritten by the next evaluation, by which
-// time nothing holds these strings: limiter tables hash keys and do not
-// keep them.
+// arenaString views key bytes as a string without a copy. For the worker's
+// key arena that is safe only until the next evaluation overwrites it:
+// limiter tables hash keys and do not keep them, and a request that waits
+// for Redis copies its local keys first (startRemote).
 func arenaString(b []byte) string {
 	if len(b) == 0 {
 		return ""

@@ -547,7 +547,7 @@ func (b *backendRuntime) leaseDone(rr remoteReq, cl leaseClaim, now time.Time, r
 // pollLeaseWaiters retries the streams waiting for a lease.
 func (b *backendRuntime) pollLeaseWaiters(now time.Time) {
 	for id, h := range b.leaseWaiters {
-		if h.done {
+		if h.done || h.id != id { // ended, or its context reused since
 			delete(b.leaseWaiters, id)
 			continue
 		}

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -77,7 +78,12 @@ func appendRateLimitHeaders(dst [][2]string, buf []byte, families config.HeaderF
 	if families.Has(config.HeadersXRateLimit) {
 		// Unix seconds, rounded up, of now + resetAfter; plain integer
 		// arithmetic is much cheaper than time.Time's in the guest.
-		resetNs := now.UnixNano() + int64(q.resetAfter)
+		resetNs := now.UnixNano()
+		if d := int64(q.resetAfter); d > math.MaxInt64-resetNs {
+			resetNs = math.MaxInt64 // a limit refilling over centuries
+		} else {
+			resetNs += d
+		}
 		resetUnix := resetNs / int64(time.Second)
 		if resetNs%int64(time.Second) > 0 {
 			resetUnix++

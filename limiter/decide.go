@@ -89,8 +89,9 @@ func (l Limit) bucketDebt(st State, now int64) (debt, full u128) {
 // ahead of now.
 func (l Limit) bucketState(now int64, debt u128) State {
 	q, r := debt.div(uint64(l.Rate))
-	// q < 2^63 for any debt bucketDebt or Charge produces, so only a now
-	// near MaxInt64 can overflow.
+	// q is below 2^63 for practical limits; an extreme one (capacity ×
+	// period near the 146-year bound, charged into debt) or a now near
+	// MaxInt64 saturates instead of wrapping.
 	at := int64(math.MaxInt64)
 	if now <= 0 || q <= uint64(math.MaxInt64-now) {
 		at = now + int64(q)

@@ -160,18 +160,15 @@
 // the encoded State. A client key may live in Ways candidate slots (default
 // 2): slot_j = (h + j·(h>>32 | 1)) mod Slots for j < Ways.
 //
-// To decide, the first candidate is read, and if it holds the key's
-// fingerprint it is the key's slot and nothing else is read: one read per
-// decision for a key in its first candidate. Otherwise all candidates are
-// read. The first slot holding the key's fingerprint is its slot; if a later
-// candidate also holds it with live state the two states are merged by
-// adding their consumption (Limit.Merge) and the duplicate is reset to idle
-// after the commit. Two workers that read at different moments can place
-// a new key in two slots at once (one saw the first candidate live, the
-// other idle), so every write that places a key in a slot it did not own
-// checks the first candidate afterwards and folds a copy there into it;
-// the later of two racing placements always sees the other, which is what
-// lets a decision trust the first candidate alone. If no candidate holds the
+// To decide, all candidates are read. The first slot holding the key's
+// fingerprint is its slot; if a later candidate also holds it with live
+// state (two workers that read at different moments placed a new key in
+// different slots at once: one saw a candidate live, the other idle) the
+// two states are merged by adding their consumption (Limit.Merge) and the
+// duplicate is reset to idle after the commit. Reading only the first
+// candidate when it holds the key would save a read, but a copy in a later
+// candidate could then go unseen for as long as it stays live, which is
+// over-admission; the table pays the read instead. If no candidate holds the
 // key, the first one that is missing is used, else the first whose state is
 // idle (lossless: a full bucket carries no information), else the one with
 // the most allowance left, whose state the newcomer inherits: it shares that

@@ -46,14 +46,9 @@ func (l Limit) Lease(st State, now int64, want int64, ahead time.Duration) (Stat
 		return st, LeaseResult{Reason: ReasonInvalidLimit}
 	}
 	rate, period := uint64(l.Rate), uint64(l.Period)
-	full := mul(uint64(l.Capacity()), period)
-	var debt u128
-	if st.At > now || (st.At == now && st.N > 0) {
-		debt = mul(uint64(st.At)-uint64(now), rate).add64(uint64(st.N))
-		if full.add(mul(uint64(ClockStepTolerance), rate)).less(debt) {
-			debt = full
-		}
-	}
+	// The same plausibility ceiling as Decide and Charge (and the scripts):
+	// a charged bucket may be in debt up to a second full bucket.
+	debt, full := l.bucketDebt(st, now)
 	var res LeaseResult
 	if debt.less(full) {
 		res.Remaining = int64(full.sub(debt).divFloor(period))

@@ -151,3 +151,21 @@ func TestLeaseExtremes(t *testing.T) {
 		t.Fatalf("invalid limit: %+v", r)
 	}
 }
+
+// TestLeaseHonoursChargedDebt: a bucket charged past empty (Charge) is in
+// debt up to a second full bucket, and Lease must see that debt as Decide
+// does, also when the bucket spans more than the clock-step tolerance.
+func TestLeaseHonoursChargedDebt(t *testing.T) {
+	l := Limit{Rate: 3600, Period: time.Hour} // one bucket is an hour of refill
+	st, res := l.Charge(State{}, t0, 2*l.Capacity())
+	if !res.Allowed {
+		t.Fatalf("charge: %+v", res)
+	}
+	_, d := l.Decide(st, t0, 1)
+	if d.Allowed {
+		t.Fatalf("Decide admits a bucket charged a bucket past empty: %+v", d)
+	}
+	if _, lr := l.Lease(st, t0, 10, 10*time.Second); lr.Granted != 0 {
+		t.Fatalf("Lease granted %d from a bucket Decide refuses for %v", lr.Granted, d.RetryAfter)
+	}
+}

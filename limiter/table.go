@@ -248,7 +248,6 @@ type slotRead struct {
 // it decides from.
 type view struct {
 	fp       uint64
-	way      int // which candidate slot is the key's
 	slot     slotRead
 	state    State
 	takeover takeoverKind
@@ -325,11 +324,6 @@ func (t *Table) parseSlot(key string, fp uint64, now int64) (r slotRead, corrupt
 
 // read finds the key's slot, or chooses one to take over, and the state to
 // decide from. See the package doc, "Bounded keys".
-//
-// A key found in its first candidate is decided from that slot alone, one
-// read: every write that places a key in a slot it did not own checks the
-// first candidate afterwards and merges any copy there (settle), so the
-// first candidate, when it is the key's, holds all of its state.
 func (t *Table) read(h uint64, now int64) (view, error) {
 	var slots [MaxWays]slotRead
 	v := view{fp: h}
@@ -345,17 +339,12 @@ func (t *Table) read(h uint64, now int64) (view, error) {
 		if err != nil {
 			return v, err
 		}
-		if i == 0 && r.mine {
-			v.slot, v.state = r, stateOf(&r)
-			return v, nil
-		}
 		slots[i] = r
 		if r.mine && owner < 0 {
 			owner = i
 		}
 	}
 	if owner >= 0 {
-		v.way = owner
 		v.slot, v.state = slots[owner], stateOf(&slots[owner])
 		for i := owner + 1; i < t.ways; i++ {
 			if r := &slots[i]; r.mine && !(r.valid && t.limit.Idle(r.state, now)) {
@@ -368,13 +357,13 @@ func (t *Table) read(h uint64, now int64) (view, error) {
 	}
 	for i := 0; i < t.ways; i++ {
 		if !slots[i].exists {
-			v.way, v.slot, v.takeover = i, slots[i], newSlot
+			v.slot, v.takeover = slots[i], newSlot
 			return v, nil
 		}
 	}
 	for i := 0; i < t.ways; i++ {
 		if r := slots[i]; r.valid && t.limit.Idle(r.state, now) {
-			v.way, v.slot, v.takeover = i, r, losslessTakeover
+			v.slot, v.takeover = r, losslessTakeover
 			return v, nil
 		}
 	}
@@ -390,7 +379,7 @@ func (t *Table) read(h uint64, now int64) (view, error) {
 			}
 		}
 	}
-	v.way, v.slot, v.state, v.takeover = best, slots[best], stateOf(&slots[best]), lossyTakeover
+	v.slot, v.state, v.takeover = slots[best], stateOf(&slots[best]), lossyTakeover
 	return v, nil
 }
 
@@ -402,7 +391,7 @@ func (t *Table) encode(fp uint64, st State) []byte {
 }
 
 // commit writes next into the view's slot with CAS.
-func (t *Table) commit(v *view, next State, now int64) error {
+func (t *Table) commit(v *view, next State) error {
 	cas := v.slot.cas
 	if !v.slot.exists {
 		cas = createCAS
@@ -423,53 +412,7 @@ func (t *Table) commit(v *view, next State, now int64) error {
 			t.stats.DuplicateMerges++
 		}
 	}
-	if v.takeover != ownSlot && t.ways > 1 {
-		t.settle(v.fp, v.way, now)
-	}
 	return nil
-}
-
-// settle keeps read's one-read promise after a key was placed in candidate
-// placed. Two workers that read a key's candidates at different times can
-// place it in two slots (one saw the first candidate live, the other saw it
-// idle). Whichever of the two placements commits last sees the other here,
-// because each checks after its own write, and folds the copy into the
-// first candidate. A lost CAS means someone wrote in between: read again,
-// up to the retry budget. Folding twice double-counts, which errs towards
-// admitting less, never more.
-func (t *Table) settle(fp uint64, placed int, now int64) {
-	firstKey := t.slotKey(t.candidate(fp, 0))
-	for attempt := 0; attempt <= t.maxRetries; attempt++ {
-		first, _, err := t.parseSlot(firstKey, fp, now)
-		if err != nil || !first.mine || !first.valid {
-			return // the first candidate is not this key's: nothing to keep
-		}
-		var dup slotRead
-		found := false
-		for i := 1; i < t.ways && !found; i++ {
-			if placed != 0 && i != placed {
-				continue
-			}
-			r, _, err := t.parseSlot(t.slotKey(t.candidate(fp, i)), fp, now)
-			if err != nil {
-				return
-			}
-			if r.mine && r.valid && !t.limit.Idle(r.state, now) {
-				dup, found = r, true
-			}
-		}
-		if !found {
-			return
-		}
-		merged := t.limit.Merge(first.state, dup.state, now)
-		if t.store.Set(firstKey, t.encode(fp, merged), first.cas) != nil {
-			continue
-		}
-		if t.store.Set(dup.key, t.encode(fp, State{}), dup.cas) == nil {
-			t.stats.DuplicateMerges++
-			return
-		}
-	}
 }
 
 // AllowN decides n units for key at now (Unix ns) and, if granted, commits
@@ -488,7 +431,7 @@ func (t *Table) AllowN(key string, now int64, n int64) (Result, error) {
 		if !res.Allowed {
 			return res, nil
 		}
-		err = t.commit(&v, next, now)
+		err = t.commit(&v, next)
 		if err == nil {
 			return res, nil
 		}
@@ -532,7 +475,7 @@ func (t *Table) Charge(key string, now int64, n int64) (Result, error) {
 		if !res.Allowed {
 			return res, nil
 		}
-		err = t.commit(&v, next, now)
+		err = t.commit(&v, next)
 		if err == nil {
 			return res, nil
 		}
@@ -663,7 +606,7 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 		}
 		v, next := views[i], nexts[i]
 		for attempt := 0; ; attempt++ {
-			err := t.commit(&v, next, now)
+			err := t.commit(&v, next)
 			if err == nil {
 				done = append(done, committed{table: t, view: v, written: next})
 				break
