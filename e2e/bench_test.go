@@ -29,6 +29,9 @@ var lifecycleCases = []lifecycleCase{
 	// The floor under the case above: a no-op making only the hostcalls
 	// that case cannot avoid (see e2e/noop).
 	{"hostcall floor of one limit + one breaker", "noop", `{"floor":true}`},
+	// Below any design: the client address, the response status, the
+	// default response's five headers and one counter.
+	{"hostcall floor of the default response alone", "noop", `{"floor":"minimal"}`},
 	{"one concurrency limit", "sluice", `{"concurrency":[{"name":"per-route","key":["route"],"max_in_flight":1000000000}]}`},
 	{"three scoped limits", "sluice", `{"limits":[
 		{"name":"global","key":[],"requests_per_second":1000000000},
