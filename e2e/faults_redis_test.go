@@ -110,6 +110,7 @@ func checkOutage(t *testing.T, before, during map[string]*tally) (over bool) {
 				ok = ok || st == a
 			}
 			if !ok {
+				// Status 0 is no reply at all.
 				t.Errorf("%s: %d × status %d during the fault, want only %v", path, n, st, allowed)
 			}
 		}
@@ -130,11 +131,6 @@ func checkOutage(t *testing.T, before, during map[string]*tally) (over bool) {
 	}
 	if n := during["/deny"].get(200); n > 0 {
 		over = true
-	}
-	for _, pl := range []string{"/allow", "/deny", "/local", "/hybrid"} {
-		if during[pl].get(0) > 0 {
-			t.Errorf("%s: %d requests got no reply", pl, during[pl].get(0))
-		}
 	}
 	return over
 }
