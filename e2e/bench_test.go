@@ -1,14 +1,23 @@
 package e2e_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/sluice-proxy/sluice/e2e/host"
+	"github.com/sluice-proxy/sluice/e2e/redistest"
 )
 
 // lifecycleCase is one filter configuration whose per-request cost is
@@ -18,58 +27,123 @@ type lifecycleCase struct {
 	name   string
 	module string
 	config string
+	// lease marks the hybrid case: its plugin reaches a real Redis through
+	// webdis, and the guest's clock is stopped once the first lease is
+	// granted, so the lease neither expires nor asks for renewal and every
+	// measured request is served from it. What renewals cost at steady
+	// state is in the distributed section (Redis calls per decision).
+	lease bool
+	// caller, when set, serves the plugin's proxy_http_calls in-process.
+	caller host.Caller
 }
 
 var lifecycleCases = []lifecycleCase{
-	{"noop SDK filter", "noop", `{}`},
-	{"sluice, empty config (issue 2's minimal filter)", "sluice", `{}`},
-	{"sluice, no matching limit", "sluice", `{"limits":[{"name":"other","match":{"path_prefix":"/nothing-here"},"key":[],"requests_per_second":10}]}`},
-	{"one local limit", "sluice", `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}]}`},
-	{"one limit + one breaker", "sluice", `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}],"breakers":[{"name":"backend"}]}`},
+	{name: "noop SDK filter", module: "noop", config: `{}`},
+	{name: "sluice, empty config (issue 2's minimal filter)", module: "sluice", config: `{}`},
+	{name: "sluice, no matching limit", module: "sluice", config: `{"limits":[{"name":"other","match":{"path_prefix":"/nothing-here"},"key":[],"requests_per_second":10}]}`},
+	{name: "one local limit", module: "sluice", config: `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}]}`},
+	{name: "one limit + one breaker", module: "sluice", config: `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}],"breakers":[{"name":"backend"}]}`},
 	// The floor under the case above: a no-op making only the hostcalls
 	// that case cannot avoid (see e2e/noop).
-	{"hostcall floor of one limit + one breaker", "noop", `{"floor":true}`},
+	{name: "hostcall floor of one limit + one breaker", module: "noop", config: `{"floor":true}`},
 	// Below any design: the client address, the response status, the
 	// default response's five headers and one counter.
-	{"hostcall floor of the default response alone", "noop", `{"floor":"minimal"}`},
-	{"one concurrency limit", "sluice", `{"concurrency":[{"name":"per-route","key":["route"],"max_in_flight":1000000000}]}`},
-	{"three scoped limits", "sluice", `{"limits":[
+	{name: "hostcall floor of the default response alone", module: "noop", config: `{"floor":"minimal"}`},
+	{name: "one concurrency limit", module: "sluice", config: `{"concurrency":[{"name":"per-route","key":["route"],"max_in_flight":1000000000}]}`},
+	{name: "three scoped limits", module: "sluice", config: `{"limits":[
 		{"name":"global","key":[],"requests_per_second":1000000000},
 		{"name":"tenant","key":["header:x-tenant"],"requests_per_second":1000000000},
 		{"name":"per-ip","match":{"path_prefix":"/api"},"key":["client_ip"],"requests_per_second":1000000000}]}`},
+	{name: "hybrid global limit, served from its lease", module: "sluice", lease: true, config: `{
+		"limits":[{"name":"global","key":[],"requests_per_second":1000000000,"mode":"hybrid","failure_policy":"deny"}],
+		"backend":{"cluster":"redis","protocol":"webdis","timeout":"2s"}}`},
 }
 
-func benchLifecycle(b *testing.B, c lifecycleCase, code []byte) {
-	benchLifecycleCalling(b, c, code, nil)
+// lifecycleEnv is what the cases share in one run: the modules and, for
+// the lease case, a webdis in front of a redis-server.
+type lifecycleEnv struct {
+	codes  map[string][]byte
+	webdis string // host:port; "" until a lease case needs it
 }
 
-// benchLifecycleCalling is benchLifecycle with caller serving the
-// plugin's proxy_http_calls.
-func benchLifecycleCalling(b *testing.B, c lifecycleCase, code []byte, caller host.Caller) {
-	ctx := context.Background()
-	rt := host.NewRuntime(host.RuntimeOptions{Logger: func(host.LogLevel, string, string) {}})
-	defer rt.Close(ctx)
-	p, err := rt.NewPlugin(ctx, host.PluginConfig{Name: "bench", RootID: "bench", VMID: "bench", Code: code,
-		Configuration: []byte(c.config), Concurrency: 1, Caller: caller})
-	if err != nil {
-		b.Fatal(err)
-	}
-	resp := &host.Response{Status: 200, Headers: [][2]string{{"content-type", "text/plain"}}}
-	upstream := func(context.Context, *host.Request) (*host.Response, error) { return resp, nil }
-	req := &host.Request{
-		Headers:       [][2]string{{":method", "GET"}, {":path", "/api/items"}, {":authority", "example.com"}, {":scheme", "http"}, {"x-tenant", "t1"}},
-		SourceAddress: "10.1.2.3:5000", RouteName: "default", ClusterName: "backend",
-	}
-	// Warm up: the first requests create slots and grow the heap.
-	for range 1000 {
-		if _, err := p.Serve(ctx, req, upstream); err != nil {
-			b.Fatal(err)
+func newLifecycleEnv(t testing.TB) *lifecycleEnv {
+	env := &lifecycleEnv{codes: map[string][]byte{}}
+	for _, c := range lifecycleCases {
+		env.codes[c.module] = wasmModule(t, c.module)
+		if c.lease && env.webdis == "" {
+			r := redistest.StartRedis(t)
+			env.webdis = redistest.StartWebdis(t, r.Addr()).Addr()
 		}
 	}
+	return env
+}
+
+var benchRequest = &host.Request{
+	Headers:       [][2]string{{":method", "GET"}, {":path", "/api/items"}, {":authority", "example.com"}, {":scheme", "http"}, {"x-tenant", "t1"}},
+	SourceAddress: "10.1.2.3:5000", RouteName: "default", ClusterName: "backend",
+}
+
+var benchResponse = &host.Response{Status: 200, Headers: [][2]string{{"content-type", "text/plain"}}}
+
+func benchUpstream(context.Context, *host.Request) (*host.Response, error) { return benchResponse, nil }
+
+// startLifecycle starts c's plugin on one worker and warms it up: the
+// first requests create slots and grow the heap (and, for the lease case,
+// take the lease). ctx reaches compilation, which is where a function
+// listener is attached.
+func startLifecycle(tb testing.TB, ctx context.Context, c lifecycleCase, env *lifecycleEnv) (*host.Runtime, *host.Plugin) {
+	tb.Helper()
+	opts := host.RuntimeOptions{Logger: func(host.LogLevel, string, string) {}}
+	var stopped atomic.Bool
+	frozenAt := time.Now()
+	if c.lease {
+		opts.Clock = func() time.Time {
+			if stopped.Load() {
+				return frozenAt
+			}
+			return time.Now()
+		}
+	}
+	rt := host.NewRuntime(opts)
+	tb.Cleanup(func() { rt.Close(context.Background()) })
+	cfg := host.PluginConfig{Name: "bench", RootID: "bench", VMID: "bench", Code: env.codes[c.module],
+		Configuration: []byte(c.config), Concurrency: 1}
+	if c.lease {
+		cfg.Caller = &webdisCaller{addr: env.webdis}
+	} else if c.caller != nil {
+		cfg.Caller = c.caller
+	}
+	p, err := rt.NewPlugin(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if c.lease {
+		// The first request waits for the lease (script load and lease
+		// call, sent from the tick on the real clock); then the clock
+		// stops for good, with the lease fresh.
+		r, err := p.Serve(ctx, benchRequest, benchUpstream)
+		if err != nil || r.Status != 200 {
+			tb.Fatalf("taking the lease: response %+v, err %v", r, err)
+		}
+		frozenAt = time.Now()
+		stopped.Store(true)
+	}
+	for range 1000 {
+		if r, err := p.Serve(ctx, benchRequest, benchUpstream); err != nil || r.Status != 200 {
+			tb.Fatalf("warm-up: response %+v, err %v", r, err)
+		}
+	}
+	return rt, p
+}
+
+func benchLifecycle(b *testing.B, c lifecycleCase, env *lifecycleEnv) {
+	ctx := context.Background()
+	rt, p := startLifecycle(b, ctx, c, env)
+	calls, _ := rt.Stats().Lookup("sluice.backend.calls")
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		r, err := p.Serve(ctx, req, upstream)
+		r, err := p.Serve(ctx, benchRequest, benchUpstream)
 		if err != nil || r.Status != 200 {
 			b.Fatalf("status %v err %v", r, err)
 		}
@@ -78,46 +152,159 @@ func benchLifecycleCalling(b *testing.B, c lifecycleCase, code []byte, caller ho
 	if p.Traps() != 0 {
 		b.Fatalf("%d traps", p.Traps())
 	}
+	if after, _ := rt.Stats().Lookup("sluice.backend.calls"); after != calls {
+		b.Fatalf("%d backend calls during the measured requests: they were not all served from the lease", after-calls)
+	}
+}
+
+// webdisCaller is the "redis" cluster for the lease case: the plugin's
+// proxy_http_call goes to a real webdis over HTTP.
+type webdisCaller struct{ addr string }
+
+func (w *webdisCaller) HasCluster(name string) bool { return name == "redis" }
+
+func (w *webdisCaller) Call(ctx context.Context, _ string, headers [][2]string, body []byte, _ [][2]string, _ time.Duration) (*host.Response, error) {
+	method, path := "GET", "/"
+	hdr := http.Header{}
+	for _, h := range headers {
+		switch h[0] {
+		case ":method":
+			method = h[1]
+		case ":path":
+			path = h[1]
+		case ":authority", ":scheme":
+		default:
+			hdr.Add(h[0], h[1])
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+w.addr+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header = hdr
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	rb, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := &host.Response{Status: resp.StatusCode, Body: rb}
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			out.Headers = append(out.Headers, [2]string{strings.ToLower(k), v})
+		}
+	}
+	return out, nil
+}
+
+// mallocCounter counts calls to runtime.mallocgc, the Go runtime's one
+// entry point for heap allocation (newobject, makeslice, growslice,
+// string concatenation and conversions all go through it), so a count per
+// request is the guest's allocations per request, which the host cannot
+// otherwise see. A goroutine switch inside mallocgc unwinds and re-enters
+// it on wasm and would count twice; after warm-up that is rare enough not
+// to move the one-decimal figure.
+type mallocCounter struct{ n atomic.Uint64 }
+
+// guestMallocs is the one counter every instrumented compilation gets:
+// wazero's compilation cache, shared by all our runtimes, keeps the
+// listener of a module's first instrumented compilation, so a counter per
+// measurement would stop counting after the first. Measurements run one
+// at a time and take deltas.
+var guestMallocs = &mallocCounter{}
+
+func (m *mallocCounter) NewFunctionListener(def api.FunctionDefinition) experimental.FunctionListener {
+	if def.Name() == "runtime.mallocgc" {
+		return m
+	}
+	return nil
+}
+
+func (m *mallocCounter) Before(context.Context, api.Module, api.FunctionDefinition, []uint64, experimental.StackIterator) {
+	m.n.Add(1)
+}
+
+func (m *mallocCounter) After(context.Context, api.Module, api.FunctionDefinition, []uint64) {}
+
+func (m *mallocCounter) Abort(context.Context, api.Module, api.FunctionDefinition, error) {}
+
+// guestAllocs is c's allocations per request inside the guest, over n
+// requests after warm-up. It compiles the module with the listener, so it
+// runs apart from the timed benchmarks.
+func guestAllocs(t testing.TB, c lifecycleCase, env *lifecycleEnv, n int) float64 {
+	counter := guestMallocs
+	ctx := experimental.WithFunctionListenerFactory(context.Background(), counter)
+	before := counter.n.Load()
+	_, p := startLifecycle(t, ctx, c, env)
+	start := counter.n.Load()
+	if start == before {
+		// Start-up allocates, so nothing counted means nothing listened:
+		// a module without its name section, or a renamed runtime.mallocgc.
+		t.Fatalf("%s: no runtime.mallocgc calls during start-up and warm-up: the listener is not attached", c.name)
+	}
+	for range n {
+		if r, err := p.Serve(ctx, benchRequest, benchUpstream); err != nil || r.Status != 200 {
+			t.Fatalf("%s: response %+v, err %v", c.name, r, err)
+		}
+	}
+	return float64(counter.n.Load()-start) / float64(n)
 }
 
 // BenchmarkLifecycle gives ns per request for each case; `make bench`
 // turns them into ratios to the no-op filter with TestLifecycleReport.
 func BenchmarkLifecycle(b *testing.B) {
+	env := newLifecycleEnv(b)
 	for _, c := range lifecycleCases {
-		code := wasmModule(b, c.module)
-		b.Run(strings.ReplaceAll(c.name, " ", "_"), func(b *testing.B) { benchLifecycle(b, c, code) })
+		b.Run(strings.ReplaceAll(c.name, " ", "_"), func(b *testing.B) { benchLifecycle(b, c, env) })
 	}
 }
 
 // TestLifecycleReport prints each case's per-request cost as a ratio to
 // the no-op filter, measured interleaved in one run so machine noise
-// affects all cases alike; the median of the rounds is reported. It runs
-// only under `make bench` (SLUICE_BENCH=1) and asserts no timings.
+// affects all cases alike; the median of the rounds is reported, with
+// the guest's allocations per request. It runs only under `make bench`
+// (SLUICE_BENCH=1) and asserts no timings.
 func TestLifecycleReport(t *testing.T) {
 	if os.Getenv("SLUICE_BENCH") == "" {
 		t.Skip("set SLUICE_BENCH=1 (make bench) to measure")
 	}
-	rounds := 5
+	rounds, allocRequests := 5, 5000
 	if os.Getenv("BENCH_QUICK") != "" {
-		rounds = 1
+		rounds, allocRequests = 1, 500
 	}
-	codes := map[string][]byte{}
-	for _, c := range lifecycleCases {
-		codes[c.module] = wasmModule(t, c.module)
+	env := newLifecycleEnv(t)
+	allocs := make([]float64, len(lifecycleCases))
+	for i, c := range lifecycleCases {
+		allocs[i] = guestAllocs(t, c, env, allocRequests)
 	}
 	ns := make([][]float64, len(lifecycleCases))
 	for range rounds {
 		for i, c := range lifecycleCases {
-			r := testing.Benchmark(func(b *testing.B) { benchLifecycle(b, c, codes[c.module]) })
+			var failure string
+			r := testing.Benchmark(func(b *testing.B) {
+				// A failed benchmark only logs; keep its message for ours.
+				defer func() {
+					if b.Failed() {
+						failure = "failed"
+					}
+				}()
+				benchLifecycle(b, c, env)
+			})
+			if failure != "" || r.N == 0 {
+				t.Fatalf("%s: the benchmark failed (run it with go test -bench Lifecycle to see why)", c.name)
+			}
 			ns[i] = append(ns[i], float64(r.T.Nanoseconds())/float64(r.N))
 		}
 	}
 	base := median(ns[0])
 	var out strings.Builder
-	fmt.Fprintf(&out, "| case | ns/request (median of %d) | spread | ratio to no-op |\n|---|---|---|---|\n", rounds)
+	fmt.Fprintf(&out, "| case | ns/request (median of %d) | spread | ratio to no-op | guest allocs/request |\n|---|---:|---:|---:|---:|\n", rounds)
 	for i, c := range lifecycleCases {
 		m := median(ns[i])
-		fmt.Fprintf(&out, "| %s | %.0f | %.0f–%.0f | %.2f× |\n", c.name, m, minOf(ns[i]), maxOf(ns[i]), m/base)
+		fmt.Fprintf(&out, "| %s | %.0f | %.0f–%.0f | %.2f× | %.1f |\n", c.name, m, minOf(ns[i]), maxOf(ns[i]), m/base, allocs[i])
 	}
 	t.Log("\n" + out.String())
 	if path := os.Getenv("SLUICE_BENCH_OUT"); path != "" {

@@ -405,18 +405,15 @@ func (s staticLimits) Call(context.Context, string, [][2]string, []byte, [][2]st
 // BenchmarkExternalLifecycle compares a request decided from a cached
 // answer of the limits service with one local limit of the same key.
 func BenchmarkExternalLifecycle(b *testing.B) {
-	code := wasmModule(b, "sluice")
+	env := &lifecycleEnv{codes: map[string][]byte{"sluice": wasmModule(b, "sluice")}}
 	static := staticLimits{answer: []byte(`{"requests_per_second":1000000000,"tenant_key":"t1"}`)}
-	cases := []struct {
-		lifecycleCase
-		caller host.Caller
-	}{
-		{lifecycleCase{"one local limit by tenant", "sluice",
-			`{"limits":[{"name":"tenant","key":["header:x-tenant"],"requests_per_second":1000000000}]}`}, nil},
-		{lifecycleCase{"external limit, cache hit", "sluice",
-			`{"external":{"cluster":"limits","forward_headers":["x-tenant"],"fallback":{"requests_per_second":2}}}`}, static},
+	cases := []lifecycleCase{
+		{name: "one local limit by tenant", module: "sluice",
+			config: `{"limits":[{"name":"tenant","key":["header:x-tenant"],"requests_per_second":1000000000}]}`},
+		{name: "external limit, cache hit", module: "sluice", caller: static,
+			config: `{"external":{"cluster":"limits","forward_headers":["x-tenant"],"fallback":{"requests_per_second":2}}}`},
 	}
 	for _, c := range cases {
-		b.Run(strings.ReplaceAll(c.name, " ", "_"), func(b *testing.B) { benchLifecycleCalling(b, c.lifecycleCase, code, c.caller) })
+		b.Run(strings.ReplaceAll(c.name, " ", "_"), func(b *testing.B) { benchLifecycle(b, c, env) })
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,9 +19,17 @@ import (
 )
 
 // Fault-matrix rows that need no Redis (the Redis ones are in
-// distributed_test.go). Each test injects one fault into build/sluice.wasm
+// faults_redis_test.go). Each test injects one fault into build/sluice.wasm
 // running in our host, with the guest's clock driven by the test so
-// recovery times are exact, and appends its row to build/faults.md.
+// recovery times are exact, and writes its row of the matrix to
+// build/faults/ (see writeTableRow).
+
+// faultOrder is the matrix's row order: the list of faults.
+var faultOrder = []string{
+	"TestFaultRedisKilled", "TestFaultRedisRestarted", "TestFaultWebdisFrozen", "TestFaultWebdisGarbage",
+	"TestFaultUpstreamTimeout", "TestFaultUpstream5xx", "TestFaultGarbageSharedData", "TestFaultCASStorm",
+	"TestFaultTrapFailReload",
+}
 
 var faultsHeader = []string{"fault", "test", "requests sent", "outcomes", "nothing over-admitted", "time to recover"}
 
@@ -41,7 +50,12 @@ func recordFault(t *testing.T, r faultRow) {
 		nothing = "no"
 	}
 	t.Logf("fault %q: sent %d; %s; nothing over-admitted: %s; recovery: %s", r.fault, r.sent, r.outcomes, nothing, r.recovery)
-	appendMarkdownRow(t, "faults.md", faultsHeader, []string{r.fault, r.test, strconv.Itoa(r.sent), r.outcomes, nothing, r.recovery})
+	pos := slices.Index(faultOrder, r.test)
+	if pos < 0 {
+		t.Fatalf("%s is not in faultOrder", r.test)
+	}
+	writeTableRow(t, "faults", fmt.Sprintf("%02d-%s", pos+1, r.test), faultsHeader,
+		[]string{r.fault, r.test, strconv.Itoa(r.sent), r.outcomes, nothing, r.recovery})
 }
 
 // faultHost runs one plugin with a stepped clock and manual ticks.
