@@ -232,14 +232,14 @@ func countsByInstance(records map[string][]inflight.Entry, limit string) map[uin
 	return by
 }
 
-// TestBulkheadFailReloadReclaimsTheDeadVMsSlots traps a worker VM while
+// TestFaultTrapFailReloadBulkhead traps a worker VM while
 // one of its requests holds a slot, under failure_policy FAIL_RELOAD, with
 // a real slow backend and the guest clock stepped by the test. The dead
 // VM never ends that stream; its slot keeps counting (conservatively)
 // until ccStaleAfter (10s) after the VM's last heartbeat, then frees,
 // while the other worker's request, in flight the whole time, keeps
 // counting because that VM's heartbeat refreshes it.
-func TestBulkheadFailReloadReclaimsTheDeadVMsSlots(t *testing.T) {
+func TestFaultTrapFailReloadBulkhead(t *testing.T) {
 	const staleAfter = 10 * time.Second // filter's ccStaleAfter
 	b, ts := newSlowBackend(t)
 	f := newFaultHost(t, trapGuest(t), `{"concurrency":[{"name":"db","max_in_flight":2}]}`, 2, "FAIL_RELOAD")
