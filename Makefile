@@ -110,7 +110,10 @@ MEMORY_RUN := '^TestSoak(TwoWorkers|DistinctClientIPs)$$/^envoy-1\.39$$'
 bench: build
 	@mkdir -p $(BUILD) $(dir $(BENCH_OUT))
 	@# Read before BENCHMARKS.md is rewritten.
-	$(GO) run ./tools/mdblock -name soak -get BENCHMARKS.md > $(BUILD)/bench-soak-block.md
+	@# A BENCHMARKS.md without soak results yet (a new checkout of an old
+	@# report) gets a pointer to make soak instead.
+	$(GO) run ./tools/mdblock -name soak -get BENCHMARKS.md > $(BUILD)/bench-soak-block.md \
+		|| echo "No soak results yet: run \`make soak\`." > $(BUILD)/bench-soak-block.md
 	@echo "== 1. filter cost in our host"; start=$$(date +%s); \
 	$(BENCH_ENV) SLUICE_BENCH_OUT=$(CURDIR)/$(BUILD)/bench-lifecycle.md \
 		$(GO) test -count=1 -timeout 20m -run '^TestLifecycleReport$$' -benchtime $(BENCH_LIFECYCLE_TIME) ./e2e/; \
