@@ -71,39 +71,38 @@ func FuzzClientIPFromXFF(f *testing.F) {
 	})
 }
 
-// TestIPv4WithPortAgreesWithNetip: the fast path accepts exactly what
-// netip.ParseAddrPort accepts as IPv4 with a port, and yields the same
-// address text.
+// TestIPv4WithPortAgreesWithNetip: what the fast path accepts, netip
+// accepts as IPv4 with a port, with the same address text; what it leaves
+// to netip (ports with leading zeros past five digits, say) peerIP still
+// answers as netip does.
 func TestIPv4WithPortAgreesWithNetip(t *testing.T) {
 	for _, in := range []string{
 		"10.1.2.3:5555", "0.0.0.0:0", "255.255.255.255:65535", "1.2.3.4:65536", "1.2.3.256:1",
 		"01.2.3.4:1", "1.2.3.4", "1.2.3.4:", ":80", "1.2.3:4", "1.2.3.4.5:6", "1.2.3.4:080",
 		"1.2.3.4:1x", "[::1]:80", "1.2.3.4:123456", "1..3.4:5", "", "1.2.3.04:5", "9.9.9.9:00",
+		"0.0.0.0:000000",
 	} {
-		n := ipv4WithPort(in)
-		ap, err := netip.ParseAddrPort(in)
-		want := err == nil && ap.Addr().Is4()
-		if (n > 0) != want {
-			t.Errorf("ipv4WithPort(%q) = %d, netip says IPv4 with port: %v", in, n, want)
-			continue
-		}
-		if n > 0 && in[:n] != ap.Addr().String() {
-			t.Errorf("ipv4WithPort(%q) address %q, netip %q", in, in[:n], ap.Addr())
-		}
+		checkIPv4WithPort(t, in)
+	}
+}
+
+func checkIPv4WithPort(t *testing.T, in string) {
+	t.Helper()
+	ap, err := netip.ParseAddrPort(in)
+	if n := ipv4WithPort(in); n > 0 && (err != nil || !ap.Addr().Is4() || in[:n] != ap.Addr().String()) {
+		t.Fatalf("ipv4WithPort(%q) took %q, netip: %v %v", in, in[:n], ap, err)
+	}
+	want, wantOK := normalizeIP(in)
+	if err == nil {
+		want, wantOK = ap.Addr().Unmap().String(), true
+	}
+	if got, ok := peerIP(in); got != want || ok != wantOK {
+		t.Fatalf("peerIP(%q) = %q, %v; netip gives %q, %v", in, got, ok, want, wantOK)
 	}
 }
 
 func FuzzIPv4WithPort(f *testing.F) {
 	f.Add("10.1.2.3:5555")
 	f.Add("1.2.3.4:080")
-	f.Fuzz(func(t *testing.T, in string) {
-		n := ipv4WithPort(in)
-		ap, err := netip.ParseAddrPort(in)
-		if want := err == nil && ap.Addr().Is4(); (n > 0) != want {
-			t.Fatalf("ipv4WithPort(%q) = %d, netip says %v", in, n, want)
-		}
-		if n > 0 && in[:n] != ap.Addr().String() {
-			t.Fatalf("address %q, netip %q", in[:n], ap.Addr())
-		}
-	})
+	f.Fuzz(checkIPv4WithPort)
 }
