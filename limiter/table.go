@@ -421,26 +421,47 @@ func (t *Table) commit(v *view, next State) error {
 // error is non-nil only for store failures, in which case the Result
 // follows OnContention with ReasonStoreError.
 func (t *Table) AllowN(key string, now int64, n int64) (Result, error) {
+	res, exhausted, err := t.update(key, now, n, false)
+	switch {
+	case err != nil:
+		return t.storeFailure(err)
+	case exhausted:
+		return t.contended(res), nil
+	}
+	return res, nil
+}
+
+// update is the CAS loop of AllowN and of Charge (charge set): read,
+// decide, write with the CAS read, and on a mismatch read and decide
+// again, up to MaxRetries more times. A decision that is not Allowed
+// writes nothing. exhausted reports that the retries ran out; err is a
+// store failure other than a CAS mismatch.
+func (t *Table) update(key string, now, n int64, charge bool) (res Result, exhausted bool, err error) {
 	h := Hash(t.seed, key)
 	for attempt := 0; ; attempt++ {
 		v, err := t.read(h, now)
 		if err != nil {
-			return t.storeFailure(err)
+			return Result{}, false, err
 		}
-		next, res := t.limit.Decide(v.state, now, n)
+		var next State
+		if charge {
+			next, res = t.limit.Charge(v.state, now, n)
+		} else {
+			next, res = t.limit.Decide(v.state, now, n)
+		}
 		if !res.Allowed {
-			return res, nil
+			return res, false, nil
 		}
 		err = t.commit(&v, next)
 		if err == nil {
-			return res, nil
+			return res, false, nil
 		}
 		if !errors.Is(err, store.ErrCASMismatch) {
-			return t.storeFailure(err)
+			return Result{}, false, err
 		}
 		t.stats.CASMismatches++
 		if attempt >= t.maxRetries {
-			return t.contended(res), nil
+			return res, true, nil
 		}
 	}
 }
@@ -465,30 +486,15 @@ func (t *Table) Peek(key string, now int64, n int64) (Result, error) {
 // error with ReasonStoreError, whatever OnContention says: a charge has
 // nothing to admit.
 func (t *Table) Charge(key string, now int64, n int64) (Result, error) {
-	h := Hash(t.seed, key)
-	for attempt := 0; ; attempt++ {
-		v, err := t.read(h, now)
-		if err != nil {
-			return t.chargeFailure(err)
-		}
-		next, res := t.limit.Charge(v.state, now, n)
-		if !res.Allowed {
-			return res, nil
-		}
-		err = t.commit(&v, next)
-		if err == nil {
-			return res, nil
-		}
-		if !errors.Is(err, store.ErrCASMismatch) {
-			return t.chargeFailure(err)
-		}
-		t.stats.CASMismatches++
-		if attempt >= t.maxRetries {
-			t.stats.Contention++
-			res.Allowed, res.Reason = false, ReasonContention
-			return res, nil
-		}
+	res, exhausted, err := t.update(key, now, n, true)
+	switch {
+	case err != nil:
+		return t.chargeFailure(err)
+	case exhausted:
+		t.stats.Contention++
+		res.Allowed, res.Reason = false, ReasonContention
 	}
+	return res, nil
 }
 
 func (t *Table) chargeFailure(err error) (Result, error) {
