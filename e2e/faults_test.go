@@ -28,7 +28,7 @@ import (
 var faultOrder = []string{
 	"TestFaultRedisKilled", "TestFaultRedisRestarted", "TestFaultWebdisFrozen", "TestFaultWebdisGarbage",
 	"TestFaultUpstreamTimeout", "TestFaultUpstream5xx", "TestFaultGarbageSharedData", "TestFaultCASStorm",
-	"TestFaultTrapFailReload", "TestFaultTrapFailReloadBulkhead",
+	"TestFaultTrapFailReload", "TestFaultTrapFailReloadBulkhead", "TestFaultWorkerPausedInGC",
 }
 
 var faultsHeader = []string{"fault", "test", "requests sent", "outcomes", "nothing over-admitted", "time to recover"}

@@ -104,6 +104,11 @@ type RuntimeOptions struct {
 	// clock, so a test can step the guest's time exactly. Both the
 	// realtime and the monotonic clock follow it; it must not go back.
 	Clock func() time.Time
+	// Monotonic, if set, is what WASI's monotonic clock reads (nanoseconds;
+	// it must not go back), overriding Clock for that clock only. The Go
+	// runtime times its garbage collector with it and the filter never
+	// reads it, so a test can make time pass inside the guest's GC alone.
+	Monotonic func() int64
 	// ManualTicks stops the host from firing proxy_on_tick on its own;
 	// the test fires ticks with Plugin.Tick after moving Clock.
 	ManualTicks bool
@@ -114,6 +119,7 @@ type RuntimeOptions struct {
 type Runtime struct {
 	profile     Profile
 	clock       func() time.Time
+	monotonic   func() int64
 	manualTicks bool
 	logger      func(level LogLevel, plugin, msg string)
 	logLevel    LogLevel
@@ -157,6 +163,7 @@ func NewRuntime(opts RuntimeOptions) *Runtime {
 	r := &Runtime{
 		profile:     p,
 		clock:       opts.Clock,
+		monotonic:   opts.Monotonic,
 		manualTicks: opts.ManualTicks,
 		logger:      logger,
 		logLevel:    opts.LogLevel,

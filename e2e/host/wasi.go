@@ -211,7 +211,9 @@ func wasiClockTimeGet(v *vm, _ context.Context, s []uint64) {
 			now = uint64(time.Now().UnixNano())
 		}
 	case 1: // monotonic
-		if c := v.p.rt.clock; c != nil {
+		if m := v.p.rt.monotonic; m != nil {
+			now = uint64(m())
+		} else if c := v.p.rt.clock; c != nil {
 			now = uint64(c().UnixNano())
 		} else {
 			now = uint64(time.Since(processStart).Nanoseconds()) + 1

@@ -10,7 +10,7 @@
 // drops these files into build/sdk/proxywasm/internal. Nothing here is ever
 // compiled in place: the sluice_bridge tag is only set by that build.
 //
-// Three rules the ABI forces on standard Go:
+// Four rules the ABI forces on standard Go:
 //   - int is 64 bits on GOARCH=wasm, while every size and pointer in the
 //     proxy-wasm ABI is 32 bits, so every crossing converts explicitly.
 //   - Memory the host asks for through proxy_on_memory_allocate is referenced
@@ -21,4 +21,6 @@
 //     stack: the host calls back into the allocator during a hostcall, that
 //     Go code may grow and move the stack, and the host would then write
 //     through a stale address.
+//   - A callback never blocks, so the Go scheduler never runs unless the
+//     bridge yields to it; see yield.go for why the GC needs it to.
 package internal

@@ -94,7 +94,10 @@ func exportOnQueueReady(rootContextID, queueID uint32) {
 }
 
 //go:wasmexport proxy_on_tick
-func exportOnTick(rootContextID uint32) { proxyOnTick(rootContextID) }
+func exportOnTick(rootContextID uint32) {
+	proxyOnTick(rootContextID)
+	yieldOnTick()
+}
 
 //go:wasmexport proxy_on_log
 func exportOnLog(contextID uint32) { proxyOnLog(contextID) }
@@ -103,7 +106,10 @@ func exportOnLog(contextID uint32) { proxyOnLog(contextID) }
 func exportOnDone(contextID uint32) uint32 { return boolToU32(proxyOnDone(contextID)) }
 
 //go:wasmexport proxy_on_delete
-func exportOnDelete(contextID uint32) { proxyOnDelete(contextID) }
+func exportOnDelete(contextID uint32) {
+	proxyOnDelete(contextID)
+	yieldAfterContext()
+}
 
 func boolToU32(b bool) uint32 {
 	if b {
