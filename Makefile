@@ -98,7 +98,7 @@ BENCH_COUNT := 5
 BENCH_NATIVE_TIME := 300ms
 BENCH_LIFECYCLE_TIME := 500ms
 BENCH_DIST := SLUICE_BENCH_DIST_RUNS=3 SLUICE_BENCH_DIST_SECONDS=15
-BENCH_MEMORY := SLUICE_SOAK_REQUESTS=1000000 SLUICE_SOAK_IPS=1000000
+BENCH_MEMORY := SLUICE_SOAK_REQUESTS=3000000 SLUICE_SOAK_IPS=1000000
 else
 BENCH_COUNT := 1
 BENCH_NATIVE_TIME := 20ms
@@ -175,7 +175,7 @@ bench: build
 	@echo "wrote $(BENCH_OUT) and $(BENCH_PLOT)"
 
 # make soak: the 10,000,000-request soak through 2 workers under both host
-# profiles and the 1,000,000 distinct client IPs run (about 30 minutes on 2
+# profiles and the 1,000,000 distinct client IPs run (about 10 minutes on 2
 # cores); on success it replaces the soak block of BENCHMARKS.md.
 soak: build
 	rm -rf $(BUILD)/soak
