@@ -142,7 +142,7 @@ bench: build
 	echo "== took $$(( $$(date +%s) - start ))s"
 	@echo "== fault matrix"; start=$$(date +%s); rm -rf $(BUILD)/faults; \
 	$(GO) test -count=1 -timeout 10m -run '^TestFault' ./e2e/; \
-	test "$$(ls $(BUILD)/faults | grep -vc ^00-header)" -eq 11; \
+	test "$$(ls $(BUILD)/faults | grep -vc ^00-header)" -eq 12; \
 	echo "== took $$(( $$(date +%s) - start ))s"
 	@{ \
 	  echo "# Benchmarks"; echo; \

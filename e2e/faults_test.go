@@ -28,7 +28,8 @@ import (
 var faultOrder = []string{
 	"TestFaultRedisKilled", "TestFaultRedisRestarted", "TestFaultWebdisFrozen", "TestFaultWebdisGarbage",
 	"TestFaultUpstreamTimeout", "TestFaultUpstream5xx", "TestFaultGarbageSharedData", "TestFaultCASStorm",
-	"TestFaultTrapFailReload", "TestFaultTrapFailReloadBulkhead", "TestFaultWorkerPausedInGC",
+	"TestFaultTrapFailReload", "TestFaultTrapFailReloadBulkhead",
+	"TestFaultWorkerPausedInGC/envoy-1.39", "TestFaultWorkerPausedInGC/envoy-1.33",
 }
 
 var faultsHeader = []string{"fault", "test", "requests sent", "outcomes", "nothing over-admitted", "time to recover"}
@@ -54,7 +55,7 @@ func recordFault(t *testing.T, r faultRow) {
 	if pos < 0 {
 		t.Fatalf("%s is not in faultOrder", r.test)
 	}
-	writeTableRow(t, "faults", fmt.Sprintf("%02d-%s", pos+1, r.test), faultsHeader,
+	writeTableRow(t, "faults", fmt.Sprintf("%02d-%s", pos+1, strings.ReplaceAll(r.test, "/", "-")), faultsHeader,
 		[]string{r.fault, r.test, strconv.Itoa(r.sent), r.outcomes, nothing, r.recovery})
 }
 

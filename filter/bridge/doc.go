@@ -22,5 +22,6 @@
 //     Go code may grow and move the stack, and the host would then write
 //     through a stale address.
 //   - A callback never blocks, so the Go scheduler never runs unless the
-//     bridge yields to it; see yield.go for why the GC needs it to.
+//     bridge yields to it; see yield.go for why the GC needs it to, and
+//     why it may not on Envoys whose poll_oneoff answers ENOSYS.
 package internal
