@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -53,7 +52,7 @@ func TestBenchProxy(t *testing.T) {
 		{"without Sluice (router only)", ""},
 		{"with Sluice (one limit + one breaker)", proxyBenchPlugin},
 	} {
-		cfg, err := envoy.Load([]byte(proxyYAML(wasm, c.plugin, backend)))
+		cfg, err := envoy.Load([]byte(pluginYAML(wasm, c.plugin, backend, nil)))
 		if err != nil {
 			t.Fatalf("%s: loading the bootstrap: %v", c.name, err)
 		}
@@ -214,65 +213,6 @@ func wrkVersion(bin string) string {
 		return strings.Join(f[:2], " ")
 	}
 	return "wrk"
-}
-
-// proxyYAML is a bootstrap with one listener in front of backendAddr,
-// running the Sluice filter with pluginJSON, or only the router when
-// pluginJSON is empty.
-func proxyYAML(wasm, pluginJSON, backendAddr string) string {
-	bh, bp, _ := net.SplitHostPort(backendAddr)
-	filter := ""
-	if pluginJSON != "" {
-		filter = fmt.Sprintf(`
-                  - name: envoy.filters.http.wasm
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-                      config:
-                        name: sluice
-                        root_id: sluice
-                        vm_config:
-                          vm_id: sluice
-                          runtime: envoy.wasm.runtime.v8
-                          code: {local: {filename: %q}}
-                        configuration:
-                          "@type": type.googleapis.com/google.protobuf.StringValue
-                          value: %q`, wasm, pluginJSON)
-	}
-	return fmt.Sprintf(`
-static_resources:
-  listeners:
-    - name: ingress
-      address:
-        socket_address: {address: 127.0.0.1, port_value: 0}
-      filter_chains:
-        - filters:
-            - name: envoy.filters.network.http_connection_manager
-              typed_config:
-                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-                stat_prefix: ingress_http
-                route_config:
-                  name: local_route
-                  virtual_hosts:
-                    - name: backend
-                      domains: ["*"]
-                      routes:
-                        - name: default
-                          match: {prefix: "/"}
-                          route: {cluster: backend, timeout: 15s}
-                http_filters:%s
-                  - name: envoy.filters.http.router
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-    - name: backend
-      type: STATIC
-      connect_timeout: 1s
-      load_assignment:
-        cluster_name: backend
-        endpoints:
-          - lb_endpoints:
-              - endpoint: {address: {socket_address: {address: %s, port_value: %s}}}
-`, filter, bh, bp)
 }
 
 // TestParseWrk checks the parser on wrk 4.1's --latency layout, and that

@@ -144,7 +144,8 @@ func distYAML(wasm, pluginJSON, backendAddr, redisAddr string) string {
 
 // pluginYAML is a bootstrap with one listener running the plugin in front
 // of the echo backend, and a cluster per entry of clusters (name →
-// address) for proxy_http_call.
+// address) for proxy_http_call. An empty pluginJSON leaves only the
+// router, the baseline the proxy benchmark compares against.
 func pluginYAML(wasm, pluginJSON, backendAddr string, clusters map[string]string) string {
 	host := func(addr string) (string, string) {
 		h, p, _ := net.SplitHostPort(addr)
@@ -164,7 +165,23 @@ func pluginYAML(wasm, pluginJSON, backendAddr string, clusters map[string]string
               - endpoint: {address: {socket_address: {address: %s, port_value: %s}}}
 `, name, name, h, p)
 	}
-	indented := strings.ReplaceAll(pluginJSON, "\n", " ")
+	filter := ""
+	if pluginJSON != "" {
+		filter = fmt.Sprintf(`
+                  - name: envoy.filters.http.wasm
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+                      config:
+                        name: sluice
+                        root_id: sluice
+                        vm_config:
+                          vm_id: sluice
+                          runtime: envoy.wasm.runtime.v8
+                          code: {local: {filename: %q}}
+                        configuration:
+                          "@type": type.googleapis.com/google.protobuf.StringValue
+                          value: %q`, wasm, strings.ReplaceAll(pluginJSON, "\n", " "))
+	}
 	return fmt.Sprintf(`
 static_resources:
   listeners:
@@ -186,20 +203,7 @@ static_resources:
                         - name: default
                           match: {prefix: "/"}
                           route: {cluster: backend, timeout: 15s}
-                http_filters:
-                  - name: envoy.filters.http.wasm
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-                      config:
-                        name: sluice
-                        root_id: sluice
-                        vm_config:
-                          vm_id: sluice
-                          runtime: envoy.wasm.runtime.v8
-                          code: {local: {filename: %q}}
-                        configuration:
-                          "@type": type.googleapis.com/google.protobuf.StringValue
-                          value: %q
+                http_filters:%s
                   - name: envoy.filters.http.router
                     typed_config:
                       "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
@@ -215,7 +219,7 @@ static_resources:
 %sadmin:
   address:
     socket_address: {address: 127.0.0.1, port_value: 0}
-`, wasm, indented, bh, bp, extra.String())
+`, filter, bh, bp, extra.String())
 }
 
 // distInstance is one running Envoy stand-in.
