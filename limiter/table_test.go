@@ -321,10 +321,10 @@ func TestTableStoreError(t *testing.T) {
 	}
 }
 
-// Two workers that each placed the same new key in a different slot leave
-// it in both; the next decision merges them so neither consumption is lost.
-// TestTableDuplicateMerge: a key found in two later candidates (its first
-// candidate held by another live key) is merged on the next decision.
+// TestTableDuplicateMerge: two workers that each placed the same new key
+// in a different slot leave it in both (here its two later candidates, the
+// first held by another live key); the next decision merges them so
+// neither consumption is lost.
 func TestTableDuplicateMerge(t *testing.T) {
 	s := store.NewMemory()
 	l := Limit{Rate: 10, Period: time.Second}
