@@ -73,22 +73,13 @@ func newFaultHost(t *testing.T, code []byte, config string, workers int, policy 
 	f := &faultHost{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	// A trap's panic arrives as many short log writes; they are worth
 	// reading only when the test fails.
-	var logMu sync.Mutex
-	var logs strings.Builder
+	logs := newLogCapture(host.LogWarn, 64<<10)
 	f.rt = host.NewRuntime(host.RuntimeOptions{Clock: f.clock, ManualTicks: true, LogLevel: host.LogWarn,
-		Logger: func(level host.LogLevel, _, msg string) {
-			logMu.Lock()
-			if logs.Len() < 64<<10 {
-				fmt.Fprintf(&logs, "[%v] %s\n", level, msg)
-			}
-			logMu.Unlock()
-		}})
+		Logger: logs.logger})
 	t.Cleanup(func() {
 		f.rt.Close(context.Background())
 		if t.Failed() {
-			logMu.Lock()
-			t.Logf("host and plugin logs:\n%s", logs.String())
-			logMu.Unlock()
+			t.Logf("host and plugin logs:\n%s", logs)
 		}
 	})
 	var err error

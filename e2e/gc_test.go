@@ -3,8 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,19 +44,9 @@ func TestFaultWorkerPausedInGC(t *testing.T) {
 			var mono, reads atomic.Int64
 			mono.Store(1)
 			const pause = 3 * time.Second
-			var logMu sync.Mutex
-			var errorLogs strings.Builder
+			errorLogs := newLogCapture(host.LogError, 4<<10)
 			ctx := context.Background()
-			rt := host.NewRuntime(host.RuntimeOptions{LogLevel: host.LogWarn, Profile: prof,
-				Logger: func(level host.LogLevel, _, msg string) {
-					if level >= host.LogError {
-						logMu.Lock()
-						if errorLogs.Len() < 2000 {
-							errorLogs.WriteString(msg)
-						}
-						logMu.Unlock()
-					}
-				},
+			rt := host.NewRuntime(host.RuntimeOptions{LogLevel: host.LogWarn, Profile: prof, Logger: errorLogs.logger,
 				Monotonic: func() int64 {
 					if reads.Add(1)%7 == 0 {
 						return mono.Add(int64(pause))
@@ -98,7 +86,7 @@ func TestFaultWorkerPausedInGC(t *testing.T) {
 			t.Logf("%s: pages after warm-up %d, after %d more requests %d (growth %.2f MiB); %d pauses of %s injected after warm-up; %s",
 				prof, warmPages, measured, endPages, growth, pauses, pause, tally)
 			if p.Traps() != 0 {
-				t.Fatalf("%s: %d traps; guest error log: %s", prof, p.Traps(), errorLogs.String())
+				t.Fatalf("%s: %d traps; guest error log: %s", prof, p.Traps(), errorLogs)
 			}
 			if pauses < 10 {
 				t.Fatalf("only %d pauses were injected: the guest's GC hardly ran, so this test shows nothing", pauses)

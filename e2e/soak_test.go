@@ -242,18 +242,8 @@ func TestSoakTwoWorkers(t *testing.T) {
 	for i, prof := range []host.Profile{host.ProfileEnvoy139, host.ProfileEnvoy133} {
 		t.Run(string(prof), func(t *testing.T) {
 			ctx := context.Background()
-			var logMu sync.Mutex
-			var errorLogs []string
-			rt := host.NewRuntime(host.RuntimeOptions{Profile: prof, LogLevel: host.LogWarn,
-				Logger: func(level host.LogLevel, _, msg string) {
-					if level >= host.LogError {
-						logMu.Lock()
-						if len(errorLogs) < 20 {
-							errorLogs = append(errorLogs, msg)
-						}
-						logMu.Unlock()
-					}
-				}})
+			errorLogs := newLogCapture(host.LogError, 4<<10)
+			rt := host.NewRuntime(host.RuntimeOptions{Profile: prof, LogLevel: host.LogWarn, Logger: errorLogs.logger})
 			defer rt.Close(ctx)
 			p, err := rt.NewPlugin(ctx, host.PluginConfig{Name: "soak", RootID: "soak", VMID: "soak",
 				Code: code, Configuration: []byte(soakConfig), Concurrency: 2})
@@ -284,11 +274,9 @@ func TestSoakTwoWorkers(t *testing.T) {
 			rate := float64(n-warm) / elapsed.Seconds()
 			t.Logf("%s: %d requests (+%d warm-up) in %s = %.0f req/s; traps %d; memory warm %v → end %v pages (growth %.2f MiB); shared-data keys %d; %s",
 				prof, n-warm, warm, elapsed.Round(time.Millisecond), rate, p.Traps(), warmPages, endPages, growth, keys, tally)
-			logMu.Lock()
-			for _, l := range errorLogs {
-				t.Logf("guest/host error log: %s", l)
+			if l := errorLogs.String(); l != "" {
+				t.Logf("guest/host error log:\n%s", l)
 			}
-			logMu.Unlock()
 			writeTableRow(t, "soak", rowID, soakHeader, []string{
 				"2 workers, limits + breaker, flaky upstream", string(prof), fmt.Sprintf("%d (warm-up %d)", n, warm),
 				fmt.Sprintf("%.1f", elapsed.Seconds()), fmt.Sprintf("%.0f", rate), strconv.FormatUint(p.Traps(), 10),
