@@ -265,7 +265,7 @@ func TestParse(t *testing.T) {
 		{"upstash unauthorized", Upstash, 401, `{"error":"Unauthorized"}`, Reply{}, KindHTTPStatus},
 		{"upstash 503", Upstash, 503, `{"error":"down"}`, Reply{}, KindUnavailable},
 		{"upstash no result", Upstash, 200, `{"foo":1}`, Reply{}, KindMalformed},
-		{"upstash 400 without error", Upstash, 400, `{"result":[1,5,0,1000,0,17]}`, Reply{}, KindHTTPStatus},
+		{"upstash 400 without error", Upstash, 400, `{"result":[1,5,0,1000,0,17]}`, Reply{}, KindRequest}, // refused by the front, not a Redis error
 		{"upstash error not string", Upstash, 400, `{"error":5}`, Reply{}, KindMalformed},
 	}
 	for _, tt := range tests {

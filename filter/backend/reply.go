@@ -23,7 +23,8 @@ const (
 	// down, or Envoy's 503 when the cluster has no healthy host.
 	KindUnavailable
 	// KindHTTPStatus: any other unexpected HTTP status (401/403 from an
-	// ACL or a wrong token, 404 from a wrong path prefix).
+	// ACL or a wrong token, 404 from a wrong path prefix): a deployment
+	// error, which fails every call alike.
 	KindHTTPStatus
 	// KindNoScript: Redis does not know the script; load it and retry.
 	KindNoScript
@@ -33,7 +34,32 @@ const (
 	// KindRedis: Redis answered with an error (bad arguments, WRONGTYPE,
 	// OOM, BUSY …).
 	KindRedis
+	// KindRequest: the HTTP front refused this one call as too large or
+	// malformed (400, 413, 414, 431), which the call's own data causes,
+	// not the backend's health. Keys are fixed-length digests (Key), so a
+	// client cannot provoke it; it is classified apart all the same, so
+	// that if anything ever does, it costs only that request.
+	KindRequest
 )
+
+// LastKind is the highest Kind, for tables indexed by Kind.
+const LastKind = KindRequest
+
+// CountsAgainstBreaker reports whether a failure of kind k says the
+// backend is unavailable or broken for everyone, and so counts against
+// backend.breaker. Only KindRequest does not: it is one request's error.
+func (k Kind) CountsAgainstBreaker() bool { return k != KindRequest }
+
+// Retryable reports whether repeating a call that failed with kind k can
+// succeed: a timeout or an unavailable backend may recover, and NOSCRIPT
+// is answered by loading the script. A wrong answer would be wrong again.
+func (k Kind) Retryable() bool {
+	switch k {
+	case KindTimeout, KindUnavailable, KindNoScript:
+		return true
+	}
+	return false
+}
 
 func (k Kind) String() string {
 	switch k {
@@ -49,6 +75,8 @@ func (k Kind) String() string {
 		return "malformed"
 	case KindRedis:
 		return "redis_error"
+	case KindRequest:
+		return "request"
 	}
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -76,6 +104,31 @@ func (e *Error) Error() string {
 
 // Timeout is the error a caller reports when its per-call timeout fired.
 func Timeout() error { return &Error{Kind: KindTimeout} }
+
+// TooLarge is the error a caller reports, without parsing anything, for a
+// reply body of size bytes when it reads at most max: no script result is
+// that long, and a prefix that parses is not the reply.
+func TooLarge(status, size, max int) error {
+	return &Error{Kind: KindMalformed, Status: status,
+		Detail: "reply body of " + strconv.Itoa(size) + " bytes is over the " + strconv.Itoa(max) + "-byte limit"}
+}
+
+// StatusKind classifies an HTTP status other than 200 that carries no
+// Redis reply (see the backend section of filter/config/README.md):
+// 5xx is unavailability (Webdis's 503 when Redis is down, Envoy's 503
+// when the cluster has no healthy host or its circuit breaker overflows);
+// 400, 413, 414 and 431 are refusals of the call's own request data;
+// everything else (401/403 credentials, 404 path prefix, 3xx …) is a
+// deployment error that fails every call alike.
+func StatusKind(status int) Kind {
+	switch {
+	case status >= 500:
+		return KindUnavailable
+	case status == 400, status == 413, status == 414, status == 431:
+		return KindRequest
+	}
+	return KindHTTPStatus
+}
 
 // KindOf returns err's Kind, or 0 when err is nil or not an *Error.
 func KindOf(err error) Kind {
@@ -183,12 +236,13 @@ func ParseScriptLoad(p Protocol, status int, body []byte, s *Script) error {
 // value inside it.
 func unwrap(p Protocol, status int, body []byte) (gjson.Result, error) {
 	// Upstash reports command errors as {"error": …} with HTTP 400, so
-	// only 5xx are judged by status before looking at the body.
-	switch {
-	case status >= 500:
-		return gjson.Result{}, fail(KindUnavailable, status, snippet(body))
-	case p == Webdis && status != 200, p == Upstash && status != 200 && status != 400:
-		return gjson.Result{}, fail(KindHTTPStatus, status, snippet(body))
+	// its 400s are judged by the body: one that is not such an error is
+	// classified by status after all.
+	if status != 200 && !(p == Upstash && status == 400) {
+		return gjson.Result{}, fail(StatusKind(status), status, snippet(body))
+	}
+	if p == Upstash && status == 400 && !upstashError(body) {
+		return gjson.Result{}, fail(StatusKind(status), status, snippet(body))
 	}
 	if !gjson.ValidBytes(body) {
 		return gjson.Result{}, fail(KindMalformed, status, "invalid JSON: "+snippet(body))
@@ -236,6 +290,16 @@ func unwrap(p Protocol, status int, body []byte) (gjson.Result, error) {
 		}
 	}
 	return v, nil
+}
+
+// upstashError reports whether body is an Upstash error reply,
+// {"error": …}; unwrap checks the rest of its shape.
+func upstashError(body []byte) bool {
+	if !gjson.ValidBytes(body) {
+		return false
+	}
+	root := gjson.ParseBytes(body)
+	return root.IsObject() && root.Get("error").Exists()
 }
 
 func redisError(status int, msg string) error {
