@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 
@@ -478,14 +477,9 @@ func (l *limitRuntime) fallbackTable(s store.Store, overrideValue string) (*limi
 	return t, nil
 }
 
-// redisKey is the key of a limit's bucket in Redis. Keys that are not
-// valid UTF-8 (Upstash carries JSON strings) are replaced by their hash.
-func redisKey(name, key string) string {
-	if !utf8.ValidString(key) {
-		key = "h:" + hexHash(key)
-	}
-	return "sluice:" + name + ":" + key
-}
+// redisKey is the key of a limit's bucket in Redis, the one place every
+// global, hybrid, charge and shadow call gets its key from.
+func redisKey(name, key string) string { return backend.Key(name, key) }
 
 type remoteState uint8
 

@@ -189,7 +189,8 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 		}
 		if l.remote != nil {
 			lim := limiterLimit(l.cfg.Algorithm, rate)
-			rkey := redisKey(l.cfg.Name, string(key))
+			// Key only hashes the value, so the arena's bytes need no copy.
+			rkey := redisKey(l.cfg.Name, arenaString(key))
 			if l.cfg.Shadow {
 				h.startShadowRemote(l, lim, rkey, cost, now)
 				continue
