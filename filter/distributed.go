@@ -315,19 +315,20 @@ func (b *backendRuntime) onReply(c *remoteCall, seq uint32, status int, body []b
 	b.finish(c, now, reply, nil)
 }
 
-func retryable(k backend.Kind) bool {
-	switch k {
-	case backend.KindTimeout, backend.KindUnavailable, backend.KindNoScript:
-		return true
-	}
-	return false
-}
-
+// failed ends attempt c with err. A failure that says the backend is
+// unavailable or broken counts against the breaker and may be retried; a
+// call the HTTP front refused for its own data (backend.KindRequest) is
+// that request's error alone: the front answered, so the breaker sees a
+// success, and repeating the same call would be refused again.
 func (b *backendRuntime) failed(c *remoteCall, now time.Time, err error) {
 	kind := backend.KindOf(err)
 	b.metrics.errorOf(kind).Increment(1)
-	b.report(c, now, true)
-	if retryable(kind) && c.attempt < b.cfg.Retries {
+	b.report(c, now, kind.CountsAgainstBreaker())
+	if kind == backend.KindRequest {
+		// Debug only: whoever sends such requests must not fill the log.
+		proxywasm.LogDebugf("sluice: backend refused a call: %v", err)
+	}
+	if kind.Retryable() && c.attempt < b.cfg.Retries {
 		wait := backoff(c.attempt)
 		if !now.Add(wait).Add(b.cfg.Timeout).After(c.deadline) {
 			c.attempt++
@@ -858,7 +859,7 @@ func defineBackendMetrics() backendMetrics {
 		latency:         proxywasm.DefineHistogramMetric(p + "latency_ms"),
 		breakerState:    proxywasm.DefineGaugeMetric(p + "breaker.state"),
 	}
-	for k := backend.KindTimeout; k <= backend.KindRedis; k++ {
+	for k := backend.KindTimeout; k <= backend.LastKind; k++ {
 		m.errors[k] = proxywasm.DefineCounterMetric(p + "errors." + k.String())
 	}
 	m.errors[0] = proxywasm.DefineCounterMetric(p + "errors.other")
@@ -866,7 +867,7 @@ func defineBackendMetrics() backendMetrics {
 }
 
 func (m *backendMetrics) errorOf(k backend.Kind) proxywasm.MetricCounter {
-	if int(k) < len(m.errors) && k <= backend.KindRedis {
+	if int(k) < len(m.errors) && k <= backend.LastKind {
 		return m.errors[k]
 	}
 	return m.errors[0]
