@@ -235,8 +235,8 @@ func (b *backendRuntime) send(c *remoteCall, now time.Time) {
 	if c.lease {
 		b.metrics.leaseCalls.Increment(1)
 	}
-	err = b.caller.call(b.cfg.Cluster, req.Headers, req.Body, b.cfg.Timeout, func(status int, body []byte, ok bool) {
-		b.onReply(c, seq, status, body, ok)
+	err = b.caller.call(b.cfg.Cluster, req.Headers, req.Body, b.cfg.Timeout, func(status int, body []byte, err error) {
+		b.onReply(c, seq, status, body, err)
 	})
 	if err != nil {
 		delete(b.inflight, c)
@@ -260,7 +260,7 @@ func (b *backendRuntime) report(c *remoteCall, now time.Time, failure bool) {
 	b.recordTransition(tr)
 }
 
-func (b *backendRuntime) onReply(c *remoteCall, seq uint32, status int, body []byte, ok bool) {
+func (b *backendRuntime) onReply(c *remoteCall, seq uint32, status int, body []byte, err error) {
 	if _, live := b.inflight[c]; !live || seq != c.seq || c.finished {
 		return // answered after the watchdog gave up on it
 	}
@@ -271,8 +271,8 @@ func (b *backendRuntime) onReply(c *remoteCall, seq uint32, status int, body []b
 		lat = 0
 	}
 	b.metrics.latency.Record(uint64(lat / time.Millisecond))
-	if !ok {
-		b.failed(c, now, backend.Timeout())
+	if err != nil {
+		b.failed(c, now, err)
 		return
 	}
 	proto := b.endpoint.Protocol

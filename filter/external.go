@@ -454,15 +454,15 @@ func (x *externalRuntime) send(l *lookup, now time.Time) {
 	l.sentAt = now
 	x.inflight[l] = struct{}{}
 	x.metrics.lookups.Increment(1)
-	err := x.caller.call(x.cfg.Cluster, x.headers, l.body, x.cfg.Timeout, func(status int, body []byte, ok bool) {
-		x.onReply(l, status, body, ok)
+	err := x.caller.call(x.cfg.Cluster, x.headers, l.body, x.cfg.Timeout, func(status int, body []byte, err error) {
+		x.onReply(l, status, body, err)
 	})
 	if err != nil {
 		x.finish(l, now, limitsvc.Answer{}, &backend.Error{Kind: backend.KindUnavailable, Detail: "proxy_http_call: " + err.Error()})
 	}
 }
 
-func (x *externalRuntime) onReply(l *lookup, status int, body []byte, ok bool) {
+func (x *externalRuntime) onReply(l *lookup, status int, body []byte, err error) {
 	if l.done {
 		return // the watchdog gave up on it
 	}
@@ -470,8 +470,8 @@ func (x *externalRuntime) onReply(l *lookup, status int, body []byte, ok bool) {
 	if lat := now.Sub(l.sentAt); lat >= 0 {
 		x.metrics.latency.Record(uint64(lat / time.Millisecond))
 	}
-	if !ok {
-		x.finish(l, now, limitsvc.Answer{}, backend.Timeout())
+	if err != nil {
+		x.finish(l, now, limitsvc.Answer{}, err)
 		return
 	}
 	a, err := limitsvc.Parse(status, body)

@@ -8,6 +8,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/limiter/store"
 )
 
@@ -97,25 +98,27 @@ var (
 type clock func() time.Time
 
 // httpCaller sends proxy_http_call requests. done runs once per accepted
-// call, from the host's http_call_response callback; ok is false when the
-// host reports no response (timeout, reset, no healthy host), which Envoy
-// signals with an empty header map.
+// call, from the host's http_call_response callback, with the reply's
+// status and body, or with err set when there is no reply to parse:
+// backend.Timeout() when the host reports no response (timeout, reset, no
+// healthy host), which Envoy signals with an empty header map, and
+// backend.TooLarge when the body is over maxReplyBody.
 type httpCaller interface {
 	call(cluster string, headers [][2]string, body []byte, timeout time.Duration,
-		done func(status int, body []byte, ok bool)) error
+		done func(status int, body []byte, err error)) error
 }
 
 type proxyCaller struct{}
 
 func (proxyCaller) call(cluster string, headers [][2]string, body []byte, timeout time.Duration,
-	done func(status int, body []byte, ok bool)) error {
+	done func(status int, body []byte, err error)) error {
 	ms := uint32(timeout / time.Millisecond)
 	if ms == 0 {
 		ms = 1
 	}
 	_, err := proxywasm.DispatchHttpCall(cluster, headers, body, nil, ms, func(numHeaders, bodySize, _ int) {
 		if numHeaders == 0 {
-			done(0, nil, false)
+			done(0, nil, backend.Timeout())
 			return
 		}
 		status := 0
@@ -127,22 +130,24 @@ func (proxyCaller) call(cluster string, headers [][2]string, body []byte, timeou
 				}
 			}
 		}
+		if bodySize > maxReplyBody {
+			// No script result or limits answer comes near the limit. Its
+			// first maxReplyBody bytes may well parse, but they are not the
+			// reply, so none of it is read.
+			done(status, nil, backend.TooLarge(status, bodySize, maxReplyBody))
+			return
+		}
 		var b []byte
 		if bodySize > 0 {
-			// A reply larger than any script result is malformed anyway;
-			// reading it whole would only cost memory.
-			n := bodySize
-			if n > maxReplyBody {
-				n = maxReplyBody
-			}
-			b, _ = proxywasm.GetHttpCallResponseBody(0, n)
+			b, _ = proxywasm.GetHttpCallResponseBody(0, bodySize)
 		}
-		done(status, b, true)
+		done(status, b, nil)
 	})
 	return err
 }
 
-// maxReplyBody bounds how much of a backend reply is read.
+// maxReplyBody bounds the backend and limits-service replies read; a
+// larger one is malformed.
 const maxReplyBody = 64 << 10
 
 func atoiStatus(s string) int {
