@@ -2,6 +2,7 @@ package config
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -40,6 +41,8 @@ var externalBadCases = []badCase{
 		want: []string{"external.cluster: must not be empty"}},
 	{name: "external relative path", in: ext(`, "path": "limits"`), want: []string{`external.path: must start with "/"`}},
 	{name: "external zero timeout", in: ext(`, "timeout": "0s"`), want: []string{"external.timeout: must be >= 1ms"}, schemaAccepts: true},
+	{name: "external name too long", in: ext(`, "name": "` + strings.Repeat("n", 65) + `"`),
+		want: []string{`external.name: must be 1-64 characters of A-Z a-z 0-9 _ -, got "` + strings.Repeat("n", 65) + `"`}},
 	{name: "external bad header", in: ext(`, "forward_headers": ["x tenant"]`), want: []string{`external.forward_headers[0]: must be a header name or "*"`}},
 	{name: "external header case duplicate", in: ext(`, "forward_headers": ["X-Plan", "x-plan"]`),
 		want: []string{`external.forward_headers[1]: duplicate header "x-plan"`}, schemaAccepts: true},

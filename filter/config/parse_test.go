@@ -303,6 +303,10 @@ var badCases = []badCase{
 	{name: "name missing", in: `{"limits": [{"requests_per_second": 1}]}`, want: []string{"limits[0].name: required"}},
 	{name: "name bad chars", in: `{"limits": [{"name": "a.b", "requests_per_second": 1}]}`,
 		want: []string{`limits[0].name: must be 1-64 characters of A-Z a-z 0-9 _ -, got "a.b"`}},
+	// Names are part of every Redis key (backend.Key), so their bound
+	// keeps a backend call's URL bounded.
+	{name: "name too long", in: `{"limits": [{"name": "` + strings.Repeat("n", 65) + `", "requests_per_second": 1}]}`,
+		want: []string{`limits[0].name: must be 1-64 characters of A-Z a-z 0-9 _ -, got "` + strings.Repeat("n", 65) + `"`}},
 	{name: "name wrong type", in: `{"limits": [{"name": 7, "requests_per_second": 1}]}`, want: []string{"limits[0].name: must be a string"}},
 	{name: "duplicate names", in: `{"limits": [{"name": "a", "requests_per_second": 1}, {"name": "b", "requests_per_second": 1}, {"name": "a", "requests_per_second": 2}]}`,
 		want: []string{`limits[2].name: duplicate name "a" (also limits[0])`}, schemaAccepts: true},
