@@ -632,6 +632,7 @@ func FuzzGlobalReply(f *testing.F) {
 	f.Add(200, []byte(`<html>`))
 	f.Add(200, []byte(`{"EVALSHA":[false,"NOSCRIPT x"]}`))
 	f.Add(200, []byte(`{"EVALSHA":[1,1,1,1,1,1,1]}`))
+	f.Add(200, []byte(`{"EVALSHA":[1,4,0,100,0,1800000000000000]}`+strings.Repeat(" ", 64<<10))) // valid JSON, over the limit
 	f.Fuzz(func(t *testing.T, status int, body []byte) {
 		d := newDistHarness(t, distConfig("global", "deny", "webdis", ""), nil)
 		d.reply = func(proxytest.HttpCalloutAttribute) (int, []byte, bool) { return status, body, true }
@@ -642,6 +643,9 @@ func FuzzGlobalReply(f *testing.F) {
 		_, err := backend.ParseWebdis(status, body)
 		if err != nil && backend.KindOf(err) != backend.KindNoScript && o.status != 503 {
 			t.Fatalf("an invalid reply (%v) gave %d, want the deny policy's 503", err, o.status)
+		}
+		if len(body) > 64<<10 && o.status != 503 {
+			t.Fatalf("a %d-byte reply, over the read limit, gave %d, want the deny policy's 503", len(body), o.status)
 		}
 	})
 }
