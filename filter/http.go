@@ -188,7 +188,7 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 			h.noteCharge(l, t, rate, overrideValue, key)
 		}
 		if l.remote != nil {
-			lim := limiterLimit(l.cfg.Algorithm, rate)
+			lim := rate.Limiter(l.cfg.Algorithm)
 			rkey := redisKey(l.cfg.Name, string(key))
 			if l.cfg.Shadow {
 				h.startShadowRemote(l, lim, rkey, cost, now)
