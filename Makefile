@@ -19,12 +19,13 @@ else
 RUN_CONFIG := examples/$(EXAMPLE)/envoy.yaml
 endif
 
-.PHONY: help build test run lint clean bench soak oci push fuzz
+.PHONY: help build deps test run lint clean bench soak oci push fuzz
 
 help:
 	@echo "make build   - build/sluice.wasm and build/noop.wasm (standard Go + bridge)"
 	@echo "make run     - build, start the demo backend and limits service, serve envoy/envoy.yaml (or EXAMPLE=<name>) on our host"
-	@echo "make test    - every test: native, wasm in our host, end-to-end with redis-server and webdis"
+	@echo "make test    - every test: native, wasm in our host, end-to-end with redis-server and webdis (runs make deps first)"
+	@echo "make deps    - install the Debian packages the tests need (as root), or print the command that does"
 	@echo "make lint    - gofmt, go vet (native and wasm), go mod tidy leaves no diff"
 	@echo "make bench   - BENCHMARKS.md and its plot (BENCH_QUICK=1: the short CI mode; BENCH_OUT=path: elsewhere)"
 	@echo "make soak    - the 10,000,000-request soak and 1,000,000 client IPs; updates BENCHMARKS.md"
@@ -55,12 +56,21 @@ $(BUILD)/noop.wasm: $(BUILD)/sdk/.stamp e2e/noop/main.go
 	$(WASM_ENV) $(GO) build $(WASM_FLAGS) -o $@ ./e2e/noop
 	$(GO) run ./tools/wasmcheck $@
 
+# The Debian packages the tests need (the list is in the script): installed
+# when run as root with apt-get, otherwise make stops here and prints the
+# command that installs them. make run needs none of them.
+deps:
+	@bash tools/deps/deps.sh
+
 # Every test: native, wasm in our host, end to end against real servers.
+# deps comes first so that a missing server stops make at once. CI=true
+# (unless set otherwise) makes any prerequisite still missing fail its
+# test instead of skipping it: make test means every test.
 # -p 1: one package's tests at a time. The end-to-end tests drive real
 # servers at a set rate on a 2-core machine; sharing it with another
 # package's tests starves their load client and fails them for that alone.
-test: build
-	$(GO) test -count=1 -p 1 -timeout 40m ./...
+test: deps build
+	CI=$${CI:-true} $(GO) test -count=1 -p 1 -timeout 40m ./...
 
 run: build
 	$(GO) build -o $(BUILD)/sluice-envoy ./e2e/cmd/sluice-envoy

@@ -79,7 +79,7 @@ func newConcurrencyRuntime(s store.Store, cfg *config.ConcurrencyLimit, index in
 	prefix := "sluice.cc." + cfg.Name + "."
 	t, err := inflight.NewTable(s, inflight.TableConfig{Prefix: prefix, Seed: limiter.Hash(0, "cc\x00"+cfg.Name)})
 	if err != nil {
-		return nil, fmt.Errorf("concurrency[%d]: %v", index, err)
+		return nil, fmt.Errorf("%s: %v", config.IndexPath("concurrency", index), err)
 	}
 	kinds := make([]string, len(cfg.Key))
 	for i, k := range cfg.Key {

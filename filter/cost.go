@@ -337,7 +337,7 @@ func (h *httpContext) chargeRemote(c *pendingCharge, n int64, now time.Time) {
 	b := h.plugin.backend
 	l := c.l
 	rr := remoteReq{l: l, key: c.key, overrideValue: c.overrideValue, rkey: redisKey(l.cfg.Name, c.key),
-		lim: limiterLimit(l.cfg.Algorithm, c.rate), cost: n}
+		lim: c.rate.Limiter(l.cfg.Algorithm), cost: n}
 	rr.fp = limiter.Hash(0, rr.rkey)
 	rr.slot = l.remote.slotPrefix + strconv.FormatUint(rr.fp%remoteSlots, 10)
 	cmd, err := backend.Charge(rr.lim, rr.rkey, n)

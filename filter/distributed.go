@@ -27,7 +27,6 @@ package filter
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
@@ -130,7 +129,7 @@ func newBackendRuntime(p *pluginContext, cfg *config.Backend) (*backendRuntime, 
 	}
 	m, err := breaker.NewMachine(set)
 	if err != nil {
-		return nil, fmt.Errorf("backend.breaker: %v", err)
+		return nil, fmt.Errorf("%s: %v", config.FieldPath("backend", "breaker"), err)
 	}
 	b.breaker = breaker.NewBreaker(m, b.store, "sluice.backend.cb")
 	if err := b.breaker.Init(); err != nil {
@@ -394,9 +393,9 @@ type remoteLimit struct {
 // which can only under-admit.
 const remoteSlots = 4096
 
-func newRemoteLimit(cfg *config.Limit, index int) (*remoteLimit, error) {
-	check := func(r config.Rate, where string) error {
-		lim := limiterLimit(cfg.Algorithm, r)
+func newRemoteLimit(cfg *config.Limit, ratePath string) (*remoteLimit, error) {
+	check := func(r config.Rate, path string) error {
+		lim := r.Limiter(cfg.Algorithm)
 		var err error
 		if cfg.Mode == config.ModeHybrid {
 			_, err = backend.Lease(lim, "k", 1, leaseAhead)
@@ -404,32 +403,19 @@ func newRemoteLimit(cfg *config.Limit, index int) (*remoteLimit, error) {
 			_, err = backend.Decide(lim, "k", 1)
 		}
 		if err != nil {
-			return fmt.Errorf("limits[%d]%s: mode %s: %v", index, where, cfg.Mode, err)
+			return fmt.Errorf("%s: mode %s: %v", path, cfg.Mode, err)
 		}
 		return nil
 	}
-	if err := check(cfg.Rate, ""); err != nil {
+	if err := check(cfg.Rate, ratePath); err != nil {
 		return nil, err
 	}
 	for v, r := range cfg.Overrides {
-		if err := check(r, "overrides["+strconv.Quote(v)+"]"); err != nil {
+		if err := check(r, overridePath(ratePath, v)); err != nil {
 			return nil, err
 		}
 	}
 	return &remoteLimit{mode: cfg.Mode, policy: cfg.FailurePolicy, slotPrefix: "sluice.dl." + cfg.Name + "."}, nil
-}
-
-func limiterLimit(alg config.Algorithm, r config.Rate) limiter.Limit {
-	lim := limiter.Limit{Rate: r.Limit, Period: r.Window, Burst: r.Burst}
-	switch alg {
-	case config.FixedWindow:
-		lim.Algorithm = limiter.FixedWindow
-	case config.SlidingWindow:
-		lim.Algorithm = limiter.SlidingWindow
-	default:
-		lim.Algorithm = limiter.TokenBucket
-	}
-	return lim
 }
 
 // fallbackTable is the local table used under failure_policy local: the

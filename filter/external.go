@@ -142,9 +142,9 @@ type extRequest struct {
 }
 
 func (p *pluginContext) configureExternal(cfg *config.External) error {
-	l, err := newLimitRuntime(p.vm.store, &cfg.Limit, len(p.limits))
+	l, err := newLimitRuntime(p.vm.store, &cfg.Limit, len(p.limits), config.FieldPath("external", "fallback"))
 	if err != nil {
-		return fmt.Errorf("external: %v", err)
+		return err
 	}
 	l.keyKinds = "tenant_key"
 	if err := p.ensureBackend(l, "external.mode"); err != nil {
@@ -182,7 +182,7 @@ func (p *pluginContext) configureExternal(cfg *config.External) error {
 		x.fallbackBase, err = newTable(p.vm.store, config.TokenBucket, cfg.Limit.Rate,
 			"sluice.rlf."+cfg.Limit.Name+".", cfg.Limit.Name+"\x00fallback")
 		if err != nil {
-			return fmt.Errorf("external: %v", err)
+			return fmt.Errorf("%s: %v", config.FieldPath("external", "fallback"), err)
 		}
 	}
 	l.ext = x

@@ -143,11 +143,12 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 	p.cfg = cfg
 	p.requests = proxywasm.DefineCounterMetric(metricRequests)
 	for i := range cfg.Limits {
-		l, err := newLimitRuntime(p.vm.store, &cfg.Limits[i], i)
+		path := config.IndexPath("limits", i)
+		l, err := newLimitRuntime(p.vm.store, &cfg.Limits[i], i, path)
 		if err != nil {
 			return err
 		}
-		if err := p.ensureBackend(l, fmt.Sprintf("limits[%d].mode", i)); err != nil {
+		if err := p.ensureBackend(l, config.FieldPath(path, "mode")); err != nil {
 			return err
 		}
 		p.limits = append(p.limits, l)
@@ -263,7 +264,10 @@ type limitRuntime struct {
 	evictionsSeen uint64
 }
 
-func newLimitRuntime(s store.Store, cfg *config.Limit, index int) (*limitRuntime, error) {
+// newLimitRuntime builds limit index; ratePath is the configuration path of
+// the object holding its rate, for errors. Parse has checked every rate
+// against the limiter and the Redis scripts, so they are not expected.
+func newLimitRuntime(s store.Store, cfg *config.Limit, index int, ratePath string) (*limitRuntime, error) {
 	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(cfg.Name)}
 	l.metrics.cost = defineCostMetrics(cfg)
 	kinds := make([]string, len(cfg.Key))
@@ -273,7 +277,7 @@ func newLimitRuntime(s store.Store, cfg *config.Limit, index int) (*limitRuntime
 	l.keyKinds = strings.Join(kinds, "+")
 	var err error
 	if cfg.Mode != config.ModeLocal {
-		if l.remote, err = newRemoteLimit(cfg, index); err != nil {
+		if l.remote, err = newRemoteLimit(cfg, ratePath); err != nil {
 			return nil, err
 		}
 	}
@@ -281,7 +285,7 @@ func newLimitRuntime(s store.Store, cfg *config.Limit, index int) (*limitRuntime
 	// keeps the name keeps the state and the shared-data key set.
 	l.def, err = newTable(s, cfg.Algorithm, cfg.Rate, "sluice.rl."+cfg.Name+".", cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("limits[%d]: %v", index, err)
+		return nil, fmt.Errorf("%s: %v", ratePath, err)
 	}
 	if len(cfg.Overrides) > 0 {
 		l.overrides = make(map[string]*limiter.Table, len(cfg.Overrides))
@@ -289,7 +293,7 @@ func newLimitRuntime(s store.Store, cfg *config.Limit, index int) (*limitRuntime
 			id := hexHash(value)
 			t, err := newTable(s, cfg.Algorithm, rate, "sluice.rl."+cfg.Name+".o"+id+".", cfg.Name+"\x00"+value)
 			if err != nil {
-				return nil, fmt.Errorf("limits[%d].overrides[%q]: %v", index, value, err)
+				return nil, fmt.Errorf("%s: %v", overridePath(ratePath, value), err)
 			}
 			l.overrides[value] = t
 		}
@@ -297,8 +301,13 @@ func newLimitRuntime(s store.Store, cfg *config.Limit, index int) (*limitRuntime
 	return l, nil
 }
 
+// overridePath is the configuration path of the override for value.
+func overridePath(limitPath, value string) string {
+	return config.FieldPath(config.FieldPath(limitPath, "overrides"), value)
+}
+
 func newTable(s store.Store, alg config.Algorithm, r config.Rate, prefix, seedSource string) (*limiter.Table, error) {
-	lim := limiterLimit(alg, r)
+	lim := r.Limiter(alg)
 	return limiter.NewTable(s, lim, limiter.TableConfig{Prefix: prefix, Seed: limiter.Hash(0, seedSource)})
 }
 
@@ -388,7 +397,7 @@ func newBreakerRuntime(s store.Store, cfg *config.Breaker, index int) (*breakerR
 	}
 	m, err := breaker.NewMachine(set)
 	if err != nil {
-		return nil, fmt.Errorf("breakers[%d]: %v", index, err)
+		return nil, fmt.Errorf("%s: %v", config.IndexPath("breakers", index), err)
 	}
 	b.machine = m
 	return b, nil

@@ -188,7 +188,7 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 			h.noteCharge(l, t, rate, overrideValue, key)
 		}
 		if l.remote != nil {
-			lim := limiterLimit(l.cfg.Algorithm, rate)
+			lim := rate.Limiter(l.cfg.Algorithm)
 			// Key only hashes the value, so the arena's bytes need no copy.
 			rkey := redisKey(l.cfg.Name, arenaString(key))
 			if l.cfg.Shadow {

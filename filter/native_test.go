@@ -171,6 +171,33 @@ func TestCasesNative(t *testing.T) {
 	}
 }
 
+// TestRateErrorsFailPluginStartWithPaths: rates the limiter or the Redis
+// scripts cannot take fail plugin start with every path named at once,
+// from Parse, not the first one found while building the limits.
+func TestRateErrorsFailPluginStartWithPaths(t *testing.T) {
+	cfg := `{"backend": {"cluster": "redis"}, "limits": [
+	  {"name": "a", "key": ["header:x-plan"], "requests_per_second": 5, "mode": "global",
+	   "overrides": {"gold": {"limit": 1, "window": "1000001ns"}}},
+	  {"name": "b", "limit": 1, "window": "168h", "burst": 1000000000},
+	  {"name": "c", "requests_per_second": 1e400}]}`
+	opt := proxytest.NewEmulatorOption().WithVMContext(filter.NewVMContext()).WithPluginConfiguration([]byte(cfg))
+	host, reset := proxytest.NewHostEmulator(opt)
+	defer reset()
+	if st := host.StartPlugin(); st != types.OnPluginStartStatusFailed {
+		t.Fatal("out-of-range rates must fail OnPluginStart")
+	}
+	joined := strings.Join(host.GetCriticalLogs(), "\n")
+	for _, want := range []string{
+		"sluice: invalid configuration: limits[0].overrides.gold.window: must be a whole number of microseconds",
+		"sluice: invalid configuration: limits[1]: capacity×period/rate",
+		"sluice: invalid configuration: limits[2].requests_per_second: must be <= 1000000000",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("critical logs do not say %q:\n%s", want, joined)
+		}
+	}
+}
+
 func TestBadConfigFailsPluginStart(t *testing.T) {
 	opt := proxytest.NewEmulatorOption().WithVMContext(filter.NewVMContext()).
 		WithPluginConfiguration([]byte(`{"limits":[{"name":"x","burts":1,"requests_per_second":-1}]}`))

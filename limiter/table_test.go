@@ -532,9 +532,11 @@ func TestAllowAllConcurrentNeverOverAdmits(t *testing.T) {
 	var perKey [clients]atomic.Int64
 	var wg sync.WaitGroup
 	start := make(chan struct{})
+	var pcs, gls []*Table
 	for w := 0; w < workers; w++ {
 		pc := newTable(t, s, perClient, TableConfig{Prefix: "c.", Slots: 64})
 		gl := newTable(t, s, global, TableConfig{Prefix: "g.", Slots: 64})
+		pcs, gls = append(pcs, pc), append(gls, gl)
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
@@ -556,22 +558,45 @@ func TestAllowAllConcurrentNeverOverAdmits(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if got := admitted.Load(); got > 100 || got < 90 {
-		t.Fatalf("admitted %d, want at most 100 (and close to it)", got)
+	got := admitted.Load()
+	if got > 100 {
+		t.Fatalf("admitted %d, want at most 100", got)
 	}
+	// The global limit is the last one: a request whose global commit
+	// succeeded is admitted, so the global record counts exactly the
+	// admitted requests.
 	probeG := newTable(t, s, global, TableConfig{Prefix: "g.", Slots: 64})
 	r, _ := probeG.Peek("all", t0, 0)
-	if used := 100 - r.Remaining; used < admitted.Load() {
-		t.Fatalf("global records %d used but %d were admitted (lost update)", used, admitted.Load())
+	if used := 100 - r.Remaining; used != got {
+		t.Fatalf("global records %d used but %d were admitted", used, got)
+	}
+	// Per client, a unit is used by an admitted request or by a denied one
+	// whose refund was lost: nothing else, in any schedule.
+	var refundsLost, contention uint64
+	for _, tab := range pcs {
+		refundsLost += tab.Stats().RefundsLost
+		contention += tab.Stats().Contention
+	}
+	for _, tab := range gls {
+		contention += tab.Stats().Contention
 	}
 	probeC := newTable(t, s, perClient, TableConfig{Prefix: "c.", Slots: 64})
+	var clientUsed int64
 	for c := 0; c < clients; c++ {
 		r, _ := probeC.Peek("client"+strconv.Itoa(c), t0, 0)
 		if n := perKey[c].Load(); n > 30 || 30-r.Remaining < n {
 			t.Fatalf("client%d admitted %d, store shows %d used", c, n, 30-r.Remaining)
 		}
+		clientUsed += 30 - r.Remaining
 	}
-	t.Logf("admitted=%d sets=%d", admitted.Load(), sets.Load())
+	if clientUsed != got+int64(refundsLost) {
+		t.Fatalf("the clients' records use %d units for %d admitted and %d lost refunds", clientUsed, got, refundsLost)
+	}
+	// How close to 100 the workers get depends on how often the scheduler
+	// makes them contend (denials under ContentionDeny, and refunds lost to
+	// a write in between), so that is logged, not asserted; what the code
+	// guarantees, the exact accounting above, is.
+	t.Logf("admitted=%d sets=%d refunds-lost=%d contention-denials=%d", got, sets.Load(), refundsLost, contention)
 }
 
 // Without collisions the table is exactly the pure decision function

@@ -68,7 +68,7 @@ var supportedFields = map[protoreflect.FullName][]protoreflect.Name{
 	"envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter": {"name", "typed_config", "config_discovery"},
 	"envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager": {
 		"stat_prefix", "codec_type", "route_config", "http_filters",
-		"use_remote_address", "generate_request_id",
+		"use_remote_address", "generate_request_id", "merge_slashes",
 	},
 }
 

@@ -37,7 +37,7 @@ func BenchmarkServe(b *testing.B) {
 				filter = strings.ReplaceAll(wasmFilterYAML, "{{WASM}}", p)
 			}
 			y := strings.NewReplacer("{{WASM_FILTER}}", filter, "{{A_PORT}}", port, "{{B_PORT}}", port,
-				"{{DOWN_PORT}}", port, "{{USE_REMOTE}}", "false").Replace(routerOnlyYAML)
+				"{{DOWN_PORT}}", port, "{{USE_REMOTE}}", "false", "{{MERGE_SLASHES}}", "false").Replace(routerOnlyYAML)
 			cfg, err := Load([]byte(y))
 			if err != nil {
 				b.Fatal(err)

@@ -108,6 +108,29 @@ var hopByHop = map[string]bool{
 	"transfer-encoding": true, "upgrade": true, "te": true, "trailer": true,
 }
 
+// upstreamURL is the URL whose request line net/http writes as path, byte
+// for byte, as Envoy forwards :path. Opaque carries any path unchanged and
+// unescaped, except one that starts with "//": net/http takes such an
+// Opaque for a scheme-relative URL and would send "//.x/y" as the absolute
+// URL "http://.x/y". That path goes through Path and RawPath instead, which
+// keep it whenever it is validly escaped; a path neither form carries is
+// an error, never a different request.
+func upstreamURL(host, path string) (*url.URL, error) {
+	u := &url.URL{Scheme: "http", Host: host, Opaque: path}
+	if strings.HasPrefix(path, "//") {
+		raw, query, hasQuery := strings.Cut(path, "?")
+		unescaped, err := url.PathUnescape(raw)
+		if err != nil {
+			return nil, fmt.Errorf("path %q cannot be forwarded unchanged: %v", path, err)
+		}
+		u = &url.URL{Scheme: "http", Host: host, Path: unescaped, RawPath: raw, RawQuery: query, ForceQuery: hasQuery && query == ""}
+	}
+	if got := u.RequestURI(); got != path {
+		return nil, fmt.Errorf("path %q cannot be forwarded unchanged (it would be sent as %q)", path, got)
+	}
+	return u, nil
+}
+
 // roundTrip sends one buffered request to the next endpoint in round-robin
 // order. headers carry the pseudo headers; they become the request line and
 // Host and are never sent as headers.
@@ -140,12 +163,15 @@ func (c *upstreamCluster) roundTrip(ctx context.Context, headers [][2]string, bo
 		// client never sent.
 		hdr["User-Agent"] = nil
 	}
+	target, err := upstreamURL(c.cfg.Name, path)
+	if err != nil {
+		return nil, err
+	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://upstream/", bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
-	// Opaque carries the path byte for byte, so nothing is re-escaped.
-	req.URL = &url.URL{Scheme: "http", Host: c.cfg.Name, Opaque: path}
+	req.URL = target
 	req.Host = authority
 	req.Header = hdr
 	req.ContentLength = int64(len(body))

@@ -92,9 +92,12 @@ type Listener struct {
 	// x-forwarded-for is passed on untouched.
 	UseRemoteAddress  bool
 	GenerateRequestID bool
-	RouteConfigName   string
-	VirtualHosts      []*VirtualHost
-	HTTPFilters       []*HTTPFilter
+	// MergeSlashes mirrors HCM merge_slashes: runs of "/" in the path (not
+	// the query) become one before routing and filters see :path.
+	MergeSlashes    bool
+	RouteConfigName string
+	VirtualHosts    []*VirtualHost
+	HTTPFilters     []*HTTPFilter
 }
 
 // VirtualHost groups routes under a set of :authority patterns.
@@ -548,6 +551,7 @@ func buildListener(name string, addr *corev3.Address, chains []*listenerv3.Filte
 	lis.StatPrefix = hcm.GetStatPrefix()
 	lis.UseRemoteAddress = hcm.GetUseRemoteAddress().GetValue()
 	lis.GenerateRequestID = boolOr(hcm.GetGenerateRequestId(), true)
+	lis.MergeSlashes = hcm.GetMergeSlashes()
 	rc := hcm.GetRouteConfig()
 	if rc == nil {
 		return nil, &fieldError{Path: fpath + ".route_config", Msg: "an inline route_config is required"}

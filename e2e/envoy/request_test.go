@@ -15,7 +15,7 @@ import (
 func testListener(t *testing.T, useRemote bool) *listener {
 	t.Helper()
 	y := strings.NewReplacer("{{A_PORT}}", "1", "{{B_PORT}}", "2", "{{DOWN_PORT}}", "3",
-		"{{USE_REMOTE}}", map[bool]string{true: "true", false: "false"}[useRemote], "{{WASM_FILTER}}", "").Replace(routerOnlyYAML)
+		"{{USE_REMOTE}}", map[bool]string{true: "true", false: "false"}[useRemote], "{{MERGE_SLASHES}}", "false", "{{WASM_FILTER}}", "").Replace(routerOnlyYAML)
 	cfg, err := Load([]byte(y))
 	if err != nil {
 		t.Fatal(err)

@@ -559,6 +559,9 @@ func (l *listener) request(r *http.Request, worker int, body []byte) *host.Reque
 		authority = r.URL.Host
 		path = r.URL.RequestURI()
 	}
+	if l.cfg.MergeSlashes {
+		path = mergeSlashes(path)
+	}
 	// Pseudo headers lead the map, as in Envoy's; :scheme is filled in once
 	// x-forwarded-proto is settled.
 	hs := [][2]string{{":authority", authority}, {":path", path}, {":method", r.Method}, {":scheme", "http"}}
@@ -665,6 +668,41 @@ func (l *listener) request(r *http.Request, worker int, body []byte) *host.Reque
 		req.ClusterName = rt.Cluster
 	}
 	return req
+}
+
+// mergeSlashes is Envoy's PathUtil::mergeSlashes: in the path before any
+// "?", runs of "/" become one, keeping a leading and a trailing "/"; the
+// query is left alone. Like Envoy's, a path of only slashes becomes "//"
+// (the leading and the trailing one), and a path without "//" is returned
+// as it is.
+func mergeSlashes(p string) string {
+	path, query := p, ""
+	if i := strings.IndexByte(p, '?'); i >= 0 {
+		path, query = p[:i], p[i:]
+	}
+	if !strings.Contains(path, "//") {
+		return p
+	}
+	var b strings.Builder
+	if strings.HasPrefix(path, "/") {
+		b.WriteByte('/')
+	}
+	first := true
+	for _, seg := range strings.Split(path, "/") {
+		if seg == "" {
+			continue
+		}
+		if !first {
+			b.WriteByte('/')
+		}
+		b.WriteString(seg)
+		first = false
+	}
+	if strings.HasSuffix(path, "/") {
+		b.WriteByte('/')
+	}
+	b.WriteString(query)
+	return b.String()
 }
 
 // isInternal is Envoy's legacy default internal address set: RFC 1918,

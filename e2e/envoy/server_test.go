@@ -35,6 +35,7 @@ static_resources:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: ingress_http
           use_remote_address: {{USE_REMOTE}}
+          merge_slashes: {{MERGE_SLASHES}}
           route_config:
             name: local_route
             virtual_hosts:
@@ -183,7 +184,7 @@ func startEnvProfile(t *testing.T, vars map[string]string, concurrency int, prof
 	t.Helper()
 	aPort, bPort := backend(t, "a"), backend(t, "b")
 	repl := []string{"{{A_PORT}}", aPort, "{{B_PORT}}", bPort, "{{DOWN_PORT}}", closedPort(t),
-		"{{USE_REMOTE}}", "false", "{{WASM_FILTER}}", ""}
+		"{{USE_REMOTE}}", "false", "{{MERGE_SLASHES}}", "false", "{{WASM_FILTER}}", ""}
 	for k, v := range vars {
 		repl = append([]string{k, v}, repl...)
 	}
@@ -534,7 +535,7 @@ func TestServeNoopWasmPassesThrough(t *testing.T) {
 func TestStartFailsOnMissingWasm(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "absent.wasm")
 	y := strings.NewReplacer("{{WASM_FILTER}}", wasmFilterYAML, "{{A_PORT}}", "1", "{{B_PORT}}", "2",
-		"{{DOWN_PORT}}", "3", "{{USE_REMOTE}}", "false").Replace(routerOnlyYAML)
+		"{{DOWN_PORT}}", "3", "{{USE_REMOTE}}", "false", "{{MERGE_SLASHES}}", "false").Replace(routerOnlyYAML)
 	y = strings.ReplaceAll(y, "{{WASM}}", missing)
 	cfg, err := Load([]byte(y))
 	if err != nil {

@@ -7,7 +7,7 @@ var concurrencyFields = []string{"name", "match", "key", "max_in_flight", "statu
 func (p *parser) concurrency(cfg *Config, path string, items []gjson.Result) {
 	firstByName := map[string]string{}
 	for i, item := range items {
-		ipath := index(path, i)
+		ipath := IndexPath(path, i)
 		o := p.object(ipath, item, concurrencyFields...)
 		if o == nil {
 			cfg.Concurrency = append(cfg.Concurrency, ConcurrencyLimit{Key: []KeyPart{}, Status: DefaultConcurrencyStatus})

@@ -14,6 +14,8 @@ package config
 import (
 	"strings"
 	"time"
+
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 // Config is a parsed plugin configuration. The zero value is not meaningful;
@@ -134,6 +136,22 @@ func (r Rate) Capacity(a Algorithm) int64 {
 		return r.Limit + r.Burst
 	}
 	return r.Limit
+}
+
+// Limiter is the limiter.Limit that enforces r with algorithm a: the one
+// definition the filter's tables and Redis commands and Parse's range
+// checks share.
+func (r Rate) Limiter(a Algorithm) limiter.Limit {
+	lim := limiter.Limit{Rate: r.Limit, Period: r.Window, Burst: r.Burst}
+	switch a {
+	case FixedWindow:
+		lim.Algorithm = limiter.FixedWindow
+	case SlidingWindow:
+		lim.Algorithm = limiter.SlidingWindow
+	default:
+		lim.Algorithm = limiter.TokenBucket
+	}
+	return lim
 }
 
 // KeyKind is one kind of key part.

@@ -45,9 +45,13 @@ func (es Errors) sort() {
 	sort.SliceStable(es, func(i, j int) bool { return es[i].offset < es[j].offset })
 }
 
-// field joins an object path and a member name, quoting names that would
-// make the path ambiguous (override values can be any string).
-func field(path, name string) string {
+// FieldPath joins an object path and a member name, quoting names that
+// would make the path ambiguous (override values can be any string):
+// FieldPath("limits[0]", "overrides") is "limits[0].overrides" and
+// FieldPath("limits[0].overrides", "a.b") is `limits[0].overrides["a.b"]`.
+// Every error path about a configuration is built with it and IndexPath,
+// in this package and in the filter, so they all read the same way.
+func FieldPath(path, name string) string {
 	if !plainName(name) {
 		return path + "[" + strconv.Quote(name) + "]"
 	}
@@ -57,7 +61,8 @@ func field(path, name string) string {
 	return path + "." + name
 }
 
-func index(path string, i int) string {
+// IndexPath is the path of element i of the array at path: "limits[2]".
+func IndexPath(path string, i int) string {
 	return path + "[" + strconv.Itoa(i) + "]"
 }
 

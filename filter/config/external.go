@@ -123,7 +123,7 @@ func (p *parser) external(o *object, cfg *Config) *External {
 	var named []KeyPart
 	if items, ok := o.array("forward_headers", ""); ok {
 		for i, item := range items {
-			ipath := index(o.path1("forward_headers"), i)
+			ipath := IndexPath(o.path1("forward_headers"), i)
 			switch {
 			case item.Type == gjson.String && item.Str == "*":
 				if e.ForwardAll {
@@ -167,7 +167,10 @@ func (p *parser) external(o *object, cfg *Config) *External {
 	}
 	p.onLimit(o, &e.Limit)
 	if f := o.child("fallback", "requests_per_second", "limit", "window", "burst", "key"); f != nil {
-		e.Limit.Rate, _ = p.rate(f, TokenBucket)
+		if r, ok := p.rate(f, TokenBucket); ok {
+			e.Limit.Rate = r
+			p.rateFits(f, e.Limit.Mode, TokenBucket, r)
+		}
 		e.Limit.Key = e.CacheKey
 		if items, ok := f.array("key", ""); ok {
 			e.Limit.Key = p.key(f.path1("key"), items)

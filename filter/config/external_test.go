@@ -60,6 +60,9 @@ var externalBadCases = []badCase{
 		want: []string{"external.fallback: one of requests_per_second or limit with window is required"}},
 	{name: "external fallback unknown field", in: `{"external": {"cluster": "limits", "fallback": {"requests_per_second": 1, "cost": 2}}}`,
 		want: []string{"external.fallback.cost: unknown field"}},
+	{name: "external fallback beyond the Redis scripts", in: `{"backend": {"cluster": "r"}, "external": {"cluster": "limits", "mode": "global",
+		"fallback": {"limit": 1, "window": "1000001ns"}}}`,
+		want: []string{`external.fallback.window: must be a whole number of microseconds with mode "global": the Redis scripts count time in microseconds`}, schemaAccepts: true},
 	{name: "external name clash", in: `{"limits": [{"name": "external", "requests_per_second": 1}], "external": {"cluster": "limits", "fallback": {"requests_per_second": 1}}}`,
 		want: []string{`external.name: "external" is also the name of limits[0]; metrics need distinct names`}, schemaAccepts: true},
 }

@@ -1,12 +1,15 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/filter/backend"
 )
 
 var limitFields = []string{"name", "match", "key", "algorithm", "requests_per_second", "burst", "limit",
@@ -24,7 +27,7 @@ func (p *parser) limits(cfg *Config, path string, items []gjson.Result) {
 	refs := make([][]replacesRef, len(items))
 	firstByName := map[string]string{}
 	for i, item := range items {
-		ipath := index(path, i)
+		ipath := IndexPath(path, i)
 		o := p.object(ipath, item, limitFields...)
 		if o == nil {
 			cfg.Limits = append(cfg.Limits, Limit{OverrideBy: -1})
@@ -77,7 +80,12 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 	if i, ok := o.enum("algorithm", "token_bucket", "fixed_window", "sliding_window"); ok {
 		l.Algorithm = Algorithm(i)
 	}
-	l.Rate, _ = p.rate(o, l.Algorithm)
+	// The mode is read before the rates, which are checked against it.
+	p.mode(o, &l, backend)
+	if r, ok := p.rate(o, l.Algorithm); ok {
+		l.Rate = r
+		p.rateFits(o, l.Mode, l.Algorithm, r)
+	}
 	maxPath, maxAt := p.cost(o, &l)
 	p.costFromResponse(o, &l)
 	rateOK := l.Rate.Limit > 0
@@ -98,7 +106,6 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 		}
 	}
 
-	p.mode(o, &l, backend)
 	if i, ok := o.enum("on_missing_key", "skip", "deny"); ok {
 		l.OnMissingKey = MissingKeyAction(i)
 	}
@@ -112,7 +119,7 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 	var refs []replacesRef
 	if items, ok := o.array("replaces", "must not be empty; omit it to replace nothing"); ok {
 		for i, item := range items {
-			ipath := index(o.path1("replaces"), i)
+			ipath := IndexPath(o.path1("replaces"), i)
 			if item.Type != gjson.String || item.Str == "" {
 				p.errorf(ipath, item.Index, "must be a limit name")
 				continue
@@ -140,6 +147,9 @@ func (p *parser) mode(o *object, l *Limit, backend *Backend) {
 		o.onlyWith("failure_policy", `mode "global" or "hybrid"`)
 		o.onlyWith("instances", `mode "global" or "hybrid"`)
 	default:
+		if l.Mode == ModeHybrid && l.Algorithm != TokenBucket {
+			o.errorf("mode", `"hybrid" leases tokens and needs algorithm "token_bucket", not %q`, l.Algorithm)
+		}
 		if backend == nil {
 			o.errorf("mode", `%q needs a "backend" block naming the Redis cluster`, l.Mode)
 		} else {
@@ -223,6 +233,36 @@ func (p *parser) rate(o *object, alg Algorithm) (Rate, bool) {
 	return r, ok
 }
 
+// rateFits checks a rate within the field bounds against what enforces
+// it: the limiter's own bounds (an empty token bucket must refill within
+// int64 nanoseconds, which a large burst over a long window can exceed)
+// and, in global and hybrid mode, the range the Redis scripts compute
+// exactly. The filter builds its tables and commands from the same
+// limiter.Limit, so a config Parse accepts never fails at plugin start.
+func (p *parser) rateFits(o *object, mode Mode, alg Algorithm, r Rate) {
+	lim := r.Limiter(alg)
+	if err := lim.Validate(); err != nil {
+		p.errorf(o.path, o.at, "%s", strings.TrimPrefix(err.Error(), "limiter: "))
+		return
+	}
+	var err error
+	switch {
+	case mode == ModeGlobal:
+		_, err = backend.Decide(lim, "", 1)
+	case mode == ModeHybrid && alg == TokenBucket:
+		_, err = backend.Lease(lim, "", 1, 0)
+	}
+	switch {
+	case err == nil:
+	case r.Window%time.Microsecond != 0:
+		o.errorf("window", "must be a whole number of microseconds with mode %q: the Redis scripts count time in microseconds", mode)
+	case errors.Is(err, backend.ErrOutOfRange):
+		p.errorf(o.path, o.at, `capacity × window is too large for mode %q: the Redis scripts compute exactly only below 2^53 microsecond units; use a shorter window, a smaller limit or mode "local"`, mode)
+	default:
+		p.errorf(o.path, o.at, "mode %q: %s", mode, strings.TrimPrefix(err.Error(), "backend: "))
+	}
+}
+
 func (p *parser) overrides(o *object, l *Limit) {
 	ov, present := o.fields["overrides"]
 	if !present {
@@ -263,7 +303,7 @@ func (p *parser) overrides(o *object, l *Limit) {
 	l.Overrides = map[string]Rate{}
 	ov.ForEach(func(k, v gjson.Result) bool {
 		name := k.String()
-		vpath := field(opath, name)
+		vpath := FieldPath(opath, name)
 		if _, dup := l.Overrides[name]; dup {
 			p.errorf(vpath, k.Index, "duplicate field")
 			return true
@@ -279,6 +319,9 @@ func (p *parser) overrides(o *object, l *Limit) {
 		r, ok := p.rate(oo, l.Algorithm)
 		if ok && l.maxCost() > r.Capacity(l.Algorithm) {
 			p.errorf(vpath, v.Index, "capacity %d is less than %s %d, so no request could pass", r.Capacity(l.Algorithm), l.maxCostName(), l.maxCost())
+		}
+		if ok {
+			p.rateFits(oo, l.Mode, l.Algorithm, r)
 		}
 		l.Overrides[name] = r
 		return true
@@ -407,7 +450,7 @@ func parseKeyPart(s string) (KeyPart, string) {
 func (p *parser) key(path string, items []gjson.Result) []KeyPart {
 	parts := make([]KeyPart, 0, len(items))
 	for i, item := range items {
-		ipath := index(path, i)
+		ipath := IndexPath(path, i)
 		if item.Type != gjson.String {
 			p.errorf(ipath, item.Index, "must be a string")
 			continue
@@ -498,6 +541,6 @@ func (p *parser) resolveReplaces(cfg *Config, path string, refs [][]replacesRef)
 		if len(refs[i]) > 0 {
 			at = refs[i][0].at
 		}
-		p.errorf(field(index(path, i), "replaces"), at, "cycle between limits %s", strings.Join(members, ", "))
+		p.errorf(FieldPath(IndexPath(path, i), "replaces"), at, "cycle between limits %s", strings.Join(members, ", "))
 	}
 }

@@ -34,7 +34,7 @@ func (p *parser) match(o *object) Match {
 	o.conflicts("path_prefix", "path")
 	if items, ok := o.array("methods", anyIfOmitted); ok {
 		for i, item := range items {
-			ipath := index(o.path1("methods"), i)
+			ipath := IndexPath(o.path1("methods"), i)
 			if item.Type != gjson.String {
 				p.errorf(ipath, item.Index, "must be a string")
 				continue
@@ -52,7 +52,7 @@ func (p *parser) match(o *object) Match {
 	}
 	if items, ok := o.array("hosts", anyIfOmitted); ok {
 		for i, item := range items {
-			ipath := index(o.path1("hosts"), i)
+			ipath := IndexPath(o.path1("hosts"), i)
 			if item.Type != gjson.String || !validHost(item.Str) {
 				p.errorf(ipath, item.Index, `must be a host name such as "api.example.com" or "*.example.com", without port`)
 				continue
@@ -62,7 +62,7 @@ func (p *parser) match(o *object) Match {
 	}
 	if items, ok := o.array("headers", anyIfOmitted); ok {
 		for i, item := range items {
-			h := p.object(index(o.path1("headers"), i), item, "name", "value", "present")
+			h := p.object(IndexPath(o.path1("headers"), i), item, "name", "value", "present")
 			if h == nil {
 				continue
 			}
@@ -91,7 +91,7 @@ func (p *parser) match(o *object) Match {
 	}
 	if items, ok := o.array("routes", anyIfOmitted); ok {
 		for i, item := range items {
-			ipath := index(o.path1("routes"), i)
+			ipath := IndexPath(o.path1("routes"), i)
 			if item.Type != gjson.String || item.Str == "" {
 				p.errorf(ipath, item.Index, "must be a non-empty route name")
 				continue

@@ -88,11 +88,14 @@ func defaultConfig() *Config {
 
 // checkJSON requires both gjson and encoding/json to accept the document:
 // gjson is what we read with, encoding/json gives a message with an offset.
+// Only the syntax is checked here: decoding into a RawMessage converts no
+// number, so a valid document with a number no float64 holds (1e400) gets
+// to the field checks, which name its path and range.
 func checkJSON(data []byte) *FieldError {
 	if !utf8.Valid(data) {
 		return &FieldError{Message: "invalid JSON: not valid UTF-8"}
 	}
-	var v any
+	var v json.RawMessage
 	if err := json.Unmarshal(data, &v); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {

@@ -28,9 +28,9 @@ func (p *parser) object(path string, v gjson.Result, known ...string) *object {
 		name := k.String()
 		switch {
 		case !contains(known, name):
-			p.errorf(field(path, name), k.Index, "unknown field")
+			p.errorf(FieldPath(path, name), k.Index, "unknown field")
 		case o.has(name):
-			p.errorf(field(path, name), k.Index, "duplicate field")
+			p.errorf(FieldPath(path, name), k.Index, "duplicate field")
 		default:
 			o.fields[name] = val
 		}
@@ -44,7 +44,7 @@ func (o *object) has(name string) bool {
 	return ok
 }
 
-func (o *object) path1(name string) string { return field(o.path, name) }
+func (o *object) path1(name string) string { return FieldPath(o.path, name) }
 
 // offset of a member, or of the object when the member is absent, so an
 // error about a missing member sorts with its object.

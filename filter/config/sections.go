@@ -148,7 +148,7 @@ var breakerFields = []string{"name", "match", "per", "failure_statuses", "failur
 func (p *parser) breakers(cfg *Config, path string, items []gjson.Result) {
 	firstByName := map[string]string{}
 	for i, item := range items {
-		ipath := index(path, i)
+		ipath := IndexPath(path, i)
 		o := p.object(ipath, item, breakerFields...)
 		if o == nil {
 			continue
@@ -185,7 +185,7 @@ func (p *parser) breaker(o *object) Breaker {
 	if items, ok := o.array("failure_statuses", ""); ok {
 		b.FailureStatuses = []int{}
 		for i, item := range items {
-			ipath := index(o.path1("failure_statuses"), i)
+			ipath := IndexPath(o.path1("failure_statuses"), i)
 			n, ok := p.integer(ipath, item, 100, 599)
 			if !ok {
 				continue
@@ -286,7 +286,7 @@ func (p *parser) response(o *object) Response {
 	if items, ok := o.array("headers", ""); ok {
 		r.Headers = 0
 		for i, item := range items {
-			ipath := index(o.path1("headers"), i)
+			ipath := IndexPath(o.path1("headers"), i)
 			idx := -1
 			if item.Type == gjson.String {
 				for j, n := range headerFamilyNames {

@@ -289,6 +289,54 @@ var Cases = []Case{
 		},
 	},
 	{
+		Name: "a repeated header is one key value, joined with a comma",
+		Config: `{"limits":[
+			{"name":"joined","match":{"headers":[{"name":"x-tenant","value":"c,d"}]},"key":[],"requests_per_second":1},
+			{"name":"tenant","key":["header:x-tenant"],"requests_per_second":1}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			both := get("/").with("x-tenant", "a").with("x-tenant", "b")
+			if got := admitted(t, h, 2, func(int) Request { return both }); got != 1 {
+				t.Fatalf("a then b admitted %d of 2, want 1: one bucket", got)
+			}
+			// "a,b" is not "a": not the first value's bucket.
+			if got := admitted(t, h, 1, func(int) Request { return get("/").with("x-tenant", "a") }); got != 1 {
+				t.Fatal("a alone shares the bucket of a and b")
+			}
+			if got := admitted(t, h, 1, func(int) Request { return get("/").with("x-tenant", "b").with("x-tenant", "a") }); got != 1 {
+				t.Fatal("b then a shares the bucket of a then b")
+			}
+			// A match sees the joined value too: only "c,d" matches "joined".
+			if got := admitted(t, h, 2, func(int) Request { return get("/").with("x-tenant", "c").with("x-tenant", "d") }); got != 1 {
+				t.Fatalf("c then d admitted %d of 2, want 1", got)
+			}
+			wantCounter(t, h, "sluice.limit.joined.limited", 1)
+			wantCounter(t, h, "sluice.limit.tenant.limited", 1)
+		},
+	},
+	{
+		Name:    "client_ip from a header is missing when the header is not one address",
+		Config:  `{"client_ip":{"source":"header","header":"x-real-ip"},"limits":[{"name":"ip","requests_per_second":1,"on_missing_key":"deny"}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			if resp := h.Do(t, get("/").with("x-real-ip", "192.0.2.7")); resp.Status != 200 {
+				t.Fatalf("one address: status %d", resp.Status)
+			}
+			// The peer (10.0.0.1 by default) is never used instead.
+			for _, req := range []Request{
+				get("/"),
+				get("/").with("x-real-ip", ""),
+				get("/").with("x-real-ip", "unknown"),
+				get("/").with("x-real-ip", "192.0.2.8").with("x-real-ip", "192.0.2.9"),
+			} {
+				if resp := h.Do(t, req); resp.Status != 429 || !resp.Local {
+					t.Fatalf("%v: status %d, want the missing key denied", req.Headers, resp.Status)
+				}
+			}
+			wantCounter(t, h, "sluice.limit.ip.missing_key", 4)
+		},
+	},
+	{
 		Name: "overrides give tiers their own rate",
 		Config: `{"limits":[{"name":"tiers","key":["header:x-tier"],"requests_per_second":1,"burst":1,
 			"overrides":{"premium":{"requests_per_second":5,"burst":5},"enterprise":{"limit":600,"window":"10s"}}}]}`,
