@@ -103,47 +103,53 @@ func TestTableBoundedKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s.Len() > 4096 {
-		t.Fatalf("%d shared-data keys for 4096 slots", s.Len())
+	if max := 4096 + tab.OverflowSlots(); s.Len() > max {
+		t.Fatalf("%d shared-data keys for 4096 slots and %d overflow buckets", s.Len(), tab.OverflowSlots())
 	}
 	st := tab.Stats()
 	// 100 keys per ms into 4096 slots, each unit refilling in 1ms: some
-	// arrivals find live state (counted evictions), others a refilled slot
-	// (lossless).
-	if st.Evictions == 0 || st.LosslessTakeovers == 0 {
-		t.Fatalf("stats %+v: expected both lossy and lossless takeovers", st)
+	// arrivals find every candidate live and are decided on an overflow
+	// bucket, others a refilled slot (lossless). Live state is never taken.
+	if st.Evictions != 0 || st.Overflow == 0 || st.LosslessTakeovers == 0 {
+		t.Fatalf("stats %+v: expected overflow decisions and lossless takeovers only", st)
 	}
 	t.Logf("keys=%d stats=%+v", s.Len(), st)
 }
 
-func TestTableEvictionNeverBeatsFresh(t *testing.T) {
+// A slot holding live state is never taken over: a colliding newcomer is
+// decided on the overflow bucket, and the resident keeps its state.
+func TestTableLiveSlotNeverTakenOver(t *testing.T) {
 	s := store.NewMemory()
 	l := Limit{Rate: 10, Period: time.Second}
 	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
 	if got := drain(t, tab, "a", t0); got != 10 {
 		t.Fatalf("a admitted %d", got)
 	}
-	// b collides with a's live, exhausted state: it inherits it rather
-	// than starting fresh, and the takeover is counted.
-	if got := drain(t, tab, "b", t0+int64(100*ms)); got != 1 {
-		t.Fatalf("b admitted %d after collision, want the 1 unit refilled", got)
+	// b collides with a's live, exhausted state: it is homeless and gets
+	// the (quiet, so full) overflow bucket; c shares that bucket.
+	if got := drain(t, tab, "b", t0+int64(100*ms)); got != 10 {
+		t.Fatalf("b admitted %d on the overflow bucket, want 10", got)
 	}
-	if st := tab.Stats(); st.Evictions != 1 || st.LosslessTakeovers != 0 {
-		t.Fatalf("stats %+v, want 1 eviction", st)
+	if got := drain(t, tab, "c", t0+int64(100*ms)); got != 0 {
+		t.Fatalf("c admitted %d, want 0: it shares b's drained overflow bucket", got)
 	}
-	// a comes back to a slot holding b's (inherited) state.
-	if got := drain(t, tab, "a", t0+int64(100*ms)); got != 0 {
-		t.Fatalf("a admitted %d, evicting b must not reset the bucket", got)
+	// a still has its own slot: the 1 unit refilled since t0.
+	if got := drain(t, tab, "a", t0+int64(100*ms)); got != 1 {
+		t.Fatalf("a admitted %d, want its own 1 refilled unit", got)
 	}
-	// Once the slot has refilled, the takeover is lossless.
-	if got := drain(t, tab, "c", t0+int64(time.Hour)); got != 10 {
-		t.Fatalf("c admitted %d, want a fresh 10", got)
+	if st := tab.Stats(); st.Evictions != 0 || st.Overflow != 12 || st.OverflowDenied != 2 {
+		t.Fatalf("stats %+v, want 12 overflow decisions (2 denied) and no eviction", st)
 	}
-	if st := tab.Stats(); st.Evictions != 1 || st.LosslessTakeovers != 1 {
-		t.Fatalf("stats %+v, want 1 eviction and 1 lossless takeover", st)
+	// Once the slot and the overflow bucket have refilled, a newcomer takes
+	// the slot over losslessly and starts fresh.
+	if got := drain(t, tab, "d", t0+int64(time.Hour)); got != 10 {
+		t.Fatalf("d admitted %d, want a fresh 10", got)
 	}
-	if s.Len() != 1 {
-		t.Fatalf("%d keys", s.Len())
+	if st := tab.Stats(); st.Evictions != 0 || st.LosslessTakeovers != 1 {
+		t.Fatalf("stats %+v, want 1 lossless takeover", st)
+	}
+	if s.Len() != 2 {
+		t.Fatalf("%d keys, want the slot and one overflow bucket", s.Len())
 	}
 }
 
@@ -501,8 +507,8 @@ func FuzzSlotTable(f *testing.F) {
 			if r.Allowed {
 				granted[k] += n
 			}
-			if s.Len() > slots {
-				t.Fatalf("%d keys for %d slots", s.Len(), slots)
+			if s.Len() > slots+tab.OverflowSlots() {
+				t.Fatalf("%d keys for %d slots and %d overflow buckets", s.Len(), slots, tab.OverflowSlots())
 			}
 		}
 		if len(granted) == 1 {
