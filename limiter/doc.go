@@ -175,12 +175,15 @@
 // over-admission; the table pays the read instead.
 //
 // If no candidate holds the key, it is placed in the first candidate that
-// is missing, else the first whose state is idle (lossless: a full bucket
-// carries no information; Stats.LosslessTakeovers), else the first whose
-// value is unreadable even after healing (Stats.Evictions). A slot holding
-// readable state that is not idle is never taken over, so a key that was
-// active within its refill period keeps its state whatever the number of
-// new keys. A key with no slot and no such candidate is homeless: it is
+// is missing, else the first whose state was already idle one refill span
+// ago (lossless: a full bucket carries no information;
+// Stats.LosslessTakeovers), else the first whose value is unreadable even
+// after healing (Stats.Evictions). The refill span is how long a used-up
+// key takes to become full: Σ for a token bucket, P for the windows. A slot
+// holding any other state is never taken over, so a key keeps its state
+// and its slot for at least a refill span after its last request, however
+// many new keys arrive (and a key that comes back within that span is not
+// a newcomer). A key with no slot and no such candidate is homeless: it is
 // decided on its overflow bucket, with the same Limit and the same CAS
 // commit (Stats.Overflow, Stats.OverflowDenied). Homeless keys sharing an
 // overflow bucket share its allowance: during a flood of new keys they are
@@ -205,10 +208,11 @@
 // whose value is unreadable are overwritten with Empty(now) (keeping a
 // readable fingerprint) and counted in Stats.CorruptStates.
 //
-// Size Slots above the number of distinct keys active within one refill
-// period (the time a used-up key takes to become full again): with A such
-// keys, a new key finds every candidate live with a probability of about
-// (A/Slots)^Ways, 1/16 with two ways at a quarter full, and is then
+// Size Slots above the number of distinct keys seen within two refill
+// spans (a key holds its slot for up to two spans after its last request:
+// one until its state is full, one more before it may be taken): with A
+// such keys, a new key finds every candidate held with a probability of
+// about (A/Slots)^Ways, 1/16 with two ways at a quarter full, and is then
 // decided on a shared overflow bucket.
 //
 // # CAS discipline

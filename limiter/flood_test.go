@@ -33,7 +33,9 @@ func TestTableActiveKeyKeepsStateUnderFlood(t *testing.T) {
 	for _, l := range []Limit{perMinute5, {Algorithm: FixedWindow, Rate: 5, Period: time.Minute}, {Algorithm: SlidingWindow, Rate: 5, Period: time.Minute}} {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			s := store.NewMemory()
-			tab := newTable(t, s, l, TableConfig{Slots: 64})
+			// A tiny one-way table, so that flood keys keep arriving on the
+			// existing key's slot after its state went idle (+12s).
+			tab := newTable(t, s, l, TableConfig{Slots: 4, Ways: 1})
 			if r, err := tab.AllowN("existing", t0, 1); err != nil || !r.Allowed {
 				t.Fatalf("first request: %+v %v", r, err)
 			}
@@ -57,6 +59,33 @@ func TestTableActiveKeyKeepsStateUnderFlood(t *testing.T) {
 				t.Fatalf("%d shared-data keys, more than %d", s.Len(), max)
 			}
 		})
+	}
+}
+
+// A key keeps its slot for a refill span after its state went idle: a
+// newcomer arriving meanwhile is decided on the overflow bucket instead of
+// making the key a newcomer when it comes back.
+func TestTableRecentKeyKeepsSlot(t *testing.T) {
+	s := store.NewMemory()
+	l := Limit{Rate: 10, Period: time.Second} // refill span 1s
+	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
+	if r, _ := tab.AllowN("a", t0, 1); !r.Allowed {
+		t.Fatal("a denied")
+	}
+	// z finds a's live slot and drains the overflow bucket.
+	if got := drain(t, tab, "z", t0); got != 10 {
+		t.Fatalf("z admitted %d on the overflow bucket", got)
+	}
+	// a is full again from +100ms, but keeps its slot until +1.1s: b is
+	// decided on the overflow bucket (5 refilled by +500ms).
+	if r, _ := tab.AllowN("b", t0+int64(500*ms), 1); !r.Allowed {
+		t.Fatal("b denied on the overflow bucket")
+	}
+	if got := drain(t, tab, "a", t0+int64(600*ms)); got != 10 {
+		t.Fatalf("a admitted %d, want its own full 10, not a share of the overflow bucket", got)
+	}
+	if st := tab.Stats(); st.LosslessTakeovers != 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }
 
@@ -124,17 +153,20 @@ func TestTablePlacementInheritsOverflow(t *testing.T) {
 	if r, _ := tab.AllowN("resident", t0, 1); !r.Allowed {
 		t.Fatal("resident denied")
 	}
-	if got := drain(t, tab, "k", t0+int64(50*ms)); got != 10 {
+	// The resident's slot is idle from +100ms (its unit refilled) and may
+	// be taken a refill span (1s) later, from +1.1s.
+	if got := drain(t, tab, "k", t0+int64(time.Second)); got != 10 {
 		t.Fatalf("homeless k admitted %d, want the overflow bucket's 10", got)
 	}
-	// At +150ms the resident's slot is idle again (its unit refilled at
-	// +100ms): k takes it over losslessly but carries the overflow debt,
-	// so it gets the one unit refilled since +50ms, not 10.
-	at := t0 + int64(150*ms)
+	// At +1.15s k takes the slot over losslessly but carries the overflow
+	// debt, so it gets the one unit refilled since +1s, not 10.
+	at := t0 + int64(1150*ms)
 	if got := drain(t, tab, "k", at); got != 1 {
 		t.Fatalf("k admitted %d after taking a slot, want the 1 unit the overflow bucket refilled", got)
 	}
-	if st := tab.Stats(); st.LosslessTakeovers != 1 || st.Overflow != 11 {
+	// 11 homeless decisions (1 denied), and the placement from the drained
+	// bucket.
+	if st := tab.Stats(); st.LosslessTakeovers != 1 || st.Overflow != 12 || st.OverflowDenied != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	// In normal operation the overflow bucket is idle and a new key starts
@@ -160,7 +192,7 @@ func TestTablePlacementRacesOverflowDecision(t *testing.T) {
 			}
 			ovKey := a.OverflowKey(int(a.overflowIndex(Hash(0, "k"))))
 			slotKey := a.SlotKey(0)
-			at := t0 + int64(100*ms) // the resident is idle from here on
+			at := t0 + int64(1100*ms) // the resident's slot may be taken from here on
 			staged := false
 			s.BeforeSet = func(key string) bool {
 				if staged {

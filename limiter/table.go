@@ -112,8 +112,10 @@ type Stats struct {
 	Evictions uint64
 	// LosslessTakeovers counts slots taken over from idle state.
 	LosslessTakeovers uint64
-	// Overflow counts decisions made on an overflow bucket: the key had no
-	// slot and none of its candidates was free or idle.
+	// Overflow counts decisions made on an overflow bucket's state: of keys
+	// with no slot and no candidate free to take (homeless), and of keys
+	// placed in a slot while their overflow bucket was not full (they start
+	// from its state).
 	Overflow uint64
 	// OverflowDenied counts the Overflow decisions that were denied.
 	OverflowDenied uint64
@@ -156,6 +158,9 @@ type Table struct {
 	policy     ContentionPolicy
 	ovMask     uint64
 	ovPrefix   string
+	// hold is how long a slot's state must have been idle before another
+	// key may take the slot: the limit's refill span.
+	hold int64
 	// slotKeys and ovKeys cache key names in chunks of keyChunk, built
 	// as slots are used.
 	slotKeys [][]string
@@ -228,6 +233,7 @@ func NewTable(s store.Store, l Limit, cfg TableConfig) (*Table, error) {
 		maxRetries: retries,
 		policy:     cfg.OnContention,
 		ovMask:     uint64(ovSize - 1),
+		hold:       refillSpan(l),
 		ovPrefix:   prefix + "of.",
 		slotKeys:   make([][]string, (size+keyChunk-1)/keyChunk),
 		ovKeys:     make([][]string, (ovSize+keyChunk-1)/keyChunk),
@@ -248,6 +254,7 @@ func (t *Table) WithLimit(l Limit) (*Table, error) {
 	}
 	d := *t
 	d.limit = l
+	d.hold = refillSpan(l)
 	d.buf = make([]byte, 0, fingerprintLen+MaxStateLen)
 	return &d, nil
 }
@@ -331,6 +338,9 @@ type view struct {
 	// it before the placement is settled may be a racing decision of the
 	// same key on it.
 	ov slotRead
+	// inherits marks a placement whose overflow bucket was not full: the
+	// key is decided on that bucket's state like a homeless one.
+	inherits bool
 }
 
 type takeoverKind uint8
@@ -346,6 +356,26 @@ const (
 	// homeless: readOwn found no slot of the key (never committed).
 	homeless
 )
+
+// refillSpan is how long a used-up key of l takes to become full again:
+// Σ = Capacity·Period/Rate for a token bucket, one Period for the windows.
+func refillSpan(l Limit) int64 {
+	if l.Algorithm != TokenBucket {
+		return int64(l.Period)
+	}
+	q, _ := mul(uint64(l.Capacity()), uint64(l.Period)).div(uint64(l.Rate))
+	return int64(min(q, math.MaxInt64))
+}
+
+// reclaimable reports a slot state that was already idle one refill span
+// ago. Taking such a slot over is lossless (the state is full), and a key
+// keeps its slot for at least a refill span after its last request, so
+// a key active within its refill span keeps its state however many new
+// keys arrive.
+func (t *Table) reclaimable(st State, now int64) bool {
+	then := now - t.hold
+	return then <= now && t.limit.Idle(st, then)
+}
 
 // placed reports a view that puts the key into a slot it did not hold.
 func (k takeoverKind) placed() bool {
@@ -461,7 +491,7 @@ func (t *Table) lookup(h uint64, now int64, place bool) (view, error) {
 		}
 	}
 	for i := 0; i < t.ways && chosen < 0; i++ {
-		if r := &slots[i]; r.valid && t.limit.Idle(r.state, now) {
+		if r := &slots[i]; r.valid && t.reclaimable(r.state, now) {
 			chosen, kind = i, losslessTakeover
 		}
 	}
@@ -491,6 +521,7 @@ func (t *Table) lookup(h uint64, now int64, place bool) (view, error) {
 		return v, nil
 	}
 	v.slot, v.state, v.takeover, v.ov = slots[chosen], ovState, kind, ov
+	v.inherits = ov.exists && !t.limit.Idle(ovState, now)
 	if kind == lossyTakeover {
 		v.state = t.limit.Merge(ovState, t.limit.Empty(now), now)
 	}
@@ -640,9 +671,9 @@ func (t *Table) update(key string, now, n int64, charge bool) (res Result, exhau
 	}
 }
 
-// countOverflow counts a final decision made on an overflow bucket.
+// countOverflow counts a final decision made on an overflow bucket's state.
 func (t *Table) countOverflow(v *view, res Result) {
-	if v.takeover == overflowBucket {
+	if v.takeover == overflowBucket || v.inherits {
 		t.stats.Overflow++
 		if !res.Allowed {
 			t.stats.OverflowDenied++

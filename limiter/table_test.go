@@ -361,7 +361,8 @@ func TestTableDuplicateMerge(t *testing.T) {
 // TestTablePlacementRaceSettles drives the race that puts a key in two
 // slots: worker A reads while the key's first candidate holds live state of
 // another key and picks the idle second candidate; worker B reads later,
-// when the first candidate has gone idle, and takes it. Both commit. The
+// when the first candidate may be taken (idle for a refill span), and
+// takes it. Both commit. The
 // next decision must see both copies, or A's units would be forgotten.
 func TestTablePlacementRaceSettles(t *testing.T) {
 	s := store.NewMemory()
@@ -370,10 +371,13 @@ func TestTablePlacementRaceSettles(t *testing.T) {
 	b := newTable(t, s, l, TableConfig{Slots: 64, Ways: 2})
 	h := Hash(0, "k")
 	rec := func(fp uint64, st State) []byte { return l.AppendState(binary.LittleEndian.AppendUint64(nil, fp), st) }
-	liveUntilT1, _ := l.Decide(State{}, t0, 1) // idle from t0+100ms
+	// Idle from t0+100ms, so another key may take it a refill span (1s)
+	// later, from t0+1.1s.
+	liveUntilT1, _ := l.Decide(State{}, t0, 1)
 	s.Set(slotOf(a, "k", 0), rec(h+1, liveUntilT1), 0)
 	s.Set(slotOf(a, "k", 1), rec(h+2, State{}), 0) // idle
-	t2 := t0 + int64(200*time.Millisecond)
+	t1 := t0 + int64(1100*time.Millisecond) - 1
+	t2 := t1 + 1
 
 	raced := false
 	s.BeforeSet = func(key string) bool {
@@ -388,17 +392,17 @@ func TestTablePlacementRaceSettles(t *testing.T) {
 		}
 		return false
 	}
-	if r, err := a.AllowN("k", t0, 3); err != nil || !r.Allowed {
+	if r, err := a.AllowN("k", t1, 3); err != nil || !r.Allowed {
 		t.Fatalf("A: %+v %v", r, err)
 	}
 	s.BeforeSet = nil
 	if !raced {
 		t.Fatal("the race was not staged")
 	}
-	// One bucket would have 10-3 at t0, +2 by t2, -4: 5 left.
+	// One bucket would have 10-3-4 (and a nanosecond's refill): 3 left.
 	got := drain(t, b, "k", t2)
-	if got != 5 {
-		t.Fatalf("admitted %d after the race, want 5 as one bucket would", got)
+	if got != 3 {
+		t.Fatalf("admitted %d after the race, want 3 as one bucket would", got)
 	}
 	if b.Stats().DuplicateMerges != 1 {
 		t.Fatalf("the two copies were not merged: %+v", b.Stats())
