@@ -208,12 +208,12 @@
 // whose value is unreadable are overwritten with Empty(now) (keeping a
 // readable fingerprint) and counted in Stats.CorruptStates.
 //
-// Size Slots above the number of distinct keys seen within two refill
-// spans (a key holds its slot for up to two spans after its last request:
-// one until its state is full, one more before it may be taken): with A
-// such keys, a new key finds every candidate held with a probability of
-// about (A/Slots)^Ways, 1/16 with two ways at a quarter full, and is then
-// decided on a shared overflow bucket.
+// Size Slots to about four times the number of distinct keys seen within
+// two refill spans (a key holds its slot for up to two spans after its last
+// request: one until its state is full, one more before it may be taken):
+// with A such keys, a new key finds every candidate held with a
+// probability of about (A/Slots)^Ways, 1/16 with two ways at a quarter
+// full, and is then decided on a shared overflow bucket.
 //
 // # CAS discipline
 //
