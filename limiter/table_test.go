@@ -488,13 +488,14 @@ func FuzzSlotTable(f *testing.F) {
 		s := store.NewMemory()
 		l := Limit{Rate: 3, Period: time.Second, Burst: 1}
 		slots := 1 << (slotsLog % 4)
-		tab, err := NewTable(s, l, TableConfig{Slots: slots, Ways: 1 + int(ways)%MaxWays})
+		tab, err := NewTable(s, l, TableConfig{Slots: slots, Ways: 1 + int(ways)%MaxWays, OverflowSlots: 1 + int(ways>>2)%slots})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < slots; i += 2 {
 			s.Set(tab.SlotKey(i), garbage, 0)
 		}
+		s.Set(tab.OverflowKey(0), garbage, 0)
 		// Every op is at the same instant, so no key may be granted more
 		// than one fresh bucket by its own slot; collisions can only share.
 		granted := map[byte]int64{}
