@@ -110,7 +110,8 @@ type Stats struct {
 	// after healing (a slot holding another key's readable, non-idle state
 	// is never taken over). The new key starts from a used-up state.
 	Evictions uint64
-	// LosslessTakeovers counts slots taken over from idle state.
+	// LosslessTakeovers counts slots taken over whose state had been idle
+	// (full) for at least one refill span.
 	LosslessTakeovers uint64
 	// Overflow counts decisions made on an overflow bucket's state: of keys
 	// with no slot and no candidate free to take (homeless), and of keys
@@ -353,8 +354,8 @@ const (
 	// overflowBucket: the key is homeless and decided on its overflow
 	// bucket; the view's slot is that bucket.
 	overflowBucket
-	// homeless: readOwn found no slot of the key (never committed).
-	homeless
+	// noSlot: readOwn found no slot of the key (never committed).
+	noSlot
 )
 
 // refillSpan is how long a used-up key of l takes to become full again:
@@ -481,7 +482,7 @@ func (t *Table) lookup(h uint64, now int64, place bool) (view, error) {
 		return v, nil
 	}
 	if !place {
-		v.takeover = homeless
+		v.takeover = noSlot
 		return v, nil
 	}
 	chosen, kind := -1, ownSlot
@@ -496,7 +497,7 @@ func (t *Table) lookup(h uint64, now int64, place bool) (view, error) {
 		}
 	}
 	for i := 0; i < t.ways && chosen < 0; i++ {
-		// Unreadable even after healing: nobody's state can be lost.
+		// Unreadable even after healing: no readable state is lost.
 		if !slots[i].valid {
 			chosen, kind = i, lossyTakeover
 		}
