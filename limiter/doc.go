@@ -167,7 +167,7 @@
 // To decide, all candidates are read. The first slot holding the key's
 // fingerprint is its slot; if a later candidate also holds it with live
 // state (two workers that read at different moments placed a new key in
-// different slots at once: one saw a candidate live, the other idle) the
+// different slots at once: one saw a candidate held, the other free) the
 // two states are merged by adding their consumption (Limit.Merge) and the
 // duplicate is reset to idle after the commit. Reading only the first
 // candidate when it holds the key would save a read, but a copy in a later
@@ -185,7 +185,8 @@
 // many new keys arrive (and a key that comes back within that span is not
 // a newcomer). A key with no slot and no such candidate is homeless: it is
 // decided on its overflow bucket, with the same Limit and the same CAS
-// commit (Stats.Overflow, Stats.OverflowDenied). Homeless keys sharing an
+// commit (Stats.Overflow, Stats.OverflowDenied, which also count keys placed
+// from an overflow bucket that was not full). Homeless keys sharing an
 // overflow bucket share its allowance: during a flood of new keys they are
 // refused once it is used up, while keys holding slots are unaffected.
 //
@@ -204,7 +205,10 @@
 // its units to that slot too (Limit.Charge); a placement rereads the
 // overflow bucket after writing the slot and, if it changed since it was
 // read, raises the placed state to used up (merged with the bucket's state
-// and Limit.Empty; Stats.OverflowRaces). Both can only over-count. Slots
+// and Limit.Empty; Stats.OverflowRaces). A decision committed to the bucket
+// before the placement's reread is seen by the reread; one committed after
+// it sees the slot, which was written before the reread. Both can only
+// over-count. Slots
 // whose value is unreadable are overwritten with Empty(now) (keeping a
 // readable fingerprint) and counted in Stats.CorruptStates.
 //

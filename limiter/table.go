@@ -26,8 +26,8 @@ const (
 	// Slots/16 (at least 1). See the package doc, "Bounded keys".
 	DefaultOverflowDivisor = 16
 	// DefaultWays is the number of candidate slots per client key. Two
-	// candidates make it far likelier that a new key finds an idle slot
-	// (lossless) instead of evicting live state.
+	// candidates make it far likelier that a new key finds a free or idle
+	// slot instead of being decided on a shared overflow bucket.
 	DefaultWays = 2
 	// MaxWays caps Ways.
 	MaxWays = 4
