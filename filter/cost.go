@@ -297,7 +297,7 @@ func (h *httpContext) chargeResponse() {
 		if err != nil {
 			proxywasm.LogWarnf("sluice: limiter store: %v", err)
 		}
-		l.exportEvictions()
+		l.exportTableStats()
 		if res.Allowed && !l.cfg.Shadow && h.hasQuota && (h.quota.name == l.cfg.Name || res.Remaining < h.quota.remaining) {
 			// The rate-limit headers of this response then report what is
 			// left after it, not before; reset times count from h.start.

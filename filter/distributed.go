@@ -449,7 +449,7 @@ func (l *limitRuntime) fallbackTable(s store.Store, overrideValue string) (*limi
 		prefix += "o" + id + "."
 		seed += "\x00" + overrideValue
 	}
-	t, err := newTable(s, l.cfg.Algorithm, rate, prefix, seed)
+	t, err := newTable(s, l.cfg, rate, prefix, seed)
 	if err != nil {
 		return nil, err
 	}

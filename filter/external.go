@@ -179,7 +179,7 @@ func (p *pluginContext) configureExternal(cfg *config.External) error {
 	}
 	x.machine.Reset(&x.fresh)
 	if cfg.Limit.Mode != config.ModeLocal {
-		x.fallbackBase, err = newTable(p.vm.store, config.TokenBucket, cfg.Limit.Rate,
+		x.fallbackBase, err = newTable(p.vm.store, &cfg.Limit, cfg.Limit.Rate,
 			"sluice.rlf."+cfg.Limit.Name+".", cfg.Limit.Name+"\x00fallback")
 		if err != nil {
 			return fmt.Errorf("%s: %v", config.FieldPath("external", "fallback"), err)

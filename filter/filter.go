@@ -259,9 +259,9 @@ type limitRuntime struct {
 	remote *remoteLimit
 	// ext is set on the external block's limit only.
 	ext *externalRuntime
-	// evictionsSeen is the sum of this worker's table eviction counts
-	// already exported, so only the delta is added to the shared counter.
-	evictionsSeen uint64
+	// tableSeen is what this worker's tables had counted at the last
+	// export, so only the delta is added to the shared counters.
+	tableSeen tableCounts
 }
 
 // newLimitRuntime builds limit index; ratePath is the configuration path of
@@ -283,7 +283,7 @@ func newLimitRuntime(s store.Store, cfg *config.Limit, index int, ratePath strin
 	}
 	// The prefix and seed depend only on the name, so a config reload that
 	// keeps the name keeps the state and the shared-data key set.
-	l.def, err = newTable(s, cfg.Algorithm, cfg.Rate, "sluice.rl."+cfg.Name+".", cfg.Name)
+	l.def, err = newTable(s, cfg, cfg.Rate, "sluice.rl."+cfg.Name+".", cfg.Name)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", ratePath, err)
 	}
@@ -291,7 +291,7 @@ func newLimitRuntime(s store.Store, cfg *config.Limit, index int, ratePath strin
 		l.overrides = make(map[string]*limiter.Table, len(cfg.Overrides))
 		for value, rate := range cfg.Overrides {
 			id := hexHash(value)
-			t, err := newTable(s, cfg.Algorithm, rate, "sluice.rl."+cfg.Name+".o"+id+".", cfg.Name+"\x00"+value)
+			t, err := newTable(s, cfg, rate, "sluice.rl."+cfg.Name+".o"+id+".", cfg.Name+"\x00"+value)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %v", overridePath(ratePath, value), err)
 			}
@@ -306,9 +306,14 @@ func overridePath(limitPath, value string) string {
 	return config.FieldPath(config.FieldPath(limitPath, "overrides"), value)
 }
 
-func newTable(s store.Store, alg config.Algorithm, r config.Rate, prefix, seedSource string) (*limiter.Table, error) {
-	lim := r.Limiter(alg)
-	return limiter.NewTable(s, lim, limiter.TableConfig{Prefix: prefix, Seed: limiter.Hash(0, seedSource)})
+// newTable is a local table of cfg's algorithm and table size at rate r.
+func newTable(s store.Store, cfg *config.Limit, r config.Rate, prefix, seedSource string) (*limiter.Table, error) {
+	return limiter.NewTable(s, r.Limiter(cfg.Algorithm), limiter.TableConfig{
+		Prefix:        prefix,
+		Seed:          limiter.Hash(0, seedSource),
+		Slots:         cfg.Slots,
+		OverflowSlots: cfg.OverflowSlots,
+	})
 }
 
 func (l *limitRuntime) table(overrideValue string) (*limiter.Table, config.Rate) {
@@ -318,15 +323,32 @@ func (l *limitRuntime) table(overrideValue string) (*limiter.Table, config.Rate)
 	return l.def, l.cfg.Rate
 }
 
-// exportEvictions adds evictions this worker saw since the last call.
-func (l *limitRuntime) exportEvictions() {
-	total := l.def.Stats().Evictions
-	for _, t := range l.overrides {
-		total += t.Stats().Evictions
+// tableCounts are the Stats of a limit's tables that become metrics.
+type tableCounts struct{ evictions, overflow, overflowDenied uint64 }
+
+// exportTableStats adds what this worker's tables of the limit counted
+// since the last call to the limit's counters.
+func (l *limitRuntime) exportTableStats() {
+	var now tableCounts
+	add := func(t *limiter.Table) {
+		st := t.Stats()
+		now.evictions += st.Evictions
+		now.overflow += st.Overflow
+		now.overflowDenied += st.OverflowDenied
 	}
-	if total > l.evictionsSeen {
-		l.metrics.evictions.Increment(total - l.evictionsSeen)
-		l.evictionsSeen = total
+	add(l.def)
+	for _, t := range l.overrides {
+		add(t)
+	}
+	increment(l.metrics.evictions, now.evictions, l.tableSeen.evictions)
+	increment(l.metrics.overflow, now.overflow, l.tableSeen.overflow)
+	increment(l.metrics.overflowDenied, now.overflowDenied, l.tableSeen.overflowDenied)
+	l.tableSeen = now
+}
+
+func increment(c proxywasm.MetricCounter, total, seen uint64) {
+	if total > seen {
+		c.Increment(total - seen)
 	}
 }
 

@@ -225,7 +225,7 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 			proxywasm.LogWarnf("sluice: limiter store: %v", err)
 		}
 		for _, l := range p.reqLim {
-			l.exportEvictions()
+			l.exportTableStats()
 		}
 		if !admitted {
 			for i, res := range results {
@@ -258,7 +258,7 @@ func (h *httpContext) evaluateShadows(shadows []limiter.Request, shadowLim []*li
 		if err != nil {
 			proxywasm.LogWarnf("sluice: limiter store: %v", err)
 		}
-		l.exportEvictions()
+		l.exportTableStats()
 		if res.Allowed {
 			l.metrics.allowed.Increment(1)
 		} else {

@@ -23,19 +23,24 @@ const (
 )
 
 type limitMetrics struct {
-	allowed, limited, shadowLimited, delayed, missingKey, evictions proxywasm.MetricCounter
-	cost                                                            costMetrics
+	allowed, limited, shadowLimited, delayed, missingKey proxywasm.MetricCounter
+	// evictions, overflow and overflowDenied export the local table's
+	// Stats of the same names (see limiter.Stats).
+	evictions, overflow, overflowDenied proxywasm.MetricCounter
+	cost                                costMetrics
 }
 
 func defineLimitMetrics(name string) limitMetrics {
 	p := metricPrefixLimit + name + "."
 	return limitMetrics{
-		allowed:       proxywasm.DefineCounterMetric(p + "allowed"),
-		limited:       proxywasm.DefineCounterMetric(p + "limited"),
-		shadowLimited: proxywasm.DefineCounterMetric(p + "shadow_limited"),
-		delayed:       proxywasm.DefineCounterMetric(p + "delayed"),
-		missingKey:    proxywasm.DefineCounterMetric(p + "missing_key"),
-		evictions:     proxywasm.DefineCounterMetric(p + "evictions"),
+		allowed:        proxywasm.DefineCounterMetric(p + "allowed"),
+		limited:        proxywasm.DefineCounterMetric(p + "limited"),
+		shadowLimited:  proxywasm.DefineCounterMetric(p + "shadow_limited"),
+		delayed:        proxywasm.DefineCounterMetric(p + "delayed"),
+		missingKey:     proxywasm.DefineCounterMetric(p + "missing_key"),
+		evictions:      proxywasm.DefineCounterMetric(p + "evictions"),
+		overflow:       proxywasm.DefineCounterMetric(p + "overflow"),
+		overflowDenied: proxywasm.DefineCounterMetric(p + "overflow_denied"),
 	}
 }
 

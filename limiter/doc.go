@@ -154,30 +154,70 @@
 //
 // Shared data cannot delete keys, so a Table stores every client key of one
 // Limit in a fixed number of slots (TableConfig.Slots, a power of two,
-// default 16384); the shared-data key of slot i is Prefix + decimal(i), so
-// at most Slots keys ever exist however many clients appear. A slot's value
-// is an 8-byte little-endian fingerprint (Hash(Seed, clientKey)) followed by
-// the encoded State. A client key may live in Ways candidate slots (default
-// 2): slot_j = (h + j·(h>>32 | 1)) mod Slots for j < Ways.
+// default 16384) plus a few overflow buckets (TableConfig.OverflowSlots,
+// default Slots/16, at least 1); the shared-data key of slot i is
+// Prefix + decimal(i) and that of overflow bucket j is Prefix + "of." +
+// decimal(j), so at most Slots + OverflowSlots keys ever exist however many
+// clients appear. A slot's value is an 8-byte little-endian fingerprint
+// (Hash(Seed, clientKey)) followed by the encoded State; an overflow
+// bucket's is a fixed fingerprint followed by the State. A client key may
+// live in Ways candidate slots (default 2): slot_j = (h + j·(h>>32 | 1))
+// mod Slots for j < Ways; its overflow bucket is a fixed function of h.
 //
 // To decide, all candidates are read. The first slot holding the key's
 // fingerprint is its slot; if a later candidate also holds it with live
 // state (two workers that read at different moments placed a new key in
-// different slots at once: one saw a candidate live, the other idle) the
+// different slots at once: one saw a candidate held, the other free) the
 // two states are merged by adding their consumption (Limit.Merge) and the
 // duplicate is reset to idle after the commit. Reading only the first
 // candidate when it holds the key would save a read, but a copy in a later
 // candidate could then go unseen for as long as it stays live, which is
-// over-admission; the table pays the read instead. If no candidate holds the
-// key, the first one that is missing is used, else the first whose state is
-// idle (lossless: a full bucket carries no information), else the one with
-// the most allowance left, whose state the newcomer inherits: it shares that
-// consumption instead of getting a fresh bucket, so a client never gets more
-// than a fresh bucket and colliding keys cannot reset each other. Takeovers
-// of live state are counted in Stats.Evictions. Slots whose value is
-// unreadable are overwritten with Empty(now) (keeping a readable
-// fingerprint) and counted in Stats.CorruptStates. Size Slots to the number
-// of keys active within one refill period: beyond that, keys share state.
+// over-admission; the table pays the read instead.
+//
+// If no candidate holds the key, it is placed in the first candidate that
+// is missing, else the first whose state was already idle one refill span
+// ago (lossless: a full bucket carries no information;
+// Stats.LosslessTakeovers), else the first whose value is unreadable even
+// after healing (Stats.Evictions). The refill span is how long a used-up
+// key takes to become full: Σ for a token bucket, P for the windows. A slot
+// holding any other state is never taken over, so a key keeps its state
+// and its slot for at least a refill span after its last request, however
+// many new keys arrive (and a key that comes back within that span is not
+// a newcomer). A key with no slot and no such candidate is homeless: it is
+// decided on its overflow bucket, with the same Limit and the same CAS
+// commit (Stats.Overflow, Stats.OverflowDenied, which also count keys placed
+// from an overflow bucket that was not full). Homeless keys sharing an
+// overflow bucket share its allowance: during a flood of new keys they are
+// refused once it is used up, while keys holding slots are unaffected.
+//
+// Never over-admitting. A key's admissions while homeless are a subset of
+// its overflow bucket's admissions (it always maps to the same one). For
+// every algorithm a state that admitted a superset of a key's admissions
+// under the same Limit is at least as used as the key's own state: a TAT
+// only grows with each admission, and window counts only add up (Charge
+// caps are monotone too). So a key placed in a slot (a missing one or an
+// idle one taken over) starts from its overflow bucket's state, not from a
+// fresh bucket: fresh in normal operation, where the overflow buckets are
+// idle or missing; drained during and just after a flood. A key whose slot
+// was taken over lost nothing, as its state was idle (full). Two races
+// between workers are closed: a decision committed to the overflow bucket
+// checks afterwards whether the key has been placed meanwhile and charges
+// its units to that slot too (Limit.Charge); a placement rereads the
+// overflow bucket after writing the slot and, if it changed since it was
+// read, raises the placed state to used up (merged with the bucket's state
+// and Limit.Empty; Stats.OverflowRaces). A decision committed to the bucket
+// before the placement's reread is seen by the reread; one committed after
+// it sees the slot, which was written before the reread. Both can only
+// over-count. Slots
+// whose value is unreadable are overwritten with Empty(now) (keeping a
+// readable fingerprint) and counted in Stats.CorruptStates.
+//
+// Size Slots to about four times the number of distinct keys seen within
+// two refill spans (a key holds its slot for up to two spans after its last
+// request: one until its state is full, one more before it may be taken):
+// with A such keys, a new key finds every candidate held with a
+// probability of about (A/Slots)^Ways, 1/16 with two ways at a quarter
+// full, and is then decided on a shared overflow bucket.
 //
 // # CAS discipline
 //

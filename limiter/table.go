@@ -17,12 +17,17 @@ const (
 	// DefaultSlots bounds a table to 16384 shared-data keys (about 24 bytes
 	// of value each plus the host's per-key overhead).
 	DefaultSlots = 1 << 14
-	// MaxSlots caps Slots; the lazily built key-name cache is one string
-	// header per slot.
+	// MaxSlots caps Slots. What it bounds is the host's shared data: a
+	// million slots are a million keys of some 50 bytes of name and value
+	// plus the host's per-entry overhead, well over 100 MB for one limit.
+	// A worker only keeps the names of slots it has used.
 	MaxSlots = 1 << 20
+	// DefaultOverflowDivisor sets the default number of overflow buckets:
+	// Slots/16 (at least 1). See the package doc, "Bounded keys".
+	DefaultOverflowDivisor = 16
 	// DefaultWays is the number of candidate slots per client key. Two
-	// candidates make it far likelier that a new key finds an idle slot
-	// (lossless) instead of evicting live state.
+	// candidates make it far likelier that a new key finds a free or idle
+	// slot instead of being decided on a shared overflow bucket.
 	DefaultWays = 2
 	// MaxWays caps Ways.
 	MaxWays = 4
@@ -40,6 +45,14 @@ const (
 	createCAS = math.MaxUint32
 
 	fingerprintLen = 8
+
+	// overflowFingerprint marks the value of an overflow bucket. Overflow
+	// buckets have their own key names, so it only has to be readable.
+	overflowFingerprint = 0x776f6c667265766f // "overflow"
+
+	// keyChunk is how many slot names are cached per allocation, so that a
+	// worker's cache grows with the slots it uses, not with Slots.
+	keyChunk = 1 << 12
 )
 
 // ContentionPolicy decides a request whose CAS retries ran out or whose
@@ -66,9 +79,15 @@ type TableConfig struct {
 	// (another algorithm, counts above a lowered limit) is treated as used
 	// up at the time it is found.
 	Prefix string
-	// Slots is the number of shared-data keys the table may ever create,
-	// rounded up to a power of two. Zero: DefaultSlots. Max: MaxSlots.
+	// Slots is the number of client-key slots, rounded up to a power of
+	// two. Zero: DefaultSlots. Max: MaxSlots. The table creates at most
+	// Slots + OverflowSlots shared-data keys.
 	Slots int
+	// OverflowSlots is the number of overflow buckets that decide keys
+	// finding no slot (see the package doc, "Bounded keys"), rounded up to
+	// a power of two. Zero: Slots/DefaultOverflowDivisor, at least 1.
+	// Max: Slots.
+	OverflowSlots int
 	// Ways is how many candidate slots a client key may live in (1..MaxWays,
 	// at most Slots). Zero: DefaultWays.
 	Ways int
@@ -87,12 +106,24 @@ type TableConfig struct {
 // Stats counts events since the Table was created; the filter exports them
 // as metrics. They are per Table, i.e. per worker.
 type Stats struct {
-	// Evictions counts slots taken over from another key whose state was
-	// not idle. The new key inherits that state (never more than a fresh
-	// bucket); the evicted key will start fresh when it returns.
+	// Evictions counts slots taken over whose value was unreadable even
+	// after healing (a slot holding another key's readable, non-idle state
+	// is never taken over). The new key starts from a used-up state.
 	Evictions uint64
-	// LosslessTakeovers counts slots taken over from idle state.
+	// LosslessTakeovers counts slots taken over whose state had been idle
+	// (full) for at least one refill span.
 	LosslessTakeovers uint64
+	// Overflow counts decisions made on an overflow bucket's state: of keys
+	// with no slot and no candidate free to take (homeless), and of keys
+	// placed in a slot while their overflow bucket was not full (they start
+	// from its state).
+	Overflow uint64
+	// OverflowDenied counts the Overflow decisions that were denied.
+	OverflowDenied uint64
+	// OverflowRaces counts keys placed in a slot while a decision of the
+	// same key on its overflow bucket raced with the placement; the placed
+	// state is then raised to used up (see "Bounded keys").
+	OverflowRaces uint64
 	// CASMismatches counts commits that lost a race and were re-decided.
 	CASMismatches uint64
 	// Contention counts decisions whose retry budget ran out.
@@ -126,8 +157,16 @@ type Table struct {
 	seed       uint64
 	maxRetries int
 	policy     ContentionPolicy
-	slotKeys   []string
-	buf        []byte
+	ovMask     uint64
+	ovPrefix   string
+	// hold is how long a slot's state must have been idle before another
+	// key may take the slot: the limit's refill span.
+	hold int64
+	// slotKeys and ovKeys cache key names in chunks of keyChunk, built
+	// as slots are used.
+	slotKeys [][]string
+	ovKeys   [][]string
+	buf      []byte
 	// stats is shared with the tables WithLimit derives, which count
 	// into the same slots.
 	stats *Stats
@@ -170,6 +209,17 @@ func NewTable(s store.Store, l Limit, cfg TableConfig) (*Table, error) {
 	if cfg.OnContention > ContentionAllow {
 		return nil, fmt.Errorf("limiter: unknown contention policy %d", cfg.OnContention)
 	}
+	ov := cfg.OverflowSlots
+	switch {
+	case ov == 0:
+		ov = max(size/DefaultOverflowDivisor, 1)
+	case ov < 0 || ov > size:
+		return nil, fmt.Errorf("limiter: overflow slots %d not in [1, %d]", cfg.OverflowSlots, size)
+	}
+	ovSize := 1
+	for ovSize < ov {
+		ovSize <<= 1
+	}
 	prefix := cfg.Prefix
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -183,7 +233,11 @@ func NewTable(s store.Store, l Limit, cfg TableConfig) (*Table, error) {
 		seed:       cfg.Seed,
 		maxRetries: retries,
 		policy:     cfg.OnContention,
-		slotKeys:   make([]string, size),
+		ovMask:     uint64(ovSize - 1),
+		hold:       refillSpan(l),
+		ovPrefix:   prefix + "of.",
+		slotKeys:   make([][]string, (size+keyChunk-1)/keyChunk),
+		ovKeys:     make([][]string, (ovSize+keyChunk-1)/keyChunk),
 		buf:        make([]byte, 0, fingerprintLen+MaxStateLen),
 		stats:      &Stats{},
 	}, nil
@@ -201,6 +255,7 @@ func (t *Table) WithLimit(l Limit) (*Table, error) {
 	}
 	d := *t
 	d.limit = l
+	d.hold = refillSpan(l)
 	d.buf = make([]byte, 0, fingerprintLen+MaxStateLen)
 	return &d, nil
 }
@@ -208,9 +263,12 @@ func (t *Table) WithLimit(l Limit) (*Table, error) {
 // Limit returns the table's Limit.
 func (t *Table) Limit() Limit { return t.limit }
 
-// Slots returns the number of slots, the most shared-data keys the table
-// will ever create.
-func (t *Table) Slots() int { return len(t.slotKeys) }
+// Slots returns the number of client-key slots.
+func (t *Table) Slots() int { return int(t.mask + 1) }
+
+// OverflowSlots returns the number of overflow buckets. Slots() +
+// OverflowSlots() is the most shared-data keys the table will ever create.
+func (t *Table) OverflowSlots() int { return int(t.ovMask + 1) }
 
 // Stats returns the counters so far.
 func (t *Table) Stats() Stats { return *t.stats }
@@ -218,14 +276,36 @@ func (t *Table) Stats() Stats { return *t.stats }
 // SlotKey returns the shared-data key of slot i.
 func (t *Table) SlotKey(i int) string { return t.slotKey(uint64(i) & t.mask) }
 
-func (t *Table) slotKey(i uint64) string {
-	if k := t.slotKeys[i]; k != "" {
+// OverflowKey returns the shared-data key of overflow bucket i.
+func (t *Table) OverflowKey(i int) string { return t.overflowKey(uint64(i) & t.ovMask) }
+
+func (t *Table) slotKey(i uint64) string { return cachedKey(t.slotKeys, t.mask+1, t.prefix, i) }
+
+// overflowKey names overflow bucket i: prefix + "of." + decimal(i), which
+// no slot (prefix + decimal) and no other limit's prefix (limit names have
+// no dots) can spell.
+func (t *Table) overflowKey(i uint64) string {
+	return cachedKey(t.ovKeys, t.ovMask+1, t.ovPrefix, i)
+}
+
+// cachedKey returns prefix + decimal(i) for i < size, built once.
+func cachedKey(cache [][]string, size uint64, prefix string, i uint64) string {
+	chunk := cache[i/keyChunk]
+	if chunk == nil {
+		chunk = make([]string, min(keyChunk, size-i/keyChunk*keyChunk))
+		cache[i/keyChunk] = chunk
+	}
+	if k := chunk[i%keyChunk]; k != "" {
 		return k
 	}
-	k := t.prefix + strconv.FormatUint(i, 10)
-	t.slotKeys[i] = k
+	k := prefix + strconv.FormatUint(i, 10)
+	chunk[i%keyChunk] = k
 	return k
 }
+
+// overflowIndex is the overflow bucket of a key hash: always the same
+// one, and independent of the key's candidate slots.
+func (t *Table) overflowIndex(h uint64) uint64 { return mix64(h^overflowFingerprint) & t.ovMask }
 
 // candidate is the i-th slot of a key: an odd stride over a power-of-two
 // table visits distinct slots.
@@ -247,12 +327,21 @@ type slotRead struct {
 // view is what a decision works on: the slot it will write and the state
 // it decides from.
 type view struct {
-	fp       uint64
+	h        uint64 // the client key's hash
+	fp       uint64 // fingerprint written: h, or overflowFingerprint
 	slot     slotRead
 	state    State
 	takeover takeoverKind
 	hasDup   bool
 	dup      slotRead // second slot holding this key, reset after commit
+	// ov is the key's overflow bucket as read for a placement (newSlot or
+	// a takeover): the placed key starts from its state, and a change to
+	// it before the placement is settled may be a racing decision of the
+	// same key on it.
+	ov slotRead
+	// inherits marks a placement whose overflow bucket was not full: the
+	// key is decided on that bucket's state like a homeless one.
+	inherits bool
 }
 
 type takeoverKind uint8
@@ -262,7 +351,37 @@ const (
 	newSlot
 	losslessTakeover
 	lossyTakeover
+	// overflowBucket: the key is homeless and decided on its overflow
+	// bucket; the view's slot is that bucket.
+	overflowBucket
+	// noSlot: readOwn found no slot of the key (never committed).
+	noSlot
 )
+
+// refillSpan is how long a used-up key of l takes to become full again:
+// Σ = Capacity·Period/Rate for a token bucket, one Period for the windows.
+func refillSpan(l Limit) int64 {
+	if l.Algorithm != TokenBucket {
+		return int64(l.Period)
+	}
+	q, _ := mul(uint64(l.Capacity()), uint64(l.Period)).div(uint64(l.Rate))
+	return int64(min(q, math.MaxInt64))
+}
+
+// reclaimable reports a slot state that was already idle one refill span
+// ago. Taking such a slot over is lossless (the state is full), and a key
+// keeps its slot for at least a refill span after its last request, so
+// a key active within its refill span keeps its state however many new
+// keys arrive.
+func (t *Table) reclaimable(st State, now int64) bool {
+	then := now - t.hold
+	return then <= now && t.limit.Idle(st, then)
+}
+
+// placed reports a view that puts the key into a slot it did not hold.
+func (k takeoverKind) placed() bool {
+	return k == newSlot || k == losslessTakeover || k == lossyTakeover
+}
 
 func (t *Table) readSlot(key string, fp uint64, now int64) (slotRead, error) {
 	r, corrupt, err := t.parseSlot(key, fp, now)
@@ -322,11 +441,18 @@ func (t *Table) parseSlot(key string, fp uint64, now int64) (r slotRead, corrupt
 	return r, false, nil
 }
 
-// read finds the key's slot, or chooses one to take over, and the state to
-// decide from. See the package doc, "Bounded keys".
-func (t *Table) read(h uint64, now int64) (view, error) {
+// read finds the key's slot, or chooses one to take over, or else its
+// overflow bucket, and the state to decide from. See the package doc,
+// "Bounded keys".
+func (t *Table) read(h uint64, now int64) (view, error) { return t.lookup(h, now, true) }
+
+// readOwn finds the key's own slot only: a view that is not ownSlot means
+// the key holds none.
+func (t *Table) readOwn(h uint64, now int64) (view, error) { return t.lookup(h, now, false) }
+
+func (t *Table) lookup(h uint64, now int64, place bool) (view, error) {
 	var slots [MaxWays]slotRead
-	v := view{fp: h}
+	v := view{h: h, fp: h}
 	stateOf := func(r *slotRead) State {
 		if r.valid {
 			return r.state
@@ -355,31 +481,51 @@ func (t *Table) read(h uint64, now int64) (view, error) {
 		}
 		return v, nil
 	}
-	for i := 0; i < t.ways; i++ {
+	if !place {
+		v.takeover = noSlot
+		return v, nil
+	}
+	chosen, kind := -1, ownSlot
+	for i := 0; i < t.ways && chosen < 0; i++ {
 		if !slots[i].exists {
-			v.slot, v.takeover = slots[i], newSlot
-			return v, nil
+			chosen, kind = i, newSlot
 		}
 	}
-	for i := 0; i < t.ways; i++ {
-		if r := slots[i]; r.valid && t.limit.Idle(r.state, now) {
-			v.slot, v.takeover = r, losslessTakeover
-			return v, nil
+	for i := 0; i < t.ways && chosen < 0; i++ {
+		if r := &slots[i]; r.valid && t.reclaimable(r.state, now) {
+			chosen, kind = i, losslessTakeover
 		}
 	}
-	// Every candidate holds live (or unreadable) state of other keys. Take
-	// the one with the most allowance left and inherit its state: the
-	// newcomer shares that consumption rather than getting a fresh bucket,
-	// so colliding keys can never reset each other's limits.
-	best, bestRemaining := 0, int64(-1)
-	for i := 0; i < t.ways; i++ {
-		if r := slots[i]; r.valid {
-			if _, res := t.limit.Decide(r.state, now, 0); res.Remaining > bestRemaining {
-				best, bestRemaining = i, res.Remaining
-			}
+	for i := 0; i < t.ways && chosen < 0; i++ {
+		// Unreadable even after healing: no readable state is lost.
+		if !slots[i].valid {
+			chosen, kind = i, lossyTakeover
 		}
 	}
-	v.slot, v.state, v.takeover = slots[best], stateOf(&slots[best]), lossyTakeover
+	// Every placement starts from the overflow bucket's state, which has
+	// admitted at least everything this key was admitted while homeless:
+	// fresh in normal operation (the bucket is idle or absent), drained
+	// during a flood. See the package doc, "Bounded keys".
+	ov, err := t.readSlot(t.overflowKey(t.overflowIndex(h)), overflowFingerprint, now)
+	if err != nil {
+		return v, err
+	}
+	ovState := State{}
+	if ov.exists {
+		ovState = stateOf(&ov)
+	}
+	if chosen < 0 {
+		// Every candidate holds live state of other keys, which is never
+		// taken over: the key is homeless and decided on its overflow
+		// bucket, sharing that bucket's allowance.
+		v.slot, v.fp, v.state, v.takeover = ov, overflowFingerprint, ovState, overflowBucket
+		return v, nil
+	}
+	v.slot, v.state, v.takeover, v.ov = slots[chosen], ovState, kind, ov
+	v.inherits = ov.exists && !t.limit.Idle(ovState, now)
+	if kind == lossyTakeover {
+		v.state = t.limit.Merge(ovState, t.limit.Empty(now), now)
+	}
 	return v, nil
 }
 
@@ -390,8 +536,10 @@ func (t *Table) encode(fp uint64, st State) []byte {
 	return b
 }
 
-// commit writes next into the view's slot with CAS.
-func (t *Table) commit(v *view, next State) error {
+// commit writes next into the view's slot with CAS. n is what the
+// decision took (units admitted or charged); a decision on an overflow
+// bucket also charges it to the key's own slot if one appeared meanwhile.
+func (t *Table) commit(v *view, next State, now, n int64) error {
 	cas := v.slot.cas
 	if !v.slot.exists {
 		cas = createCAS
@@ -412,7 +560,62 @@ func (t *Table) commit(v *view, next State) error {
 			t.stats.DuplicateMerges++
 		}
 	}
+	switch {
+	case v.takeover.placed():
+		t.settlePlacement(v, now)
+	case v.takeover == overflowBucket:
+		t.settleOverflow(v.h, now, n)
+	}
 	return nil
+}
+
+// settlePlacement closes the race between placing a key (which read its
+// overflow bucket, then wrote the slot) and a decision of the same key on
+// that bucket by another worker that found no slot before the placement:
+// if the bucket changed between the placement's read of it and now, that
+// decision may be missing from the placed state, so the key's state is
+// raised to used up (merged with the bucket's and with Empty). A decision
+// committed to the bucket after this read finds the key's slot in its own
+// settleOverflow.
+func (t *Table) settlePlacement(v *view, now int64) {
+	ov, err := t.readSlot(v.ov.key, overflowFingerprint, now)
+	if err == nil && ov.exists == v.ov.exists && ov.cas == v.ov.cas {
+		return
+	}
+	t.stats.OverflowRaces++
+	ovState := t.limit.Empty(now)
+	if err == nil && ov.valid {
+		ovState = ov.state
+	}
+	t.adjustOwn(v.h, now, func(st State) State {
+		return t.limit.Merge(t.limit.Merge(st, ovState, now), t.limit.Empty(now), now)
+	})
+}
+
+// settleOverflow follows a decision committed to an overflow bucket: if
+// the key was placed in a slot since it found none, the units are charged
+// there as well, so the placed state carries them.
+func (t *Table) settleOverflow(h uint64, now, n int64) {
+	t.adjustOwn(h, now, func(st State) State {
+		next, _ := t.limit.Charge(st, now, n)
+		return next
+	})
+}
+
+// adjustOwn rewrites the key's own slot, if it has one, with f of its
+// state, retrying lost races up to MaxRetries times.
+func (t *Table) adjustOwn(h uint64, now int64, f func(State) State) {
+	for attempt := 0; attempt <= t.maxRetries; attempt++ {
+		v, err := t.readOwn(h, now)
+		if err != nil || v.takeover != ownSlot {
+			return
+		}
+		err = t.commit(&v, f(v.state), now, 0)
+		if !errors.Is(err, store.ErrCASMismatch) {
+			return
+		}
+		t.stats.CASMismatches++
+	}
 }
 
 // AllowN decides n units for key at now (Unix ns) and, if granted, commits
@@ -450,10 +653,12 @@ func (t *Table) update(key string, now, n int64, charge bool) (res Result, exhau
 			next, res = t.limit.Decide(v.state, now, n)
 		}
 		if !res.Allowed {
+			t.countOverflow(&v, res)
 			return res, false, nil
 		}
-		err = t.commit(&v, next)
+		err = t.commit(&v, next, now, n)
 		if err == nil {
+			t.countOverflow(&v, res)
 			return res, false, nil
 		}
 		if !errors.Is(err, store.ErrCASMismatch) {
@@ -461,7 +666,18 @@ func (t *Table) update(key string, now, n int64, charge bool) (res Result, exhau
 		}
 		t.stats.CASMismatches++
 		if attempt >= t.maxRetries {
+			t.countOverflow(&v, Result{})
 			return res, true, nil
+		}
+	}
+}
+
+// countOverflow counts a final decision made on an overflow bucket's state.
+func (t *Table) countOverflow(v *view, res Result) {
+	if v.takeover == overflowBucket || v.inherits {
+		t.stats.Overflow++
+		if !res.Allowed {
+			t.stats.OverflowDenied++
 		}
 	}
 }
@@ -593,6 +809,7 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 		}
 		next, res := r.Table.limit.Decide(v.state, now, r.Cost)
 		results[i] = res
+		r.Table.countOverflow(&v, res)
 		if !res.Allowed {
 			// Short-circuit: later limits are neither read nor decided,
 			// so their results are left as the zero Result.
@@ -612,7 +829,7 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 		}
 		v, next := views[i], nexts[i]
 		for attempt := 0; ; attempt++ {
-			err := t.commit(&v, next)
+			err := t.commit(&v, next, now, r.Cost)
 			if err == nil {
 				done = append(done, committed{table: t, view: v, written: next})
 				break
@@ -635,7 +852,7 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 				rollback(done)
 				return false, nil
 			}
-			v, err = t.read(v.fp, now)
+			v, err = t.read(v.h, now)
 			if err != nil {
 				results[i], err = t.storeFailure(err)
 				if results[i].Allowed {

@@ -103,47 +103,53 @@ func TestTableBoundedKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s.Len() > 4096 {
-		t.Fatalf("%d shared-data keys for 4096 slots", s.Len())
+	if max := 4096 + tab.OverflowSlots(); s.Len() > max {
+		t.Fatalf("%d shared-data keys for 4096 slots and %d overflow buckets", s.Len(), tab.OverflowSlots())
 	}
 	st := tab.Stats()
 	// 100 keys per ms into 4096 slots, each unit refilling in 1ms: some
-	// arrivals find live state (counted evictions), others a refilled slot
-	// (lossless).
-	if st.Evictions == 0 || st.LosslessTakeovers == 0 {
-		t.Fatalf("stats %+v: expected both lossy and lossless takeovers", st)
+	// arrivals find every candidate live and are decided on an overflow
+	// bucket, others a refilled slot (lossless). Live state is never taken.
+	if st.Evictions != 0 || st.Overflow == 0 || st.LosslessTakeovers == 0 {
+		t.Fatalf("stats %+v: expected overflow decisions and lossless takeovers only", st)
 	}
 	t.Logf("keys=%d stats=%+v", s.Len(), st)
 }
 
-func TestTableEvictionNeverBeatsFresh(t *testing.T) {
+// A slot holding live state is never taken over: a colliding newcomer is
+// decided on the overflow bucket, and the resident keeps its state.
+func TestTableLiveSlotNeverTakenOver(t *testing.T) {
 	s := store.NewMemory()
 	l := Limit{Rate: 10, Period: time.Second}
 	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
 	if got := drain(t, tab, "a", t0); got != 10 {
 		t.Fatalf("a admitted %d", got)
 	}
-	// b collides with a's live, exhausted state: it inherits it rather
-	// than starting fresh, and the takeover is counted.
-	if got := drain(t, tab, "b", t0+int64(100*ms)); got != 1 {
-		t.Fatalf("b admitted %d after collision, want the 1 unit refilled", got)
+	// b collides with a's live, exhausted state: it is homeless and gets
+	// the (quiet, so full) overflow bucket; c shares that bucket.
+	if got := drain(t, tab, "b", t0+int64(100*ms)); got != 10 {
+		t.Fatalf("b admitted %d on the overflow bucket, want 10", got)
 	}
-	if st := tab.Stats(); st.Evictions != 1 || st.LosslessTakeovers != 0 {
-		t.Fatalf("stats %+v, want 1 eviction", st)
+	if got := drain(t, tab, "c", t0+int64(100*ms)); got != 0 {
+		t.Fatalf("c admitted %d, want 0: it shares b's drained overflow bucket", got)
 	}
-	// a comes back to a slot holding b's (inherited) state.
-	if got := drain(t, tab, "a", t0+int64(100*ms)); got != 0 {
-		t.Fatalf("a admitted %d, evicting b must not reset the bucket", got)
+	// a still has its own slot: the 1 unit refilled since t0.
+	if got := drain(t, tab, "a", t0+int64(100*ms)); got != 1 {
+		t.Fatalf("a admitted %d, want its own 1 refilled unit", got)
 	}
-	// Once the slot has refilled, the takeover is lossless.
-	if got := drain(t, tab, "c", t0+int64(time.Hour)); got != 10 {
-		t.Fatalf("c admitted %d, want a fresh 10", got)
+	if st := tab.Stats(); st.Evictions != 0 || st.Overflow != 12 || st.OverflowDenied != 2 {
+		t.Fatalf("stats %+v, want 12 overflow decisions (2 denied) and no eviction", st)
 	}
-	if st := tab.Stats(); st.Evictions != 1 || st.LosslessTakeovers != 1 {
-		t.Fatalf("stats %+v, want 1 eviction and 1 lossless takeover", st)
+	// Once the slot and the overflow bucket have refilled, a newcomer takes
+	// the slot over losslessly and starts fresh.
+	if got := drain(t, tab, "d", t0+int64(time.Hour)); got != 10 {
+		t.Fatalf("d admitted %d, want a fresh 10", got)
 	}
-	if s.Len() != 1 {
-		t.Fatalf("%d keys", s.Len())
+	if st := tab.Stats(); st.Evictions != 0 || st.LosslessTakeovers != 1 {
+		t.Fatalf("stats %+v, want 1 lossless takeover", st)
+	}
+	if s.Len() != 2 {
+		t.Fatalf("%d keys, want the slot and one overflow bucket", s.Len())
 	}
 }
 
@@ -355,7 +361,8 @@ func TestTableDuplicateMerge(t *testing.T) {
 // TestTablePlacementRaceSettles drives the race that puts a key in two
 // slots: worker A reads while the key's first candidate holds live state of
 // another key and picks the idle second candidate; worker B reads later,
-// when the first candidate has gone idle, and takes it. Both commit. The
+// when the first candidate may be taken (idle for a refill span), and
+// takes it. Both commit. The
 // next decision must see both copies, or A's units would be forgotten.
 func TestTablePlacementRaceSettles(t *testing.T) {
 	s := store.NewMemory()
@@ -364,10 +371,13 @@ func TestTablePlacementRaceSettles(t *testing.T) {
 	b := newTable(t, s, l, TableConfig{Slots: 64, Ways: 2})
 	h := Hash(0, "k")
 	rec := func(fp uint64, st State) []byte { return l.AppendState(binary.LittleEndian.AppendUint64(nil, fp), st) }
-	liveUntilT1, _ := l.Decide(State{}, t0, 1) // idle from t0+100ms
+	// Idle from t0+100ms, so another key may take it a refill span (1s)
+	// later, from t0+1.1s.
+	liveUntilT1, _ := l.Decide(State{}, t0, 1)
 	s.Set(slotOf(a, "k", 0), rec(h+1, liveUntilT1), 0)
 	s.Set(slotOf(a, "k", 1), rec(h+2, State{}), 0) // idle
-	t2 := t0 + int64(200*time.Millisecond)
+	t1 := t0 + int64(1100*time.Millisecond) - 1
+	t2 := t1 + 1
 
 	raced := false
 	s.BeforeSet = func(key string) bool {
@@ -382,17 +392,17 @@ func TestTablePlacementRaceSettles(t *testing.T) {
 		}
 		return false
 	}
-	if r, err := a.AllowN("k", t0, 3); err != nil || !r.Allowed {
+	if r, err := a.AllowN("k", t1, 3); err != nil || !r.Allowed {
 		t.Fatalf("A: %+v %v", r, err)
 	}
 	s.BeforeSet = nil
 	if !raced {
 		t.Fatal("the race was not staged")
 	}
-	// One bucket would have 10-3 at t0, +2 by t2, -4: 5 left.
+	// One bucket would have 10-3-4 (and a nanosecond's refill): 3 left.
 	got := drain(t, b, "k", t2)
-	if got != 5 {
-		t.Fatalf("admitted %d after the race, want 5 as one bucket would", got)
+	if got != 3 {
+		t.Fatalf("admitted %d after the race, want 3 as one bucket would", got)
 	}
 	if b.Stats().DuplicateMerges != 1 {
 		t.Fatalf("the two copies were not merged: %+v", b.Stats())
@@ -478,13 +488,14 @@ func FuzzSlotTable(f *testing.F) {
 		s := store.NewMemory()
 		l := Limit{Rate: 3, Period: time.Second, Burst: 1}
 		slots := 1 << (slotsLog % 4)
-		tab, err := NewTable(s, l, TableConfig{Slots: slots, Ways: 1 + int(ways)%MaxWays})
+		tab, err := NewTable(s, l, TableConfig{Slots: slots, Ways: 1 + int(ways)%MaxWays, OverflowSlots: 1 + int(ways>>2)%slots})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < slots; i += 2 {
 			s.Set(tab.SlotKey(i), garbage, 0)
 		}
+		s.Set(tab.OverflowKey(0), garbage, 0)
 		// Every op is at the same instant, so no key may be granted more
 		// than one fresh bucket by its own slot; collisions can only share.
 		granted := map[byte]int64{}
@@ -501,8 +512,8 @@ func FuzzSlotTable(f *testing.F) {
 			if r.Allowed {
 				granted[k] += n
 			}
-			if s.Len() > slots {
-				t.Fatalf("%d keys for %d slots", s.Len(), slots)
+			if s.Len() > slots+tab.OverflowSlots() {
+				t.Fatalf("%d keys for %d slots and %d overflow buckets", s.Len(), slots, tab.OverflowSlots())
 			}
 		}
 		if len(granted) == 1 {

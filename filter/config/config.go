@@ -359,6 +359,13 @@ type Limit struct {
 	// disables when it matches (the most specific applies). Resolved and
 	// cycle-free.
 	Replaces []int
+	// Slots is the size of the limit's local slot table (limiter
+	// TableConfig.Slots), per rate: 1 to limiter.MaxSlots, default
+	// limiter.DefaultSlots. Used in ModeLocal and by the local fallback.
+	Slots int
+	// OverflowSlots is the number of overflow buckets (limiter
+	// TableConfig.OverflowSlots), 1 to Slots; 0 means Slots/16.
+	OverflowSlots int
 }
 
 // CostHeader is a cost sent by the client in a request header

@@ -64,6 +64,7 @@ func wireExternalOf(e *External) *wireExternal {
 		OnMissingKey: l.OnMissingKey.String(),
 		OnLimit:      wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
 		Fallback:     wireFallback{wireRate: wireRateOf(l.Rate, TokenBucket), Key: []string{}},
+		Slots:        l.Slots, OverflowSlots: l.OverflowSlots,
 	}
 	if e.ForwardAll {
 		w.ForwardHeaders = append(w.ForwardHeaders, "*")
@@ -88,15 +89,17 @@ func dur(d time.Duration) string { return d.String() }
 
 func (c *Config) wireLimit(l *Limit) wireLimit {
 	w := wireLimit{
-		Name:         l.Name,
-		Match:        wireMatchOf(&l.Match),
-		Key:          []string{},
-		Algorithm:    l.Algorithm.String(),
-		Cost:         l.Cost,
-		Mode:         l.Mode.String(),
-		OnMissingKey: l.OnMissingKey.String(),
-		OnLimit:      wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
-		Shadow:       l.Shadow,
+		Name:          l.Name,
+		Match:         wireMatchOf(&l.Match),
+		Key:           []string{},
+		Algorithm:     l.Algorithm.String(),
+		Cost:          l.Cost,
+		Mode:          l.Mode.String(),
+		OnMissingKey:  l.OnMissingKey.String(),
+		OnLimit:       wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
+		Shadow:        l.Shadow,
+		Slots:         l.Slots,
+		OverflowSlots: l.OverflowSlots,
 	}
 	w.wireRate = wireRateOf(l.Rate, l.Algorithm)
 	if ch := l.CostHeader; ch != nil {
@@ -246,6 +249,9 @@ type wireLimit struct {
 	OnLimit          wireOnLimit         `json:"on_limit"`
 	Shadow           bool                `json:"shadow"`
 	Replaces         []string            `json:"replaces,omitempty"`
+	Slots            int                 `json:"slots"`
+	// OverflowSlots is 0, absent, when it is the default Slots/16.
+	OverflowSlots int `json:"overflow_slots,omitempty"`
 }
 
 type wireCost struct {
@@ -355,6 +361,8 @@ type wireExternal struct {
 	OnMissingKey   string       `json:"on_missing_key"`
 	OnLimit        wireOnLimit  `json:"on_limit"`
 	Fallback       wireFallback `json:"fallback"`
+	Slots          int          `json:"slots"`
+	OverflowSlots  int          `json:"overflow_slots,omitempty"`
 }
 
 type wireFallback struct {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 // External asks a limits service which limit applies to a request, and
@@ -68,7 +70,7 @@ const (
 
 var externalFields = []string{"name", "match", "cluster", "authority", "path", "timeout", "forward_headers",
 	"cache_key", "cache_ttl", "stale_ttl", "max_cached", "mode", "failure_policy", "instances",
-	"on_missing_key", "on_limit", "fallback"}
+	"on_missing_key", "on_limit", "fallback", "slots", "overflow_slots"}
 
 func (p *parser) external(o *object, cfg *Config) *External {
 	e := &External{
@@ -78,6 +80,7 @@ func (p *parser) external(o *object, cfg *Config) *External {
 			OverrideBy: -1,
 			Instances:  1,
 			OnLimit:    OnLimit{Action: ActionReject, Status: DefaultLimitStatus},
+			Slots:      limiter.DefaultSlots,
 		},
 		Path:      DefaultExternalPath,
 		Timeout:   DefaultExternalTimeout,
@@ -96,6 +99,7 @@ func (p *parser) external(o *object, cfg *Config) *External {
 	if m := o.child("match", matchFields...); m != nil {
 		e.Limit.Match = p.match(m)
 	}
+	p.slots(o, &e.Limit)
 	if s, ok := o.str("cluster"); ok {
 		if s == "" {
 			o.errorf("cluster", "must not be empty")

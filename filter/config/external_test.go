@@ -52,6 +52,8 @@ var externalBadCases = []badCase{
 		want: []string{`external.cache_key[0]: unknown key part "tenant"; want client_ip, header:<name>, path, route, cluster, method or host`}},
 	{name: "external short cache ttl", in: ext(`, "cache_ttl": "500ms"`), want: []string{"external.cache_ttl: must be >= 1s"}, schemaAccepts: true},
 	{name: "external max cached", in: ext(`, "max_cached": 0`), want: []string{"external.max_cached: must be >= 1"}},
+	{name: "external slots", in: ext(`, "slots": 2097152, "overflow_slots": 0`),
+		want: []string{"external.slots: must be <= 1048576", "external.overflow_slots: must be >= 1"}},
 	{name: "external global without backend", in: ext(`, "mode": "global"`),
 		want: []string{`external.mode: "global" needs a "backend" block naming the Redis cluster`}},
 	{name: "external policy when local", in: ext(`, "failure_policy": "deny"`),
@@ -74,7 +76,7 @@ func TestParseExternalDefaults(t *testing.T) {
 	want := &External{
 		Limit: Limit{
 			Name: "external", Key: []KeyPart{tenant, plan}, Rate: Rate{Limit: 100, Window: time.Second, Burst: 50},
-			Cost: 1, OverrideBy: -1, Instances: 1, OnLimit: OnLimit{Action: ActionReject, Status: 429},
+			Cost: 1, OverrideBy: -1, Instances: 1, OnLimit: OnLimit{Action: ActionReject, Status: 429}, Slots: 16384,
 		},
 		Cluster: "limits", Authority: "limits", Path: "/limits", Timeout: 100 * time.Millisecond,
 		ForwardHeaders: []string{"x-tenant-id", "x-plan"}, CacheKey: []KeyPart{tenant, plan},
@@ -91,6 +93,7 @@ func TestParseExternalEverything(t *testing.T) {
 	    "path": "/v2/limits", "timeout": "2s", "forward_headers": ["x-tenant-id", "*", "Cookie"],
 	    "cache_key": ["header:x-tenant-id", "method"], "cache_ttl": "10s", "stale_ttl": "1h", "max_cached": 50,
 	    "mode": "global", "instances": 4, "on_missing_key": "deny", "on_limit": {"action": "delay", "max_delay": "1s"},
+	    "slots": 65536, "overflow_slots": 65536,
 	    "fallback": {"limit": 60, "window": "1m", "burst": 5, "key": ["client_ip"]}}}`)
 	e := c.External
 	want := &External{
@@ -99,6 +102,7 @@ func TestParseExternalEverything(t *testing.T) {
 			Rate: Rate{Limit: 60, Window: time.Minute, Burst: 5}, Cost: 1, OverrideBy: -1, Mode: ModeGlobal,
 			FailurePolicy: FailDeny, Instances: 4, OnMissingKey: MissingKeyDeny,
 			OnLimit: OnLimit{Action: ActionDelay, MaxDelay: time.Second, Status: 429},
+			Slots:   65536, OverflowSlots: 65536,
 		},
 		Cluster: "limits", Authority: "limits.internal", Path: "/v2/limits", Timeout: 2 * time.Second,
 		ForwardHeaders: []string{"x-tenant-id", "cookie"}, ForwardAll: true,

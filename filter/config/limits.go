@@ -10,11 +10,12 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 var limitFields = []string{"name", "match", "key", "algorithm", "requests_per_second", "burst", "limit",
 	"window", "cost", "cost_from_response", "overrides", "override_by", "mode", "failure_policy", "instances",
-	"on_missing_key", "on_limit", "shadow", "replaces"}
+	"on_missing_key", "on_limit", "shadow", "replaces", "slots", "overflow_slots"}
 
 // replacesRef is one replaces entry, kept until every limit name is known.
 type replacesRef struct {
@@ -69,8 +70,10 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 		OverrideBy: -1,
 		Instances:  1,
 		OnLimit:    OnLimit{Action: ActionReject, Status: DefaultLimitStatus},
+		Slots:      limiter.DefaultSlots,
 	}
 	l.Name = p.name(o)
+	p.slots(o, &l)
 	if m := o.child("match", matchFields...); m != nil {
 		l.Match = p.match(m)
 	}
@@ -128,6 +131,21 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 		}
 	}
 	return l, refs
+}
+
+// slots reads slots and overflow_slots, shared by limits and the external
+// block. The bounds are the limiter's: past MaxSlots one limit's shared
+// data alone would pass 100 MB.
+func (p *parser) slots(o *object, l *Limit) {
+	if n, ok := o.integer("slots", 1, limiter.MaxSlots); ok {
+		l.Slots = int(n)
+	}
+	if n, ok := o.integer("overflow_slots", 1, limiter.MaxSlots); ok {
+		l.OverflowSlots = int(n)
+		if n > int64(l.Slots) {
+			o.errorf("overflow_slots", "%d is more than slots (%d)", n, l.Slots)
+		}
+	}
 }
 
 // mode reads mode, failure_policy and instances, shared by limits and the

@@ -43,6 +43,7 @@ func TestParseLimitDefaults(t *testing.T) {
 		Mode:       ModeLocal,
 		Instances:  1,
 		OnLimit:    OnLimit{Action: ActionReject, Status: 429},
+		Slots:      16384,
 	}
 	if !reflect.DeepEqual(c.Limits, []Limit{want}) {
 		t.Errorf("got %+v\nwant %+v", c.Limits, []Limit{want})
@@ -100,7 +101,7 @@ func TestParseEverything(t *testing.T) {
 	              "instances": 3,
 	              "breaker": {"failure_threshold": 7, "window": "10s", "open_timeout": "5s", "half_open_max_requests": 3}},
 	  "limits": [
-	    {"name": "base", "key": [], "limit": 6000, "window": "1m", "burst": 100},
+	    {"name": "base", "key": [], "limit": 6000, "window": "1m", "burst": 100, "slots": 1000, "overflow_slots": 10},
 	    {"name": "api-per-ip",
 	     "match": {"path_prefix": "/api", "methods": ["get", "Post"], "hosts": ["API.example.com", "*.Example.org"],
 	               "headers": [{"name": "X-Tier", "value": "free"}, {"name": "x-debug", "present": true},
@@ -144,7 +145,7 @@ func TestParseEverything(t *testing.T) {
 
 	wantLimits := []Limit{
 		{Name: "base", Key: []KeyPart{}, Rate: Rate{Limit: 6000, Window: time.Minute, Burst: 100}, Cost: 1,
-			OverrideBy: -1, Instances: 1, OnLimit: OnLimit{Status: 429}},
+			OverrideBy: -1, Instances: 1, OnLimit: OnLimit{Status: 429}, Slots: 1000, OverflowSlots: 10},
 		{Name: "api-per-ip",
 			Match: Match{PathPrefix: "/api", Methods: []string{"GET", "POST"},
 				Hosts: []string{"api.example.com", "*.example.org"},
@@ -157,10 +158,10 @@ func TestParseEverything(t *testing.T) {
 			Overrides:  map[string]Rate{"premium": {Limit: 100, Window: time.Second}, "a.b c": {Limit: 5, Window: 2 * time.Second}},
 			OverrideBy: 1, Mode: ModeGlobal, FailurePolicy: FailDeny, Instances: 4, OnMissingKey: MissingKeyDeny,
 			OnLimit:  OnLimit{Action: ActionDelay, MaxDelay: 250 * time.Millisecond, Status: 503},
-			Replaces: []int{0}},
+			Replaces: []int{0}, Slots: 16384},
 		{Name: "exact", Match: Match{Path: "/login"}, Key: []KeyPart{{Kind: KeyClientIP}}, Algorithm: FixedWindow,
 			Rate: Rate{Limit: 1, Window: time.Second}, Cost: 1, OverrideBy: -1, Mode: ModeGlobal,
-			FailurePolicy: FailLocal, Instances: 3, Shadow: true, OnLimit: OnLimit{Status: 420}},
+			FailurePolicy: FailLocal, Instances: 3, Shadow: true, OnLimit: OnLimit{Status: 420}, Slots: 16384},
 	}
 	if len(c.Limits) != len(wantLimits) {
 		t.Fatalf("got %d limits", len(c.Limits))
@@ -344,6 +345,13 @@ var badCases = []badCase{
 	{name: "rps string", in: `{"limits": [{"name": "a", "requests_per_second": "5"}]}`, want: []string{"limits[0].requests_per_second: must be an integer"}},
 	{name: "rps huge", in: `{"limits": [{"name": "a", "requests_per_second": 1e300}]}`, want: []string{"limits[0].requests_per_second: must be <= 1000000000"}},
 	{name: "burst negative", in: lim(`, "burst": -1`), want: []string{"limits[0].burst: must be >= 0"}},
+	{name: "slots zero", in: lim(`, "slots": 0`), want: []string{"limits[0].slots: must be >= 1"}},
+	{name: "slots above the ceiling", in: lim(`, "slots": 1048577`), want: []string{"limits[0].slots: must be <= 1048576"}},
+	{name: "slots not integer", in: lim(`, "slots": 1.5`), want: []string{"limits[0].slots: must be an integer"}},
+	{name: "overflow slots zero and slots huge", in: lim(`, "overflow_slots": 0, "slots": 4194304`),
+		want: []string{"limits[0].overflow_slots: must be >= 1", "limits[0].slots: must be <= 1048576"}},
+	{name: "overflow slots above slots", in: lim(`, "slots": 64, "overflow_slots": 65`),
+		want: []string{"limits[0].overflow_slots: 65 is more than slots (64)"}, schemaAccepts: true},
 	{name: "burst with fixed window", in: lim(`, "algorithm": "fixed_window", "burst": 1`), want: []string{`limits[0].burst: only valid with algorithm "token_bucket"`}},
 	{name: "burst with sliding window", in: lim(`, "algorithm": "sliding_window", "burst": 0`), want: []string{`limits[0].burst: only valid with algorithm "token_bucket"`}},
 	{name: "unknown algorithm", in: lim(`, "algorithm": "leaky_bucket"`),

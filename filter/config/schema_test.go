@@ -180,6 +180,8 @@ func TestSchemaDefaultsMatchParser(t *testing.T) {
 	checks := []struct{ schema, parser string }{
 		{def("limit", "algorithm"), `"` + l.Algorithm.String() + `"`},
 		{def("limit", "cost"), "1"},
+		{def("limit", "slots"), strconv.Itoa(l.Slots)},
+		{def("external", "slots"), strconv.Itoa(ex.Limit.Slots)},
 		{def("limit", "mode"), `"` + l.Mode.String() + `"`},
 		{def("limit", "on_missing_key"), `"` + l.OnMissingKey.String() + `"`},
 		{def("limit", "key"), `["` + l.Key[0].String() + `"]`},
