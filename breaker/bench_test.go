@@ -46,7 +46,7 @@ func TestDecisionsDoNotAllocate(t *testing.T) {
 			t.Errorf("%s: %v allocations per check+report+encode+decode", name, allocs)
 		}
 	}
-	m := mustMachine(t, Settings{FailureThreshold: 1, SuccessThreshold: maxCounter, OpenTimeout: sec})
+	m := mustMachine(t, Settings{FailureThreshold: 1, SuccessThreshold: MaxCounter, OpenTimeout: sec})
 	var r Record
 	m.Reset(&r)
 	tk, _, _ := m.Check(&r, t0)
@@ -81,7 +81,7 @@ func BenchmarkMachineCheckReport(b *testing.B) {
 }
 
 func BenchmarkMachineHalfOpenProbe(b *testing.B) {
-	m := mustMachine(b, Settings{FailureThreshold: 1, SuccessThreshold: maxCounter, OpenTimeout: sec})
+	m := mustMachine(b, Settings{FailureThreshold: 1, SuccessThreshold: MaxCounter, OpenTimeout: sec})
 	var r Record
 	m.Reset(&r)
 	tk, _, _ := m.Check(&r, t0)

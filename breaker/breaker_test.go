@@ -326,7 +326,7 @@ func TestConcurrentProbes(t *testing.T) {
 	st := store.NewMemory()
 	m := mustMachine(t, Settings{
 		FailureThreshold: 1, OpenTimeout: sec, HalfOpenMaxRequests: maxProbes,
-		SuccessThreshold: maxCounter, ProbeTimeout: time.Hour, MaxRetries: 10_000,
+		SuccessThreshold: MaxCounter, ProbeTimeout: time.Hour, MaxRetries: 10_000,
 	})
 	setup := NewBreaker(m, st, "k")
 	setup.Init()

@@ -113,7 +113,7 @@ func (r *Record) Decode(b []byte) error {
 			return corrupt("open with probes, successes or no open streak")
 		}
 	case HalfOpen:
-		if r.streak == 0 || (r.inflight == 0 && r.at != 0) || r.inflight > maxCounter {
+		if r.streak == 0 || (r.inflight == 0 && r.at != 0) || r.inflight > MaxCounter {
 			return corrupt("half-open with impossible probe state")
 		}
 	}

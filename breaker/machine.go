@@ -251,7 +251,7 @@ func NewMachine(s Settings) (*Machine, error) {
 				d = DefaultWindowDuration
 			}
 			m.bucketWidth = int64(d) / TimeWindowBuckets
-			m.minCalls = orDefault(w.MinimumCalls, DefaultTimeMinimumCalls)
+			m.minCalls = orDefault(w.MinimumCalls, DefaultMinimumCalls)
 		} else {
 			m.win = winCount
 			m.winSize = uint16(orDefault(w.Size, DefaultWindowSize))

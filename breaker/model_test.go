@@ -120,7 +120,7 @@ func (b *refBreaker) minCalls() int {
 		return int(b.s.Window.MinimumCalls)
 	}
 	if b.s.Window.Type == WindowTime {
-		return DefaultTimeMinimumCalls
+		return DefaultMinimumCalls
 	}
 	if b.s.Window.Size == 0 {
 		return DefaultWindowSize

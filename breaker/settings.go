@@ -111,13 +111,16 @@ const (
 	DefaultHalfOpenMaxRequests = 1
 	DefaultWindowSize          = 100
 	DefaultWindowDuration      = 60 * time.Second
-	DefaultTimeMinimumCalls    = 10
+	// DefaultMinimumCalls is the minimum number of calls of a time window
+	// before its rates are judged; the filter's config uses it as the
+	// default of failure_rate.minimum_calls for both window types.
+	DefaultMinimumCalls = 20
 	// DefaultMaxRetries is high enough that eight workers racing on one key
 	// all get through in practice; exhaustion is for a pathological store.
 	DefaultMaxRetries = 16
-	// maxCounter bounds thresholds so that counters and products in the
+	// MaxCounter bounds thresholds so that counters and products in the
 	// decision path never overflow.
-	maxCounter = 1 << 20
+	MaxCounter = 1 << 20
 	// minWindowDuration keeps a time window's sub-buckets at least 1ms wide.
 	minWindowDuration = TimeWindowBuckets * time.Millisecond
 )
@@ -136,7 +139,7 @@ type Window struct {
 	Duration time.Duration
 	// MinimumCalls is how many calls the window must hold before a rate can
 	// trip the breaker. Zero means the whole count window (Size), or
-	// DefaultTimeMinimumCalls for a time window. It cannot exceed Size.
+	// DefaultMinimumCalls for a time window. It cannot exceed Size.
 	MinimumCalls uint32
 }
 
@@ -227,8 +230,8 @@ func (s *Settings) Validate() error {
 	if s.Mode > ModeDisabled {
 		bad("mode", "unknown mode %d", s.Mode)
 	}
-	if s.FailureThreshold > maxCounter {
-		bad("failure_threshold", "must be <= %d", maxCounter)
+	if s.FailureThreshold > MaxCounter {
+		bad("failure_threshold", "must be <= %d", MaxCounter)
 	}
 	if s.FailureRatePercent > 100 {
 		bad("failure_rate.threshold_percent", "must be between 1 and 100, or 0 for off")
@@ -265,8 +268,8 @@ func (s *Settings) Validate() error {
 		if w.Duration < 0 || (w.Duration > 0 && w.Duration < minWindowDuration) {
 			bad("failure_rate.window_duration", "must be >= %v", minWindowDuration)
 		}
-		if w.MinimumCalls > maxCounter {
-			bad("failure_rate.minimum_calls", "must be <= %d", maxCounter)
+		if w.MinimumCalls > MaxCounter {
+			bad("failure_rate.minimum_calls", "must be <= %d", MaxCounter)
 		}
 	default:
 		bad("failure_rate.window_type", "unknown window type %d", w.Type)
@@ -275,8 +278,8 @@ func (s *Settings) Validate() error {
 		s.FailureThreshold == 0 && s.FailureRatePercent == 0 && s.SlowCallDuration == 0 {
 		bad("failure_threshold", "no trip condition: set failure_threshold, failure_rate or slow_call")
 	}
-	if s.SuccessThreshold > maxCounter {
-		bad("success_threshold", "must be <= %d", maxCounter)
+	if s.SuccessThreshold > MaxCounter {
+		bad("success_threshold", "must be <= %d", MaxCounter)
 	}
 	if s.OpenTimeout < 0 {
 		bad("open_timeout", "must be >= 0")
@@ -300,8 +303,8 @@ func (s *Settings) Validate() error {
 			bad("max_open_timeout", "must be >= open_timeout %v", open)
 		}
 	}
-	if s.HalfOpenMaxRequests > maxCounter {
-		bad("half_open_max_requests", "must be <= %d", maxCounter)
+	if s.HalfOpenMaxRequests > MaxCounter {
+		bad("half_open_max_requests", "must be <= %d", MaxCounter)
 	}
 	if s.ProbeTimeout < 0 {
 		bad("probe_timeout", "must be >= 0")

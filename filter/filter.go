@@ -384,39 +384,11 @@ type breakerRuntime struct {
 const maxBreakerInstances = 1024
 
 func newBreakerRuntime(s store.Store, cfg *config.Breaker, index int) (*breakerRuntime, error) {
-	set := breaker.Settings{
-		FailureThreshold:    uint32(cfg.FailureThreshold),
-		SuccessThreshold:    uint32(cfg.SuccessThreshold),
-		OpenTimeout:         cfg.OpenTimeout,
-		HalfOpenMaxRequests: uint32(cfg.HalfOpenMaxRequests),
-	}
-	switch cfg.Mode {
-	case config.BreakerMetricsOnly:
-		set.Mode = breaker.ModeMetricsOnly
-	case config.BreakerForcedOpen:
-		set.Mode = breaker.ModeForcedOpen
-	case config.BreakerDisabled:
-		set.Mode = breaker.ModeDisabled
-	default:
-		set.Mode = breaker.ModeEnforce
-	}
 	b := &breakerRuntime{cfg: cfg, store: s, instances: map[string]*breaker.Breaker{}, metrics: defineBreakerMetrics(cfg.Name)}
-	if fr := cfg.FailureRate; fr != nil {
-		set.FailureRatePercent = uint32(fr.ThresholdPercent)
-		set.Window.MinimumCalls = uint32(fr.MinimumCalls)
-		if fr.WindowType == config.TimeWindow {
-			set.Window.Type = breaker.WindowTime
-			set.Window.Duration = fr.WindowDuration
-		} else {
-			set.Window.Size = uint32(fr.Window)
-		}
-		if sc := cfg.SlowCall; sc != nil {
-			set.SlowCallDuration = sc.Duration
-			set.SlowCallPercent = uint32(sc.ThresholdPercent)
-		}
-	} else if cfg.SlowCall != nil {
-		b.slowIsFailure = true
-	}
+	// Without a failure rate, a slow call counts as a failure of the
+	// consecutive trip; with one, the core measures its own rate.
+	b.slowIsFailure = cfg.FailureRate == nil && cfg.SlowCall != nil
+	set := cfg.Settings()
 	m, err := breaker.NewMachine(set)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", config.IndexPath("breakers", index), err)

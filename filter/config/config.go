@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -91,31 +92,20 @@ type ClientIP struct {
 	Header string
 }
 
-// Algorithm is a limiting algorithm.
-type Algorithm uint8
+// Algorithm is a limiting algorithm: the limiter's own type, so the
+// config and the decision core cannot disagree on its values or names.
+type Algorithm = limiter.Algorithm
 
 const (
 	// TokenBucket refills Rate.Limit tokens per Rate.Window and holds at most
 	// Rate.Limit+Rate.Burst tokens. It is the default.
-	TokenBucket Algorithm = iota
+	TokenBucket = limiter.TokenBucket
 	// FixedWindow admits Rate.Limit requests per aligned window.
-	FixedWindow
+	FixedWindow = limiter.FixedWindow
 	// SlidingWindow admits Rate.Limit requests per window, weighting the
 	// previous window's count by its remaining overlap.
-	SlidingWindow
+	SlidingWindow = limiter.SlidingWindow
 )
-
-func (a Algorithm) String() string {
-	switch a {
-	case TokenBucket:
-		return "token_bucket"
-	case FixedWindow:
-		return "fixed_window"
-	case SlidingWindow:
-		return "sliding_window"
-	}
-	return "unknown"
-}
 
 // Rate is an allowance: Limit requests per Window, plus Burst extra for
 // token buckets. requests_per_second: R is Rate{Limit: R, Window: time.Second}.
@@ -582,50 +572,30 @@ func (s BreakerScope) String() string {
 	return "cluster"
 }
 
-// BreakerMode controls whether a breaker acts.
-type BreakerMode uint8
+// BreakerMode controls whether a breaker acts: the breaker's own type.
+type BreakerMode = breaker.Mode
 
 const (
 	// BreakerEnforce rejects while open. Default.
-	BreakerEnforce BreakerMode = iota
+	BreakerEnforce = breaker.ModeEnforce
 	// BreakerMetricsOnly tracks state and metrics but never rejects.
-	BreakerMetricsOnly
+	BreakerMetricsOnly = breaker.ModeMetricsOnly
 	// BreakerForcedOpen rejects every matching request (manual cut-off).
-	BreakerForcedOpen
+	BreakerForcedOpen = breaker.ModeForcedOpen
 	// BreakerDisabled neither tracks nor rejects.
-	BreakerDisabled
+	BreakerDisabled = breaker.ModeDisabled
 )
 
-func (m BreakerMode) String() string {
-	switch m {
-	case BreakerEnforce:
-		return "enforce"
-	case BreakerMetricsOnly:
-		return "metrics_only"
-	case BreakerForcedOpen:
-		return "forced_open"
-	case BreakerDisabled:
-		return "disabled"
-	}
-	return "unknown"
-}
-
-// WindowType is how a failure-rate window is measured.
-type WindowType uint8
+// WindowType is how a failure-rate window is measured: the breaker's own
+// type.
+type WindowType = breaker.WindowType
 
 const (
 	// CountWindow covers the last FailureRate.Window calls. Default.
-	CountWindow WindowType = iota
+	CountWindow = breaker.WindowCount
 	// TimeWindow covers calls in the last FailureRate.WindowDuration.
-	TimeWindow
+	TimeWindow = breaker.WindowTime
 )
-
-func (w WindowType) String() string {
-	if w == TimeWindow {
-		return "time"
-	}
-	return "count"
-}
 
 // FailureRate opens a breaker when a share of recent calls failed.
 type FailureRate struct {
@@ -689,6 +659,32 @@ type Breaker struct {
 	Mode BreakerMode
 	// Status of the reply while open, 400-599, default 503.
 	Status int
+}
+
+// Settings is the breaker core's configuration for b, the one conversion
+// the parser validates and the filter runs.
+func (b *Breaker) Settings() breaker.Settings {
+	set := breaker.Settings{
+		FailureThreshold:    uint32(b.FailureThreshold),
+		SuccessThreshold:    uint32(b.SuccessThreshold),
+		OpenTimeout:         b.OpenTimeout,
+		HalfOpenMaxRequests: uint32(b.HalfOpenMaxRequests),
+		Mode:                b.Mode,
+	}
+	if fr := b.FailureRate; fr != nil {
+		set.FailureRatePercent = uint32(fr.ThresholdPercent)
+		set.Window = breaker.Window{Type: fr.WindowType, MinimumCalls: uint32(fr.MinimumCalls)}
+		if fr.WindowType == TimeWindow {
+			set.Window.Duration = fr.WindowDuration
+		} else {
+			set.Window.Size = uint32(fr.Window)
+		}
+		if sc := b.SlowCall; sc != nil {
+			set.SlowCallDuration = sc.Duration
+			set.SlowCallPercent = uint32(sc.ThresholdPercent)
+		}
+	}
+	return set
 }
 
 // IsFailureStatus reports whether an upstream status counts as a failure.

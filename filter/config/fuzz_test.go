@@ -90,6 +90,14 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		roundTrip(t, c)
+		// What Parse accepts, the breaker core must accept too, or the
+		// plugin would fail to start on a config that checked clean.
+		for i := range c.Breakers {
+			set := c.Breakers[i].Settings()
+			if err := set.Validate(); err != nil {
+				t.Fatalf("Parse accepts breakers[%d] of %q but the breaker core refuses it: %v", i, data, err)
+			}
+		}
 		// The schema is a superset of the parser: anything Parse accepts,
 		// the published schema must accept, or operators' editors would
 		// flag working configs.

@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/breaker"
 )
 
 // Upper bounds, mirrored in schema.json. They keep limiter arithmetic
@@ -34,20 +36,21 @@ const (
 var DefaultFailureStatuses = []int{500, 502, 503, 504}
 
 // Defaults that Parse fills in, exported so the filter, tests and README
-// refer to one definition.
+// refer to one definition. A default the decision cores also have is
+// theirs, so the two cannot drift apart.
 const (
 	DefaultLimitStatus         = 429
 	DefaultMaxDelay            = 500 * time.Millisecond
 	DefaultBreakerStatus       = 503
 	DefaultConcurrencyStatus   = 503
-	DefaultFailureThreshold    = 5
-	DefaultSuccessThreshold    = 2
-	DefaultOpenTimeout         = 30 * time.Second
-	DefaultHalfOpenMaxRequests = 1
+	DefaultFailureThreshold    = breaker.DefaultFailureThreshold
+	DefaultSuccessThreshold    = breaker.DefaultSuccessThreshold
+	DefaultOpenTimeout         = breaker.DefaultOpenTimeout
+	DefaultHalfOpenMaxRequests = breaker.DefaultHalfOpenMaxRequests
 	DefaultFailureRatePercent  = 50
-	DefaultFailureRateWindow   = 100
-	DefaultFailureRateDuration = 60 * time.Second
-	DefaultMinimumCalls        = 20
+	DefaultFailureRateWindow   = breaker.DefaultWindowSize
+	DefaultFailureRateDuration = breaker.DefaultWindowDuration
+	DefaultMinimumCalls        = breaker.DefaultMinimumCalls
 	DefaultSlowCallPercent     = 100
 	DefaultBackendTimeout      = 50 * time.Millisecond
 	DefaultBackendRetries      = 1

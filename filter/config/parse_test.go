@@ -295,7 +295,15 @@ var badCases = []badCase{
 	{name: "number overflow", in: `{"limits": [{"name": "a", "requests_per_second": 1e400, "burst": -1e400}]}`,
 		want: []string{"limits[0].requests_per_second: must be <= 1000000000", "limits[0].burst: must be >= 0"}},
 	{name: "number overflow in a breaker", in: `{"breakers": [{"name": "b", "failure_threshold": 1e999}]}`,
-		want: []string{"breakers[0].failure_threshold: must be <= 1000000000"}},
+		want: []string{"breakers[0].failure_threshold: must be <= 1048576"}},
+	// The breaker core's own bounds: beyond them the plugin would refuse
+	// to start, one error at a time and without these paths.
+	{name: "breaker counters beyond the core", in: `{"breakers": [{"name": "b", "failure_threshold": 2000000, "success_threshold": 2000000,
+		"half_open_max_requests": 2000000, "failure_rate": {"window": 2000, "minimum_calls": 10}}]}`,
+		want: []string{"breakers[0].failure_threshold: must be <= 1048576", "breakers[0].success_threshold: must be <= 1048576",
+			"breakers[0].half_open_max_requests: must be <= 1048576", "breakers[0].failure_rate.window: must be <= 1024"}},
+	{name: "time window minimum calls beyond the core", in: `{"breakers": [{"name": "b", "failure_rate": {"window_type": "time", "minimum_calls": 2000000}}]}`,
+		want: []string{"breakers[0].failure_rate.minimum_calls: must be <= 1048576"}},
 	// Rates within the field bounds that what enforces them cannot take.
 	{name: "refill longer than int64 nanoseconds", in: `{"limits": [{"name": "a", "limit": 1, "window": "168h", "burst": 1000000000}]}`,
 		want: []string{"limits[0]: capacity×period/rate (time to refill an empty bucket) exceeds 146 years"}, schemaAccepts: true},

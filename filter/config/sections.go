@@ -1,10 +1,13 @@
 package config
 
 import (
+	"errors"
 	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/breaker"
 )
 
 func (p *parser) clientIP(o *object) ClientIP {
@@ -166,6 +169,7 @@ func (p *parser) breakers(cfg *Config, path string, items []gjson.Result) {
 }
 
 func (p *parser) breaker(o *object) Breaker {
+	errsBefore := len(p.errs)
 	b := Breaker{
 		FailureStatuses:     append([]int(nil), DefaultFailureStatuses...),
 		FailureOnTimeout:    true,
@@ -208,12 +212,12 @@ func (p *parser) breaker(o *object) Breaker {
 		if i, ok := c.enum("window_type", "count", "time"); ok {
 			fr.WindowType = WindowType(i)
 		}
-		if n, ok := c.integer("minimum_calls", 1, maxCount); ok {
+		if n, ok := c.integer("minimum_calls", 1, breaker.MaxCounter); ok {
 			fr.MinimumCalls = int(n)
 		}
 		if fr.WindowType == CountWindow {
 			fr.Window = DefaultFailureRateWindow
-			if n, ok := c.integer("window", 1, 1_000_000); ok {
+			if n, ok := c.integer("window", 1, breaker.MaxCountWindow); ok {
 				fr.Window = int(n)
 			}
 			c.onlyWith("window_duration", `window_type "time"`)
@@ -229,7 +233,7 @@ func (p *parser) breaker(o *object) Breaker {
 		}
 		b.FailureRate = fr
 	}
-	if n, ok := o.integer("failure_threshold", 0, maxCount); ok {
+	if n, ok := o.integer("failure_threshold", 0, breaker.MaxCounter); ok {
 		b.FailureThreshold = int(n)
 		if n == 0 && b.FailureRate == nil {
 			o.errorf("failure_threshold", "must be >= 1 unless failure_rate is set, or the breaker never opens")
@@ -252,13 +256,13 @@ func (p *parser) breaker(o *object) Breaker {
 		}
 		b.SlowCall = sc
 	}
-	if n, ok := o.integer("success_threshold", 1, maxCount); ok {
+	if n, ok := o.integer("success_threshold", 1, breaker.MaxCounter); ok {
 		b.SuccessThreshold = int(n)
 	}
 	if d, ok := o.duration("open_timeout", time.Millisecond, 24*time.Hour); ok {
 		b.OpenTimeout = d
 	}
-	if n, ok := o.integer("half_open_max_requests", 1, maxCount); ok {
+	if n, ok := o.integer("half_open_max_requests", 1, breaker.MaxCounter); ok {
 		b.HalfOpenMaxRequests = int(n)
 	}
 	if i, ok := o.enum("mode", "enforce", "metrics_only", "forced_open", "disabled"); ok {
@@ -266,6 +270,22 @@ func (p *parser) breaker(o *object) Breaker {
 	}
 	if n, ok := o.integer("status", 400, 599); ok {
 		b.Status = int(n)
+	}
+	// The breaker core is the authority on its settings; asking it here
+	// turns anything it would refuse at plugin start into errors with
+	// their paths, all at once, even if the bounds above drift from its.
+	if len(p.errs) == errsBefore {
+		set := b.Settings()
+		if joined, ok := set.Validate().(interface{ Unwrap() []error }); ok {
+			for _, err := range joined.Unwrap() {
+				var fe *breaker.FieldError
+				if errors.As(err, &fe) {
+					o.errorf(fe.Field, "%s", fe.Reason)
+				} else {
+					o.errorf("", "%v", err)
+				}
+			}
+		}
 	}
 	return b
 }
