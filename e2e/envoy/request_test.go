@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/cmd/echo-backend/echo"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
 func testListener(t *testing.T, useRemote bool) *listener {
@@ -95,7 +96,7 @@ func TestCaller(t *testing.T) {
 	_, port, _ := net.SplitHostPort(ts.Listener.Addr().String())
 	cm := newClusterManager([]*Cluster{
 		{Name: "webdis", Type: "STATIC", ConnectTimeout: time.Second, Network: "tcp", Endpoints: []string{"127.0.0.1:" + port}},
-		{Name: "down", Type: "STATIC", ConnectTimeout: time.Second, Network: "tcp", Endpoints: []string{"127.0.0.1:" + closedPort(t)}},
+		{Name: "down", Type: "STATIC", ConnectTimeout: time.Second, Network: "tcp", Endpoints: []string{testkit.ClosedAddr(t)}},
 	})
 	defer cm.close()
 	if !cm.HasCluster("webdis") || cm.HasCluster("nope") {

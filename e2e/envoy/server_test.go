@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,12 +12,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/cmd/echo-backend/echo"
 	"github.com/sluice-proxy/sluice/e2e/host"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
 // routerOnlyYAML routes to in-test backends without any wasm filter, so the
@@ -117,37 +116,8 @@ type testEnv struct {
 	srv      *Server
 	base     string // http://listener
 	admin    string // http://admin
-	logs     *syncBuffer
+	logs     *testkit.SyncBuffer
 	backendA string
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// closedPort returns a port nothing listens on, for connection failures.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	ln.Close()
-	return port
 }
 
 func backend(t *testing.T, name string) string {
@@ -183,7 +153,8 @@ func startEnv(t *testing.T, vars map[string]string, concurrency int) *testEnv {
 func startEnvProfile(t *testing.T, vars map[string]string, concurrency int, profile host.Profile) *testEnv {
 	t.Helper()
 	aPort, bPort := backend(t, "a"), backend(t, "b")
-	repl := []string{"{{A_PORT}}", aPort, "{{B_PORT}}", bPort, "{{DOWN_PORT}}", closedPort(t),
+	_, downPort, _ := net.SplitHostPort(testkit.ClosedAddr(t))
+	repl := []string{"{{A_PORT}}", aPort, "{{B_PORT}}", bPort, "{{DOWN_PORT}}", downPort,
 		"{{USE_REMOTE}}", "false", "{{MERGE_SLASHES}}", "false", "{{WASM_FILTER}}", ""}
 	for k, v := range vars {
 		repl = append([]string{k, v}, repl...)
@@ -199,7 +170,7 @@ func startEnvProfile(t *testing.T, vars map[string]string, concurrency int, prof
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	srv := NewServer(cfg, Options{Concurrency: concurrency, Profile: profile, Logger: NewLogger(logs, LevelDebug)})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -7,27 +7,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // routerOnly needs no wasm build, so the command's own behaviour is tested
 // whatever state build/ is in.
@@ -108,8 +92,8 @@ var adminRE = regexp.MustCompile(`admin address: (\S+)`)
 // the file like Envoy, and stops it through /quitquitquit.
 func TestServeAndQuit(t *testing.T) {
 	p := writeConfig(t, routerOnly)
-	var out syncBuffer
-	errOut := &syncBuffer{}
+	var out testkit.SyncBuffer
+	errOut := &testkit.SyncBuffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- run([]string{"-c", p, "--concurrency", "2", "-l", "debug",
