@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,9 +14,7 @@ import (
 
 func testListener(t *testing.T, useRemote bool) *listener {
 	t.Helper()
-	y := strings.NewReplacer("{{A_PORT}}", "1", "{{B_PORT}}", "2", "{{DOWN_PORT}}", "3",
-		"{{USE_REMOTE}}", map[bool]string{true: "true", false: "false"}[useRemote], "{{MERGE_SLASHES}}", "false", "{{WASM_FILTER}}", "").Replace(routerOnlyYAML)
-	cfg, err := Load([]byte(y))
+	cfg, err := Load([]byte(routerOnly{aPort: "1", bPort: "2", downPort: "3", useRemote: useRemote}.yaml()))
 	if err != nil {
 		t.Fatal(err)
 	}

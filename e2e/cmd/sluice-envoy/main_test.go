@@ -10,35 +10,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/fixtures/bootstrap"
 	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
 // routerOnly needs no wasm build, so the command's own behaviour is tested
 // whatever state build/ is in.
-const routerOnly = `
-static_resources:
-  listeners:
-  - name: main
-    address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress_http
-          route_config:
-            virtual_hosts: [{ name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, route: { cluster: backend } }] }]
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
-  clusters:
-  - name: backend
-    load_assignment:
-      cluster_name: backend
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 1 } } } }] }]
-admin:
-  address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
-`
+var routerOnly = bootstrap.Bootstrap{
+	Listener: bootstrap.Listener{VirtualHosts: []bootstrap.VirtualHost{{Name: "all", Domains: []string{"*"}, Routes: []bootstrap.Route{
+		{Match: `prefix: "/"`, Action: "cluster: backend"},
+	}}}},
+	Clusters: []bootstrap.Cluster{{Name: "backend", Endpoints: []string{"127.0.0.1:1"}}},
+}.YAML()
 
 func writeConfig(t *testing.T, y string) string {
 	t.Helper()
