@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/envoy"
-	"github.com/sluice-proxy/sluice/e2e/redistest"
-	"github.com/sluice-proxy/sluice/e2e/upstash"
 	"github.com/sluice-proxy/sluice/internal/fixtures/bootstrap"
+	"github.com/sluice-proxy/sluice/internal/fixtures/redistest"
+	"github.com/sluice-proxy/sluice/internal/fixtures/upstash"
 )
 
 // distProtocol is how a test reaches Redis: through webdis or through

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/e2e/cmd/echo-backend/echo"
 	"github.com/sluice-proxy/sluice/e2e/envoy"
+	"github.com/sluice-proxy/sluice/internal/fixtures/echo"
 	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/e2e/cmd/echo-backend/echo"
+	"github.com/sluice-proxy/sluice/internal/fixtures/echo"
 	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 

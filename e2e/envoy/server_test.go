@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/e2e/cmd/echo-backend/echo"
 	"github.com/sluice-proxy/sluice/e2e/host"
 	"github.com/sluice-proxy/sluice/internal/fixtures/bootstrap"
+	"github.com/sluice-proxy/sluice/internal/fixtures/echo"
 	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
