@@ -26,7 +26,7 @@ help:
 	@echo "make run     - build, start the demo backend and limits service, serve envoy/envoy.yaml (or EXAMPLE=<name>) on our host"
 	@echo "make test    - every test: native, wasm in our host, end-to-end with redis-server and webdis (runs make deps first)"
 	@echo "make deps    - install the Debian packages the tests need (as root), or print the command that does"
-	@echo "make lint    - gofmt, go vet (native and wasm), go mod tidy leaves no diff"
+	@echo "make lint    - gofmt, go vet (native and wasm), pure packages free of the SDK, go mod tidy leaves no diff"
 	@echo "make bench   - BENCHMARKS.md and its plot (BENCH_QUICK=1: the short CI mode; BENCH_OUT=path: elsewhere)"
 	@echo "make soak    - the 10,000,000-request soak and 1,000,000 client IPs; updates BENCHMARKS.md"
 	@echo "make fuzz    - every fuzz target for FUZZTIME (default 20s)"
@@ -81,9 +81,28 @@ run: build
 	trap 'kill $$backend $$limits' EXIT; \
 	$(BUILD)/sluice-envoy -c $(RUN_CONFIG) --concurrency $(CONCURRENCY) --wasm-profile $(PROFILE)
 
+# The packages that decide without proxy-wasm: none may depend on the SDK,
+# natively or as built for the wasm, so they stay pure Go, testable and
+# usable outside a proxy. A package joins the list once it is pure.
+PURE_PKGS := ./limiter/... ./breaker/... ./filter/config/... ./filter/backend/... ./filter/limitsvc/...
+
 lint: $(BUILD)/sdk/.stamp
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	@fail=0; \
+	for pkg in $(PURE_PKGS); do \
+	  for target in native wasm; do \
+	    envs=; flags=; \
+	    if [ $$target = wasm ]; then envs="$(WASM_ENV)"; flags="-modfile=$(BUILD)/go.wasm.mod -tags sluice_bridge"; fi; \
+	    imports=$$(env $$envs $(GO) list $$flags -deps -f '{{$$p := .ImportPath}}{{range .Imports}}{{$$p}} imports {{.}}{{"\n"}}{{end}}' $$pkg); \
+	    offenders=$$(grep " imports $(SDK_MOD)" <<<"$$imports" | grep -v "^$(SDK_MOD)" || true); \
+	    if [ -n "$$offenders" ]; then \
+	      echo "lint: $$pkg must not depend on $(SDK_MOD) (it is in PURE_PKGS), but its $$target build does:"; \
+	      sed 's/^/  /' <<<"$$offenders"; fail=1; \
+	    fi; \
+	  done; \
+	done; \
+	exit $$fail
 	$(GO) vet ./...
 	$(WASM_ENV) $(GO) vet -modfile=$(BUILD)/go.wasm.mod -tags sluice_bridge ./filter/cmd/sluice ./e2e/noop
 	@# The bridge is vetted where it compiles, inside the SDK copy; the SDK's

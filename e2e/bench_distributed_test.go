@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/e2e/redistest"
+	"github.com/sluice-proxy/sluice/internal/fixtures/redistest"
 )
 
 // TestBenchDistributed is the distributed section of `make bench`: strict

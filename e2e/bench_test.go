@@ -17,7 +17,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/sluice-proxy/sluice/e2e/host"
-	"github.com/sluice-proxy/sluice/e2e/redistest"
+	"github.com/sluice-proxy/sluice/internal/fixtures/redistest"
 )
 
 // lifecycleCase is one filter configuration whose per-request cost is

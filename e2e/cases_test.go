@@ -109,7 +109,7 @@ func (w *wasmHarness) Start(t testing.TB, req filtertest.Request) (filtertest.Fl
 	f := &wasmFlight{w: w, start: w.clock(), release: make(chan struct{}), done: make(chan served, 1)}
 	reached := make(chan http.Header, 1)
 	upstream := func(ctx context.Context, r *host.Request) (*host.Response, error) {
-		reached <- toHeader(r.Headers)
+		reached <- filtertest.ToHeader(r.Headers)
 		select {
 		case <-f.release:
 		case <-ctx.Done():
@@ -158,7 +158,7 @@ func (f *wasmFlight) response(t testing.TB, out served) filtertest.Response {
 	resp := filtertest.Response{
 		Status:  out.resp.Status,
 		Local:   out.resp.Local,
-		Headers: toHeader(out.resp.Headers),
+		Headers: filtertest.ToHeader(out.resp.Headers),
 		Body:    out.resp.Body,
 		Waited:  f.w.clock().Sub(f.start),
 	}
@@ -182,17 +182,6 @@ func (w *wasmHarness) Counter(t testing.TB, name string) uint64 {
 func (w *wasmHarness) Gauge(t testing.TB, name string) int64 {
 	v, _ := w.rt.Stats().Lookup(name)
 	return int64(v)
-}
-
-func toHeader(pairs [][2]string) http.Header {
-	h := http.Header{}
-	for _, kv := range pairs {
-		if len(kv[0]) > 0 && kv[0][0] == ':' {
-			continue
-		}
-		h.Add(kv[0], kv[1])
-	}
-	return h
 }
 
 // TestCasesWasm runs filtertest.Cases on build/sluice.wasm: the same cases

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -16,8 +15,9 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/envoy"
-	"github.com/sluice-proxy/sluice/e2e/redistest"
-	"github.com/sluice-proxy/sluice/e2e/upstash"
+	"github.com/sluice-proxy/sluice/internal/fixtures/bootstrap"
+	"github.com/sluice-proxy/sluice/internal/fixtures/redistest"
+	"github.com/sluice-proxy/sluice/internal/fixtures/upstash"
 )
 
 // distProtocol is how a test reaches Redis: through webdis or through
@@ -147,79 +147,27 @@ func distYAML(wasm, pluginJSON, backendAddr, redisAddr string) string {
 // address) for proxy_http_call. An empty pluginJSON leaves only the
 // router, the baseline the proxy benchmark compares against.
 func pluginYAML(wasm, pluginJSON, backendAddr string, clusters map[string]string) string {
-	host := func(addr string) (string, string) {
-		h, p, _ := net.SplitHostPort(addr)
-		return h, p
-	}
-	bh, bp := host(backendAddr)
-	var extra strings.Builder
-	for _, name := range slices.Sorted(maps.Keys(clusters)) {
-		h, p := host(clusters[name])
-		fmt.Fprintf(&extra, `    - name: %s
-      type: STATIC
-      connect_timeout: 0.25s
-      load_assignment:
-        cluster_name: %s
-        endpoints:
-          - lb_endpoints:
-              - endpoint: {address: {socket_address: {address: %s, port_value: %s}}}
-`, name, name, h, p)
-	}
-	filter := ""
+	var filters []string
 	if pluginJSON != "" {
-		filter = fmt.Sprintf(`
-                  - name: envoy.filters.http.wasm
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-                      config:
-                        name: sluice
-                        root_id: sluice
-                        vm_config:
-                          vm_id: sluice
-                          runtime: envoy.wasm.runtime.v8
-                          code: {local: {filename: %q}}
-                        configuration:
-                          "@type": type.googleapis.com/google.protobuf.StringValue
-                          value: %q`, wasm, strings.ReplaceAll(pluginJSON, "\n", " "))
+		// On one line, as this helper has always handed it to the
+		// plugin, so no test's configuration text changed with the builder.
+		filters = append(filters, bootstrap.Wasm{Code: wasm, Configuration: strings.ReplaceAll(pluginJSON, "\n", " ")}.Filter())
 	}
-	return fmt.Sprintf(`
-static_resources:
-  listeners:
-    - name: ingress
-      address:
-        socket_address: {address: 127.0.0.1, port_value: 0}
-      filter_chains:
-        - filters:
-            - name: envoy.filters.network.http_connection_manager
-              typed_config:
-                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-                stat_prefix: ingress_http
-                route_config:
-                  name: local_route
-                  virtual_hosts:
-                    - name: backend
-                      domains: ["*"]
-                      routes:
-                        - name: default
-                          match: {prefix: "/"}
-                          route: {cluster: backend, timeout: 15s}
-                http_filters:%s
-                  - name: envoy.filters.http.router
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-    - name: backend
-      type: STATIC
-      connect_timeout: 1s
-      load_assignment:
-        cluster_name: backend
-        endpoints:
-          - lb_endpoints:
-              - endpoint: {address: {socket_address: {address: %s, port_value: %s}}}
-%sadmin:
-  address:
-    socket_address: {address: 127.0.0.1, port_value: 0}
-`, filter, bh, bp, extra.String())
+	b := bootstrap.Bootstrap{
+		Listener: bootstrap.Listener{
+			Name:            "ingress",
+			RouteConfigName: "local_route",
+			VirtualHosts: []bootstrap.VirtualHost{{Name: "backend", Domains: []string{"*"}, Routes: []bootstrap.Route{
+				{Name: "default", Match: `prefix: "/"`, Action: "cluster: backend, timeout: 15s"},
+			}}},
+			HTTPFilters: filters,
+		},
+		Clusters: []bootstrap.Cluster{{Name: "backend", Type: "STATIC", ConnectTimeout: time.Second, Endpoints: []string{backendAddr}}},
+	}
+	for _, name := range slices.Sorted(maps.Keys(clusters)) {
+		b.Clusters = append(b.Clusters, bootstrap.Cluster{Name: name, Type: "STATIC", ConnectTimeout: 250 * time.Millisecond, Endpoints: []string{clusters[name]}})
+	}
+	return b.YAML()
 }
 
 // distInstance is one running Envoy stand-in.

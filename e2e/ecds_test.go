@@ -1,14 +1,17 @@
 package e2e_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/envoy"
+	"github.com/sluice-proxy/sluice/internal/fixtures/bootstrap"
 )
 
 // TestECDSShippedConfigServes runs envoy/envoy-ecds.yaml as shipped, from
@@ -47,63 +50,33 @@ func TestECDSShippedConfigServes(t *testing.T) {
 	}
 }
 
-// ecdsBootstrap is a bootstrap whose only wasm filter is configured by ECDS
-// from {{FILE}}.
-const ecdsBootstrap = `
-static_resources:
-  listeners:
-  - name: main
-    address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress_http
-          use_remote_address: true
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: { prefix: "/" }
-                route: { cluster: backend }
-          http_filters:
-          - name: {{FILTER}}
-            config_discovery:
-              config_source:
-                path_config_source: { path: "{{FILE}}" }
-              type_urls: [{{TYPE_URLS}}]
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: backend
-    type: STATIC
-    load_assignment:
-      cluster_name: backend
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 1 } } } }] }]
-admin:
-  address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
-`
+// ecdsBootstrap is a bootstrap whose only wasm filter, named filter, is
+// configured by ECDS from file, accepting typeURLs. The path is always
+// double-quoted: TestECDSRejects swaps it by its quotes.
+func ecdsBootstrap(file, filter, typeURLs string) string {
+	return bootstrap.Bootstrap{
+		Listener: bootstrap.Listener{
+			UseRemoteAddress: true,
+			VirtualHosts: []bootstrap.VirtualHost{{Name: "all", Domains: []string{"*"}, Routes: []bootstrap.Route{
+				{Match: `prefix: "/"`, Action: "cluster: backend"},
+			}}},
+			HTTPFilters: []string{fmt.Sprintf(`- name: %s
+  config_discovery:
+    config_source:
+      path_config_source: { path: %s }
+    type_urls: [%s]`, filter, strconv.Quote(filepath.ToSlash(file)), typeURLs)},
+		},
+		Clusters: []bootstrap.Cluster{{Name: "backend", Type: "STATIC", Endpoints: []string{"127.0.0.1:1"}}},
+	}.YAML()
+}
 
-// ecdsResource is one TypedExtensionConfig holding a wasm filter config.
-const ecdsResource = `
-- "@type": type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig
-  name: {{NAME}}
-  typed_config:
-    "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-    config:
-      name: from-file
-      root_id: sluice
-      vm_config:
-        vm_id: sluice
-        runtime: envoy.wasm.runtime.v8
-        code: { local: { filename: "{{WASM}}" } }
-      configuration:
-        "@type": type.googleapis.com/google.protobuf.StringValue
-        value: '{{CONFIG}}'
-`
+// ecdsWasmResourceWith is one TypedExtensionConfig holding a wasm filter
+// config, as an item of a resources list.
+func ecdsWasmResourceWith(name, wasm, config string) string {
+	w := bootstrap.Wasm{Name: "from-file", Code: wasm, Configuration: config}
+	return "\n- \"@type\": type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig\n  name: " + name +
+		"\n  typed_config:\n    " + indentYAML(w.TypedConfig(), "    ") + "\n"
+}
 
 // onePerHour lets each client through once an hour, so a second request
 // shows which configuration is running.
@@ -121,15 +94,11 @@ func writeECDS(t *testing.T, resources, filter, typeURLs string) string {
 	if err := os.WriteFile(file, []byte("version_info: \"7\"\n"+resources), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return strings.NewReplacer("{{FILE}}", filepath.ToSlash(file), "{{FILTER}}", filter, "{{TYPE_URLS}}", typeURLs).Replace(ecdsBootstrap)
+	return ecdsBootstrap(file, filter, typeURLs)
 }
 
 func ecdsWasmResource(name, wasm string) string {
 	return ecdsWasmResourceWith(name, wasm, onePerHour)
-}
-
-func ecdsWasmResourceWith(name, wasm, config string) string {
-	return strings.NewReplacer("{{NAME}}", name, "{{WASM}}", wasm, "{{CONFIG}}", config).Replace(ecdsResource)
 }
 
 // TestECDSConfigIsWhatRuns proves the plugin runs the configuration from the
@@ -281,7 +250,7 @@ func TestECDSReloadOnMove(t *testing.T) {
 	const unlimited = `{}`
 	moveInto(version("1", "sluice", unlimited))
 
-	y := strings.NewReplacer("{{FILE}}", filepath.ToSlash(file), "{{FILTER}}", "sluice", "{{TYPE_URLS}}", envoy.WasmTypeURL).Replace(ecdsBootstrap)
+	y := ecdsBootstrap(file, "sluice", envoy.WasmTypeURL)
 	cfg, err := envoy.Load([]byte(y))
 	if err != nil {
 		t.Fatal(err)

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/e2e/cmd/echo-backend/echo"
-	"github.com/sluice-proxy/sluice/e2e/cmd/limits-server/limits"
 	"github.com/sluice-proxy/sluice/e2e/envoy"
+	"github.com/sluice-proxy/sluice/internal/fixtures/echo"
+	"github.com/sluice-proxy/sluice/internal/fixtures/limits"
 )
 
 // exampleEnv serves examples/<name>/envoy.yaml on our host with two

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/e2e/cmd/limits-server/limits"
 	"github.com/sluice-proxy/sluice/e2e/envoy"
 	"github.com/sluice-proxy/sluice/e2e/host"
+	"github.com/sluice-proxy/sluice/internal/fixtures/limits"
 )
 
 // The external limit end to end: build/sluice.wasm served from Envoy YAML

@@ -1,12 +1,10 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,8 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/e2e/cmd/echo-backend/echo"
 	"github.com/sluice-proxy/sluice/e2e/envoy"
+	"github.com/sluice-proxy/sluice/internal/fixtures/echo"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
 // builtWasm is the absolute path of build/sluice.wasm. Without it these
@@ -257,7 +256,7 @@ func TestRemoteCodeFailureFailsClosed(t *testing.T) {
 				w.Remote.SHA256 = real
 				for _, c := range cfg.Clusters {
 					if c.Name == w.Remote.Cluster {
-						c.Endpoints = []string{closedAddr(t)}
+						c.Endpoints = []string{testkit.ClosedAddr(t)}
 					}
 				}
 			},
@@ -269,7 +268,7 @@ func TestRemoteCodeFailureFailsClosed(t *testing.T) {
 			cs := startCodeServer(t, filepath.Dir(wasm))
 			cfg, w := loadRemoteConfig(t, cs)
 			tc.modify(cfg, w)
-			logs := &lockedBuffer{}
+			logs := &testkit.SyncBuffer{}
 			srv, err := startConfigWith(t, cfg, envoy.Options{Logger: envoy.NewLogger(logs, envoy.LevelInfo)})
 			if err != nil {
 				t.Fatalf("Start: %v (Envoy starts and fails the filter instead)", err)
@@ -288,34 +287,4 @@ func TestRemoteCodeFailureFailsClosed(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lockedBuffer collects log lines written from several goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// closedAddr is a 127.0.0.1 address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }

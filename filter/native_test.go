@@ -75,12 +75,12 @@ func (n *nativeHarness) Start(t testing.TB, req filtertest.Request) (filtertest.
 	f := &nativeFlight{n: n, id: id, req: req, waited: n.now.Sub(start)}
 	if local := n.host.GetSentLocalResponse(id); local != nil {
 		resp := filtertest.Response{Status: int(local.StatusCode), Local: true, Body: local.Data,
-			Headers: toHeader(local.Headers), Waited: f.waited}
+			Headers: filtertest.ToHeader(local.Headers), Waited: f.waited}
 		n.host.CallOnResponseHeaders(id, append([][2]string{{":status", strconv.Itoa(resp.Status)}}, local.Headers...), len(local.Data) == 0)
 		n.complete(id, resp.Status, "wasm_local_reply")
 		return nil, resp
 	}
-	f.upstreamHeaders = toHeader(n.host.GetCurrentRequestHeaders(id))
+	f.upstreamHeaders = filtertest.ToHeader(n.host.GetCurrentRequestHeaders(id))
 	return f, filtertest.Response{}
 }
 
@@ -100,7 +100,7 @@ func (f *nativeFlight) Finish(t testing.TB) filtertest.Response {
 	}
 	resp := filtertest.Response{Status: status, UpstreamHeaders: f.upstreamHeaders, Waited: f.waited}
 	n.host.CallOnResponseHeaders(f.id, append([][2]string{{":status", strconv.Itoa(status)}}, f.req.UpstreamResponseHeaders...), true)
-	resp.Headers = toHeader(n.host.GetCurrentResponseHeaders(f.id))
+	resp.Headers = filtertest.ToHeader(n.host.GetCurrentResponseHeaders(f.id))
 	n.complete(f.id, status, "via_upstream")
 	return resp
 }
@@ -140,17 +140,6 @@ func (n *nativeHarness) Gauge(t testing.TB, name string) int64 {
 		return 0
 	}
 	return int64(v)
-}
-
-func toHeader(pairs [][2]string) http.Header {
-	h := http.Header{}
-	for _, kv := range pairs {
-		if len(kv[0]) > 0 && kv[0][0] == ':' {
-			continue
-		}
-		h.Add(kv[0], kv[1])
-	}
-	return h
 }
 
 func TestCasesNative(t *testing.T) {

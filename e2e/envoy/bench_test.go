@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -25,7 +24,7 @@ func BenchmarkServe(b *testing.B) {
 	_, port, _ := net.SplitHostPort(ok.Listener.Addr().String())
 	for _, tc := range []struct{ name, module string }{{"router-only", ""}, {"noop", "noop.wasm"}, {"sluice", "sluice.wasm"}} {
 		b.Run(tc.name, func(b *testing.B) {
-			filter := ""
+			r := routerOnly{aPort: port, bPort: port, downPort: port}
 			if tc.module != "" {
 				p, _ := filepath.Abs(filepath.Join("..", "..", "build", tc.module))
 				if _, err := os.Stat(p); err != nil {
@@ -34,11 +33,9 @@ func BenchmarkServe(b *testing.B) {
 					}
 					b.Skipf("%s missing", p)
 				}
-				filter = strings.ReplaceAll(wasmFilterYAML, "{{WASM}}", p)
+				r.wasm = p
 			}
-			y := strings.NewReplacer("{{WASM_FILTER}}", filter, "{{A_PORT}}", port, "{{B_PORT}}", port,
-				"{{DOWN_PORT}}", port, "{{USE_REMOTE}}", "false", "{{MERGE_SLASHES}}", "false").Replace(routerOnlyYAML)
-			cfg, err := Load([]byte(y))
+			cfg, err := Load([]byte(r.yaml()))
 			if err != nil {
 				b.Fatal(err)
 			}

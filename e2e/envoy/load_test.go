@@ -8,68 +8,31 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/fixtures/bootstrap"
 )
 
 // zeroSHA is a well-formed sha256 that matches no module.
 const zeroSHA = "0000000000000000000000000000000000000000000000000000000000000000"
 
 // baseYAML is a small valid bootstrap; cases derive broken variants from it
-// by replacing one marked snippet, so each case differs in exactly one way.
-const baseYAML = `
-static_resources:
-  listeners:
-  - name: main
-    address:
-      socket_address: { address: 127.0.0.1, port_value: 0 }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress_http
-          codec_type: AUTO
-          route_config:
-            name: local_route
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - name: api
-                match: { prefix: "/api" }
-                route: { cluster: backend, timeout: 2s }
-              - match: { path: "/exact" }
-                route: { cluster: backend }
-          http_filters:
-          - name: envoy.filters.http.wasm
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-              config:
-                name: sluice
-                root_id: sluice-root
-                vm_config:
-                  vm_id: sluice-vm
-                  runtime: envoy.wasm.runtime.v8
-                  code: { local: { filename: build/sluice.wasm } }
-                  environment_variables:
-                    key_values: { MODE: test }
-                configuration:
-                  "@type": type.googleapis.com/google.protobuf.StringValue
-                  value: '{"limits":[]}'
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: backend
-    type: STATIC
-    connect_timeout: 0.5s
-    load_assignment:
-      cluster_name: backend
-      endpoints:
-      - lb_endpoints:
-        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 8081 } } }
-admin:
-  address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
-`
+// by replacing one marked snippet, so each case differs in exactly one way
+// (a snippet that stops matching fails its case as a test bug).
+var baseYAML = bootstrap.Bootstrap{
+	Listener: bootstrap.Listener{
+		CodecType:       "AUTO",
+		RouteConfigName: "local_route",
+		VirtualHosts: []bootstrap.VirtualHost{{Name: "all", Domains: []string{"*"}, Routes: []bootstrap.Route{
+			{Name: "api", Match: `prefix: "/api"`, Action: "cluster: backend, timeout: 2s"},
+			{Match: `path: "/exact"`, Action: "cluster: backend"},
+		}}},
+		HTTPFilters: []string{bootstrap.Wasm{
+			RootID: "sluice-root", VMID: "sluice-vm", Code: "build/sluice.wasm",
+			Env: map[string]string{"MODE": "test"}, Configuration: `{"limits":[]}`,
+		}.Filter()},
+	},
+	Clusters: []bootstrap.Cluster{{Name: "backend", Type: "STATIC", ConnectTimeout: 500 * time.Millisecond, Endpoints: []string{"127.0.0.1:8081"}}},
+}.YAML()
 
 func TestLoadValid(t *testing.T) {
 	cfg, err := Load([]byte(baseYAML))

@@ -85,7 +85,7 @@ func rawGet(t *testing.T, addr, requestTarget string) int {
 // escapes included, unless merge_slashes is set.
 func TestPathForwardedUnchanged(t *testing.T) {
 	port, lines := lineRecorder(t)
-	env := startEnv(t, map[string]string{"{{B_PORT}}": port}, 1)
+	env := startEnv(t, routerOnly{bPort: port}, 1)
 	for _, target := range []string{
 		"//.sluice/x",
 		"//a//b/?c=//d",
@@ -109,7 +109,7 @@ func TestPathForwardedUnchanged(t *testing.T) {
 // PathUtil::mergeSlashes does.
 func TestMergeSlashes(t *testing.T) {
 	port, lines := lineRecorder(t)
-	env := startEnv(t, map[string]string{"{{B_PORT}}": port, "{{MERGE_SLASHES}}": "true"}, 1)
+	env := startEnv(t, routerOnly{bPort: port, mergeSlashes: true}, 1)
 	for target, want := range map[string]string{
 		"//.sluice/x":   "/.sluice/x",
 		"//a//b/?c=//d": "/a/b/?c=//d",

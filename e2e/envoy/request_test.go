@@ -5,18 +5,16 @@ import (
 	"encoding/json"
 	"net"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/e2e/cmd/echo-backend/echo"
+	"github.com/sluice-proxy/sluice/internal/fixtures/echo"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
 func testListener(t *testing.T, useRemote bool) *listener {
 	t.Helper()
-	y := strings.NewReplacer("{{A_PORT}}", "1", "{{B_PORT}}", "2", "{{DOWN_PORT}}", "3",
-		"{{USE_REMOTE}}", map[bool]string{true: "true", false: "false"}[useRemote], "{{MERGE_SLASHES}}", "false", "{{WASM_FILTER}}", "").Replace(routerOnlyYAML)
-	cfg, err := Load([]byte(y))
+	cfg, err := Load([]byte(routerOnly{aPort: "1", bPort: "2", downPort: "3", useRemote: useRemote}.yaml()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +93,7 @@ func TestCaller(t *testing.T) {
 	_, port, _ := net.SplitHostPort(ts.Listener.Addr().String())
 	cm := newClusterManager([]*Cluster{
 		{Name: "webdis", Type: "STATIC", ConnectTimeout: time.Second, Network: "tcp", Endpoints: []string{"127.0.0.1:" + port}},
-		{Name: "down", Type: "STATIC", ConnectTimeout: time.Second, Network: "tcp", Endpoints: []string{"127.0.0.1:" + closedPort(t)}},
+		{Name: "down", Type: "STATIC", ConnectTimeout: time.Second, Network: "tcp", Endpoints: []string{testkit.ClosedAddr(t)}},
 	})
 	defer cm.close()
 	if !cm.HasCluster("webdis") || cm.HasCluster("nope") {

@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,141 +12,67 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/e2e/cmd/echo-backend/echo"
 	"github.com/sluice-proxy/sluice/e2e/host"
+	"github.com/sluice-proxy/sluice/internal/fixtures/bootstrap"
+	"github.com/sluice-proxy/sluice/internal/fixtures/echo"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
-// routerOnlyYAML routes to in-test backends without any wasm filter, so the
+// routerOnly is the route table the stand-in's own tests run on: in-test
+// backends a (by IP) and b (by name), round robin over both, a cluster
+// nothing listens on, and a route with a short timeout. Without wasm the
 // HCM, router and cluster behaviour is tested on its own.
-const routerOnlyYAML = `
-static_resources:
-  listeners:
-  - name: main
-    address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress_http
-          use_remote_address: {{USE_REMOTE}}
-          merge_slashes: {{MERGE_SLASHES}}
-          route_config:
-            name: local_route
-            virtual_hosts:
-            - name: api
-              domains: ["api.example.com"]
-              routes:
-              - match: { prefix: "/" }
-                route: { cluster: b }
-            - name: all
-              domains: ["*"]
-              routes:
-              - name: exact
-                match: { path: "/exact" }
-                route: { cluster: b }
-              - match: { prefix: "/rr" }
-                route: { cluster: rr }
-              - match: { prefix: "/down" }
-                route: { cluster: down }
-              - name: slow
-                match: { safe_regex: { regex: "/delay/.*" } }
-                route: { cluster: a, timeout: 0.2s }
-              - name: a-prefix
-                match: { prefix: "/a/" }
-                route: { cluster: a }
-          http_filters:
-          {{WASM_FILTER}}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: a
-    type: STATIC
-    load_assignment:
-      cluster_name: a
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: {{A_PORT}} } } } }] }]
-  - name: b
-    type: STRICT_DNS
-    dns_lookup_family: V4_ONLY
-    load_assignment:
-      cluster_name: b
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: localhost, port_value: {{B_PORT}} } } } }] }]
-  - name: rr
-    type: STATIC
-    load_assignment:
-      cluster_name: rr
-      endpoints:
-      - lb_endpoints:
-        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: {{A_PORT}} } } }
-        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: {{B_PORT}} } } }
-  - name: down
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: down
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: {{DOWN_PORT}} } } } }] }]
-stats_config:
-  stats_tags:
-  - tag_name: sluice_limit
-    regex: '^(?:wasmcustom\.)?sluice\.limit\.((.+?)\.)'
-admin:
-  address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
-`
+type routerOnly struct {
+	aPort, bPort, downPort  string
+	useRemote, mergeSlashes bool
+	// wasm is a module to run before the router with an empty
+	// configuration; "" for none.
+	wasm string
+}
 
-const wasmFilterYAML = `- name: envoy.filters.http.wasm
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-              config:
-                name: sluice
-                root_id: sluice
-                vm_config:
-                  vm_id: sluice
-                  runtime: envoy.wasm.runtime.v8
-                  code: { local: { filename: "{{WASM}}" } }
-                configuration:
-                  "@type": type.googleapis.com/google.protobuf.StringValue
-                  value: '{}'`
+func (r routerOnly) yaml() string {
+	var filters []string
+	if r.wasm != "" {
+		filters = append(filters, bootstrap.Wasm{Code: r.wasm, Configuration: "{}"}.Filter())
+	}
+	return bootstrap.Bootstrap{
+		Listener: bootstrap.Listener{
+			UseRemoteAddress: r.useRemote,
+			MergeSlashes:     r.mergeSlashes,
+			RouteConfigName:  "local_route",
+			VirtualHosts: []bootstrap.VirtualHost{
+				{Name: "api", Domains: []string{"api.example.com"}, Routes: []bootstrap.Route{
+					{Match: `prefix: "/"`, Action: "cluster: b"},
+				}},
+				{Name: "all", Domains: []string{"*"}, Routes: []bootstrap.Route{
+					{Name: "exact", Match: `path: "/exact"`, Action: "cluster: b"},
+					{Match: `prefix: "/rr"`, Action: "cluster: rr"},
+					{Match: `prefix: "/down"`, Action: "cluster: down"},
+					{Name: "slow", Match: `safe_regex: { regex: "/delay/.*" }`, Action: "cluster: a, timeout: 0.2s"},
+					{Name: "a-prefix", Match: `prefix: "/a/"`, Action: "cluster: a"},
+				}},
+			},
+			HTTPFilters: filters,
+		},
+		Clusters: []bootstrap.Cluster{
+			{Name: "a", Type: "STATIC", Endpoints: []string{"127.0.0.1:" + r.aPort}},
+			{Name: "b", Type: "STRICT_DNS", DNSLookupFamily: "V4_ONLY", Endpoints: []string{"localhost:" + r.bPort}},
+			{Name: "rr", Type: "STATIC", Endpoints: []string{"127.0.0.1:" + r.aPort, "127.0.0.1:" + r.bPort}},
+			{Name: "down", Type: "STATIC", ConnectTimeout: time.Second, Endpoints: []string{"127.0.0.1:" + r.downPort}},
+		},
+		StatsTags: []bootstrap.StatsTag{{Name: "sluice_limit", Regex: `^(?:wasmcustom\.)?sluice\.limit\.((.+?)\.)`}},
+	}.YAML()
+}
 
 type testEnv struct {
 	srv      *Server
 	base     string // http://listener
 	admin    string // http://admin
-	logs     *syncBuffer
+	logs     *testkit.SyncBuffer
 	backendA string
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// closedPort returns a port nothing listens on, for connection failures.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	ln.Close()
-	return port
 }
 
 func backend(t *testing.T, name string) string {
@@ -175,22 +100,25 @@ func wasmModule(t *testing.T, name string) string {
 	return p
 }
 
-func startEnv(t *testing.T, vars map[string]string, concurrency int) *testEnv {
+func startEnv(t *testing.T, r routerOnly, concurrency int) *testEnv {
 	t.Helper()
-	return startEnvProfile(t, vars, concurrency, "")
+	return startEnvProfile(t, r, concurrency, "")
 }
 
-func startEnvProfile(t *testing.T, vars map[string]string, concurrency int, profile host.Profile) *testEnv {
+// startEnvProfile serves r, with in-test backends a and b and a closed
+// down port wherever r leaves a port empty.
+func startEnvProfile(t *testing.T, r routerOnly, concurrency int, profile host.Profile) *testEnv {
 	t.Helper()
-	aPort, bPort := backend(t, "a"), backend(t, "b")
-	repl := []string{"{{A_PORT}}", aPort, "{{B_PORT}}", bPort, "{{DOWN_PORT}}", closedPort(t),
-		"{{USE_REMOTE}}", "false", "{{MERGE_SLASHES}}", "false", "{{WASM_FILTER}}", ""}
-	for k, v := range vars {
-		repl = append([]string{k, v}, repl...)
+	if r.aPort == "" {
+		r.aPort = backend(t, "a")
 	}
-	y := strings.NewReplacer(repl...).Replace(routerOnlyYAML)
-	// A second pass fills placeholders that came in with the wasm snippet.
-	y = strings.NewReplacer(repl...).Replace(y)
+	if r.bPort == "" {
+		r.bPort = backend(t, "b")
+	}
+	if r.downPort == "" {
+		_, r.downPort, _ = net.SplitHostPort(testkit.ClosedAddr(t))
+	}
+	y := r.yaml()
 	path := filepath.Join(t.TempDir(), "envoy.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
@@ -199,7 +127,7 @@ func startEnvProfile(t *testing.T, vars map[string]string, concurrency int, prof
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	srv := NewServer(cfg, Options{Concurrency: concurrency, Profile: profile, Logger: NewLogger(logs, LevelDebug)})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -213,7 +141,7 @@ func startEnvProfile(t *testing.T, vars map[string]string, concurrency int, prof
 			t.Errorf("Shutdown: %v", err)
 		}
 	})
-	env := &testEnv{srv: srv, base: "http://" + srv.ListenerAddr("main"), admin: "http://" + srv.AdminAddr(), logs: logs, backendA: aPort}
+	env := &testEnv{srv: srv, base: "http://" + srv.ListenerAddr("main"), admin: "http://" + srv.AdminAddr(), logs: logs, backendA: r.aPort}
 	waitReady(t, env.admin)
 	return env
 }
@@ -292,7 +220,7 @@ func first(h map[string][]string, k string) string {
 }
 
 func TestServeRouting(t *testing.T) {
-	env := startEnv(t, nil, 2)
+	env := startEnv(t, routerOnly{}, 2)
 
 	r := do(t, nil, "GET", env.base+"/a/x?q=1", nil, "")
 	if r.status != 200 || r.echo.Name != "a" || r.echo.Path != "/a/x?q=1" {
@@ -390,7 +318,7 @@ func TestServeRouting(t *testing.T) {
 }
 
 func TestServeUseRemoteAddress(t *testing.T) {
-	env := startEnv(t, map[string]string{"{{USE_REMOTE}}": "true"}, 1)
+	env := startEnv(t, routerOnly{useRemote: true}, 1)
 	r := do(t, nil, "GET", env.base+"/a/x", map[string]string{"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https"}, "")
 	h := r.echo.Headers
 	if got := first(h, "x-forwarded-for"); got != "203.0.113.7,127.0.0.1" {
@@ -410,7 +338,7 @@ var workerLogRE = regexp.MustCompile(`\[worker (\d+)\] GET /a/(\S+) `)
 // round robin over the workers and every request on a connection stays on
 // its worker.
 func TestServeWorkers(t *testing.T) {
-	env := startEnv(t, nil, 2)
+	env := startEnv(t, routerOnly{}, 2)
 	for i := 0; i < 4; i++ {
 		do(t, nil, "GET", fmt.Sprintf("%s/a/fresh%d", env.base, i), nil, "")
 	}
@@ -434,7 +362,7 @@ func TestServeWorkers(t *testing.T) {
 }
 
 func TestAdmin(t *testing.T) {
-	env := startEnv(t, nil, 2)
+	env := startEnv(t, routerOnly{}, 2)
 	r := do(t, nil, "GET", env.admin+"/server_info", nil, "")
 	var info struct {
 		State   string `json:"state"`
@@ -478,7 +406,7 @@ func TestServeWasm(t *testing.T) {
 
 func testServeWasm(t *testing.T, profile host.Profile) {
 	wasm := wasmModule(t, "sluice.wasm")
-	env := startEnvProfile(t, map[string]string{"{{WASM_FILTER}}": wasmFilterYAML, "{{WASM}}": wasm}, 2, profile)
+	env := startEnvProfile(t, routerOnly{wasm: wasm}, 2, profile)
 	if got := env.srv.Runtime().Profile(); got != profile {
 		t.Fatalf("runtime profile %q, want %q", got, profile)
 	}
@@ -525,7 +453,7 @@ func testServeWasm(t *testing.T, profile host.Profile) {
 // nothing about requests or responses.
 func TestServeNoopWasmPassesThrough(t *testing.T) {
 	wasm := wasmModule(t, "noop.wasm")
-	env := startEnv(t, map[string]string{"{{WASM_FILTER}}": wasmFilterYAML, "{{WASM}}": wasm}, 2)
+	env := startEnv(t, routerOnly{wasm: wasm}, 2)
 	r := do(t, nil, "POST", env.base+"/a/x?y=1", map[string]string{"X-Custom": "v"}, "payload")
 	if r.status != 200 || r.echo.Body != "payload" || r.echo.Path != "/a/x?y=1" || first(r.echo.Headers, "x-custom") != "v" {
 		t.Errorf("through noop: %d %+v", r.status, r.echo)
@@ -534,10 +462,7 @@ func TestServeNoopWasmPassesThrough(t *testing.T) {
 
 func TestStartFailsOnMissingWasm(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "absent.wasm")
-	y := strings.NewReplacer("{{WASM_FILTER}}", wasmFilterYAML, "{{A_PORT}}", "1", "{{B_PORT}}", "2",
-		"{{DOWN_PORT}}", "3", "{{USE_REMOTE}}", "false", "{{MERGE_SLASHES}}", "false").Replace(routerOnlyYAML)
-	y = strings.ReplaceAll(y, "{{WASM}}", missing)
-	cfg, err := Load([]byte(y))
+	cfg, err := Load([]byte(routerOnly{aPort: "1", bPort: "2", downPort: "3", wasm: missing}.yaml()))
 	if err != nil {
 		t.Fatal(err)
 	}

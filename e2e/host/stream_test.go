@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
 func probePlugin(t *testing.T, r *Runtime, cfg PluginConfig) *Plugin {
@@ -443,12 +444,7 @@ func TestHTTPCall(t *testing.T) {
 	defer srv.Close()
 	defer close(release)
 	// A port nobody listens on, for a transport failure.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://" + ln.Addr().String()
-	ln.Close()
+	dead := "http://" + testkit.ClosedAddr(t)
 
 	r, _ := newRT(t, "")
 	caller := &testCaller{clusters: map[string]string{"svc": srv.URL, "dead": dead}}

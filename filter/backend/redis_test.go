@@ -15,9 +15,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-proxy/sluice/e2e/redistest"
-	"github.com/sluice-proxy/sluice/e2e/upstash"
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/internal/fixtures/redistest"
+	"github.com/sluice-proxy/sluice/internal/fixtures/upstash"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 

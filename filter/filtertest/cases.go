@@ -52,6 +52,21 @@ type Response struct {
 	Waited time.Duration
 }
 
+// ToHeader turns the header pairs a proxy-wasm host hands out into the
+// http.Header a Response carries. Pseudo-headers (":status", ":path", …)
+// are the host's framing, not headers a client or upstream sees, so both
+// harnesses drop them the same way here.
+func ToHeader(pairs [][2]string) http.Header {
+	h := http.Header{}
+	for _, kv := range pairs {
+		if len(kv[0]) > 0 && kv[0][0] == ':' {
+			continue
+		}
+		h.Add(kv[0], kv[1])
+	}
+	return h
+}
+
 // Harness runs streams through one configured plugin on a clock that only
 // moves when told to.
 type Harness interface {

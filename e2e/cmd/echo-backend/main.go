@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluice-proxy/sluice/e2e/cmd/echo-backend/echo"
+	"github.com/sluice-proxy/sluice/internal/fixtures/echo"
 )
 
 func main() {

@@ -14,7 +14,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluice-proxy/sluice/e2e/cmd/limits-server/limits"
+	"github.com/sluice-proxy/sluice/internal/fixtures/limits"
 )
 
 func main() {

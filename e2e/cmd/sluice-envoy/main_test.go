@@ -7,54 +7,21 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/fixtures/bootstrap"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // routerOnly needs no wasm build, so the command's own behaviour is tested
 // whatever state build/ is in.
-const routerOnly = `
-static_resources:
-  listeners:
-  - name: main
-    address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress_http
-          route_config:
-            virtual_hosts: [{ name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, route: { cluster: backend } }] }]
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
-  clusters:
-  - name: backend
-    load_assignment:
-      cluster_name: backend
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 1 } } } }] }]
-admin:
-  address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
-`
+var routerOnly = bootstrap.Bootstrap{
+	Listener: bootstrap.Listener{VirtualHosts: []bootstrap.VirtualHost{{Name: "all", Domains: []string{"*"}, Routes: []bootstrap.Route{
+		{Match: `prefix: "/"`, Action: "cluster: backend"},
+	}}}},
+	Clusters: []bootstrap.Cluster{{Name: "backend", Endpoints: []string{"127.0.0.1:1"}}},
+}.YAML()
 
 func writeConfig(t *testing.T, y string) string {
 	t.Helper()
@@ -108,8 +75,8 @@ var adminRE = regexp.MustCompile(`admin address: (\S+)`)
 // the file like Envoy, and stops it through /quitquitquit.
 func TestServeAndQuit(t *testing.T) {
 	p := writeConfig(t, routerOnly)
-	var out syncBuffer
-	errOut := &syncBuffer{}
+	var out testkit.SyncBuffer
+	errOut := &testkit.SyncBuffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- run([]string{"-c", p, "--concurrency", "2", "-l", "debug",

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-proxy/sluice/e2e/upstash"
+	"github.com/sluice-proxy/sluice/internal/fixtures/upstash"
 )
 
 func main() {
