@@ -20,9 +20,10 @@ type Request struct {
 	SourceAddress, DestinationAddress string // "ip:port"
 	RouteName, ClusterName            string // xds.route_name / xds.cluster_name
 	RequestID                         string
-	// OnPark, if set, is called each time the stream pauses to wait for
-	// the plugin, before the worker is released; it must not block. Tests
-	// use it to know when to drive ticks.
+	// OnPark, if set, is called on the worker's loop each time the stream
+	// pauses to wait for the plugin, before the loop moves on; it must not
+	// block, nor wait for the worker (Plugin.Tick). Tests use it to know
+	// when to drive ticks.
 	OnPark func()
 }
 
@@ -194,10 +195,12 @@ type streamRun struct {
 	parkErr error
 	upResp  *Response
 	upErr   error
-	need    streamNeed
-	up      *Request // for needUpstream and needPassThrough
-	resp    *Response
-	err     error
+
+	// What a turn leaves for Serve.
+	need streamNeed
+	up   *Request // for needUpstream and needPassThrough
+	resp *Response
+	err  error
 }
 
 type stage int
