@@ -94,6 +94,9 @@ type loopRecorder struct {
 	holdVM  uint32
 	entered chan struct{}
 	release chan struct{}
+	// meet[vm] is closed when vm's request-headers callback has started;
+	// while meet is set, each such callback waits for the other VM's.
+	meet map[uint32]chan struct{}
 }
 
 func (l *loopRecorder) log(_ LogLevel, _ string, msg string) {
@@ -107,10 +110,27 @@ func (l *loopRecorder) log(_ LogLevel, _ string, msg string) {
 	if hold {
 		l.holdVM = 0
 	}
+	var mine chan struct{}
+	var others []chan struct{}
+	if e.tag == 'H' && l.meet[e.vm] != nil {
+		mine = l.meet[e.vm]
+		for vm, c := range l.meet {
+			if vm != e.vm {
+				others = append(others, c)
+			}
+		}
+		delete(l.meet, e.vm)
+	}
 	l.mu.Unlock()
 	if hold {
 		close(l.entered)
 		<-l.release
+	}
+	if mine != nil {
+		close(mine)
+		for _, c := range others {
+			<-c
+		}
 	}
 }
 
@@ -137,7 +157,8 @@ func (l *loopRecorder) snapshot() []loopEvent {
 // timer, http-call replies, queue notifications posted from the other
 // worker) runs on that worker's loop goroutine, and nothing else does; a
 // worker stuck inside a callback holds up neither the other worker nor the
-// admin reads.
+// admin reads; and the two workers run guest code at the same time, which
+// is what lets a CPU-bound filter use two cores.
 func TestWorkerLoopsOwnTheirVMs(t *testing.T) {
 	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer svc.Close()
@@ -252,4 +273,23 @@ func TestWorkerLoopsOwnTheirVMs(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "queue notifications after worker 1 is free", func() bool { return rec.count('Q', id[1]) == 2*perWorker+2 })
+
+	// Each worker's request callback waits until the other worker's has
+	// started: both are inside guest code at once. A host that ran the
+	// workers one at a time would never get here.
+	meet := map[uint32]chan struct{}{id[0]: make(chan struct{}), id[1]: make(chan struct{})}
+	rec.mu.Lock()
+	rec.meet = meet
+	rec.mu.Unlock()
+	var both sync.WaitGroup
+	for w := range 2 {
+		both.Add(1)
+		go func() {
+			defer both.Done()
+			if resp, err := p.Serve(context.Background(), getReq(w, "/"), okUpstream(200, "up")); err != nil || resp.Status != 200 {
+				t.Errorf("worker %d meeting the other: %+v %v", w, resp, err)
+			}
+		}()
+	}
+	both.Wait()
 }
