@@ -216,7 +216,9 @@ func (v *vm) callRaw(fn api.Function, args ...uint64) uint64 {
 	err := fn.CallWithStack(v.ctx, stack)
 	// Memory only grows while guest code runs, so this keeps the admin view
 	// current without anyone reading the memory off the loop.
-	v.pages.Store(v.mem.Size() / 65536)
+	if v.mem != nil {
+		v.pages.Store(v.mem.Size() / 65536)
+	}
 	if err != nil {
 		v.fail(trapMessage(err))
 		return 0
