@@ -344,6 +344,7 @@ func hContinueStream(v *vm, _ context.Context, s []uint64) {
 	}
 	if st.paused == want {
 		st.paused = phaseNone
+		v.syncParked(st)
 		st.signal()
 	} else if st.phase == want && v.current == st.id {
 		// Continue from inside the stream's own callback: remembered so a
@@ -360,6 +361,7 @@ func hCloseStream(v *vm, _ context.Context, s []uint64) {
 		return
 	}
 	st.reset = true
+	v.syncParked(st)
 	st.signal()
 	ok(s, StatusOK)
 }
@@ -390,6 +392,7 @@ func hSendLocalResponse(v *vm, _ context.Context, s []uint64) {
 	}
 	st.local = &localReply{status: int(code), details: details, body: append([]byte(nil), body...), headers: headers}
 	st.paused = phaseNone
+	v.syncParked(st)
 	st.signal()
 	ok(s, StatusOK)
 }

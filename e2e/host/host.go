@@ -19,9 +19,10 @@
 //   - streams (stream.go): the HTTP filter callbacks, pause/continue,
 //     deferred local replies, fail-open/closed/reload.
 //
-// Concurrency: each worker VM is single-threaded. All calls into one VM hold
-// its worker's mutex; a paused stream waits with the mutex released, so the
-// worker keeps serving other streams, ticks and http-call responses.
+// Concurrency (loop.go): like an Envoy worker thread, each worker is one
+// event loop, a goroutine that runs every callback of its VMs. Callers post
+// work to it and wait for the reply; a paused stream waits off the loop, so
+// the worker keeps serving other streams, ticks and http-call responses.
 package host
 
 import (
@@ -135,6 +136,8 @@ type Runtime struct {
 	closed   bool
 	plugins  map[*Plugin]struct{}
 	hostDefs map[string]api.FunctionDefinition // "module.name" → host signature
+	// workerLoops[i] runs worker i of every plugin.
+	workerLoops []*loop
 }
 
 type compiled struct {
@@ -192,37 +195,37 @@ var sharedCompilationCache = wazero.NewCompilationCache()
 
 // Tick fires proxy_on_tick on worker's VM now, if the plugin has set a tick
 // period there; it reports whether it did. For RuntimeOptions.ManualTicks.
+// Like a timer firing, the tick runs on the worker's loop, after whatever
+// the loop was doing.
 func (p *Plugin) Tick(worker int) bool {
 	if worker < 0 || worker >= len(p.workers) {
 		return false
 	}
 	w := p.workers[worker]
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	v := w.vm
-	if v == nil || v.failed || v.closed || v.tickPeriod <= 0 {
-		return false
-	}
-	v.call(rootContextID, v.fnTick, rootContextID)
-	return true
+	fired := false
+	_ = w.loop.do(func() {
+		v := w.vm
+		if v == nil || v.failed || v.closed || v.tickPeriod <= 0 {
+			return
+		}
+		v.call(rootContextID, v.fnTick, rootContextID)
+		fired = true
+	})
+	return fired
 }
 
 // ParkedStreams counts streams on worker that are paused and waiting for
-// the plugin to continue or answer them.
+// the plugin to continue or answer them. It reads a count the loop keeps,
+// so it never waits for the worker.
 func (p *Plugin) ParkedStreams(worker int) int {
 	if worker < 0 || worker >= len(p.workers) {
 		return 0
 	}
-	w := p.workers[worker]
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for _, st := range w.vm.streams {
-		if st.paused != phaseNone && st.local == nil && !st.reset {
-			n++
-		}
+	v := p.workers[worker].cur.Load()
+	if v == nil {
+		return 0
 	}
-	return n
+	return int(v.parked.Load())
 }
 
 // Profile reports the imitated Envoy release.
@@ -267,6 +270,13 @@ func (r *Runtime) Close(ctx context.Context) error {
 	var errs []error
 	for _, p := range plugins {
 		errs = append(errs, p.Close(ctx))
+	}
+	// No plugin is left to post work, so the loops can end.
+	r.mu.Lock()
+	loops := r.workerLoops
+	r.mu.Unlock()
+	for _, l := range loops {
+		l.stop()
 	}
 	errs = append(errs, r.wz.Close(ctx))
 	return errors.Join(errs...)
@@ -477,9 +487,19 @@ type Plugin struct {
 	closed  atomic.Bool
 }
 
+// worker is a plugin's VM on one worker loop.
 type worker struct {
-	mu sync.Mutex
+	loop *loop
+	// vm is the worker's current VM; only the loop reads or replaces it.
 	vm *vm
+	// cur mirrors vm for readers off the loop (admin, tests).
+	cur atomic.Pointer[vm]
+}
+
+// setVM installs v as the worker's VM. Loop only.
+func (w *worker) setVM(v *vm) {
+	w.vm = v
+	w.cur.Store(v)
 }
 
 // NewPlugin loads cfg.Code, runs a canary VM through start-up and
@@ -503,6 +523,8 @@ func (r *Runtime) NewPlugin(ctx context.Context, cfg PluginConfig) (*Plugin, err
 	pctx, cancel := context.WithCancel(r.baseCtx)
 	p := &Plugin{rt: r, cfg: cfg, code: c, policy: pol, ctx: pctx, cancel: cancel, shared: r.sharedStore(cfg.VMID)}
 
+	// The canary runs on the caller's goroutine, as Envoy runs it on the
+	// main thread.
 	canary, err := p.newVM(ctx, -1)
 	if err != nil {
 		cancel()
@@ -510,26 +532,34 @@ func (r *Runtime) NewPlugin(ctx context.Context, cfg PluginConfig) (*Plugin, err
 	}
 	canary.close()
 
+	loops, err := r.loops(cfg.Concurrency)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("plugin %q: %w", cfg.Name, err)
+	}
 	// Workers exist before their VMs start so that ticks and queue
 	// notifications set up during start-up find them.
 	p.workers = make([]*worker, cfg.Concurrency)
 	for i := range p.workers {
-		p.workers[i] = &worker{}
+		p.workers[i] = &worker{loop: loops[i]}
 	}
+	// As Envoy creates each worker's VM on that worker's thread, start-up
+	// runs on the worker's loop.
 	for i, w := range p.workers {
-		w.mu.Lock()
-		v, err := p.newVM(ctx, i)
-		if err == nil {
-			w.vm = v
+		var err error
+		if stopped := w.loop.do(func() {
+			var v *vm
+			if v, err = p.newVM(ctx, i); err == nil {
+				w.setVM(v)
+			}
+		}); stopped != nil {
+			err = stopped
 		}
-		w.mu.Unlock()
 		if err != nil {
 			p.closed.Store(true)
 			cancel()
 			for _, w := range p.workers[:i] {
-				w.mu.Lock()
-				w.vm.close()
-				w.mu.Unlock()
+				_ = w.loop.do(func() { w.vm.close() })
 			}
 			p.wg.Wait()
 			return nil, fmt.Errorf("plugin %q worker %d: %w", cfg.Name, i, err)
@@ -553,8 +583,13 @@ func (p *Plugin) Close(ctx context.Context) error {
 	}
 	defer p.cancel()
 	for _, w := range p.workers {
-		w.mu.Lock()
-		if v := w.vm; v != nil {
+		// A loop stops only after Runtime.Close closed every plugin, so
+		// an error here means this already ran.
+		_ = w.loop.do(func() {
+			v := w.vm
+			if v == nil {
+				return
+			}
 			// WasmBase::startShutdown: the root context gets on_done and
 			// on_delete before the VM goes away.
 			if !v.failed && !v.closed {
@@ -562,8 +597,7 @@ func (p *Plugin) Close(ctx context.Context) error {
 				v.call(rootContextID, v.fnDelete, rootContextID)
 			}
 			v.close()
-		}
-		w.mu.Unlock()
+		})
 	}
 	p.wg.Wait()
 	p.rt.mu.Lock()
@@ -585,29 +619,28 @@ func (p *Plugin) Traps() uint64 { return p.traps.Load() }
 // Reloads counts VMs re-created under FAIL_RELOAD.
 func (p *Plugin) Reloads() uint64 { return p.reloads.Load() }
 
-// MemoryPages is the current linear memory size (64 KiB pages) of a worker VM.
+// MemoryPages is the linear memory size (64 KiB pages) of a worker VM as of
+// its last callback; it does not wait for the worker.
 func (p *Plugin) MemoryPages(worker int) uint32 {
 	if worker < 0 || worker >= len(p.workers) {
 		return 0
 	}
-	w := p.workers[worker]
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.vm.mem == nil {
-		return 0
+	if v := p.workers[worker].cur.Load(); v != nil {
+		return v.pages.Load()
 	}
-	return w.vm.mem.Size() / 65536
+	return 0
 }
 
-// Failed reports whether the worker's current VM has failed.
+// Failed reports whether the worker's current VM has failed; it does not
+// wait for the worker.
 func (p *Plugin) Failed(worker int) bool {
 	if worker < 0 || worker >= len(p.workers) {
 		return false
 	}
-	w := p.workers[worker]
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.vm.failed
+	if v := p.workers[worker].cur.Load(); v != nil {
+		return v.hasFailed.Load()
+	}
+	return false
 }
 
 func (r *Runtime) log(level LogLevel, plugin, msg string) {

@@ -83,9 +83,10 @@ func TestTicksPerVMAndStop(t *testing.T) {
 	}
 	eventually(t, "both VMs stopped ticking", func() bool {
 		for _, w := range p.workers {
-			w.mu.Lock()
-			stopped := w.vm.tickStop == nil
-			w.mu.Unlock()
+			stopped := false
+			if err := w.loop.do(func() { stopped = w.vm.tickTimer == nil }); err != nil {
+				t.Fatal(err)
+			}
 			if !stopped {
 				return false
 			}

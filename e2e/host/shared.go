@@ -166,20 +166,15 @@ func hEnqueue(v *vm, _ context.Context, s []uint64) {
 	q.items = append(q.items, append([]byte(nil), data...))
 	owner, token := q.owner, q.token
 	qr.mu.Unlock()
-	if owner != nil && owner.worker >= 0 && !owner.closed {
-		// Delivered asynchronously on the owner's worker, like Envoy posts
-		// it to the owner's dispatcher.
-		op := owner.p
-		op.wg.Add(1)
-		go func() {
-			defer op.wg.Done()
-			w := op.workers[owner.worker]
-			w.mu.Lock()
-			defer w.mu.Unlock()
+	if owner != nil && owner.worker >= 0 {
+		// Delivered as an event on the owner's loop, as Envoy posts it to
+		// the owner's dispatcher; the enqueuer does not wait for it.
+		w := owner.p.workers[owner.worker]
+		w.loop.post(taskFunc(func() {
 			if w.vm == owner && !owner.failed && !owner.closed {
 				owner.call(rootContextID, owner.fnQueueReady, rootContextID, uint64(token))
 			}
-		}()
+		}))
 	}
 	ok(s, StatusOK)
 }

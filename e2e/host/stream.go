@@ -20,9 +20,10 @@ type Request struct {
 	SourceAddress, DestinationAddress string // "ip:port"
 	RouteName, ClusterName            string // xds.route_name / xds.cluster_name
 	RequestID                         string
-	// OnPark, if set, is called each time the stream pauses to wait for
-	// the plugin, before the worker is released; it must not block. Tests
-	// use it to know when to drive ticks.
+	// OnPark, if set, is called on the worker's loop each time the stream
+	// pauses to wait for the plugin, before the loop moves on; it must not
+	// block, nor wait for the worker (Plugin.Tick). Tests use it to know
+	// when to drive ticks.
 	OnPark func()
 }
 
@@ -100,6 +101,7 @@ type stream struct {
 	reset         bool
 	props         map[string][]byte
 	vmCtx         context.Context
+	counted       bool // in vm.parked
 }
 
 func lower(s string) string {
@@ -132,8 +134,10 @@ func (s *stream) signal() {
 }
 
 // Serve runs one HTTP stream through the plugin on req.Worker the way Envoy's
-// filter chain does. See the package documentation of the API in the issue
-// for the order of callbacks.
+// filter chain does. The callbacks run on the worker's loop; the calling
+// goroutine (the connection's) only waits for them, and waits off the loop
+// while the stream is parked or its request is upstream, so the worker keeps
+// serving its other streams meanwhile.
 func (p *Plugin) Serve(ctx context.Context, req *Request, next Upstream) (*Response, error) {
 	if req.Worker < 0 || req.Worker >= len(p.workers) {
 		return nil, fmt.Errorf("worker %d out of range [0,%d)", req.Worker, len(p.workers))
@@ -141,47 +145,97 @@ func (p *Plugin) Serve(ctx context.Context, req *Request, next Upstream) (*Respo
 	if p.closed.Load() {
 		return nil, errors.New("plugin is closed")
 	}
-	w := p.workers[req.Worker]
-	w.mu.Lock()
-	v := w.vm
-	if v.failed {
-		switch p.policy {
-		case failOpen:
-			w.mu.Unlock()
-			return p.passThrough(ctx, req, next)
-		case failReload:
-			nv, err := p.newVM(p.ctx, req.Worker)
-			if err != nil {
-				p.rt.log(LogError, p.cfg.Name, "FAIL_RELOAD: "+err.Error())
-				w.mu.Unlock()
-				return failStreamResponse(), nil
+	sr := &streamRun{p: p, w: p.workers[req.Worker], ctx: ctx, req: req, done: make(chan struct{}, 1)}
+	for {
+		if !sr.w.loop.post(sr) {
+			return nil, ErrPluginClosed
+		}
+		<-sr.done
+		switch sr.need {
+		case needNothing:
+			return sr.resp, sr.err
+		case needResume:
+			sr.parkErr = sr.st.waitResume(ctx)
+			sr.resumed = sr.parkErr == nil
+		case needUpstream:
+			sr.upResp, sr.upErr = next(ctx, sr.up)
+		case needPassThrough:
+			resp, err := p.passThrough(ctx, sr.up, next)
+			if sr.st == nil {
+				return resp, err
 			}
-			v.close()
-			w.vm = nv
-			v = nv
-			p.reloads.Add(1)
-		default:
-			w.mu.Unlock()
-			return failStreamResponse(), nil
+			sr.resp, sr.err = resp, err
 		}
 	}
-	st := &stream{req: req, resume: make(chan struct{}, 1), vmCtx: v.ctx}
-	st.reqHeaders = requestHeaderMap(req)
-	st.reqBody = req.Body
-	st.reqTrailers = lowerPairs(req.Trailers)
-	st.id = v.nextID
-	v.nextID++
-	v.streams[st.id] = st
-	resp, err := p.runStream(ctx, w, v, st, next)
-	if w.vm == v && !v.failed && !v.closed {
-		v.call(st.id, v.fnLog, uint64(st.id))
-		v.call(st.id, v.fnDone, uint64(st.id))
-		v.call(st.id, v.fnDelete, uint64(st.id))
+}
+
+// A streamRun drives one stream. Serve and the worker's loop take turns: a
+// turn runs on the loop up to the next point where the stream needs
+// something the VM cannot give (the plugin resuming it, the upstream's
+// answer, a fail-open pass-through), says which in need, and Serve gets it
+// off the loop before posting the next turn.
+type streamRun struct {
+	p    *Plugin
+	w    *worker
+	ctx  context.Context
+	req  *Request
+	done chan struct{} // a turn ended (capacity 1, so the loop never waits)
+
+	// Set by the first turn: the VM and the stream (nil when the stream
+	// never reached a VM).
+	v  *vm
+	st *stream
+
+	at      stage
+	idx     int  // next callback of the direction: headers, body, trailers
+	resumed bool // the stream was parked and the plugin resumed it
+	local   bool // the response in flight is a local reply
+
+	// What Serve brings back between turns.
+	parkErr error
+	upResp  *Response
+	upErr   error
+
+	// What a turn leaves for Serve.
+	need streamNeed
+	up   *Request // for needUpstream and needPassThrough
+	resp *Response
+	err  error
+}
+
+type stage int
+
+const (
+	stageBegin    stage = iota
+	stageRequest        // request callbacks from idx
+	stageUpstream       // the upstream answered with upResp, upErr
+	stageResponse       // response callbacks from idx
+	stageFinish         // resp, err are final; end the stream in the VM
+)
+
+type streamNeed int
+
+const (
+	needNothing     streamNeed = iota // resp, err are the answer
+	needResume                        // parked: wait for the plugin
+	needUpstream                      // send up to the next filter
+	needPassThrough                   // fail open: send up without the plugin; its answer is final
+)
+
+func (sr *streamRun) run() {
+	switch sr.at {
+	case stageBegin:
+		sr.need = sr.begin()
+	case stageRequest:
+		sr.need = sr.request()
+	case stageUpstream:
+		sr.need = sr.upstream()
+	case stageResponse:
+		sr.need = sr.response()
+	default:
+		sr.need = sr.finish()
 	}
-	delete(v.streams, st.id)
-	st.phase = phaseDone
-	w.mu.Unlock()
-	return resp, err
+	sr.done <- struct{}{}
 }
 
 func failStreamResponse() *Response {
@@ -245,51 +299,123 @@ func routerReply(ue *UpstreamError) *Response {
 	return r
 }
 
-// failed handles a VM failure in the middle of a stream: fail closed gives
-// Envoy's 503, fail open lets the request through without the plugin.
-func (p *Plugin) failedMidStream(ctx context.Context, w *worker, st *stream, next Upstream) (*Response, error) {
+func (sr *streamRun) begin() streamNeed {
+	p, w, req := sr.p, sr.w, sr.req
+	v := w.vm
+	if v.failed {
+		switch p.policy {
+		case failOpen:
+			sr.up = req
+			return needPassThrough
+		case failReload:
+			nv, err := p.newVM(p.ctx, req.Worker)
+			if err != nil {
+				p.rt.log(LogError, p.cfg.Name, "FAIL_RELOAD: "+err.Error())
+				sr.resp = failStreamResponse()
+				return needNothing
+			}
+			v.close()
+			w.setVM(nv)
+			v = nv
+			p.reloads.Add(1)
+		default:
+			sr.resp = failStreamResponse()
+			return needNothing
+		}
+	}
+	st := &stream{req: req, resume: make(chan struct{}, 1), vmCtx: v.ctx}
+	st.reqHeaders = requestHeaderMap(req)
+	st.reqBody = req.Body
+	st.reqTrailers = lowerPairs(req.Trailers)
+	st.id = v.nextID
+	v.nextID++
+	v.streams[st.id] = st
+	sr.v, sr.st = v, st
+	v.call(st.id, v.fnContextCreate, uint64(st.id), rootContextID)
+	if v.failed {
+		return sr.failedMidStream()
+	}
+	st.phase = phaseRequest
+	sr.at = stageRequest
+	return sr.request()
+}
+
+// end makes resp, err the answer and ends the stream in the VM.
+func (sr *streamRun) end(resp *Response, err error) streamNeed {
+	sr.resp, sr.err = resp, err
+	return sr.finish()
+}
+
+// finish runs the stream's last callbacks (Envoy's onLog, onDone,
+// onDelete) and forgets it.
+func (sr *streamRun) finish() streamNeed {
+	w, v, st := sr.w, sr.v, sr.st
+	if w.vm == v && !v.failed && !v.closed {
+		v.call(st.id, v.fnLog, uint64(st.id))
+		v.call(st.id, v.fnDone, uint64(st.id))
+		v.call(st.id, v.fnDelete, uint64(st.id))
+	}
+	delete(v.streams, st.id)
+	st.phase = phaseDone
+	v.syncParked(st)
+	return needNothing
+}
+
+// failedMidStream handles a VM failure in the middle of a stream: fail
+// closed gives Envoy's 503, fail open lets the request through without the
+// plugin.
+func (sr *streamRun) failedMidStream() streamNeed {
+	p, st := sr.p, sr.st
 	if p.policy == failOpen && st.phase == phaseRequest {
 		r := *st.req
 		r.Headers = st.reqHeaders
 		r.Body = st.reqBody
-		w.mu.Unlock()
-		resp, err := p.passThrough(ctx, &r, next)
-		w.mu.Lock()
-		return resp, err
+		sr.up = &r
+		sr.at = stageFinish
+		return needPassThrough
 	}
 	if p.policy == failOpen && st.hasResponse {
-		return st.buildResponse(), nil
+		return sr.end(st.buildResponse(), nil)
 	}
-	return failStreamResponse(), nil
+	return sr.end(failStreamResponse(), nil)
 }
 
-// wait parks the stream until proxy_continue_stream (or a local reply)
-// arrives, with the worker unlocked so the VM keeps serving.
-func (st *stream) wait(ctx context.Context, w *worker, ph phase) error {
-	if st.pendingResume || st.local != nil {
-		st.pendingResume = false
-		return nil
-	}
+// park leaves the stream waiting in ph for proxy_continue_stream (or a local
+// reply or reset); the next turn starts where this one stopped.
+func (sr *streamRun) park(ph phase) streamNeed {
+	st := sr.st
 	st.paused = ph
-	vmDone := st.vmCtx.Done()
+	sr.v.syncParked(st)
 	if st.req.OnPark != nil {
 		st.req.OnPark()
 	}
-	w.mu.Unlock()
+	return needResume
+}
+
+// waitResume is the parked stream's wait, off the loop.
+func (st *stream) waitResume(ctx context.Context) error {
 	select {
 	case <-st.resume:
-		w.mu.Lock()
 		return nil
 	case <-ctx.Done():
-		w.mu.Lock()
-		st.paused = phaseNone
 		return ctx.Err()
-	case <-vmDone:
+	case <-st.vmCtx.Done():
 		// The plugin was closed under a parked stream.
-		w.mu.Lock()
-		st.paused = phaseNone
 		return ErrPluginClosed
 	}
+}
+
+// unparkFailed ends the stream if its wait ended without the plugin
+// resuming it.
+func (sr *streamRun) unparkFailed() (streamNeed, bool) {
+	if sr.parkErr == nil {
+		return 0, false
+	}
+	err := sr.parkErr
+	sr.parkErr = nil
+	sr.st.paused = phaseNone
+	sr.v.syncParked(sr.st)
+	return sr.end(nil, err), true
 }
 
 // ErrPluginClosed ends streams that were paused when the plugin closed.
@@ -297,92 +423,98 @@ var ErrPluginClosed = errors.New("wasm plugin closed")
 
 const actionPause = 1
 
-func (p *Plugin) runStream(ctx context.Context, w *worker, v *vm, st *stream, next Upstream) (*Response, error) {
-	v.call(st.id, v.fnContextCreate, uint64(st.id), rootContextID)
-	if v.failed {
-		return p.failedMidStream(ctx, w, st, next)
+// request runs the request callbacks from sr.idx on and applies what each
+// asked for: a deferred local reply, a pause, a reset. When a callback is
+// followed by another of the same direction (body after headers, trailers
+// after body), a Pause does not park the stream: as in Envoy, the next
+// callback still runs and its Continue resumes iteration
+// (FilterDataStatus::Continue after StopIteration).
+func (sr *streamRun) request() streamNeed {
+	if n, over := sr.unparkFailed(); over {
+		return n
 	}
-	st.phase = phaseRequest
-	req := st.req
-	endAfterHeaders := len(req.Body) == 0 && len(req.Trailers) == 0
-	act := v.call(st.id, v.fnReqHeaders, uint64(st.id), uint64(len(st.reqHeaders)), b2u(endAfterHeaders))
-	if r, err, done := p.afterRequestCallback(ctx, w, v, st, next, act, !endAfterHeaders); done {
-		return r, err
-	}
-	if len(req.Body) > 0 {
-		st.reqBodyReadable = true
-		act = v.call(st.id, v.fnReqBody, uint64(st.id), uint64(len(st.reqBody)), b2u(len(req.Trailers) == 0))
-		st.reqBodyReadable = false
-		if r, err, done := p.afterRequestCallback(ctx, w, v, st, next, act, len(req.Trailers) > 0); done {
-			return r, err
+	w, v, st, req := sr.w, sr.v, sr.st, sr.req
+	for ; sr.idx < 3; sr.idx++ {
+		var act uint64 // resumed: continue unless a local reply or reset arrived
+		more := false
+		if sr.resumed {
+			sr.resumed = false
+		} else {
+			switch sr.idx {
+			case 0:
+				endAfterHeaders := len(req.Body) == 0 && len(req.Trailers) == 0
+				more = !endAfterHeaders
+				act = v.call(st.id, v.fnReqHeaders, uint64(st.id), uint64(len(st.reqHeaders)), b2u(endAfterHeaders))
+			case 1:
+				if len(req.Body) == 0 {
+					continue
+				}
+				more = len(req.Trailers) > 0
+				st.reqBodyReadable = true
+				act = v.call(st.id, v.fnReqBody, uint64(st.id), uint64(len(st.reqBody)), b2u(len(req.Trailers) == 0))
+				st.reqBodyReadable = false
+			case 2:
+				if len(req.Trailers) == 0 {
+					continue
+				}
+				act = v.call(st.id, v.fnReqTrailers, uint64(st.id), uint64(len(st.reqTrailers)))
+			}
+		}
+		if v.failed || w.vm != v {
+			return sr.failedMidStream()
+		}
+		if st.reset {
+			return sr.end(nil, ErrStreamReset)
+		}
+		if st.local != nil {
+			return sr.sendLocal()
+		}
+		if uint32(act) == actionPause && !more {
+			if st.pendingResume {
+				// The callback continued the stream before pausing it.
+				st.pendingResume = false
+				continue
+			}
+			return sr.park(phaseRequest)
 		}
 	}
-	if len(req.Trailers) > 0 {
-		act = v.call(st.id, v.fnReqTrailers, uint64(st.id), uint64(len(st.reqTrailers)))
-		if r, err, done := p.afterRequestCallback(ctx, w, v, st, next, act, false); done {
-			return r, err
-		}
-	}
-
-	up := &Request{
+	sr.up = &Request{
 		Worker: req.Worker, Headers: st.reqHeaders, Body: st.reqBody, Trailers: st.reqTrailers,
 		SourceAddress: req.SourceAddress, DestinationAddress: req.DestinationAddress,
 		RouteName: req.RouteName, ClusterName: req.ClusterName, RequestID: req.RequestID,
 	}
-	w.mu.Unlock()
-	resp, err := next(ctx, up)
-	w.mu.Lock()
+	sr.at = stageUpstream
+	return needUpstream
+}
+
+// upstream takes the upstream's answer (or failure, which the router turns
+// into a local reply) into the response callbacks.
+func (sr *streamRun) upstream() streamNeed {
+	resp, err := sr.upResp, sr.upErr
+	sr.upResp, sr.upErr = nil, nil
 	if err != nil {
 		var ue *UpstreamError
 		switch {
 		case errors.As(err, &ue):
 			resp = routerReply(ue)
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
+		case sr.ctx.Err() != nil:
+			return sr.end(nil, sr.ctx.Err())
 		default:
 			resp = routerReply(&UpstreamError{Status: 503, Details: "upstream_reset_before_response_started{connection_failure}"})
 		}
 	} else if resp.Details == "" {
 		resp.Details = "via_upstream"
 	}
-	if w.vm != v || v.failed {
-		return p.failedMidStream(ctx, w, st, next)
+	if sr.w.vm != sr.v || sr.v.failed {
+		return sr.failedMidStream()
 	}
-	return p.respond(ctx, w, v, st, next, resp)
-}
-
-// afterRequestCallback applies what a request-path callback asked for:
-// a deferred local reply, a pause, a reset. done means the stream is over.
-// more says another callback of the same direction follows (body after
-// headers, trailers after body): as in Envoy, a Pause then does not park the
-// stream, because the next callback still runs and its Continue resumes
-// iteration (FilterDataStatus::Continue after StopIteration).
-func (p *Plugin) afterRequestCallback(ctx context.Context, w *worker, v *vm, st *stream, next Upstream, act uint64, more bool) (*Response, error, bool) {
-	for {
-		if v.failed || w.vm != v {
-			r, err := p.failedMidStream(ctx, w, st, next)
-			return r, err, true
-		}
-		if st.reset {
-			return nil, ErrStreamReset, true
-		}
-		if st.local != nil {
-			r, err := p.sendLocal(ctx, w, v, st, next)
-			return r, err, true
-		}
-		if uint32(act) != actionPause || more {
-			return nil, nil, false
-		}
-		if err := st.wait(ctx, w, phaseRequest); err != nil {
-			return nil, err, true
-		}
-		act = 0 // resumed: continue unless a local reply or reset arrived
-	}
+	return sr.respond(resp)
 }
 
 // sendLocal turns a deferred proxy_send_local_response into the reply,
 // which then passes through proxy_on_response_headers like in Envoy.
-func (p *Plugin) sendLocal(ctx context.Context, w *worker, v *vm, st *stream, next Upstream) (*Response, error) {
+func (sr *streamRun) sendLocal() streamNeed {
+	st := sr.st
 	lr := st.local
 	st.local = nil
 	st.localSent = true
@@ -401,10 +533,12 @@ func (p *Plugin) sendLocal(ctx context.Context, w *worker, v *vm, st *stream, ne
 			resp.Headers = append(resp.Headers, [2]string{"content-type", "text/plain"})
 		}
 	}
-	return p.respond(ctx, w, v, st, next, resp)
+	return sr.respond(resp)
 }
 
-func (p *Plugin) respond(ctx context.Context, w *worker, v *vm, st *stream, next Upstream, resp *Response) (*Response, error) {
+// respond starts the response callbacks on resp.
+func (sr *streamRun) respond(resp *Response) streamNeed {
+	st := sr.st
 	st.phase = phaseResponse
 	st.hasResponse = true
 	st.details = resp.Details
@@ -418,65 +552,89 @@ func (p *Plugin) respond(ctx context.Context, w *worker, v *vm, st *stream, next
 	}
 	st.respBody = resp.Body
 	st.respTrailers = lowerPairs(resp.Trailers)
-	local := resp.Local
+	sr.local = resp.Local
+	sr.idx = 0
+	sr.at = stageResponse
+	return sr.response()
+}
 
-	steps := 0
-	run := func(more bool, fn func() uint64) (*Response, error, bool) {
-		act := fn()
-		for {
-			if v.failed || w.vm != v {
-				r, err := p.failedMidStream(ctx, w, st, next)
-				return r, err, true
-			}
-			if st.reset {
-				return nil, ErrStreamReset, true
-			}
-			if st.local != nil {
-				// A local reply after response headers replaces the response;
-				// it does not run the response callbacks again.
-				lr := st.local
-				st.local = nil
-				r := &Response{Status: lr.status, Body: lr.body, Details: lr.details, Local: true}
-				for _, h := range lr.headers {
-					r.Headers = append(r.Headers, [2]string{lower(h[0]), h[1]})
+// response runs the response callbacks from sr.idx on, with the same rules
+// as request.
+func (sr *streamRun) response() streamNeed {
+	if n, over := sr.unparkFailed(); over {
+		return n
+	}
+	w, v, st := sr.w, sr.v, sr.st
+	for ; sr.idx < 3; sr.idx++ {
+		var act uint64
+		more := false
+		if sr.resumed {
+			sr.resumed = false
+		} else {
+			switch sr.idx {
+			case 0:
+				eos := len(st.respBody) == 0 && len(st.respTrailers) == 0
+				more = !eos
+				act = v.call(st.id, v.fnRespHeaders, uint64(st.id), uint64(len(st.respHeaders)), b2u(eos))
+			case 1:
+				if len(st.respBody) == 0 {
+					continue
 				}
-				return r, nil, true
+				more = len(st.respTrailers) > 0
+				st.respBodyReadable = true
+				act = v.call(st.id, v.fnRespBody, uint64(st.id), uint64(len(st.respBody)), b2u(len(st.respTrailers) == 0))
+				st.respBodyReadable = false
+			case 2:
+				if len(st.respTrailers) == 0 {
+					continue
+				}
+				act = v.call(st.id, v.fnRespTrailers, uint64(st.id), uint64(len(st.respTrailers)))
 			}
-			if uint32(act) != actionPause || more {
-				return nil, nil, false
-			}
-			if err := st.wait(ctx, w, phaseResponse); err != nil {
-				return nil, err, true
-			}
-			act = 0
 		}
-	}
-	steps++
-	eos := len(st.respBody) == 0 && len(st.respTrailers) == 0
-	if r, err, done := run(!eos, func() uint64 {
-		return v.call(st.id, v.fnRespHeaders, uint64(st.id), uint64(len(st.respHeaders)), b2u(eos))
-	}); done {
-		return r, err
-	}
-	if len(st.respBody) > 0 {
-		if r, err, done := run(len(st.respTrailers) > 0, func() uint64 {
-			st.respBodyReadable = true
-			defer func() { st.respBodyReadable = false }()
-			return v.call(st.id, v.fnRespBody, uint64(st.id), uint64(len(st.respBody)), b2u(len(st.respTrailers) == 0))
-		}); done {
-			return r, err
+		if v.failed || w.vm != v {
+			return sr.failedMidStream()
 		}
-	}
-	if len(st.respTrailers) > 0 {
-		if r, err, done := run(false, func() uint64 {
-			return v.call(st.id, v.fnRespTrailers, uint64(st.id), uint64(len(st.respTrailers)))
-		}); done {
-			return r, err
+		if st.reset {
+			return sr.end(nil, ErrStreamReset)
+		}
+		if st.local != nil {
+			// A local reply after response headers replaces the response;
+			// it does not run the response callbacks again.
+			lr := st.local
+			st.local = nil
+			r := &Response{Status: lr.status, Body: lr.body, Details: lr.details, Local: true}
+			for _, h := range lr.headers {
+				r.Headers = append(r.Headers, [2]string{lower(h[0]), h[1]})
+			}
+			return sr.end(r, nil)
+		}
+		if uint32(act) == actionPause && !more {
+			if st.pendingResume {
+				st.pendingResume = false
+				continue
+			}
+			return sr.park(phaseResponse)
 		}
 	}
 	out := st.buildResponse()
-	out.Local = local
-	return out, nil
+	out.Local = sr.local
+	return sr.end(out, nil)
+}
+
+// syncParked keeps v.parked equal to the number of v's streams waiting for
+// the plugin to continue or answer them. Loop only; called after st.paused,
+// st.local, st.reset or st.phase change.
+func (v *vm) syncParked(st *stream) {
+	want := st.paused != phaseNone && st.local == nil && !st.reset && st.phase != phaseDone
+	if want == st.counted {
+		return
+	}
+	st.counted = want
+	if want {
+		v.parked.Add(1)
+	} else {
+		v.parked.Add(-1)
+	}
 }
 
 func (st *stream) buildResponse() *Response {

@@ -188,14 +188,15 @@ func TestCloseEndsPausedStreams(t *testing.T) {
 	}()
 	eventually(t, "stream parked", func() bool {
 		w := p.workers[0]
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		for _, st := range w.vm.streams {
-			if st.paused != phaseNone {
-				return true
+		parked := false
+		if err := w.loop.do(func() {
+			for _, st := range w.vm.streams {
+				parked = parked || st.paused != phaseNone
 			}
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return false
+		return parked
 	})
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -508,9 +509,10 @@ func TestStreamLifecycleReleasesContexts(t *testing.T) {
 		}
 	}
 	w := p.workers[0]
-	w.mu.Lock()
-	n := len(w.vm.streams)
-	w.mu.Unlock()
+	n := -1
+	if err := w.loop.do(func() { n = len(w.vm.streams) }); err != nil {
+		t.Fatal(err)
+	}
 	if n != 0 {
 		t.Errorf("%d stream contexts left after their streams ended", n)
 	}

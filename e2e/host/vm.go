@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -26,8 +27,9 @@ type callScope struct {
 	httpCall     *Response // http call response readable (map 6/7, buffer 4)
 }
 
-// vm is one instance of the module. All fields are guarded by the owning
-// worker's mutex (or, for the canary, by being private to NewPlugin).
+// vm is one instance of the module. Only the owning worker's loop touches
+// it (the canary: only NewPlugin), except for the atomics, which readers off
+// the loop use.
 type vm struct {
 	p      *Plugin
 	worker int // -1 for the canary
@@ -62,7 +64,15 @@ type vm struct {
 	streams   map[uint32]*stream
 
 	tickPeriod time.Duration
-	tickStop   chan struct{}
+	tickTimer  *time.Timer
+	tickGen    uint64 // bumped whenever the tick is re-armed or stopped
+
+	// For readers off the loop (admin, tests): the linear memory size in
+	// pages after the last callback, whether the VM failed, and how many
+	// of its streams are parked waiting for the plugin.
+	pages     atomic.Uint32
+	hasFailed atomic.Bool
+	parked    atomic.Int32
 
 	nextToken uint32
 	metrics   map[uint32]*metric
@@ -185,6 +195,7 @@ func (v *vm) fail(msg string) {
 		return
 	}
 	v.failed = true
+	v.hasFailed.Store(true)
 	v.failMsg = msg
 	v.stopTicker()
 	if v.worker >= 0 {
@@ -202,7 +213,13 @@ func (v *vm) callRaw(fn api.Function, args ...uint64) uint64 {
 	stack := v.callStack[:]
 	n := copy(stack, args)
 	_ = n
-	if err := fn.CallWithStack(v.ctx, stack); err != nil {
+	err := fn.CallWithStack(v.ctx, stack)
+	// Memory only grows while guest code runs, so this keeps the admin view
+	// current without anyone reading the memory off the loop.
+	if v.mem != nil {
+		v.pages.Store(v.mem.Size() / 65536)
+	}
+	if err != nil {
 		v.fail(trapMessage(err))
 		return 0
 	}
@@ -258,47 +275,40 @@ func (v *vm) alloc(ctx context.Context, size uint32) uint32 {
 
 // ---- ticks ----
 
+// setTick arms the VM's timer. As Envoy's tick timer (Wasm::tickHandler),
+// it fires on the worker's loop and is re-armed after each proxy_on_tick,
+// so a slow tick delays the next one instead of queueing ticks up.
 func (v *vm) setTick(period time.Duration) {
 	v.stopTicker()
 	v.tickPeriod = period
 	if period <= 0 || v.worker < 0 || v.closed || v.p.rt.manualTicks {
 		return
 	}
-	stop := make(chan struct{})
-	v.tickStop = stop
+	v.armTick(v.tickGen)
+}
+
+func (v *vm) armTick(gen uint64) {
 	w := v.p.workers[v.worker]
-	v.p.wg.Add(1)
-	go func() {
-		defer v.p.wg.Done()
-		t := time.NewTicker(period)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
+	v.tickTimer = time.AfterFunc(v.tickPeriod, func() {
+		w.loop.post(taskFunc(func() {
+			// A newer setTick, a stop, a failure or a reload since
+			// the timer was armed makes this firing stale.
+			if v.tickGen != gen || w.vm != v || v.failed || v.closed {
 				return
-			case <-v.ctx.Done():
-				return
-			case <-t.C:
 			}
-			w.mu.Lock()
-			select {
-			case <-stop:
-				w.mu.Unlock()
-				return
-			default:
+			v.call(rootContextID, v.fnTick, rootContextID)
+			if v.tickGen == gen && !v.failed && !v.closed {
+				v.armTick(gen)
 			}
-			if w.vm == v && !v.failed && !v.closed {
-				v.call(rootContextID, v.fnTick, rootContextID)
-			}
-			w.mu.Unlock()
-		}
-	}()
+		}))
+	})
 }
 
 func (v *vm) stopTicker() {
-	if v.tickStop != nil {
-		close(v.tickStop)
-		v.tickStop = nil
+	v.tickGen++
+	if v.tickTimer != nil {
+		v.tickTimer.Stop()
+		v.tickTimer = nil
 	}
 }
 
@@ -331,13 +341,6 @@ func (v *vm) startHTTPCall(cluster string, headers [][2]string, body []byte, tra
 		if err != nil || timedOut {
 			resp = nil
 		}
-		w := v.p.workers[worker]
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.vm != v || v.failed || v.closed {
-			return
-		}
-		var nh, nb, nt int
 		if resp != nil {
 			// The response header map carries :status, as in Envoy.
 			hs := make([][2]string, 0, len(resp.Headers)+1)
@@ -349,15 +352,29 @@ func (v *vm) startHTTPCall(cluster string, headers [][2]string, body []byte, tra
 				hs = append(hs, [2]string{lower(h[0]), h[1]})
 			}
 			resp = &Response{Status: resp.Status, Headers: hs, Body: resp.Body, Trailers: lowerPairs(resp.Trailers)}
-			nh, nb, nt = len(resp.Headers), len(resp.Body), len(resp.Trailers)
 		}
-		v.scope = callScope{httpCall: resp}
-		if resp == nil {
-			// Envoy reports transport failures as an empty response.
-			v.scope.httpCall = &Response{}
-		}
-		v.call(rootContextID, v.fnHTTPResp, rootContextID, uint64(token), uint64(nh), uint64(nb), uint64(nt))
-		v.scope = callScope{}
+		// The reply is an event on the worker's loop, as Envoy's async
+		// client calls back on the worker's dispatcher.
+		w := v.p.workers[worker]
+		w.loop.post(taskFunc(func() { v.httpCallDone(w, token, resp) }))
 	}()
 	return token
+}
+
+// httpCallDone delivers a proxy_http_call reply (nil: transport failure or
+// timeout) to the root context. Loop only.
+func (v *vm) httpCallDone(w *worker, token uint32, resp *Response) {
+	if w.vm != v || v.failed || v.closed {
+		return
+	}
+	var nh, nb, nt int
+	if resp != nil {
+		nh, nb, nt = len(resp.Headers), len(resp.Body), len(resp.Trailers)
+	} else {
+		// Envoy reports transport failures as an empty response.
+		resp = &Response{}
+	}
+	v.scope = callScope{httpCall: resp}
+	v.call(rootContextID, v.fnHTTPResp, rootContextID, uint64(token), uint64(nh), uint64(nb), uint64(nt))
+	v.scope = callScope{}
 }
