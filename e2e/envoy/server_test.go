@@ -29,14 +29,15 @@ type routerOnly struct {
 	aPort, bPort, downPort  string
 	useRemote, mergeSlashes bool
 	// wasm is a module to run before the router with an empty
-	// configuration; "" for none.
-	wasm string
+	// configuration; "" for none. wasmName names its plugin ("sluice"
+	// when empty).
+	wasm, wasmName string
 }
 
 func (r routerOnly) yaml() string {
 	var filters []string
 	if r.wasm != "" {
-		filters = append(filters, bootstrap.Wasm{Code: r.wasm, Configuration: "{}"}.Filter())
+		filters = append(filters, bootstrap.Wasm{Name: r.wasmName, Code: r.wasm, Configuration: "{}"}.Filter())
 	}
 	return bootstrap.Bootstrap{
 		Listener: bootstrap.Listener{

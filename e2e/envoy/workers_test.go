@@ -106,9 +106,7 @@ func startWAT(tb testing.TB, module string, concurrency int, logs io.Writer) str
 	}))
 	tb.Cleanup(ok.Close)
 	_, port, _ := net.SplitHostPort(ok.Listener.Addr().String())
-	filter := strings.NewReplacer("{{WASM}}", module, "name: sluice", "name: spin").Replace(wasmFilterYAML)
-	y := strings.NewReplacer("{{WASM_FILTER}}", filter, "{{A_PORT}}", port, "{{B_PORT}}", port,
-		"{{DOWN_PORT}}", port, "{{USE_REMOTE}}", "false", "{{MERGE_SLASHES}}", "false").Replace(routerOnlyYAML)
+	y := routerOnly{aPort: port, bPort: port, downPort: port, wasm: module, wasmName: "spin"}.yaml()
 	cfg, err := Load([]byte(y))
 	if err != nil {
 		tb.Fatal(err)
