@@ -26,10 +26,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -133,23 +132,23 @@ func trimOWS(s string) string {
 // from the response, so other limits keep their usual set.
 type costMetrics struct {
 	// invalid counts requests whose cost header was unusable.
-	invalid proxywasm.MetricCounter
+	invalid host.Counter
 	// responseCost sums the costs responses reported (or default), the
 	// unit taken at admission included.
-	responseCost proxywasm.MetricCounter
+	responseCost host.Counter
 	// invalidResponse counts responses whose cost header was unusable.
-	invalidResponse proxywasm.MetricCounter
+	invalidResponse host.Counter
 }
 
-func defineCostMetrics(cfg *config.Limit) costMetrics {
+func defineCostMetrics(hm host.Metrics, cfg *config.Limit) costMetrics {
 	p := metricPrefixLimit + cfg.Name + "."
 	var m costMetrics
 	if cfg.CostHeader != nil {
-		m.invalid = proxywasm.DefineCounterMetric(p + "invalid_cost")
+		m.invalid = hm.Counter(p + "invalid_cost")
 	}
 	if cfg.CostFromResponse != nil {
-		m.responseCost = proxywasm.DefineCounterMetric(p + "response_cost")
-		m.invalidResponse = proxywasm.DefineCounterMetric(p + "invalid_response_cost")
+		m.responseCost = hm.Counter(p + "response_cost")
+		m.invalidResponse = hm.Counter(p + "invalid_response_cost")
 	}
 	return m
 }
@@ -172,7 +171,7 @@ func (h *httpContext) requestCost(l *limitRuntime) (cost int64, ok bool) {
 	}
 	if !h.delayed { // a held request was counted on its first evaluation
 		l.metrics.cost.invalid.Increment(1)
-		logCostFault("invalid_cost", l, ch.Header, fault)
+		logCostFault(h.plugin.log, "invalid_cost", l, ch.Header, fault)
 	}
 	if !l.cfg.Shadow {
 		p := h.plugin
@@ -218,7 +217,7 @@ func invalidCostBody(format config.Body, limitName string, ch *config.CostHeader
 
 // logCostFault writes one JSON line naming the limit, the header and why
 // its value was refused, never the value itself.
-func logCostFault(event string, l *limitRuntime, header string, fault costFault) {
+func logCostFault(log host.Log, event string, l *limitRuntime, header string, fault costFault) {
 	b := make([]byte, 0, 128)
 	b = append(b, `{"sluice":`...)
 	b = appendJSONString(b, event)
@@ -228,7 +227,7 @@ func logCostFault(event string, l *limitRuntime, header string, fault costFault)
 	b = appendJSONString(b, header)
 	b = append(b, `,"reason":`...)
 	b = appendJSONString(b, fault.String())
-	proxywasm.LogInfo(string(append(b, '}')))
+	log.Info(string(append(b, '}')))
 }
 
 // pendingCharge is a cost_from_response limit that admitted the request
@@ -263,8 +262,8 @@ func (h *httpContext) dropCharge(l *limitRuntime) {
 // reports, less the unit each took at admission.
 func (h *httpContext) chargeResponse() {
 	p := h.plugin
-	now := p.vm.now()
-	headers := responseHeaders()
+	now := p.host.Clock()
+	headers := p.host.Stream.ResponseHeaders()
 	for i := range h.charges {
 		c := &h.charges[i]
 		if c.dropped {
@@ -279,7 +278,7 @@ func (h *httpContext) chargeResponse() {
 				total = n
 			} else {
 				l.metrics.cost.invalidResponse.Increment(1)
-				logCostFault("invalid_response_cost", l, rc.Header, fault)
+				logCostFault(p.log, "invalid_response_cost", l, rc.Header, fault)
 			}
 		}
 		if total > 0 {
@@ -295,7 +294,7 @@ func (h *httpContext) chargeResponse() {
 		}
 		res, err := c.table.Charge(c.key, now.UnixNano(), total-1)
 		if err != nil {
-			proxywasm.LogWarnf("sluice: limiter store: %v", err)
+			h.plugin.log.Warnf("sluice: limiter store: %v", err)
 		}
 		l.exportTableStats()
 		if res.Allowed && !l.cfg.Shadow && h.hasQuota && (h.quota.name == l.cfg.Name || res.Remaining < h.quota.remaining) {
@@ -342,7 +341,7 @@ func (h *httpContext) chargeRemote(c *pendingCharge, n int64, now time.Time) {
 	rr.slot = l.remote.slotPrefix + strconv.FormatUint(rr.fp%remoteSlots, 10)
 	cmd, err := backend.Charge(rr.lim, rr.rkey, n)
 	if err != nil {
-		proxywasm.LogWarnf("sluice: limit %s: charge: %v", l.cfg.Name, err)
+		h.plugin.log.Warnf("sluice: limit %s: charge: %v", l.cfg.Name, err)
 		return
 	}
 	b.enqueue(b.newCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
@@ -360,7 +359,7 @@ func (h *httpContext) chargeRemote(c *pendingCharge, n int64, now time.Time) {
 			_, ferr = t.Charge(rr.key, at.UnixNano(), n)
 		}
 		if ferr != nil {
-			proxywasm.LogWarnf("sluice: limit %s fallback: %v", l.cfg.Name, ferr)
+			h.plugin.log.Warnf("sluice: limit %s fallback: %v", l.cfg.Name, ferr)
 		}
 	}))
 }

@@ -29,11 +29,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/limiter/store"
 )
@@ -75,8 +74,9 @@ type backendRuntime struct {
 	p        *pluginContext
 	cfg      *config.Backend
 	endpoint backend.Endpoint
-	caller   httpCaller
+	caller   host.Caller
 	store    store.Store
+	log      host.Log
 	breaker  *breaker.Breaker
 	metrics  backendMetrics
 	budget   time.Duration
@@ -100,9 +100,10 @@ func newBackendRuntime(p *pluginContext, cfg *config.Backend) (*backendRuntime, 
 			BasicAuth:  cfg.BasicAuth,
 			Token:      cfg.Token,
 		},
-		caller:       p.vm.caller,
-		store:        p.vm.store,
-		metrics:      defineBackendMetrics(),
+		caller:       p.host.Caller,
+		store:        p.host.Store,
+		log:          p.host.Log,
+		metrics:      defineBackendMetrics(p.host.Metrics),
 		budget:       callBudget(cfg),
 		inflight:     map[*remoteCall]struct{}{},
 		leaseWaiters: map[uint32]*httpContext{},
@@ -133,7 +134,7 @@ func newBackendRuntime(p *pluginContext, cfg *config.Backend) (*backendRuntime, 
 	}
 	b.breaker = breaker.NewBreaker(m, b.store, "sluice.backend.cb")
 	if err := b.breaker.Init(); err != nil {
-		proxywasm.LogWarnf("sluice: backend breaker: %v", err)
+		b.log.Warnf("sluice: backend breaker: %v", err)
 	}
 	return b, nil
 }
@@ -143,11 +144,11 @@ func (b *backendRuntime) recordTransition(tr breaker.Transition) {
 	case breaker.Opened, breaker.Reopened:
 		b.metrics.breakerOpens.Increment(1)
 		b.metrics.setBreakerState(breaker.Open)
-		proxywasm.LogWarn(`{"sluice":"backend_breaker_open"}`)
+		b.log.Warn(`{"sluice":"backend_breaker_open"}`)
 	case breaker.Recovered:
 		b.metrics.breakerCloses.Increment(1)
 		b.metrics.setBreakerState(breaker.Closed)
-		proxywasm.LogInfo(`{"sluice":"backend_breaker_closed"}`)
+		b.log.Info(`{"sluice":"backend_breaker_closed"}`)
 	case breaker.HalfOpened:
 		b.metrics.setBreakerState(breaker.HalfOpen)
 	}
@@ -206,7 +207,7 @@ func (b *backendRuntime) send(c *remoteCall, now time.Time) {
 	}
 	t, d, err := b.breaker.Check(now)
 	if err != nil {
-		proxywasm.LogWarnf("sluice: backend breaker: %v", err)
+		b.log.Warnf("sluice: backend breaker: %v", err)
 	}
 	b.recordTransition(d.Transition)
 	if !d.Allowed {
@@ -234,7 +235,7 @@ func (b *backendRuntime) send(c *remoteCall, now time.Time) {
 	if c.lease {
 		b.metrics.leaseCalls.Increment(1)
 	}
-	err = b.caller.call(b.cfg.Cluster, req.Headers, req.Body, b.cfg.Timeout, func(status int, body []byte, err error) {
+	err = b.caller.Call(b.cfg.Cluster, req.Headers, req.Body, b.cfg.Timeout, func(status int, body []byte, err error) {
 		b.onReply(c, seq, status, body, err)
 	})
 	if err != nil {
@@ -254,7 +255,7 @@ func (b *backendRuntime) report(c *remoteCall, now time.Time, failure bool) {
 	tr, err := b.breaker.Report(c.ticket, breaker.Outcome{Failure: failure, Duration: dur}, now)
 	c.ticket = breaker.Ticket{}
 	if err != nil {
-		proxywasm.LogWarnf("sluice: backend breaker: %v", err)
+		b.log.Warnf("sluice: backend breaker: %v", err)
 	}
 	b.recordTransition(tr)
 }
@@ -264,7 +265,7 @@ func (b *backendRuntime) onReply(c *remoteCall, seq uint32, status int, body []b
 		return // answered after the watchdog gave up on it
 	}
 	delete(b.inflight, c)
-	now := b.p.vm.now()
+	now := b.p.host.Clock()
 	lat := now.Sub(c.sentAt)
 	if lat < 0 {
 		lat = 0
@@ -325,7 +326,7 @@ func (b *backendRuntime) failed(c *remoteCall, now time.Time, err error) {
 	b.report(c, now, kind.CountsAgainstBreaker())
 	if kind == backend.KindRequest {
 		// Debug only: whoever sends such requests must not fill the log.
-		proxywasm.LogDebugf("sluice: backend refused a call: %v", err)
+		b.log.Debugf("sluice: backend refused a call: %v", err)
 	}
 	if kind.Retryable() && c.attempt < b.cfg.Retries {
 		wait := backoff(c.attempt)
@@ -541,7 +542,7 @@ func (h *httpContext) startRemote(now time.Time) verdict {
 	for i, r := range h.localReqs {
 		res, err := r.Table.Peek(r.Key, ns, r.Cost)
 		if err != nil {
-			proxywasm.LogWarnf("sluice: limiter store: %v", err)
+			h.plugin.log.Warnf("sluice: limiter store: %v", err)
 			continue
 		}
 		if !res.Allowed {
@@ -669,7 +670,7 @@ func (h *httpContext) applyFailure(rr *remoteReq, err error) {
 		m.fallbackAllow.Increment(1)
 	}
 	if !errors.Is(err, errBreakerOpen) {
-		proxywasm.LogDebugf("sluice: limit %s: backend failed (%v), failure_policy %s", rr.l.cfg.Name, err, rr.policy)
+		h.plugin.log.Debugf("sluice: limit %s: backend failed (%v), failure_policy %s", rr.l.cfg.Name, err, rr.policy)
 	}
 }
 
@@ -679,7 +680,7 @@ func (h *httpContext) resumeAfterRemote(now time.Time) {
 	if h.done {
 		return
 	}
-	if err := switchTo(h.id); err != nil {
+	if err := h.plugin.host.Stream.Select(h.id); err != nil {
 		h.refund()
 		return
 	}
@@ -688,8 +689,8 @@ func (h *httpContext) resumeAfterRemote(now time.Time) {
 		if !h.admitAfterLimits(now) {
 			return
 		}
-		if err := proxywasm.ResumeHttpRequest(); err != nil {
-			proxywasm.LogWarnf("sluice: resuming a request: %v", err)
+		if err := h.plugin.host.Stream.Resume(); err != nil {
+			h.plugin.log.Warnf("sluice: resuming a request: %v", err)
 		}
 	}
 }
@@ -717,7 +718,7 @@ func (h *httpContext) finishRemote(now time.Time) verdict {
 		}
 		t, err := h.localFallback(rr)
 		if err != nil {
-			proxywasm.LogWarnf("sluice: limit %s fallback: %v", rr.l.cfg.Name, err)
+			h.plugin.log.Warnf("sluice: limit %s fallback: %v", rr.l.cfg.Name, err)
 			continue
 		}
 		reqs = append(reqs, limiter.Request{Table: t, Key: rr.key, Cost: rr.cost})
@@ -732,7 +733,7 @@ func (h *httpContext) finishRemote(now time.Time) verdict {
 		results = p.results[:len(reqs)]
 		admitted, err := limiter.AllowAll(now.UnixNano(), reqs, results)
 		if err != nil {
-			proxywasm.LogWarnf("sluice: limiter store: %v", err)
+			h.plugin.log.Warnf("sluice: limiter store: %v", err)
 		}
 		if !admitted {
 			h.refund()
@@ -816,43 +817,43 @@ func (h *httpContext) startShadowRemote(l *limitRuntime, lim limiter.Limit, rkey
 }
 
 type backendMetrics struct {
-	calls, leaseCalls, negativeHits, breakerRejected proxywasm.MetricCounter
+	calls, leaseCalls, negativeHits, breakerRejected host.Counter
 	// leaseExpired counts leased tokens voided unused: the under-admission
 	// hybrid mode pays.
-	leaseExpired                               proxywasm.MetricCounter
-	breakerOpens, breakerCloses                proxywasm.MetricCounter
-	fallbackAllow, fallbackDeny, fallbackLocal proxywasm.MetricCounter
-	errors                                     [8]proxywasm.MetricCounter
-	latency                                    proxywasm.MetricHistogram
-	breakerState                               proxywasm.MetricGauge
+	leaseExpired                               host.Counter
+	breakerOpens, breakerCloses                host.Counter
+	fallbackAllow, fallbackDeny, fallbackLocal host.Counter
+	errors                                     [8]host.Counter
+	latency                                    host.Histogram
+	breakerState                               host.Gauge
 }
 
 const metricPrefixBackend = "sluice.backend."
 
-func defineBackendMetrics() backendMetrics {
+func defineBackendMetrics(hm host.Metrics) backendMetrics {
 	p := metricPrefixBackend
 	m := backendMetrics{
-		calls:           proxywasm.DefineCounterMetric(p + "calls"),
-		leaseCalls:      proxywasm.DefineCounterMetric(p + "lease_calls"),
-		leaseExpired:    proxywasm.DefineCounterMetric(p + "lease_expired_tokens"),
-		negativeHits:    proxywasm.DefineCounterMetric(p + "negative_cache_hits"),
-		breakerRejected: proxywasm.DefineCounterMetric(p + "breaker.rejected"),
-		breakerOpens:    proxywasm.DefineCounterMetric(p + "breaker.opens"),
-		breakerCloses:   proxywasm.DefineCounterMetric(p + "breaker.closes"),
-		fallbackAllow:   proxywasm.DefineCounterMetric(p + "fallback.allow"),
-		fallbackDeny:    proxywasm.DefineCounterMetric(p + "fallback.deny"),
-		fallbackLocal:   proxywasm.DefineCounterMetric(p + "fallback.local"),
-		latency:         proxywasm.DefineHistogramMetric(p + "latency_ms"),
-		breakerState:    proxywasm.DefineGaugeMetric(p + "breaker.state"),
+		calls:           hm.Counter(p + "calls"),
+		leaseCalls:      hm.Counter(p + "lease_calls"),
+		leaseExpired:    hm.Counter(p + "lease_expired_tokens"),
+		negativeHits:    hm.Counter(p + "negative_cache_hits"),
+		breakerRejected: hm.Counter(p + "breaker.rejected"),
+		breakerOpens:    hm.Counter(p + "breaker.opens"),
+		breakerCloses:   hm.Counter(p + "breaker.closes"),
+		fallbackAllow:   hm.Counter(p + "fallback.allow"),
+		fallbackDeny:    hm.Counter(p + "fallback.deny"),
+		fallbackLocal:   hm.Counter(p + "fallback.local"),
+		latency:         hm.Histogram(p + "latency_ms"),
+		breakerState:    hm.Gauge(p + "breaker.state"),
 	}
 	for k := backend.KindTimeout; k <= backend.LastKind; k++ {
-		m.errors[k] = proxywasm.DefineCounterMetric(p + "errors." + k.String())
+		m.errors[k] = hm.Counter(p + "errors." + k.String())
 	}
-	m.errors[0] = proxywasm.DefineCounterMetric(p + "errors.other")
+	m.errors[0] = hm.Counter(p + "errors.other")
 	return m
 }
 
-func (m *backendMetrics) errorOf(k backend.Kind) proxywasm.MetricCounter {
+func (m *backendMetrics) errorOf(k backend.Kind) host.Counter {
 	if int(k) < len(m.errors) && k <= backend.LastKind {
 		return m.errors[k]
 	}
@@ -862,5 +863,5 @@ func (m *backendMetrics) errorOf(k backend.Kind) proxywasm.MetricCounter {
 // setBreakerState records 0 closed, 1 open, 2 half-open (see
 // breakerMetrics.setState for why it goes through the histogram type).
 func (m *backendMetrics) setBreakerState(s breaker.State) {
-	proxywasm.MetricHistogram(uint32(m.breakerState)).Record(uint64(s))
+	m.breakerState.Set(uint64(s))
 }

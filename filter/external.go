@@ -36,12 +36,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/filter/limitsvc"
 	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/limiter/store"
@@ -74,8 +74,9 @@ type externalRuntime struct {
 	cfg    *config.External
 	lim    *limitRuntime
 	index  int // of lim in p.limits
-	caller httpCaller
+	caller host.Caller
 	store  store.Store
+	log    host.Log
 
 	machine *breaker.Machine
 	fresh   breaker.Record
@@ -142,7 +143,7 @@ type extRequest struct {
 }
 
 func (p *pluginContext) configureExternal(cfg *config.External) error {
-	l, err := newLimitRuntime(p.vm.store, &cfg.Limit, len(p.limits), config.FieldPath("external", "fallback"))
+	l, err := newLimitRuntime(p.host, &cfg.Limit, len(p.limits), config.FieldPath("external", "fallback"))
 	if err != nil {
 		return err
 	}
@@ -151,7 +152,7 @@ func (p *pluginContext) configureExternal(cfg *config.External) error {
 		return err
 	}
 	x := &externalRuntime{
-		p: p, cfg: cfg, lim: l, index: len(p.limits), caller: p.vm.caller, store: p.vm.store,
+		p: p, cfg: cfg, lim: l, index: len(p.limits), caller: p.host.Caller, store: p.host.Store, log: p.host.Log,
 		seed:      limiter.Hash(0, "sluice.ext."+cfg.Limit.Name),
 		prefix:    "sluice.ext." + cfg.Limit.Name + ".",
 		slots:     uint64(cfg.MaxCached),
@@ -161,7 +162,7 @@ func (p *pluginContext) configureExternal(cfg *config.External) error {
 		fallbacks: map[limiter.Limit]*limiter.Table{},
 		inflight:  map[*lookup]struct{}{},
 		waiters:   map[uint32]*httpContext{},
-		metrics:   defineExternalMetrics(),
+		metrics:   defineExternalMetrics(p.host.Metrics),
 		headers: [][2]string{
 			{":method", "POST"}, {":path", cfg.Path}, {":authority", cfg.Authority},
 			{"content-type", "application/json"}, {"accept", "application/json"},
@@ -179,7 +180,7 @@ func (p *pluginContext) configureExternal(cfg *config.External) error {
 	}
 	x.machine.Reset(&x.fresh)
 	if cfg.Limit.Mode != config.ModeLocal {
-		x.fallbackBase, err = newTable(p.vm.store, &cfg.Limit, cfg.Limit.Rate,
+		x.fallbackBase, err = newTable(p.host.Store, &cfg.Limit, cfg.Limit.Rate,
 			"sluice.rlf."+cfg.Limit.Name+".", cfg.Limit.Name+"\x00fallback")
 		if err != nil {
 			return fmt.Errorf("%s: %v", config.FieldPath("external", "fallback"), err)
@@ -216,7 +217,7 @@ func (x *externalRuntime) readEntry(i uint64, e *limitsvc.Entry) (cas uint32, ex
 	v, cas, err := x.store.Get(x.slotName(i))
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
-			proxywasm.LogWarnf("sluice: external cache: %v", err)
+			x.log.Warnf("sluice: external cache: %v", err)
 		}
 		return createSlotCAS, false, false
 	}
@@ -229,7 +230,7 @@ func (x *externalRuntime) writeEntry(i uint64, e *limitsvc.Entry, cas uint32) bo
 	x.entryBuf = e.Encode(x.entryBuf[:0])
 	err := x.store.Set(x.slotName(i), x.entryBuf, cas)
 	if err != nil && !errors.Is(err, store.ErrCASMismatch) {
-		proxywasm.LogWarnf("sluice: external cache: %v", err)
+		x.log.Warnf("sluice: external cache: %v", err)
 	}
 	return err == nil
 }
@@ -454,7 +455,7 @@ func (x *externalRuntime) send(l *lookup, now time.Time) {
 	l.sentAt = now
 	x.inflight[l] = struct{}{}
 	x.metrics.lookups.Increment(1)
-	err := x.caller.call(x.cfg.Cluster, x.headers, l.body, x.cfg.Timeout, func(status int, body []byte, err error) {
+	err := x.caller.Call(x.cfg.Cluster, x.headers, l.body, x.cfg.Timeout, func(status int, body []byte, err error) {
 		x.onReply(l, status, body, err)
 	})
 	if err != nil {
@@ -466,7 +467,7 @@ func (x *externalRuntime) onReply(l *lookup, status int, body []byte, err error)
 	if l.done {
 		return // the watchdog gave up on it
 	}
-	now := x.p.vm.now()
+	now := x.p.host.Clock()
 	if lat := now.Sub(l.sentAt); lat >= 0 {
 		x.metrics.latency.Record(uint64(lat / time.Millisecond))
 	}
@@ -489,7 +490,7 @@ func (x *externalRuntime) finish(l *lookup, now time.Time, a limitsvc.Answer, er
 	ns := now.UnixNano()
 	if err != nil {
 		x.metrics.errorOf(backend.KindOf(err)).Increment(1)
-		proxywasm.LogDebugf("sluice: external lookup failed: %v", err)
+		x.log.Debugf("sluice: external lookup failed: %v", err)
 	}
 	var e limitsvc.Entry
 	for range entryCASTries {
@@ -590,12 +591,12 @@ func (h *httpContext) resumeAfterExternal(now time.Time) {
 	if h.done {
 		return
 	}
-	if err := switchTo(h.id); err != nil {
+	if err := h.plugin.host.Stream.Select(h.id); err != nil {
 		return // the stream is gone
 	}
 	if h.evaluate(now) == types.ActionContinue {
-		if err := proxywasm.ResumeHttpRequest(); err != nil {
-			proxywasm.LogWarnf("sluice: resuming a request: %v", err)
+		if err := h.plugin.host.Stream.Resume(); err != nil {
+			h.plugin.log.Warnf("sluice: resuming a request: %v", err)
 		}
 	}
 }
@@ -627,7 +628,7 @@ func (h *httpContext) appendExternal(dst []byte) (arena []byte, t *limiter.Table
 	if err != nil {
 		// Parse and Decode validate every answer; this cannot happen, and
 		// the fallback is the safe reading if it does.
-		proxywasm.LogWarnf("sluice: external limit: %v", err)
+		h.plugin.log.Warnf("sluice: external limit: %v", err)
 		r.fallback = true
 		return h.appendExternal(dst)
 	}
@@ -656,7 +657,7 @@ func (x *externalRuntime) table(lim limiter.Limit) (*limiter.Table, error) {
 func (h *httpContext) localFallback(rr *remoteReq) (*limiter.Table, error) {
 	x := rr.l.ext
 	if x == nil {
-		return rr.l.fallbackTable(h.plugin.vm.store, rr.overrideValue)
+		return rr.l.fallbackTable(h.plugin.host.Store, rr.overrideValue)
 	}
 	lim := rr.lim
 	n := int64(max(rr.l.cfg.Instances, 1))
@@ -693,38 +694,38 @@ func (h *httpContext) remotePolicy(l *limitRuntime) config.FailurePolicy {
 }
 
 type externalMetrics struct {
-	lookups, cacheHits, cacheMisses, waits, staleUsed, fallbackUsed, evictions proxywasm.MetricCounter
-	breakerOpens, breakerCloses, breakerRejected                               proxywasm.MetricCounter
+	lookups, cacheHits, cacheMisses, waits, staleUsed, fallbackUsed, evictions host.Counter
+	breakerOpens, breakerCloses, breakerRejected                               host.Counter
 	// errTimeout … errOther count failed lookups by backend.Kind.
-	errTimeout, errUnavailable, errHTTPStatus, errMalformed, errOther proxywasm.MetricCounter
-	latency                                                           proxywasm.MetricHistogram
+	errTimeout, errUnavailable, errHTTPStatus, errMalformed, errOther host.Counter
+	latency                                                           host.Histogram
 }
 
 const metricPrefixExternal = "sluice.external."
 
-func defineExternalMetrics() externalMetrics {
+func defineExternalMetrics(hm host.Metrics) externalMetrics {
 	p := metricPrefixExternal
 	return externalMetrics{
-		lookups:         proxywasm.DefineCounterMetric(p + "lookups"),
-		cacheHits:       proxywasm.DefineCounterMetric(p + "cache_hits"),
-		cacheMisses:     proxywasm.DefineCounterMetric(p + "cache_misses"),
-		waits:           proxywasm.DefineCounterMetric(p + "waits"),
-		staleUsed:       proxywasm.DefineCounterMetric(p + "stale_used"),
-		fallbackUsed:    proxywasm.DefineCounterMetric(p + "fallback_used"),
-		evictions:       proxywasm.DefineCounterMetric(p + "evictions"),
-		breakerOpens:    proxywasm.DefineCounterMetric(p + "breaker.opens"),
-		breakerCloses:   proxywasm.DefineCounterMetric(p + "breaker.closes"),
-		breakerRejected: proxywasm.DefineCounterMetric(p + "breaker.rejected"),
-		errTimeout:      proxywasm.DefineCounterMetric(p + "errors." + backend.KindTimeout.String()),
-		errUnavailable:  proxywasm.DefineCounterMetric(p + "errors." + backend.KindUnavailable.String()),
-		errHTTPStatus:   proxywasm.DefineCounterMetric(p + "errors." + backend.KindHTTPStatus.String()),
-		errMalformed:    proxywasm.DefineCounterMetric(p + "errors." + backend.KindMalformed.String()),
-		errOther:        proxywasm.DefineCounterMetric(p + "errors.other"),
-		latency:         proxywasm.DefineHistogramMetric(p + "latency_ms"),
+		lookups:         hm.Counter(p + "lookups"),
+		cacheHits:       hm.Counter(p + "cache_hits"),
+		cacheMisses:     hm.Counter(p + "cache_misses"),
+		waits:           hm.Counter(p + "waits"),
+		staleUsed:       hm.Counter(p + "stale_used"),
+		fallbackUsed:    hm.Counter(p + "fallback_used"),
+		evictions:       hm.Counter(p + "evictions"),
+		breakerOpens:    hm.Counter(p + "breaker.opens"),
+		breakerCloses:   hm.Counter(p + "breaker.closes"),
+		breakerRejected: hm.Counter(p + "breaker.rejected"),
+		errTimeout:      hm.Counter(p + "errors." + backend.KindTimeout.String()),
+		errUnavailable:  hm.Counter(p + "errors." + backend.KindUnavailable.String()),
+		errHTTPStatus:   hm.Counter(p + "errors." + backend.KindHTTPStatus.String()),
+		errMalformed:    hm.Counter(p + "errors." + backend.KindMalformed.String()),
+		errOther:        hm.Counter(p + "errors.other"),
+		latency:         hm.Histogram(p + "latency_ms"),
 	}
 }
 
-func (m *externalMetrics) errorOf(k backend.Kind) proxywasm.MetricCounter {
+func (m *externalMetrics) errorOf(k backend.Kind) host.Counter {
 	switch k {
 	case backend.KindTimeout:
 		return m.errTimeout

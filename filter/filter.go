@@ -32,11 +32,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/limiter/inflight"
 	"github.com/sluice-proxy/sluice/limiter/store"
@@ -48,14 +48,13 @@ func NewVMContext() types.VMContext { return NewVMContextWithClock(wallClock) }
 // NewVMContextWithClock is NewVMContext with a time source, so native tests
 // can step time exactly.
 func NewVMContextWithClock(now func() time.Time) types.VMContext {
-	return &vmContext{now: now, store: sharedData{}, caller: proxyCaller{}}
+	return &vmContext{host: proxyHost(now)}
 }
 
 type vmContext struct {
 	types.DefaultVMContext
-	now    clock
-	store  store.Store
-	caller httpCaller
+	// host is every hostcall the filter makes (hostcalls.go).
+	host host.Host
 	// inflight is this VM's identity and holdings for concurrency limits,
 	// shared by its plugin contexts so that streams of a context replaced
 	// by a config reload are still kept alive and released. Nil until a
@@ -67,13 +66,15 @@ type vmContext struct {
 }
 
 func (vm *vmContext) NewPluginContext(uint32) types.PluginContext {
-	return &pluginContext{vm: vm, waiters: map[uint32]*httpContext{}}
+	return &pluginContext{vm: vm, host: &vm.host, log: vm.host.Log, waiters: map[uint32]*httpContext{}}
 }
 
 type pluginContext struct {
 	types.DefaultPluginContext
-	vm  *vmContext
-	cfg *config.Config
+	vm   *vmContext
+	host *host.Host
+	log  host.Log
+	cfg  *config.Config
 
 	limits      []*limitRuntime
 	breakers    []*breakerRuntime
@@ -83,7 +84,7 @@ type pluginContext struct {
 	// external is nil without an external block; its limit is the last
 	// of limits.
 	external *externalRuntime
-	requests proxywasm.MetricCounter
+	requests host.Counter
 	// matchNeeds is what any match reads of the request: each
 	// pseudo-header it names costs one small read, and only a header match
 	// costs the whole header map.
@@ -120,20 +121,20 @@ type pluginContext struct {
 const delayTick = 5 * time.Millisecond
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
-	data, err := proxywasm.GetPluginConfiguration()
-	if err != nil && err != types.ErrorStatusNotFound {
-		proxywasm.LogCriticalf("sluice: reading plugin configuration: %v", err)
+	data, err := pluginConfiguration()
+	if err != nil {
+		p.log.Criticalf("sluice: reading plugin configuration: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
 	cfg, err := config.Parse(data)
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
-			proxywasm.LogCriticalf("sluice: invalid configuration: %s", line)
+			p.log.Criticalf("sluice: invalid configuration: %s", line)
 		}
 		return types.OnPluginStartStatusFailed
 	}
 	if err := p.configure(cfg); err != nil {
-		proxywasm.LogCriticalf("sluice: %v", err)
+		p.log.Criticalf("sluice: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
 	return types.OnPluginStartStatusOK
@@ -141,10 +142,10 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 
 func (p *pluginContext) configure(cfg *config.Config) error {
 	p.cfg = cfg
-	p.requests = proxywasm.DefineCounterMetric(metricRequests)
+	p.requests = p.host.Metrics.Counter(metricRequests)
 	for i := range cfg.Limits {
 		path := config.IndexPath("limits", i)
-		l, err := newLimitRuntime(p.vm.store, &cfg.Limits[i], i, path)
+		l, err := newLimitRuntime(p.host, &cfg.Limits[i], i, path)
 		if err != nil {
 			return err
 		}
@@ -155,7 +156,7 @@ func (p *pluginContext) configure(cfg *config.Config) error {
 		p.matchNeeds |= matchNeedsOf(&cfg.Limits[i].Match)
 	}
 	for i := range cfg.Breakers {
-		b, err := newBreakerRuntime(p.vm.store, &cfg.Breakers[i], i)
+		b, err := newBreakerRuntime(p.host, &cfg.Breakers[i], i)
 		if err != nil {
 			return err
 		}
@@ -229,7 +230,7 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 	} else {
 		h = &httpContext{}
 	}
-	h.plugin, h.id, h.info.host = p, contextID, proxyHost{}
+	h.plugin, h.id, h.info.host = p, contextID, p.host.Stream
 	h.tickets = h.ticketBuf[:0]
 	return h
 }
@@ -267,9 +268,10 @@ type limitRuntime struct {
 // newLimitRuntime builds limit index; ratePath is the configuration path of
 // the object holding its rate, for errors. Parse has checked every rate
 // against the limiter and the Redis scripts, so they are not expected.
-func newLimitRuntime(s store.Store, cfg *config.Limit, index int, ratePath string) (*limitRuntime, error) {
-	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(cfg.Name)}
-	l.metrics.cost = defineCostMetrics(cfg)
+func newLimitRuntime(hc *host.Host, cfg *config.Limit, index int, ratePath string) (*limitRuntime, error) {
+	s := hc.Store
+	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(hc.Metrics, cfg.Name)}
+	l.metrics.cost = defineCostMetrics(hc.Metrics, cfg)
 	kinds := make([]string, len(cfg.Key))
 	for i, k := range cfg.Key {
 		kinds[i] = k.String()
@@ -346,7 +348,7 @@ func (l *limitRuntime) exportTableStats() {
 	l.tableSeen = now
 }
 
-func increment(c proxywasm.MetricCounter, total, seen uint64) {
+func increment(c host.Counter, total, seen uint64) {
 	if total > seen {
 		c.Increment(total - seen)
 	}
@@ -371,6 +373,7 @@ type breakerRuntime struct {
 	cfg       *config.Breaker
 	machine   *breaker.Machine
 	store     store.Store
+	log       host.Log
 	instances map[string]*breaker.Breaker
 	metrics   breakerMetrics
 	// slowIsFailure makes a slow call count toward the consecutive-failure
@@ -383,7 +386,7 @@ type breakerRuntime struct {
 // a misconfiguration, and then the overflow shares one instance.
 const maxBreakerInstances = 1024
 
-func newBreakerRuntime(s store.Store, cfg *config.Breaker, index int) (*breakerRuntime, error) {
+func newBreakerRuntime(hc *host.Host, cfg *config.Breaker, index int) (*breakerRuntime, error) {
 	set := breaker.Settings{
 		FailureThreshold:    uint32(cfg.FailureThreshold),
 		SuccessThreshold:    uint32(cfg.SuccessThreshold),
@@ -400,7 +403,7 @@ func newBreakerRuntime(s store.Store, cfg *config.Breaker, index int) (*breakerR
 	default:
 		set.Mode = breaker.ModeEnforce
 	}
-	b := &breakerRuntime{cfg: cfg, store: s, instances: map[string]*breaker.Breaker{}, metrics: defineBreakerMetrics(cfg.Name)}
+	b := &breakerRuntime{cfg: cfg, store: hc.Store, log: hc.Log, instances: map[string]*breaker.Breaker{}, metrics: defineBreakerMetrics(hc.Metrics, cfg.Name)}
 	if fr := cfg.FailureRate; fr != nil {
 		set.FailureRatePercent = uint32(fr.ThresholdPercent)
 		set.Window.MinimumCalls = uint32(fr.MinimumCalls)
@@ -437,7 +440,7 @@ func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
 	}
 	br := breaker.NewBreaker(b.machine, b.store, "sluice.cb."+b.cfg.Name+"."+scope)
 	if err := br.Init(); err != nil {
-		proxywasm.LogWarnf("sluice: breaker %s: %v", b.cfg.Name, err)
+		b.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
 	}
 	b.instances[scope] = br
 	return br

@@ -6,7 +6,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-proxy/sluice/breaker"
@@ -79,7 +78,7 @@ type breakerTicket struct {
 func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	p := h.plugin
 	p.requests.Increment(1)
-	h.start = p.vm.now()
+	h.start = p.host.Clock()
 	return h.evaluate(h.start)
 }
 
@@ -222,7 +221,7 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 		results := p.results[:len(p.reqs)]
 		admitted, err := limiter.AllowAll(ns, p.reqs, results)
 		if err != nil {
-			proxywasm.LogWarnf("sluice: limiter store: %v", err)
+			h.plugin.log.Warnf("sluice: limiter store: %v", err)
 		}
 		for _, l := range p.reqLim {
 			l.exportTableStats()
@@ -256,7 +255,7 @@ func (h *httpContext) evaluateShadows(shadows []limiter.Request, shadowLim []*li
 		l := shadowLim[i]
 		res, err := r.Table.AllowN(r.Key, ns, r.Cost)
 		if err != nil {
-			proxywasm.LogWarnf("sluice: limiter store: %v", err)
+			h.plugin.log.Warnf("sluice: limiter store: %v", err)
 		}
 		l.exportTableStats()
 		if res.Allowed {
@@ -320,15 +319,14 @@ func (h *httpContext) rejectMissingKey(l *limitRuntime) {
 	h.sendLocal(l.cfg.OnLimit.Status, nil, ct, body)
 }
 
-// sendLocal answers the request itself. The SDK's send_local_response
-// sets no details, so Envoy records these replies under its default.
+// sendLocal answers the request itself.
 func (h *httpContext) sendLocal(status int, headers [][2]string, contentType string, body []byte) {
 	if contentType != "" {
 		headers = append(headers, [2]string{"content-type", contentType})
 	}
 	h.localReply = true
-	if err := proxywasm.SendHttpResponse(uint32(status), headers, body, -1); err != nil {
-		proxywasm.LogErrorf("sluice: sending local reply: %v", err)
+	if err := h.plugin.host.Stream.Reply(status, headers, body); err != nil {
+		h.plugin.log.Errorf("sluice: sending local reply: %v", err)
 	}
 }
 
@@ -348,7 +346,7 @@ func (h *httpContext) logRejection(event string, l *limitRuntime, res limiter.Re
 	b = append(b, `,"retry_after":`...)
 	b = strconv.AppendInt(b, retryAfterSeconds(res.RetryAfter), 10)
 	b = append(b, '}')
-	proxywasm.LogInfo(string(b))
+	h.plugin.log.Info(string(b))
 }
 
 // checkBreakers admits the request through every breaker guarding it, or
@@ -372,7 +370,7 @@ func (h *httpContext) checkBreakers(now time.Time) bool {
 		br := b.instance(scope)
 		t, d, err := br.Check(now)
 		if err != nil {
-			proxywasm.LogWarnf("sluice: breaker %s: %v", b.cfg.Name, err)
+			h.plugin.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
 		}
 		b.recordTransition(d.Transition)
 		if !d.Allowed {
@@ -407,7 +405,7 @@ func (h *httpContext) rejectOpen(b *breakerRuntime, scope string, d breaker.Deci
 	b2 = appendJSONString(b2, scope)
 	b2 = append(b2, `,"retry_after":`...)
 	b2 = strconv.AppendInt(b2, retryAfterSeconds(d.RetryAfter), 10)
-	proxywasm.LogInfo(string(append(b2, '}')))
+	h.plugin.log.Info(string(append(b2, '}')))
 	h.sendLocal(b.cfg.Status, headers, ct, body)
 }
 
@@ -422,8 +420,8 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	if len(h.tickets) > 0 {
 		// The breaker outcome needs the status and, for slow calls, the
 		// time the upstream answered; read both only when it is tracked.
-		h.responded = p.vm.now()
-		if v, err := proxywasm.GetHttpResponseHeader(":status"); err == nil {
+		h.responded = p.host.Clock()
+		if v, ok := p.host.Stream.ResponseHeader(":status"); ok {
 			h.status = atoiStatus(v)
 		}
 	}
@@ -431,7 +429,7 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		// Reset times are relative to the decision, made at h.start.
 		p.respHeaders, p.respBuf = appendRateLimitHeaders(p.respHeaders[:0], p.respBuf, p.cfg.Response.Headers, h.quota, h.start, false)
 		for _, kv := range p.respHeaders {
-			_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
+			_ = p.host.Stream.ReplaceResponseHeader(kv[0], kv[1])
 		}
 	}
 	return types.ActionContinue
@@ -456,7 +454,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	h.gen++
 	h.done = true
 	if len(h.cc) > 0 {
-		h.releaseConcurrency(p.vm.now())
+		h.releaseConcurrency(p.host.Clock())
 	}
 	if len(h.tickets) == 0 || h.localReply {
 		return
@@ -476,7 +474,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	details := "via_upstream"
 	for _, t := range h.tickets {
 		if code >= 500 || code == 0 || t.ticket.Probe() || t.b.cfg.IsFailureStatus(code) {
-			details = h.info.host.property(propCodeDetails)
+			details = h.info.host.Property(propCodeDetails)
 			break
 		}
 	}
@@ -503,7 +501,7 @@ func (h *httpContext) OnHttpStreamDone() {
 		}
 		tr, err := t.br.Report(t.ticket, breaker.Outcome{Failure: failure, Duration: dur}, now)
 		if err != nil {
-			proxywasm.LogWarnf("sluice: breaker %s: %v", t.b.cfg.Name, err)
+			h.plugin.log.Warnf("sluice: breaker %s: %v", t.b.cfg.Name, err)
 		}
 		t.b.recordTransition(tr)
 	}
@@ -539,8 +537,8 @@ func (p *pluginContext) addWaiter(h *httpContext) {
 func (p *pluginContext) ensureTick() {
 	if !p.ticking {
 		p.ticking = true
-		if err := proxywasm.SetTickPeriodMilliSeconds(uint32(delayTick / time.Millisecond)); err != nil {
-			proxywasm.LogErrorf("sluice: starting the tick: %v", err)
+		if err := p.host.Ticker.SetTick(delayTick); err != nil {
+			p.log.Errorf("sluice: starting the tick: %v", err)
 		}
 	}
 }
@@ -551,19 +549,19 @@ func (p *pluginContext) OnTick() {
 	}
 	p.tickRunning = true
 	defer func() { p.tickRunning = false }()
-	now := p.vm.now()
+	now := p.host.Clock()
 	p.concurrencyTick(now)
 	for id, h := range p.waiters {
 		if now.Before(h.delayUntil) {
 			continue
 		}
 		delete(p.waiters, id)
-		if err := proxywasm.SetEffectiveContext(id); err != nil {
+		if err := p.host.Stream.Select(id); err != nil {
 			continue // the stream is gone
 		}
 		if h.evaluate(now) == types.ActionContinue {
-			if err := proxywasm.ResumeHttpRequest(); err != nil {
-				proxywasm.LogWarnf("sluice: resuming a delayed request: %v", err)
+			if err := p.host.Stream.Resume(); err != nil {
+				p.log.Warnf("sluice: resuming a delayed request: %v", err)
 			}
 		}
 	}
@@ -575,7 +573,7 @@ func (p *pluginContext) OnTick() {
 	}
 	if len(p.waiters) == 0 && (p.backend == nil || !p.backend.busy()) && (p.external == nil || !p.external.busy()) && p.ticking {
 		p.ticking = false
-		_ = proxywasm.SetTickPeriodMilliSeconds(p.idleTickMillis())
+		_ = p.host.Ticker.SetTick(p.idleTick())
 	}
 }
 

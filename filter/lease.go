@@ -54,8 +54,6 @@ import (
 	"math/bits"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/limiter/store"
@@ -188,7 +186,7 @@ func (b *backendRuntime) loadSlot(rr *remoteReq) (slotRecord, uint32) {
 	v, cas, err := b.store.Get(rr.slot)
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
-			proxywasm.LogWarnf("sluice: remote slot: %v", err)
+			b.log.Warnf("sluice: remote slot: %v", err)
 		}
 		return slotRecord{fp: rr.fp}, createSlotCAS
 	}
@@ -216,7 +214,7 @@ func (b *backendRuntime) updateSlot(rr *remoteReq, f func(*slotRecord) bool) boo
 			return true
 		}
 		if !errors.Is(err, store.ErrCASMismatch) {
-			proxywasm.LogWarnf("sluice: remote slot: %v", err)
+			b.log.Warnf("sluice: remote slot: %v", err)
 			return false
 		}
 	}

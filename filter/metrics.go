@@ -1,9 +1,8 @@
 package filter
 
 import (
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/sluice-proxy/sluice/breaker"
+	"github.com/sluice-proxy/sluice/filter/host"
 )
 
 // Metric names put the limit or breaker name in the middle so Envoy's
@@ -23,30 +22,30 @@ const (
 )
 
 type limitMetrics struct {
-	allowed, limited, shadowLimited, delayed, missingKey proxywasm.MetricCounter
+	allowed, limited, shadowLimited, delayed, missingKey host.Counter
 	// evictions, overflow and overflowDenied export the local table's
 	// Stats of the same names (see limiter.Stats).
-	evictions, overflow, overflowDenied proxywasm.MetricCounter
+	evictions, overflow, overflowDenied host.Counter
 	cost                                costMetrics
 }
 
-func defineLimitMetrics(name string) limitMetrics {
+func defineLimitMetrics(hm host.Metrics, name string) limitMetrics {
 	p := metricPrefixLimit + name + "."
 	return limitMetrics{
-		allowed:        proxywasm.DefineCounterMetric(p + "allowed"),
-		limited:        proxywasm.DefineCounterMetric(p + "limited"),
-		shadowLimited:  proxywasm.DefineCounterMetric(p + "shadow_limited"),
-		delayed:        proxywasm.DefineCounterMetric(p + "delayed"),
-		missingKey:     proxywasm.DefineCounterMetric(p + "missing_key"),
-		evictions:      proxywasm.DefineCounterMetric(p + "evictions"),
-		overflow:       proxywasm.DefineCounterMetric(p + "overflow"),
-		overflowDenied: proxywasm.DefineCounterMetric(p + "overflow_denied"),
+		allowed:        hm.Counter(p + "allowed"),
+		limited:        hm.Counter(p + "limited"),
+		shadowLimited:  hm.Counter(p + "shadow_limited"),
+		delayed:        hm.Counter(p + "delayed"),
+		missingKey:     hm.Counter(p + "missing_key"),
+		evictions:      hm.Counter(p + "evictions"),
+		overflow:       hm.Counter(p + "overflow"),
+		overflowDenied: hm.Counter(p + "overflow_denied"),
 	}
 }
 
 type breakerMetrics struct {
-	state                                                   proxywasm.MetricGauge
-	opens, closes, rejected, failures, successes, slowCalls proxywasm.MetricCounter
+	state                                                   host.Gauge
+	opens, closes, rejected, failures, successes, slowCalls host.Counter
 }
 
 // setState records the breaker state gauge: 0 closed, 1 open, 2 half-open.
@@ -54,38 +53,38 @@ type breakerMetrics struct {
 // sets a gauge in Envoy, and the SDK reaches it through the histogram type,
 // whose id is the same kind of handle.
 func (m breakerMetrics) setState(s breaker.State) {
-	proxywasm.MetricHistogram(uint32(m.state)).Record(uint64(s))
+	m.state.Set(uint64(s))
 }
 
-func defineBreakerMetrics(name string) breakerMetrics {
+func defineBreakerMetrics(hm host.Metrics, name string) breakerMetrics {
 	p := metricPrefixBreaker + name + "."
 	return breakerMetrics{
-		state:     proxywasm.DefineGaugeMetric(p + "state"),
-		opens:     proxywasm.DefineCounterMetric(p + "opens"),
-		closes:    proxywasm.DefineCounterMetric(p + "closes"),
-		rejected:  proxywasm.DefineCounterMetric(p + "rejected"),
-		failures:  proxywasm.DefineCounterMetric(p + "failures"),
-		successes: proxywasm.DefineCounterMetric(p + "successes"),
-		slowCalls: proxywasm.DefineCounterMetric(p + "slow_calls"),
+		state:     hm.Gauge(p + "state"),
+		opens:     hm.Counter(p + "opens"),
+		closes:    hm.Counter(p + "closes"),
+		rejected:  hm.Counter(p + "rejected"),
+		failures:  hm.Counter(p + "failures"),
+		successes: hm.Counter(p + "successes"),
+		slowCalls: hm.Counter(p + "slow_calls"),
 	}
 }
 
 type concurrencyMetrics struct {
-	admitted, rejected, shadowRejected, missingKey, reclaimed proxywasm.MetricCounter
+	admitted, rejected, shadowRejected, missingKey, reclaimed host.Counter
 	// inFlight is the requests in flight under the limit across the live
 	// VMs, set from the heartbeat (so it lags by at most heartbeatEvery).
-	inFlight proxywasm.MetricGauge
+	inFlight host.Gauge
 }
 
-func defineConcurrencyMetrics(name string) concurrencyMetrics {
+func defineConcurrencyMetrics(hm host.Metrics, name string) concurrencyMetrics {
 	p := metricPrefixCC + name + "."
 	return concurrencyMetrics{
-		admitted:       proxywasm.DefineCounterMetric(p + "admitted"),
-		rejected:       proxywasm.DefineCounterMetric(p + "rejected"),
-		shadowRejected: proxywasm.DefineCounterMetric(p + "shadow_rejected"),
-		missingKey:     proxywasm.DefineCounterMetric(p + "missing_key"),
-		reclaimed:      proxywasm.DefineCounterMetric(p + "reclaimed"),
-		inFlight:       proxywasm.DefineGaugeMetric(p + "in_flight"),
+		admitted:       hm.Counter(p + "admitted"),
+		rejected:       hm.Counter(p + "rejected"),
+		shadowRejected: hm.Counter(p + "shadow_rejected"),
+		missingKey:     hm.Counter(p + "missing_key"),
+		reclaimed:      hm.Counter(p + "reclaimed"),
+		inFlight:       hm.Gauge(p + "in_flight"),
 	}
 }
 
@@ -94,5 +93,5 @@ func (m concurrencyMetrics) setInFlight(n int64) {
 	if n < 0 {
 		n = 0
 	}
-	proxywasm.MetricHistogram(uint32(m.inFlight)).Record(uint64(n))
+	m.inFlight.Set(uint64(n))
 }
