@@ -338,7 +338,7 @@ func (h *httpContext) chargeRemote(c *pendingCharge, n int64, now time.Time) {
 	rr := remoteReq{l: l, key: c.key, overrideValue: c.overrideValue, rkey: redisKey(l.cfg.Name, c.key),
 		lim: c.rate.Limiter(l.cfg.Algorithm), cost: n}
 	rr.fp = limiter.Hash(0, rr.rkey)
-	rr.slot = l.remote.slotPrefix + strconv.FormatUint(rr.fp%remoteSlots, 10)
+	rr.slot = l.remote.slots.Name(rr.fp % remoteSlots)
 	cmd, err := backend.Charge(rr.lim, rr.rkey, n)
 	if err != nil {
 		h.plugin.log.Warnf("sluice: limit %s: charge: %v", l.cfg.Name, err)

@@ -381,9 +381,9 @@ func (b *backendRuntime) busy() bool {
 type remoteLimit struct {
 	mode   config.Mode
 	policy config.FailurePolicy
-	// slotPrefix names the shared-data slots holding negative-cache and
-	// lease state, bounded like the limiter's tables.
-	slotPrefix string
+	// slots names the shared-data slots holding negative-cache and lease
+	// state ("sluice.dl.<name>.<i>"), bounded like the limiter's tables.
+	slots *store.SlotNames
 	// fallback tables for failure_policy local, created on first use.
 	fallbackDef       *limiter.Table
 	fallbackOverrides map[string]*limiter.Table
@@ -416,7 +416,7 @@ func newRemoteLimit(cfg *config.Limit, ratePath string) (*remoteLimit, error) {
 			return nil, err
 		}
 	}
-	return &remoteLimit{mode: cfg.Mode, policy: cfg.FailurePolicy, slotPrefix: "sluice.dl." + cfg.Name + "."}, nil
+	return &remoteLimit{mode: cfg.Mode, policy: cfg.FailurePolicy, slots: store.NewSlotNames("sluice.dl."+cfg.Name+".", remoteSlots)}, nil
 }
 
 // fallbackTable is the local table used under failure_policy local: the
@@ -554,7 +554,7 @@ func (h *httpContext) startRemote(now time.Time) verdict {
 		if rr.l.remote.mode == config.ModeHybrid {
 			continue // tryLease checks its negative cache, counting the demand
 		}
-		rec, _ := b.loadSlot(rr)
+		rec := b.loadSlot(rr)
 		if rec.deniedUntil > ns {
 			b.metrics.negativeHits.Increment(1)
 			return h.onLimited(rr.l, rr.cachedDenial(ns, rec.deniedUntil), now)

@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -57,8 +56,6 @@ const (
 	// maxRateTables bounds this worker's table views (one per distinct
 	// answered rate); past it they are dropped and made again on demand.
 	maxRateTables = 256
-	// maxSlotNames bounds the cached shared-data key names of slots.
-	maxSlotNames = 4096
 )
 
 // Bucket keys of the external limit start with a tag, so a tenant_key, a
@@ -81,14 +78,13 @@ type externalRuntime struct {
 	machine *breaker.Machine
 	fresh   breaker.Record
 	seed    uint64
-	prefix  string
 	slots   uint64
 	// claimTTL is how long a claimed lookup may stay unanswered before
 	// another request takes it over and its waiters give up on it.
 	claimTTL time.Duration
 	headers  [][2]string
 
-	slotNames map[uint64]string
+	slotNames *store.SlotNames
 	tables    map[limiter.Limit]*limiter.Table
 	fallbacks map[limiter.Limit]*limiter.Table
 	// fallbackBase holds failure_policy local decisions of global and
@@ -154,10 +150,9 @@ func (p *pluginContext) configureExternal(cfg *config.External) error {
 	x := &externalRuntime{
 		p: p, cfg: cfg, lim: l, index: len(p.limits), caller: p.host.Caller, store: p.host.Store, log: p.host.Log,
 		seed:      limiter.Hash(0, "sluice.ext."+cfg.Limit.Name),
-		prefix:    "sluice.ext." + cfg.Limit.Name + ".",
 		slots:     uint64(cfg.MaxCached),
 		claimTTL:  cfg.Timeout + watchdogSlack + 2*delayTick,
-		slotNames: map[uint64]string{},
+		slotNames: store.NewSlotNames("sluice.ext."+cfg.Limit.Name+".", uint64(cfg.MaxCached)),
 		tables:    map[limiter.Limit]*limiter.Table{},
 		fallbacks: map[limiter.Limit]*limiter.Table{},
 		inflight:  map[*lookup]struct{}{},
@@ -194,32 +189,21 @@ func (p *pluginContext) configureExternal(cfg *config.External) error {
 }
 
 // slotName is the shared-data key of cache slot i.
-func (x *externalRuntime) slotName(i uint64) string {
-	if s, ok := x.slotNames[i]; ok {
-		return s
-	}
-	if len(x.slotNames) >= maxSlotNames {
-		clear(x.slotNames)
-	}
-	s := x.prefix + strconv.FormatUint(i, 10)
-	x.slotNames[i] = s
-	return s
-}
+func (x *externalRuntime) slotName(i uint64) string { return x.slotNames.Name(i) }
 
-// candidate is the i-th slot a lookup key may live in.
-func (x *externalRuntime) candidate(fp uint64, i int) uint64 {
-	return (fp + uint64(i)*((fp>>32)|1)) % x.slots
-}
+// candidate is the i-th slot a lookup key may live in (store.Probe).
+func (x *externalRuntime) candidate(fp uint64, i int) uint64 { return store.Probe(fp, i) % x.slots }
 
 // readEntry reads slot i. ok is false when the slot is empty or holds
 // something unreadable, which then counts as empty.
 func (x *externalRuntime) readEntry(i uint64, e *limitsvc.Entry) (cas uint32, exists, ok bool) {
-	v, cas, err := x.store.Get(x.slotName(i))
+	v, cas, found, err := store.Load(x.store, x.slotName(i))
 	if err != nil {
-		if !errors.Is(err, store.ErrNotFound) {
-			x.log.Warnf("sluice: external cache: %v", err)
-		}
-		return createSlotCAS, false, false
+		x.log.Warnf("sluice: external cache: %v", err)
+		return store.CreateCAS, false, false
+	}
+	if !found {
+		return cas, false, false
 	}
 	return cas, true, e.Decode(v) == nil
 }

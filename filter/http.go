@@ -197,7 +197,7 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 			fp := limiter.Hash(0, rkey)
 			h.remote = append(h.remote, remoteReq{
 				l: l, key: string(key), overrideValue: overrideValue, rkey: rkey, fp: fp,
-				slot: l.remote.slotPrefix + strconv.FormatUint(fp%remoteSlots, 10), cost: cost, lim: lim,
+				slot: l.remote.slots.Name(fp % remoteSlots), cost: cost, lim: lim,
 				policy: h.remotePolicy(l),
 			})
 			continue

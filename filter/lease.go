@@ -180,45 +180,42 @@ func spendableAt(r *slotRecord, l limiter.Limit, n int64) int64 {
 	return r.ready - int64(q)
 }
 
-// loadSlot returns the key's record (zero with its fingerprint when the
-// slot is empty or holds another key) and the CAS to write it back.
-func (b *backendRuntime) loadSlot(rr *remoteReq) (slotRecord, uint32) {
-	v, cas, err := b.store.Get(rr.slot)
+// loadSlot returns the key's record: zero with its fingerprint when the
+// slot is empty or holds another key.
+func (b *backendRuntime) loadSlot(rr *remoteReq) slotRecord {
+	v, _, _, err := store.Load(b.store, rr.slot)
 	if err != nil {
-		if !errors.Is(err, store.ErrNotFound) {
-			b.log.Warnf("sluice: remote slot: %v", err)
-		}
-		return slotRecord{fp: rr.fp}, createSlotCAS
+		b.log.Warnf("sluice: remote slot: %v", err)
 	}
-	rec, ok := decodeSlot(v)
-	if !ok || rec.fp != rr.fp {
-		return slotRecord{fp: rr.fp}, cas
-	}
-	return rec, cas
+	return recordOf(rr.fp, v)
 }
 
-// createSlotCAS: see breaker's createCAS; a value the host has not handed
-// out turns a creation race into a CAS mismatch.
-const createSlotCAS = 1<<32 - 1
+// recordOf is the record of key fp in a slot's value.
+func recordOf(fp uint64, v []byte) slotRecord {
+	rec, ok := decodeSlot(v)
+	if !ok || rec.fp != fp {
+		return slotRecord{fp: fp}
+	}
+	return rec
+}
 
 // updateSlot applies f to the record under CAS. f returns false to write
 // nothing.
 func (b *backendRuntime) updateSlot(rr *remoteReq, f func(*slotRecord) bool) bool {
-	for range slotCASTries {
-		rec, cas := b.loadSlot(rr)
+	err := store.Update(b.store, rr.slot, slotCASTries, func(v []byte, readErr error) ([]byte, bool) {
+		if readErr != nil {
+			b.log.Warnf("sluice: remote slot: %v", readErr)
+		}
+		rec := recordOf(rr.fp, v)
 		if !f(&rec) {
-			return true
+			return nil, false
 		}
-		err := b.store.Set(rr.slot, rec.encode(), cas)
-		if err == nil {
-			return true
-		}
-		if !errors.Is(err, store.ErrCASMismatch) {
-			b.log.Warnf("sluice: remote slot: %v", err)
-			return false
-		}
+		return rec.encode(), true
+	})
+	if err != nil && !errors.Is(err, store.ErrContended) {
+		b.log.Warnf("sluice: remote slot: %v", err)
 	}
-	return false
+	return err == nil
 }
 
 func (b *backendRuntime) setDenied(rr *remoteReq, until int64) {
