@@ -177,7 +177,7 @@ func (h *httpContext) acquireConcurrency(now time.Time) bool {
 		default:
 			c.metrics.rejected.Increment(1)
 			h.releaseConcurrency(now)
-			h.releaseTickets(now)
+			h.releaseTickets()
 			c.logRejection("concurrency_limited", res)
 			ct, body := concurrencyLimitedBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)
 			h.sendLocal(c.cfg.Status, nil, ct, body)

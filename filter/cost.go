@@ -260,10 +260,9 @@ func (h *httpContext) dropCharge(l *limitRuntime) {
 
 // chargeResponse charges every pending limit the cost the response
 // reports, less the unit each took at admission.
-func (h *httpContext) chargeResponse() {
+func (h *httpContext) chargeResponse(headers [][2]string) {
 	p := h.plugin
 	now := p.host.Clock()
-	headers := p.host.Stream.ResponseHeaders()
 	for i := range h.charges {
 		c := &h.charges[i]
 		if c.dropped {

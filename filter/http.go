@@ -375,7 +375,7 @@ func (h *httpContext) checkBreakers(now time.Time) bool {
 		b.recordTransition(d.Transition)
 		if !d.Allowed {
 			b.metrics.rejected.Increment(1)
-			h.releaseTickets(now)
+			h.releaseTickets()
 			h.rejectOpen(b, scope, d)
 			return false
 		}
@@ -389,7 +389,7 @@ func (h *httpContext) checkBreakers(now time.Time) bool {
 // releaseTickets drops tickets of breakers passed before another breaker
 // rejected; their requests never reach an upstream, so they have no
 // outcome. A probe slot held this way is freed by the probe timeout.
-func (h *httpContext) releaseTickets(time.Time) { h.tickets = h.tickets[:0] }
+func (h *httpContext) releaseTickets() { h.tickets = h.tickets[:0] }
 
 func (h *httpContext) rejectOpen(b *breakerRuntime, scope string, d breaker.Decision) {
 	p := h.plugin
@@ -413,16 +413,24 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	if h.localReply {
 		return types.ActionContinue
 	}
-	if len(h.charges) > 0 {
-		h.chargeResponse()
-	}
 	p := h.plugin
+	// A charge reads the whole header map; a breaker then takes :status
+	// from it rather than asking the host again.
+	var headers [][2]string
+	if len(h.charges) > 0 {
+		headers = p.host.Stream.ResponseHeaders()
+		h.chargeResponse(headers)
+	}
 	if len(h.tickets) > 0 {
 		// The breaker outcome needs the status and, for slow calls, the
 		// time the upstream answered; read both only when it is tracked.
 		h.responded = p.host.Clock()
-		if v, ok := p.host.Stream.ResponseHeader(":status"); ok {
-			h.status = atoiStatus(v)
+		status, ok := firstValue(headers, ":status")
+		if headers == nil {
+			status, ok = p.host.Stream.ResponseHeader(":status")
+		}
+		if ok {
+			h.status = atoiStatus(status)
 		}
 	}
 	if h.hasQuota && p.cfg.Response.HeadersOnAllowed {
@@ -483,10 +491,7 @@ func (h *httpContext) OnHttpStreamDone() {
 		if !known {
 			continue
 		}
-		var dur time.Duration
-		if !h.responded.IsZero() {
-			dur = h.responded.Sub(h.start)
-		}
+		dur := h.responded.Sub(h.start)
 		slow := t.b.cfg.SlowCall != nil && dur > t.b.cfg.SlowCall.Duration
 		if slow {
 			t.b.metrics.slowCalls.Increment(1)
@@ -586,4 +591,14 @@ func arenaString(b []byte) string {
 		return ""
 	}
 	return unsafe.String(&b[0], len(b))
+}
+
+// firstValue is the first value of header name in headers.
+func firstValue(headers [][2]string, name string) (string, bool) {
+	for _, kv := range headers {
+		if kv[0] == name {
+			return kv[1], true
+		}
+	}
+	return "", false
 }

@@ -69,8 +69,9 @@ type Stream struct {
 	Gone              map[uint32]bool
 	Replies           []Reply
 	Resumed           []uint32
-	// Reads counts header and property reads.
-	Reads int
+	// Reads counts request header and property reads, ResponseReads
+	// response header reads: each is one hostcall in the adapter.
+	Reads, ResponseReads int
 }
 
 func (s *Stream) RequestHeaders() [][2]string { s.Reads++; return s.Headers }
@@ -92,10 +93,10 @@ func (s *Stream) Property(path []string) string {
 	return s.Properties[key]
 }
 
-func (s *Stream) ResponseHeaders() [][2]string { s.Reads++; return s.ResponseHeaderMap }
+func (s *Stream) ResponseHeaders() [][2]string { s.ResponseReads++; return s.ResponseHeaderMap }
 
 func (s *Stream) ResponseHeader(name string) (string, bool) {
-	s.Reads++
+	s.ResponseReads++
 	return lookup(s.ResponseHeaderMap, name)
 }
 
