@@ -26,7 +26,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/limiter"
@@ -332,33 +331,23 @@ func combinedHeader(headers [][2]string, name string) (value string, ok bool) {
 // failure_policy local and otherwise lost, counted in the backend's error
 // metrics.
 func (h *httpContext) chargeRemote(c *pendingCharge, n int64, now time.Time) {
-	b := h.plugin.backend
+	p := h.plugin
 	l := c.l
-	rr := remoteReq{l: l, key: c.key, overrideValue: c.overrideValue, rkey: redisKey(l.cfg.Name, c.key),
-		lim: c.rate.Limiter(l.cfg.Algorithm), cost: n}
-	rr.fp = limiter.Hash(0, rr.rkey)
-	rr.slot = l.remote.slots.Name(rr.fp % remoteSlots)
-	cmd, err := backend.Charge(rr.lim, rr.rkey, n)
-	if err != nil {
-		h.plugin.log.Warnf("sluice: limit %s: charge: %v", l.cfg.Name, err)
-		return
-	}
-	b.enqueue(b.newCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
-		if err == nil {
-			if wait := backend.ChargeRetryAfter(rr.lim, r); wait > 0 && !l.cfg.Shadow {
-				b.setDenied(&rr, at.UnixNano()+int64(wait))
-			}
-			return
-		}
+	k := l.remote.dl.Key(c.key, c.rate.Limiter(l.cfg.Algorithm))
+	key, overrideValue := c.key, c.overrideValue
+	err := p.backend.Charge(k, n, !l.cfg.Shadow, now, func(at time.Time) {
 		if l.remote.policy != config.FailLocal {
 			return
 		}
-		t, ferr := l.fallbackTable(b.store, rr.overrideValue)
+		t, ferr := l.fallbackTable(p.host.Store, overrideValue)
 		if ferr == nil {
-			_, ferr = t.Charge(rr.key, at.UnixNano(), n)
+			_, ferr = t.Charge(key, at.UnixNano(), n)
 		}
 		if ferr != nil {
-			h.plugin.log.Warnf("sluice: limit %s fallback: %v", l.cfg.Name, ferr)
+			p.log.Warnf("sluice: limit %s fallback: %v", l.cfg.Name, ferr)
 		}
-	}))
+	})
+	if err != nil {
+		p.log.Warnf("sluice: limit %s: charge: %v", l.cfg.Name, err)
+	}
 }

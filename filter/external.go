@@ -40,6 +40,7 @@ import (
 	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/distributed"
 	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/filter/limitsvc"
 	"github.com/sluice-proxy/sluice/limiter"
@@ -151,7 +152,7 @@ func (p *pluginContext) configureExternal(cfg *config.External) error {
 		p: p, cfg: cfg, lim: l, index: len(p.limits), caller: p.host.Caller, store: p.host.Store, log: p.host.Log,
 		seed:      limiter.Hash(0, "sluice.ext."+cfg.Limit.Name),
 		slots:     uint64(cfg.MaxCached),
-		claimTTL:  cfg.Timeout + watchdogSlack + 2*delayTick,
+		claimTTL:  cfg.Timeout + distributed.WatchdogSlack + 2*delayTick,
 		slotNames: store.NewSlotNames("sluice.ext."+cfg.Limit.Name+".", uint64(cfg.MaxCached)),
 		tables:    map[limiter.Limit]*limiter.Table{},
 		fallbacks: map[limiter.Limit]*limiter.Table{},
@@ -527,7 +528,7 @@ func (x *externalRuntime) recordTransition(tr breaker.Transition) {
 // tick sends queued lookups, times out lost replies and polls waiters.
 func (x *externalRuntime) tick(now time.Time) {
 	for l := range x.inflight {
-		if now.Sub(l.sentAt) >= x.cfg.Timeout+watchdogSlack {
+		if now.Sub(l.sentAt) >= x.cfg.Timeout+distributed.WatchdogSlack {
 			x.finish(l, now, limitsvc.Answer{}, backend.Timeout())
 		}
 	}
@@ -643,7 +644,7 @@ func (h *httpContext) localFallback(rr *remoteReq) (*limiter.Table, error) {
 	if x == nil {
 		return rr.l.fallbackTable(h.plugin.host.Store, rr.overrideValue)
 	}
-	lim := rr.lim
+	lim := rr.k.Lim
 	n := int64(max(rr.l.cfg.Instances, 1))
 	lim.Rate = max(lim.Rate/n, 1)
 	lim.Burst /= n

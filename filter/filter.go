@@ -36,6 +36,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/distributed"
 	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/limiter/inflight"
@@ -66,7 +67,7 @@ type vmContext struct {
 }
 
 func (vm *vmContext) NewPluginContext(uint32) types.PluginContext {
-	return &pluginContext{vm: vm, host: &vm.host, log: vm.host.Log, waiters: map[uint32]*httpContext{}}
+	return &pluginContext{vm: vm, host: &vm.host, log: vm.host.Log, waiters: map[uint32]*httpContext{}, leaseWaiters: map[uint32]*httpContext{}}
 }
 
 type pluginContext struct {
@@ -80,7 +81,7 @@ type pluginContext struct {
 	breakers    []*breakerRuntime
 	concurrency []*concurrencyRuntime
 	// backend is nil unless some limit is global or hybrid.
-	backend *backendRuntime
+	backend *distributed.Backend
 	// external is nil without an external block; its limit is the last
 	// of limits.
 	external *externalRuntime
@@ -111,14 +112,16 @@ type pluginContext struct {
 	lastBeat time.Time
 
 	// waiters are streams paused by on_limit delay, resumed from the tick.
-	waiters     map[uint32]*httpContext
-	ticking     bool
-	tickRunning bool
+	waiters map[uint32]*httpContext
+	// leaseWaiters are streams waiting for a lease another call will fill.
+	leaseWaiters map[uint32]*httpContext
+	ticking      bool
+	tickRunning  bool
 }
 
 // delayTick is how often paused requests are re-examined. A shaped request
 // waits at most this much longer than it has to.
-const delayTick = 5 * time.Millisecond
+const delayTick = distributed.TickPeriod
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	data, err := pluginConfiguration()
@@ -207,7 +210,7 @@ func (p *pluginContext) ensureBackend(l *limitRuntime, modePath string) error {
 		return fmt.Errorf("%s: %s needs a backend", modePath, l.cfg.Mode)
 	}
 	var err error
-	p.backend, err = newBackendRuntime(p, p.cfg.Backend)
+	p.backend, err = distributed.New(p.host, p.cfg.Backend, p.ensureTick, p.pollLeaseWaiters)
 	return err
 }
 

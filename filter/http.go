@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/distributed"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -46,7 +47,7 @@ type httpContext struct {
 	// paused until pending reaches 0. localReqs/localLim are the local
 	// limits, committed only once every remote limit admitted.
 	remote    []remoteReq
-	calls     []*remoteCall
+	calls     []*distributed.Call
 	localReqs []limiter.Request
 	// localKeys backs the keys of localReqs while the request waits.
 	localKeys []byte
@@ -189,15 +190,13 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 		if l.remote != nil {
 			lim := rate.Limiter(l.cfg.Algorithm)
 			// Key only hashes the value, so the arena's bytes need no copy.
-			rkey := redisKey(l.cfg.Name, arenaString(key))
+			k := l.remote.dl.Key(arenaString(key), lim)
 			if l.cfg.Shadow {
-				h.startShadowRemote(l, lim, rkey, cost, now)
+				h.startShadowRemote(l, lim, k.RKey, cost, now)
 				continue
 			}
-			fp := limiter.Hash(0, rkey)
 			h.remote = append(h.remote, remoteReq{
-				l: l, key: string(key), overrideValue: overrideValue, rkey: rkey, fp: fp,
-				slot: l.remote.slots.Name(fp % remoteSlots), cost: cost, lim: lim,
+				l: l, key: string(key), overrideValue: overrideValue, k: k, cost: cost,
 				policy: h.remotePolicy(l),
 			})
 			continue
@@ -450,9 +449,7 @@ func (h *httpContext) OnHttpStreamDone() {
 		delete(p.waiters, h.id)
 	}
 	h.forgetExternal()
-	if p.backend != nil {
-		delete(p.backend.leaseWaiters, h.id)
-	}
+	delete(p.leaseWaiters, h.id)
 	if len(h.remote) > 0 {
 		if h.pending > 0 {
 			h.refund()
@@ -571,12 +568,15 @@ func (p *pluginContext) OnTick() {
 		}
 	}
 	if p.backend != nil {
-		p.backend.tick(now)
+		p.backend.Tick(now)
+		if len(p.leaseWaiters) > 0 {
+			p.pollLeaseWaiters(now)
+		}
 	}
 	if p.external != nil {
 		p.external.tick(now)
 	}
-	if len(p.waiters) == 0 && (p.backend == nil || !p.backend.busy()) && (p.external == nil || !p.external.busy()) && p.ticking {
+	if len(p.waiters) == 0 && (p.backend == nil || !p.backend.Busy()) && len(p.leaseWaiters) == 0 && (p.external == nil || !p.external.busy()) && p.ticking {
 		p.ticking = false
 		_ = p.host.Ticker.SetTick(p.idleTick())
 	}
