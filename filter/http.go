@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/distributed"
+	"github.com/sluice-proxy/sluice/filter/external"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -67,7 +68,7 @@ type httpContext struct {
 	// charged from the response headers (cost.go).
 	charges []pendingCharge
 	// ext is this request's lookup of the external limit (external.go).
-	ext extRequest
+	ext external.Request
 }
 
 type breakerTicket struct {
@@ -156,7 +157,7 @@ func (h *httpContext) evaluateLimits(now time.Time) verdict {
 		var t *limiter.Table
 		var rate config.Rate
 		if l.ext != nil {
-			if h.ext.skip {
+			if h.ext.Skip {
 				l.metrics.allowed.Increment(1) // the service set no limit
 				continue
 			}
@@ -574,9 +575,12 @@ func (p *pluginContext) OnTick() {
 		}
 	}
 	if p.external != nil {
-		p.external.tick(now)
+		p.external.cache.Tick(now)
+		if len(p.external.waiters) > 0 {
+			p.external.pollWaiters(now)
+		}
 	}
-	if len(p.waiters) == 0 && (p.backend == nil || !p.backend.Busy()) && len(p.leaseWaiters) == 0 && (p.external == nil || !p.external.busy()) && p.ticking {
+	if len(p.waiters) == 0 && (p.backend == nil || !p.backend.Busy()) && len(p.leaseWaiters) == 0 && (p.external == nil || !p.external.cache.Busy() && len(p.external.waiters) == 0) && p.ticking {
 		p.ticking = false
 		_ = p.host.Ticker.SetTick(p.idleTick())
 	}

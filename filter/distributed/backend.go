@@ -21,11 +21,6 @@ const TickPeriod = 5 * time.Millisecond
 // ErrBreakerOpen is the failure reported while the backend breaker rejects.
 var ErrBreakerOpen = errors.New("backend breaker open")
 
-// WatchdogSlack is how long past its timeout a call may stay unanswered
-// before the tick declares it timed out itself; Envoy normally reports the
-// timeout first, so this only matters when a reply is lost.
-const WatchdogSlack = 10 * time.Millisecond
-
 // Backoff is the wait before retry number attempt+1: 10ms, 20ms, 40ms …
 // capped at 100ms, short because the request is waiting.
 func Backoff(attempt int) time.Duration {
@@ -40,7 +35,7 @@ func Backoff(attempt int) time.Duration {
 // timeout × (retries + 1) plus the backoffs between them, plus per attempt
 // the watchdog's slack and one tick of timer granularity.
 func CallBudget(cfg *config.Backend) time.Duration {
-	d := (cfg.Timeout + WatchdogSlack + TickPeriod) * time.Duration(cfg.Retries+1)
+	d := (cfg.Timeout + host.WatchdogSlack + TickPeriod) * time.Duration(cfg.Retries+1)
 	for a := 0; a < cfg.Retries; a++ {
 		d += Backoff(a)
 	}
@@ -336,7 +331,7 @@ func (b *Backend) failed(c *Call, now time.Time, err error) {
 // Tick sends due retries and queued calls and times out lost replies.
 func (b *Backend) Tick(now time.Time) {
 	for c := range b.inflight {
-		if now.Sub(c.sentAt) >= b.cfg.Timeout+WatchdogSlack {
+		if now.Sub(c.sentAt) >= b.cfg.Timeout+host.WatchdogSlack {
 			delete(b.inflight, c)
 			c.seq++
 			b.failed(c, now, backend.Timeout())

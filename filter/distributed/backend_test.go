@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/filter/host/hosttest"
 	"github.com/sluice-proxy/sluice/limiter"
 )
@@ -110,7 +111,7 @@ func TestWatchdogEndsALostReply(t *testing.T) {
 	r := newRig(t, 0)
 	d := r.decide(t, "k")
 	lost := r.pending(t)
-	r.tick(50*time.Millisecond + WatchdogSlack - time.Millisecond)
+	r.tick(50*time.Millisecond + host.WatchdogSlack - time.Millisecond)
 	if d.n != 0 {
 		t.Fatal("timed out before timeout + slack")
 	}

@@ -70,6 +70,12 @@ type Caller interface {
 		done func(status int, body []byte, err error)) error
 }
 
+// WatchdogSlack is how long past its timeout a callout may stay
+// unanswered before its caller declares it timed out itself; Envoy
+// normally reports the timeout first, so this only matters when a reply
+// is lost.
+const WatchdogSlack = 10 * time.Millisecond
+
 // MaxReplyBody bounds the callout replies read; a larger one is malformed.
 const MaxReplyBody = 64 << 10
 
