@@ -26,7 +26,7 @@ help:
 	@echo "make run     - build, start the demo backend and limits service, serve envoy/envoy.yaml (or EXAMPLE=<name>) on our host"
 	@echo "make test    - every test: native, wasm in our host, end-to-end with redis-server and webdis (runs make deps first)"
 	@echo "make deps    - install the Debian packages the tests need (as root), or print the command that does"
-	@echo "make lint    - gofmt, go vet (native and wasm), go mod tidy leaves no diff"
+	@echo "make lint    - gofmt, go vet (native and wasm), go mod tidy leaves no diff, no SDK in the pure packages"
 	@echo "make bench   - BENCHMARKS.md and its plot (BENCH_QUICK=1: the short CI mode; BENCH_OUT=path: elsewhere)"
 	@echo "make soak    - the 10,000,000-request soak and 1,000,000 client IPs; updates BENCHMARKS.md"
 	@echo "make fuzz    - every fuzz target for FUZZTIME (default 20s)"
@@ -81,7 +81,14 @@ run: build
 	trap 'kill $$backend $$limits' EXIT; \
 	$(BUILD)/sluice-envoy -c $(RUN_CONFIG) --concurrency $(CONCURRENCY) --wasm-profile $(PROFILE)
 
+# The packages that must not import the proxy-wasm SDK: the decision cores
+# and the packages the adapter (filter/*.go) drives. Only the adapter,
+# filter/bridge and filter/cmd may; lint checks it with go list -deps.
+PURE_PKGS := ./limiter/... ./breaker/... ./filter/host/... ./filter/distributed/... ./filter/external/...
+
 lint: $(BUILD)/sdk/.stamp
+	@sdk=$$($(GO) list -deps $(PURE_PKGS) | grep '^$(SDK_MOD)' || true); \
+	if [ -n "$$sdk" ]; then echo "the SDK is a dependency of $(PURE_PKGS): $$sdk"; exit 1; fi
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
