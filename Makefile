@@ -84,7 +84,7 @@ run: build
 # The packages that must not import the proxy-wasm SDK: the decision cores
 # and the packages the adapter (filter/*.go) drives. Only the adapter,
 # filter/bridge and filter/cmd may; lint checks it with go list -deps.
-PURE_PKGS := ./limiter/... ./breaker/... ./filter/host/... ./filter/distributed/... ./filter/external/...
+PURE_PKGS := ./limiter/... ./breaker/... ./filter/host/... ./filter/engine/... ./filter/distributed/... ./filter/external/...
 
 lint: $(BUILD)/sdk/.stamp
 	@sdk=$$($(GO) list -deps $(PURE_PKGS) | grep '^$(SDK_MOD)' || true); \

@@ -9,6 +9,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/filter/engine"
 	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/limiter/store"
 )
@@ -107,14 +108,6 @@ func (proxyStream) Resume() error { return proxywasm.ResumeHttpRequest() }
 
 func (proxyStream) Select(id uint32) error { return proxywasm.SetEffectiveContext(id) }
 
-// Property paths read on the request path.
-var (
-	propSourceAddress = []string{"source", "address"}
-	propRouteName     = []string{"xds", "route_name"}
-	propClusterName   = []string{"xds", "cluster_name"}
-	propCodeDetails   = []string{"response", "code_details"}
-)
-
 type proxyCaller struct{}
 
 func (proxyCaller) Call(cluster string, headers [][2]string, body []byte, timeout time.Duration,
@@ -132,7 +125,7 @@ func (proxyCaller) Call(cluster string, headers [][2]string, body []byte, timeou
 		if hs, err := proxywasm.GetHttpCallResponseHeaders(); err == nil {
 			for _, kv := range hs {
 				if kv[0] == ":status" {
-					status = atoiStatus(kv[1])
+					status = engine.StatusCode(kv[1])
 					break
 				}
 			}
@@ -204,18 +197,4 @@ func pluginConfiguration() ([]byte, error) {
 		return nil, err
 	}
 	return data, nil
-}
-
-func atoiStatus(s string) int {
-	if len(s) == 0 || len(s) > 3 {
-		return 0
-	}
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0
-		}
-		n = n*10 + int(s[i]-'0')
-	}
-	return n
 }

@@ -1,4 +1,4 @@
-package filter
+package engine
 
 // Concurrency limits (bulkheads): at most max_in_flight requests of one key
 // in flight at once, across every worker of the Envoy.
@@ -89,7 +89,7 @@ func newConcurrencyRuntime(hc *host.Host, cfg *config.ConcurrencyLimit, index in
 }
 
 // configureConcurrency builds the runtimes and starts the heartbeat.
-func (p *pluginContext) configureConcurrency(cfg *config.Config) error {
+func (p *Plugin) configureConcurrency(cfg *config.Config) error {
 	if len(cfg.Concurrency) == 0 {
 		return nil
 	}
@@ -123,26 +123,16 @@ func (p *pluginContext) configureConcurrency(cfg *config.Config) error {
 
 // idleTick is the tick period when nothing waits for the fast tick: the
 // heartbeat's with concurrency limits, none otherwise.
-func (p *pluginContext) idleTick() time.Duration {
+func (p *Plugin) idleTick() time.Duration {
 	if len(p.concurrency) > 0 {
 		return heartbeatEvery
 	}
 	return 0
 }
 
-// admitAfterLimits runs what follows the rate limits: the breakers, then
-// the concurrency limits. False means the request was answered.
-func (h *httpContext) admitAfterLimits(now time.Time) bool {
-	p := h.plugin
-	if len(p.breakers) > 0 && !h.checkBreakers(now) {
-		return false
-	}
-	return len(p.concurrency) == 0 || h.acquireConcurrency(now)
-}
-
 // acquireConcurrency takes a slot of every concurrency limit that applies,
 // or gives back what it took and answers the request.
-func (h *httpContext) acquireConcurrency(now time.Time) bool {
+func (h *Stream) acquireConcurrency(now time.Time) bool {
 	p := h.plugin
 	match := h.info.matchRequest(p.matchNeeds)
 	ns := now.UnixNano()
@@ -195,7 +185,7 @@ func (h *httpContext) acquireConcurrency(now time.Time) bool {
 }
 
 // releaseConcurrency gives back every slot the request holds.
-func (h *httpContext) releaseConcurrency(now time.Time) {
+func (h *Stream) releaseConcurrency(now time.Time) {
 	if len(h.cc) == 0 {
 		return
 	}
@@ -212,7 +202,7 @@ func (h *httpContext) releaseConcurrency(now time.Time) {
 
 // concurrencyTick is the heartbeat: it keeps this VM's entries fresh and
 // sets the in_flight gauges from every live VM's totals.
-func (p *pluginContext) concurrencyTick(now time.Time) {
+func (p *Plugin) concurrencyTick(now time.Time) {
 	// A clock that went back beats at once, so that entries stamped ahead
 	// of the new time are rewritten before readers find them impossible.
 	if since := now.Sub(p.lastBeat); len(p.concurrency) == 0 || (since >= 0 && since < heartbeatEvery) {

@@ -1,4 +1,4 @@
-package filter
+package engine
 
 // Weighted cost. A limit's cost per request is fixed ("cost": 3), sent by
 // the client in a request header ("cost": {"header", "default", "max"}),
@@ -155,7 +155,7 @@ func defineCostMetrics(hm host.Metrics, cfg *config.Limit) costMetrics {
 // requestCost is what limit l takes from this request at admission. ok is
 // false for an unusable cost header; the request has then been answered
 // with 400, unless l is a shadow limit, which only counts and skips it.
-func (h *httpContext) requestCost(l *limitRuntime) (cost int64, ok bool) {
+func (h *Stream) requestCost(l *limitRuntime) (cost int64, ok bool) {
 	ch := l.cfg.CostHeader
 	if ch == nil {
 		return l.cfg.Cost, true
@@ -243,13 +243,13 @@ type pendingCharge struct {
 
 // noteCharge remembers that limit l is to be charged from the response;
 // key is l's key in this evaluation's arena.
-func (h *httpContext) noteCharge(l *limitRuntime, t *limiter.Table, rate config.Rate, overrideValue string, key []byte) {
+func (h *Stream) noteCharge(l *limitRuntime, t *limiter.Table, rate config.Rate, overrideValue string, key []byte) {
 	h.charges = append(h.charges, pendingCharge{l: l, table: t, rate: rate, overrideValue: overrideValue, key: string(key)})
 }
 
 // dropCharge forgets the charge of a shadow limit that would have refused
 // the request: had it been enforcing, there would be no response to pay.
-func (h *httpContext) dropCharge(l *limitRuntime) {
+func (h *Stream) dropCharge(l *limitRuntime) {
 	for i := range h.charges {
 		if h.charges[i].l == l {
 			h.charges[i].dropped = true
@@ -259,7 +259,7 @@ func (h *httpContext) dropCharge(l *limitRuntime) {
 
 // chargeResponse charges every pending limit the cost the response
 // reports, less the unit each took at admission.
-func (h *httpContext) chargeResponse(headers [][2]string) {
+func (h *Stream) chargeResponse(headers [][2]string) {
 	p := h.plugin
 	now := p.host.Clock()
 	for i := range h.charges {
@@ -330,7 +330,7 @@ func combinedHeader(headers [][2]string, name string) (value string, ok bool) {
 // charge Redis cannot take is charged to the local fallback table under
 // failure_policy local and otherwise lost, counted in the backend's error
 // metrics.
-func (h *httpContext) chargeRemote(c *pendingCharge, n int64, now time.Time) {
+func (h *Stream) chargeRemote(c *pendingCharge, n int64, now time.Time) {
 	p := h.plugin
 	l := c.l
 	k := l.remote.dl.Key(c.key, c.rate.Limiter(l.cfg.Algorithm))

@@ -1,4 +1,4 @@
-package filter
+package engine
 
 // The request side of global and hybrid limits: a request's remote
 // decisions, in the order and with the guarantees package distributed
@@ -121,7 +121,7 @@ type remoteReq struct {
 	waitSince int64
 }
 
-func (h *httpContext) resetRemote() {
+func (h *Stream) resetRemote() {
 	if b := h.plugin.backend; b != nil {
 		for _, c := range h.calls {
 			b.Cancel(c) // a no-op for a call that has finished
@@ -136,7 +136,7 @@ func (h *httpContext) resetRemote() {
 
 // startRemote decides a request with remote limits. The local limits are
 // in p.reqs; they are copied because the request may outlive this call.
-func (h *httpContext) startRemote(now time.Time) verdict {
+func (h *Stream) startRemote(now time.Time) verdict {
 	p := h.plugin
 	b := p.backend
 	ns := now.UnixNano()
@@ -203,13 +203,15 @@ func (h *httpContext) startRemote(now time.Time) verdict {
 		// still reach the breaker, but must not decide this stream again.
 		v := h.finishRemote(now)
 		h.gen++
-		delete(p.leaseWaiters, h.id)
+		if h.waitingFor == waitLease {
+			p.unpark(h)
+		}
 		return v
 	}
 	return verdictPending
 }
 
-func (h *httpContext) anyDenied() bool {
+func (h *Stream) anyDenied() bool {
 	for i := range h.remote {
 		if s := h.remote[i].state; s == remoteDenied || s == remoteFailDeny {
 			return true
@@ -218,7 +220,7 @@ func (h *httpContext) anyDenied() bool {
 	return false
 }
 
-func (h *httpContext) startGlobal(i int, now time.Time) {
+func (h *Stream) startGlobal(i int, now time.Time) {
 	p := h.plugin
 	b := p.backend
 	rr := &h.remote[i]
@@ -238,7 +240,7 @@ func (h *httpContext) startGlobal(i int, now time.Time) {
 
 // resolve records the outcome of remote limit i and, once every remote
 // limit of the request is known, finishes the request.
-func (h *httpContext) resolve(i int, now time.Time, res limiter.Result, err error) {
+func (h *Stream) resolve(i int, now time.Time, res limiter.Result, err error) {
 	rr := &h.remote[i]
 	if rr.state != remotePending && rr.state != remoteWaitLease {
 		return
@@ -258,10 +260,10 @@ func (h *httpContext) resolve(i int, now time.Time, res limiter.Result, err erro
 	if h.pending > 0 || h.starting {
 		return
 	}
-	h.resumeAfterRemote(now)
+	h.plugin.resume(h, now, true)
 }
 
-func (h *httpContext) applyFailure(rr *remoteReq, err error) {
+func (h *Stream) applyFailure(rr *remoteReq, err error) {
 	m := &h.plugin.backend.Metrics
 	switch rr.policy {
 	case config.FailDeny:
@@ -279,29 +281,8 @@ func (h *httpContext) applyFailure(rr *remoteReq, err error) {
 	}
 }
 
-// resumeAfterRemote finishes a paused request from a callback of another
-// context.
-func (h *httpContext) resumeAfterRemote(now time.Time) {
-	if h.done {
-		return
-	}
-	if err := h.plugin.host.Stream.Select(h.id); err != nil {
-		h.refund()
-		return
-	}
-	switch h.finishRemote(now) {
-	case verdictAllow:
-		if !h.admitAfterLimits(now) {
-			return
-		}
-		if err := h.plugin.host.Stream.Resume(); err != nil {
-			h.plugin.log.Warnf("sluice: resuming a request: %v", err)
-		}
-	}
-}
-
 // finishRemote decides once every remote limit is known.
-func (h *httpContext) finishRemote(now time.Time) verdict {
+func (h *Stream) finishRemote(now time.Time) verdict {
 	p := h.plugin
 	for i := range h.remote {
 		rr := &h.remote[i]
@@ -377,7 +358,7 @@ func (h *httpContext) finishRemote(now time.Time) verdict {
 	return verdictAllow
 }
 
-func (h *httpContext) rejectBackendFailure(rr *remoteReq) verdict {
+func (h *Stream) rejectBackendFailure(rr *remoteReq) verdict {
 	p := h.plugin
 	status := p.cfg.Backend.FailureStatus
 	rr.l.metrics.limited.Increment(1)
@@ -388,7 +369,7 @@ func (h *httpContext) rejectBackendFailure(rr *remoteReq) verdict {
 }
 
 // refund returns lease tokens held by a request that will not pass.
-func (h *httpContext) refund() {
+func (h *Stream) refund() {
 	b := h.plugin.backend
 	if b == nil {
 		return
@@ -404,7 +385,7 @@ func (h *httpContext) refund() {
 
 // startShadowRemote decides a shadow global or hybrid limit in the
 // background: the reply only counts.
-func (h *httpContext) startShadowRemote(l *limitRuntime, lim limiter.Limit, rkey string, cost int64, now time.Time) {
+func (h *Stream) startShadowRemote(l *limitRuntime, lim limiter.Limit, rkey string, cost int64, now time.Time) {
 	h.plugin.backend.Shadow(lim, rkey, cost, now, func(allowed bool) {
 		if allowed {
 			l.metrics.allowed.Increment(1)
@@ -415,7 +396,7 @@ func (h *httpContext) startShadowRemote(l *limitRuntime, lim limiter.Limit, rkey
 }
 
 // tryLease serves remote limit i from the lease, or arranges for one.
-func (h *httpContext) tryLease(i int, now time.Time, first bool) {
+func (h *Stream) tryLease(i int, now time.Time, first bool) {
 	p := h.plugin
 	rr := &h.remote[i]
 	if first {
@@ -424,13 +405,12 @@ func (h *httpContext) tryLease(i int, now time.Time, first bool) {
 	out, res, err := p.backend.TryLease(&rr.k, rr.cost, rr.waitSince, first, now)
 	if out == distributed.LeaseWait {
 		rr.state = remoteWaitLease
-		p.leaseWaiters[h.id] = h
-		p.ensureTick()
+		p.park(h, waitLease)
 		return
 	}
 	// Another remote limit of the request may still wait for its lease.
-	if !h.waitingForLease(i) {
-		delete(p.leaseWaiters, h.id)
+	if !h.waitingForLease(i) && h.waitingFor == waitLease {
+		p.unpark(h)
 	}
 	switch out {
 	case distributed.LeaseTaken:
@@ -445,7 +425,7 @@ func (h *httpContext) tryLease(i int, now time.Time, first bool) {
 
 // waitingForLease reports whether a remote limit other than i still waits
 // for a lease.
-func (h *httpContext) waitingForLease(i int) bool {
+func (h *Stream) waitingForLease(i int) bool {
 	for j := range h.remote {
 		if j != i && h.remote[j].state == remoteWaitLease {
 			return true
@@ -454,7 +434,7 @@ func (h *httpContext) waitingForLease(i int) bool {
 	return false
 }
 
-func (h *httpContext) resolveLease(i int, now time.Time, res limiter.Result) {
+func (h *Stream) resolveLease(i int, now time.Time, res limiter.Result) {
 	rr := &h.remote[i]
 	if rr.state != remotePending && rr.state != remoteWaitLease {
 		return
@@ -469,21 +449,15 @@ func (h *httpContext) resolveLease(i int, now time.Time, res limiter.Result) {
 	if h.pending > 0 || h.starting {
 		return
 	}
-	h.resumeAfterRemote(now)
+	h.plugin.resume(h, now, true)
 }
 
-// pollLeaseWaiters retries the streams waiting for a lease: from the tick,
-// and whenever a lease reply has been written.
-func (p *pluginContext) pollLeaseWaiters(now time.Time) {
-	for id, h := range p.leaseWaiters {
-		if h.done || h.id != id { // ended, or its context reused since
-			delete(p.leaseWaiters, id)
-			continue
-		}
-		for i := range h.remote {
-			if h.remote[i].state == remoteWaitLease {
-				h.tryLease(i, now, false)
-			}
+// pollLease tries the remote limits of h that wait for a lease again:
+// from the tick, and whenever a lease reply has been written.
+func (h *Stream) pollLease(now time.Time) {
+	for i := range h.remote {
+		if h.remote[i].state == remoteWaitLease {
+			h.tryLease(i, now, false)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package filter
+package engine
 
 // The request side of the external limit: what a request sends the
 // limits service and what it does with the answer, which package
@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/external"
@@ -22,7 +20,7 @@ import (
 const maxRateTables = 256
 
 type externalRuntime struct {
-	p     *pluginContext
+	p     *Plugin
 	cache *external.Cache
 	cfg   *config.External
 	lim   *limitRuntime
@@ -34,12 +32,10 @@ type externalRuntime struct {
 	// hybrid answers, apart from the limit's own slots.
 	fallbackBase *limiter.Table
 
-	// waiters are the streams waiting for a lookup.
-	waiters map[uint32]*httpContext
-	keyBuf  []byte
+	keyBuf []byte
 }
 
-func (p *pluginContext) configureExternal(cfg *config.External) error {
+func (p *Plugin) configureExternal(cfg *config.External) error {
 	l, err := newLimitRuntime(p.host, &cfg.Limit, len(p.limits), config.FieldPath("external", "fallback"))
 	if err != nil {
 		return err
@@ -52,9 +48,8 @@ func (p *pluginContext) configureExternal(cfg *config.External) error {
 		p: p, cfg: cfg, lim: l, index: len(p.limits),
 		tables:    map[limiter.Limit]*limiter.Table{},
 		fallbacks: map[limiter.Limit]*limiter.Table{},
-		waiters:   map[uint32]*httpContext{},
 	}
-	x.cache, err = external.New(p.host, cfg, delayTick, p.ensureTick, x.pollWaiters)
+	x.cache, err = external.New(p.host, cfg, delayTick, p.ensureTick, func(now time.Time) { p.poll(waitLookup, now) })
 	if err != nil {
 		return err
 	}
@@ -75,7 +70,7 @@ func (p *pluginContext) configureExternal(cfg *config.External) error {
 // resolveExternal settles which limit the external block applies to the
 // request. false means the request waits for a lookup and is resumed by
 // evaluate from the tick or the lookup's reply.
-func (h *httpContext) resolveExternal(now time.Time) bool {
+func (h *Stream) resolveExternal(now time.Time) bool {
 	x := h.plugin.external
 	if h.ext.State == external.Unresolved {
 		x.keyBuf = x.appendLookupKey(x.keyBuf[:0], &h.info)
@@ -83,20 +78,8 @@ func (h *httpContext) resolveExternal(now time.Time) bool {
 	if x.cache.Resolve(&h.ext, x.keyBuf, func() []byte { return x.requestBody(&h.info) }, now) {
 		return true
 	}
-	x.waiters[h.id] = h
+	h.plugin.park(h, waitLookup)
 	return false
-}
-
-// pollWaiters resumes the requests whose lookup has finished, failed or
-// outlived its claim.
-func (x *externalRuntime) pollWaiters(now time.Time) {
-	for id, h := range x.waiters {
-		if !x.cache.Settle(&h.ext, now) {
-			continue
-		}
-		delete(x.waiters, id)
-		h.resumeAfterExternal(now)
-	}
 }
 
 // appendLookupKey appends the lookup key of the request to dst.
@@ -154,32 +137,10 @@ func (x *externalRuntime) requestBody(info *requestInfo) []byte {
 	return append(b, "}}"...)
 }
 
-// resumeAfterExternal finishes evaluating a request whose lookup settled.
-func (h *httpContext) resumeAfterExternal(now time.Time) {
-	if h.done {
-		return
-	}
-	if err := h.plugin.host.Stream.Select(h.id); err != nil {
-		return // the stream is gone
-	}
-	if h.evaluate(now) == types.ActionContinue {
-		if err := h.plugin.host.Stream.Resume(); err != nil {
-			h.plugin.log.Warnf("sluice: resuming a request: %v", err)
-		}
-	}
-}
-
-// forgetExternal drops a finished stream from the waiters.
-func (h *httpContext) forgetExternal() {
-	if x := h.plugin.external; x != nil && h.ext.State == external.Waiting {
-		delete(x.waiters, h.id)
-	}
-}
-
 // appendExternal appends the request's bucket key for the external limit
 // and returns the table and rate it is decided with; ok is false when the
 // fallback key is missing.
-func (h *httpContext) appendExternal(dst []byte) (arena []byte, t *limiter.Table, rate config.Rate, ok bool) {
+func (h *Stream) appendExternal(dst []byte) (arena []byte, t *limiter.Table, rate config.Rate, ok bool) {
 	x := h.plugin.external
 	l := x.lim
 	r := &h.ext
@@ -222,7 +183,7 @@ func (x *externalRuntime) table(lim limiter.Limit) (*limiter.Table, error) {
 
 // localFallback is the table of failure_policy local for a global or
 // hybrid decision: the limit divided by instances, as for limits.
-func (h *httpContext) localFallback(rr *remoteReq) (*limiter.Table, error) {
+func (h *Stream) localFallback(rr *remoteReq) (*limiter.Table, error) {
 	x := rr.l.ext
 	if x == nil {
 		return rr.l.fallbackTable(h.plugin.host.Store, rr.overrideValue)
@@ -247,7 +208,7 @@ func (h *httpContext) localFallback(rr *remoteReq) (*limiter.Table, error) {
 
 // remotePolicy is the failure policy of a global or hybrid decision: the
 // answer's, when it names one.
-func (h *httpContext) remotePolicy(l *limitRuntime) config.FailurePolicy {
+func (h *Stream) remotePolicy(l *limitRuntime) config.FailurePolicy {
 	if l.ext != nil {
 		switch h.ext.Policy {
 		case limitsvc.PolicyAllow:

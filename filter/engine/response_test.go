@@ -1,4 +1,4 @@
-package filter
+package engine
 
 import (
 	"testing"
@@ -9,12 +9,11 @@ import (
 )
 
 // newNativePlugin configures a plugin over fakes of the host, natively:
-// the callbacks run as the SDK would run them, without its emulator.
-func newNativePlugin(t *testing.T, cfgJSON string) (*pluginContext, *hosttest.Fakes) {
+// the engine runs as the adapter drives it, without the SDK or its emulator.
+func newNativePlugin(t *testing.T, cfgJSON string) (*Plugin, *hosttest.Fakes) {
 	t.Helper()
 	hc, fakes := hosttest.New(time.Unix(1_700_000_000, 0))
-	vm := &vmContext{host: hc}
-	p := vm.NewPluginContext(1).(*pluginContext)
+	p := NewVM(hc).NewPlugin()
 	cfg, err := config.Parse([]byte(cfgJSON))
 	if err != nil {
 		t.Fatal(err)
@@ -33,12 +32,13 @@ func TestResponseHeadersReadOnceForChargeAndBreaker(t *testing.T) {
 		"limits":[{"name":"tokens","key":[],"limit":100,"window":"10s","cost_from_response":{"header":"x-tokens-used"}}],
 		"breakers":[{"name":"b","failure_threshold":1}]}`)
 	fakes.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "a"}}
-	h := p.NewHttpContext(2).(*httpContext)
-	if a := h.OnHttpRequestHeaders(0, true); a != 0 {
-		t.Fatalf("request not admitted: action %v", a)
+	h := &Stream{}
+	p.Begin(h, 2)
+	if v := h.RequestHeaders(); v != Continue {
+		t.Fatalf("request not admitted: %v", v)
 	}
 	fakes.Stream.ResponseHeaderMap = [][2]string{{":status", "503"}, {"x-tokens-used", "5"}}
-	h.OnHttpResponseHeaders(0, true)
+	h.ResponseHeaders()
 	if got := fakes.Stream.ResponseReads; got != 1 {
 		t.Fatalf("%d response header reads, want 1", got)
 	}
@@ -48,7 +48,7 @@ func TestResponseHeadersReadOnceForChargeAndBreaker(t *testing.T) {
 	if got := fakes.Metrics.Values["sluice.limit.tokens.response_cost"]; got != 5 {
 		t.Fatalf("response_cost %d, want 5", got)
 	}
-	h.OnHttpStreamDone()
+	h.Done()
 	if got := fakes.Metrics.Values["sluice.breaker.b.failures"]; got != 1 {
 		t.Fatalf("breaker failures %d, want 1: the 503 was not reported", got)
 	}
@@ -58,10 +58,11 @@ func TestResponseHeadersReadOnceForChargeAndBreaker(t *testing.T) {
 func TestBreakerAloneReadsOnlyStatus(t *testing.T) {
 	p, fakes := newNativePlugin(t, `{"breakers":[{"name":"b","failure_threshold":1}]}`)
 	fakes.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "a"}}
-	h := p.NewHttpContext(2).(*httpContext)
-	h.OnHttpRequestHeaders(0, true)
+	h := &Stream{}
+	p.Begin(h, 2)
+	h.RequestHeaders()
 	fakes.Stream.ResponseHeaderMap = [][2]string{{":status", "200"}}
-	h.OnHttpResponseHeaders(0, true)
+	h.ResponseHeaders()
 	if got := fakes.Stream.ResponseReads; got != 1 || h.status != 200 {
 		t.Fatalf("%d reads, status %d; want 1 read of 200", got, h.status)
 	}

@@ -1,4 +1,4 @@
-package filter
+package engine
 
 import (
 	"strings"
@@ -226,4 +226,28 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 		dst = append(dst, v...)
 	}
 	return dst, overrideValue, true
+}
+
+// Property paths read on the request path.
+var (
+	propSourceAddress = []string{"source", "address"}
+	propRouteName     = []string{"xds", "route_name"}
+	propClusterName   = []string{"xds", "cluster_name"}
+	propCodeDetails   = []string{"response", "code_details"}
+)
+
+// StatusCode reads an HTTP status; 0 for anything but one to three
+// digits.
+func StatusCode(s string) int {
+	if len(s) == 0 || len(s) > 3 {
+		return 0
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n
 }
