@@ -17,7 +17,8 @@ import (
 // This file is the only place the filter makes proxy-wasm hostcalls: it
 // implements the interfaces of package host over the SDK, so what a
 // request costs in hostcalls can be read off in one place. Besides it,
-// only the callbacks (filter.go, http.go) see the SDK, for its types.
+// only the contexts and callbacks (filter.go, http.go) see the SDK, for
+// its types.
 
 // proxyHost is the host as proxy-wasm gives it.
 func proxyHost(now host.Clock) host.Host {
