@@ -374,7 +374,9 @@ func (h *Stream) Done() {
 	if len(h.cc) > 0 {
 		h.releaseConcurrency(p.host.Clock())
 	}
-	h.reportBreakers()
+	if len(h.tickets) > 0 {
+		h.reportBreakers()
+	}
 }
 
 // Tick runs the plugin's timer: the concurrency heartbeat, the waiting
