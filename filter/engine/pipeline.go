@@ -103,6 +103,9 @@ func (h *Stream) RequestHeaders() Verdict {
 	p := h.plugin
 	p.requests.Increment(1)
 	h.start = p.host.Clock()
+	if p.idle {
+		return Continue // nothing configured applies to any request
+	}
 	return h.evaluate(h.start)
 }
 
@@ -325,10 +328,16 @@ func (p *Plugin) resume(h *Stream, now time.Time, afterRemote bool) {
 // ResponseHeaders is the response phase: charge the costs the response
 // reports, note the status for the breakers, and decorate an allowed
 // response with its rate-limit headers.
+//
+// The common case, a stream with nothing to charge, report or decorate,
+// costs the adapter no call: this is small enough to inline.
 func (h *Stream) ResponseHeaders() {
-	if h.localReply {
-		return
+	if !h.localReply && (len(h.charges) > 0 || len(h.tickets) > 0 || h.hasQuota) {
+		h.respond()
 	}
+}
+
+func (h *Stream) respond() {
 	p := h.plugin
 	// A charge reads the whole header map; a breaker then takes :status
 	// from it rather than asking the host again.
@@ -359,8 +368,20 @@ func (h *Stream) ResponseHeaders() {
 }
 
 // Done is the end of the stream: whatever it waits for or holds is given
-// back, and an admitted request's outcome goes to its breakers.
+// back, and an admitted request's outcome goes to its breakers. A stream
+// that holds nothing costs the adapter no call: this inlines.
 func (h *Stream) Done() {
+	if h.waitingFor != waitNone || len(h.remote) > 0 || len(h.cc) > 0 || len(h.tickets) > 0 {
+		h.release()
+	}
+	// Replies to calls of this stream still to come are ignored from now.
+	h.gen++
+	h.done = true
+}
+
+// release gives back what an ending stream holds, and reports its
+// outcome to the breakers that admitted it.
+func (h *Stream) release() {
 	p := h.plugin
 	p.unpark(h)
 	if len(h.remote) > 0 {
@@ -369,8 +390,6 @@ func (h *Stream) Done() {
 		}
 		h.resetRemote()
 	}
-	h.gen++
-	h.done = true
 	if len(h.cc) > 0 {
 		h.releaseConcurrency(p.host.Clock())
 	}

@@ -86,6 +86,10 @@ type Plugin struct {
 	// lastBeat is the last concurrency heartbeat.
 	lastBeat time.Time
 
+	// idle is set when the configuration has no limit, breaker or
+	// concurrency limit: a request then skips the pipeline.
+	idle bool
+
 	// waiting is the registry of paused streams (waiting.go).
 	waiting     map[uint32]*Stream
 	ticking     bool
@@ -144,6 +148,7 @@ func (p *Plugin) configure(cfg *config.Config) error {
 			return err
 		}
 	}
+	p.idle = len(p.limits) == 0 && len(p.breakers) == 0 && len(p.concurrency) == 0
 	p.matched = make([]bool, len(p.limits))
 	p.applied = make([]bool, len(p.limits))
 	p.results = make([]limiter.Result, len(p.limits))
