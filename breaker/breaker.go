@@ -3,7 +3,6 @@ package breaker
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/sluice-proxy/sluice/limiter/store"
@@ -56,7 +55,7 @@ func (b *Breaker) Stats() Stats { return b.stats }
 
 // Init writes a fresh state if the key does not exist yet. It is optional:
 // a missing key reads as a fresh closed breaker and is created with
-// createCAS, so two workers creating it at once cannot lose an update.
+// store.CreateCAS, so two workers creating it at once cannot lose an update.
 func (b *Breaker) Init() error {
 	if b.m.mode == ModeDisabled || b.m.mode == ModeForcedOpen {
 		return nil
@@ -70,7 +69,7 @@ func (b *Breaker) Init() error {
 		return fmt.Errorf("breaker %q: %w", b.key, err)
 	}
 	b.m.Reset(&b.rec)
-	err = b.store.Set(b.key, b.rec.Encode(b.buf[:0]), createCAS)
+	err = b.store.Set(b.key, b.rec.Encode(b.buf[:0]), store.CreateCAS)
 	if errors.Is(err, store.ErrCASMismatch) {
 		return nil // another worker created it first
 	}
@@ -81,13 +80,6 @@ func (b *Breaker) Init() error {
 	return nil
 }
 
-// createCAS is the CAS used to write a key Get reported missing. Shared
-// data ignores the CAS when it creates a key but checks it when a racing
-// worker created the key first, so a value the host's CAS counter has not
-// handed out turns that race into a CAS mismatch (and a retry) instead of
-// a lost update. Envoy's counter reaches it only after ~4.3e9 writes.
-const createCAS = math.MaxUint32
-
 // load reads the key into b.rec. A missing key or a corrupt value yields a
 // fresh closed breaker. corrupt asks the caller to write even an unchanged
 // decision back, so that the garbage is replaced (under its CAS) at once.
@@ -96,7 +88,7 @@ func (b *Breaker) load() (cas uint32, corrupt bool, err error) {
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			b.m.Reset(&b.rec)
-			return createCAS, false, nil
+			return store.CreateCAS, false, nil
 		}
 		b.stats.StoreErrors++
 		return 0, false, err

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 
 	"github.com/sluice-proxy/sluice/limiter/store"
 )
@@ -36,23 +35,12 @@ const (
 	// DefaultPrefix prefixes every shared-data key of a table.
 	DefaultPrefix = "sluice.rl."
 
-	// createCAS is the CAS used to write a slot that Get reported missing.
-	// Shared data ignores the CAS when it creates a key, but checks it if a
-	// racing worker created the key first; a value the host's global CAS
-	// counter has not handed out makes that racing create fail instead of
-	// being overwritten. Envoy's counter starts at 1 and counts up, so it
-	// reaches this value only after ~4.3e9 writes (documented residual risk).
-	createCAS = math.MaxUint32
-
 	fingerprintLen = 8
 
 	// overflowFingerprint marks the value of an overflow bucket. Overflow
 	// buckets have their own key names, so it only has to be readable.
 	overflowFingerprint = 0x776f6c667265766f // "overflow"
 
-	// keyChunk is how many slot names are cached per allocation, so that a
-	// worker's cache grows with the slots it uses, not with Slots.
-	keyChunk = 1 << 12
 )
 
 // ContentionPolicy decides a request whose CAS retries ran out or whose
@@ -151,21 +139,18 @@ type Stats struct {
 type Table struct {
 	store      store.Store
 	limit      Limit
-	prefix     string
 	mask       uint64
 	ways       int
 	seed       uint64
 	maxRetries int
 	policy     ContentionPolicy
 	ovMask     uint64
-	ovPrefix   string
 	// hold is how long a slot's state must have been idle before another
 	// key may take the slot: the limit's refill span.
 	hold int64
-	// slotKeys and ovKeys cache key names in chunks of keyChunk, built
-	// as slots are used.
-	slotKeys [][]string
-	ovKeys   [][]string
+	// slotKeys and ovKeys name the slots, built as they are used.
+	slotKeys *store.SlotNames
+	ovKeys   *store.SlotNames
 	buf      []byte
 	// stats is shared with the tables WithLimit derives, which count
 	// into the same slots.
@@ -227,7 +212,6 @@ func NewTable(s store.Store, l Limit, cfg TableConfig) (*Table, error) {
 	return &Table{
 		store:      s,
 		limit:      l,
-		prefix:     prefix,
 		mask:       uint64(size - 1),
 		ways:       ways,
 		seed:       cfg.Seed,
@@ -235,9 +219,8 @@ func NewTable(s store.Store, l Limit, cfg TableConfig) (*Table, error) {
 		policy:     cfg.OnContention,
 		ovMask:     uint64(ovSize - 1),
 		hold:       refillSpan(l),
-		ovPrefix:   prefix + "of.",
-		slotKeys:   make([][]string, (size+keyChunk-1)/keyChunk),
-		ovKeys:     make([][]string, (ovSize+keyChunk-1)/keyChunk),
+		slotKeys:   store.NewSlotNames(prefix, uint64(size)),
+		ovKeys:     store.NewSlotNames(prefix+"of.", uint64(ovSize)),
 		buf:        make([]byte, 0, fingerprintLen+MaxStateLen),
 		stats:      &Stats{},
 	}, nil
@@ -279,39 +262,21 @@ func (t *Table) SlotKey(i int) string { return t.slotKey(uint64(i) & t.mask) }
 // OverflowKey returns the shared-data key of overflow bucket i.
 func (t *Table) OverflowKey(i int) string { return t.overflowKey(uint64(i) & t.ovMask) }
 
-func (t *Table) slotKey(i uint64) string { return cachedKey(t.slotKeys, t.mask+1, t.prefix, i) }
+func (t *Table) slotKey(i uint64) string { return t.slotKeys.Name(i) }
 
 // overflowKey names overflow bucket i: prefix + "of." + decimal(i), which
 // no slot (prefix + decimal) and no other limit's prefix (limit names have
 // no dots) can spell.
 func (t *Table) overflowKey(i uint64) string {
-	return cachedKey(t.ovKeys, t.ovMask+1, t.ovPrefix, i)
-}
-
-// cachedKey returns prefix + decimal(i) for i < size, built once.
-func cachedKey(cache [][]string, size uint64, prefix string, i uint64) string {
-	chunk := cache[i/keyChunk]
-	if chunk == nil {
-		chunk = make([]string, min(keyChunk, size-i/keyChunk*keyChunk))
-		cache[i/keyChunk] = chunk
-	}
-	if k := chunk[i%keyChunk]; k != "" {
-		return k
-	}
-	k := prefix + strconv.FormatUint(i, 10)
-	chunk[i%keyChunk] = k
-	return k
+	return t.ovKeys.Name(i)
 }
 
 // overflowIndex is the overflow bucket of a key hash: always the same
 // one, and independent of the key's candidate slots.
 func (t *Table) overflowIndex(h uint64) uint64 { return mix64(h^overflowFingerprint) & t.ovMask }
 
-// candidate is the i-th slot of a key: an odd stride over a power-of-two
-// table visits distinct slots.
-func (t *Table) candidate(h uint64, i int) uint64 {
-	return (h + uint64(i)*((h>>32)|1)) & t.mask
-}
+// candidate is the i-th slot of a key (store.Probe).
+func (t *Table) candidate(h uint64, i int) uint64 { return store.Probe(h, i) & t.mask }
 
 // slotRead is one candidate slot as read from the store.
 type slotRead struct {
@@ -542,7 +507,7 @@ func (t *Table) encode(fp uint64, st State) []byte {
 func (t *Table) commit(v *view, next State, now, n int64) error {
 	cas := v.slot.cas
 	if !v.slot.exists {
-		cas = createCAS
+		cas = store.CreateCAS
 	}
 	if err := t.store.Set(v.slot.key, t.encode(v.fp, next), cas); err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/sluice-proxy/sluice/limiter/store"
@@ -21,9 +20,6 @@ const (
 	// leaves the record over-counting until the next Refresh.
 	ReleaseRetries = 32
 
-	// createCAS writes a record that Get reported missing; see the limiter
-	// package's createCAS for why it is not 0.
-	createCAS = math.MaxUint32
 	idRetries = 16
 )
 
@@ -154,7 +150,7 @@ func (in *Instance) ensureID() error {
 		var last uint32
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			cas = createCAS
+			cas = store.CreateCAS
 		case err != nil:
 			return err
 		case len(v) == 4:
@@ -275,7 +271,7 @@ func (in *Instance) commit(key string, v *view, h *hold, fp uint64, delta int, n
 	in.buf = b
 	cas := v.cas
 	if !v.exists {
-		cas = createCAS
+		cas = store.CreateCAS
 	}
 	return in.store.Set(key, b, cas)
 }

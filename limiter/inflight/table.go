@@ -3,7 +3,6 @@ package inflight
 import (
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/limiter/store"
@@ -120,12 +119,11 @@ type Stats struct {
 // VM has its own Table (and Instance) over the shared store.
 type Table struct {
 	store      store.Store
-	prefix     string
 	mask       uint64
 	seed       uint64
 	maxEntries int
 	maxRetries int
-	keys       []string
+	keys       *store.SlotNames
 	stats      Stats
 }
 
@@ -163,8 +161,8 @@ func NewTable(s store.Store, cfg TableConfig) (*Table, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	return &Table{store: s, prefix: prefix, mask: uint64(size - 1), seed: cfg.Seed,
-		maxEntries: maxEntries, maxRetries: retries, keys: make([]string, size)}, nil
+	return &Table{store: s, mask: uint64(size - 1), seed: cfg.Seed,
+		maxEntries: maxEntries, maxRetries: retries, keys: store.NewSlotNames(prefix, uint64(size))}, nil
 }
 
 // Stats returns the counters so far.
@@ -172,7 +170,7 @@ func (t *Table) Stats() Stats { return t.stats }
 
 // Slots is the number of buckets: the most shared-data keys the table
 // creates.
-func (t *Table) Slots() int { return len(t.keys) }
+func (t *Table) Slots() int { return int(t.mask + 1) }
 
 // BucketKey is the shared-data key of the record that counts key.
 func (t *Table) BucketKey(key string) string {
@@ -182,14 +180,7 @@ func (t *Table) BucketKey(key string) string {
 // Fingerprint is key's FP in the table's records.
 func (t *Table) Fingerprint(key string) uint64 { return limiter.Hash(t.seed, key) }
 
-func (t *Table) bucketKey(i uint64) string {
-	if k := t.keys[i]; k != "" {
-		return k
-	}
-	k := t.prefix + strconv.FormatUint(i, 10)
-	t.keys[i] = k
-	return k
-}
+func (t *Table) bucketKey(i uint64) string { return t.keys.Name(i) }
 
 func (t *Table) noteWrite(v *view) {
 	t.stats.Reclaimed += v.reclaimed

@@ -1,4 +1,4 @@
-package filter
+package engine
 
 import (
 	"bytes"
@@ -15,9 +15,9 @@ type fakeHost struct {
 	props   map[string]string
 }
 
-func (h *fakeHost) requestHeaders() [][2]string { return h.headers }
+func (h *fakeHost) RequestHeaders() [][2]string { return h.headers }
 
-func (h *fakeHost) requestHeader(name string) (string, bool) {
+func (h *fakeHost) RequestHeader(name string) (string, bool) {
 	for _, kv := range h.headers {
 		if kv[0] == name {
 			return kv[1], true
@@ -26,7 +26,7 @@ func (h *fakeHost) requestHeader(name string) (string, bool) {
 	return "", false
 }
 
-func (h *fakeHost) property(path []string) string {
+func (h *fakeHost) Property(path []string) string {
 	return h.props[strings.Join(path, ".")]
 }
 

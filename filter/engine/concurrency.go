@@ -1,4 +1,4 @@
-package filter
+package engine
 
 // Concurrency limits (bulkheads): at most max_in_flight requests of one key
 // in flight at once, across every worker of the Envoy.
@@ -25,12 +25,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/limiter/inflight"
-	"github.com/sluice-proxy/sluice/limiter/store"
 )
 
 // Heartbeat timing; see limiter/inflight for the bounds they give. A VM
@@ -54,6 +52,7 @@ type concurrencyRuntime struct {
 	tallyKey string
 	keyKinds string
 	metrics  concurrencyMetrics
+	log      host.Log
 	// inFlight is this VM's requests holding a slot of a limit of this
 	// name. It is per VM, not per plugin context, so that the tally a
 	// context replaced by a config reload still reports for its draining
@@ -71,13 +70,13 @@ type ccHold struct {
 	over bool
 }
 
-func newConcurrencyRuntime(s store.Store, cfg *config.ConcurrencyLimit, index int) (*concurrencyRuntime, error) {
+func newConcurrencyRuntime(hc *host.Host, cfg *config.ConcurrencyLimit, index int) (*concurrencyRuntime, error) {
 	// Prefix and seed depend only on the name, so a config reload that
 	// keeps the name and the key parts keeps counting the requests already
 	// in flight. Changing the key parts under the same name starts new
 	// counts: until the old requests end, the limit under-counts them.
 	prefix := "sluice.cc." + cfg.Name + "."
-	t, err := inflight.NewTable(s, inflight.TableConfig{Prefix: prefix, Seed: limiter.Hash(0, "cc\x00"+cfg.Name)})
+	t, err := inflight.NewTable(hc.Store, inflight.TableConfig{Prefix: prefix, Seed: limiter.Hash(0, "cc\x00"+cfg.Name)})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", config.IndexPath("concurrency", index), err)
 	}
@@ -86,23 +85,23 @@ func newConcurrencyRuntime(s store.Store, cfg *config.ConcurrencyLimit, index in
 		kinds[i] = k.String()
 	}
 	return &concurrencyRuntime{cfg: cfg, table: t, tallyKey: prefix + "total",
-		keyKinds: strings.Join(kinds, "+"), metrics: defineConcurrencyMetrics(cfg.Name)}, nil
+		keyKinds: strings.Join(kinds, "+"), metrics: defineConcurrencyMetrics(hc.Metrics, cfg.Name), log: hc.Log}, nil
 }
 
 // configureConcurrency builds the runtimes and starts the heartbeat.
-func (p *pluginContext) configureConcurrency(cfg *config.Config) error {
+func (p *Plugin) configureConcurrency(cfg *config.Config) error {
 	if len(cfg.Concurrency) == 0 {
 		return nil
 	}
 	if p.vm.inflight == nil {
-		in, err := inflight.NewInstance(p.vm.store, inflight.InstanceConfig{StaleAfter: ccStaleAfter, RefreshAfter: ccRefreshAfter})
+		in, err := inflight.NewInstance(p.host.Store, inflight.InstanceConfig{StaleAfter: ccStaleAfter, RefreshAfter: ccRefreshAfter})
 		if err != nil {
 			return err
 		}
 		p.vm.inflight = in
 	}
 	for i := range cfg.Concurrency {
-		c, err := newConcurrencyRuntime(p.vm.store, &cfg.Concurrency[i], i)
+		c, err := newConcurrencyRuntime(p.host, &cfg.Concurrency[i], i)
 		if err != nil {
 			return err
 		}
@@ -116,34 +115,24 @@ func (p *pluginContext) configureConcurrency(cfg *config.Config) error {
 		p.concurrency = append(p.concurrency, c)
 		p.matchNeeds |= matchNeedsOf(&cfg.Concurrency[i].Match)
 	}
-	if err := proxywasm.SetTickPeriodMilliSeconds(p.idleTickMillis()); err != nil {
+	if err := p.host.Ticker.SetTick(p.idleTick()); err != nil {
 		return fmt.Errorf("starting the concurrency heartbeat: %v", err)
 	}
 	return nil
 }
 
-// idleTickMillis is the tick period when nothing waits for the fast tick:
-// the heartbeat's with concurrency limits, none otherwise.
-func (p *pluginContext) idleTickMillis() uint32 {
+// idleTick is the tick period when nothing waits for the fast tick: the
+// heartbeat's with concurrency limits, none otherwise.
+func (p *Plugin) idleTick() time.Duration {
 	if len(p.concurrency) > 0 {
-		return uint32(heartbeatEvery / time.Millisecond)
+		return heartbeatEvery
 	}
 	return 0
 }
 
-// admitAfterLimits runs what follows the rate limits: the breakers, then
-// the concurrency limits. False means the request was answered.
-func (h *httpContext) admitAfterLimits(now time.Time) bool {
-	p := h.plugin
-	if len(p.breakers) > 0 && !h.checkBreakers(now) {
-		return false
-	}
-	return len(p.concurrency) == 0 || h.acquireConcurrency(now)
-}
-
 // acquireConcurrency takes a slot of every concurrency limit that applies,
 // or gives back what it took and answers the request.
-func (h *httpContext) acquireConcurrency(now time.Time) bool {
+func (h *Stream) acquireConcurrency(now time.Time) bool {
 	p := h.plugin
 	match := h.info.matchRequest(p.matchNeeds)
 	ns := now.UnixNano()
@@ -160,7 +149,7 @@ func (h *httpContext) acquireConcurrency(now time.Time) bool {
 		// The table hashes the key and keeps nothing of it.
 		res, slot, err := c.table.Acquire(p.vm.inflight, arenaString(key), c.cfg.MaxInFlight, !c.cfg.Shadow, ns)
 		if err != nil {
-			proxywasm.LogWarnf("sluice: concurrency %s: %v", c.cfg.Name, err)
+			h.plugin.log.Warnf("sluice: concurrency %s: %v", c.cfg.Name, err)
 		}
 		c.exportReclaimed()
 		if res.Taken {
@@ -178,7 +167,7 @@ func (h *httpContext) acquireConcurrency(now time.Time) bool {
 		default:
 			c.metrics.rejected.Increment(1)
 			h.releaseConcurrency(now)
-			h.releaseTickets(now)
+			h.releaseTickets()
 			c.logRejection("concurrency_limited", res)
 			ct, body := concurrencyLimitedBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)
 			h.sendLocal(c.cfg.Status, nil, ct, body)
@@ -196,14 +185,14 @@ func (h *httpContext) acquireConcurrency(now time.Time) bool {
 }
 
 // releaseConcurrency gives back every slot the request holds.
-func (h *httpContext) releaseConcurrency(now time.Time) {
+func (h *Stream) releaseConcurrency(now time.Time) {
 	if len(h.cc) == 0 {
 		return
 	}
 	in := h.plugin.vm.inflight
 	for _, held := range h.cc {
 		if err := in.Release(held.slot, now.UnixNano()); err != nil {
-			proxywasm.LogWarnf("sluice: concurrency %s: release left to the heartbeat: %v", held.c.cfg.Name, err)
+			h.plugin.log.Warnf("sluice: concurrency %s: release left to the heartbeat: %v", held.c.cfg.Name, err)
 		}
 		*held.c.inFlight--
 		held.c.exportReclaimed()
@@ -213,7 +202,7 @@ func (h *httpContext) releaseConcurrency(now time.Time) {
 
 // concurrencyTick is the heartbeat: it keeps this VM's entries fresh and
 // sets the in_flight gauges from every live VM's totals.
-func (p *pluginContext) concurrencyTick(now time.Time) {
+func (p *Plugin) concurrencyTick(now time.Time) {
 	// A clock that went back beats at once, so that entries stamped ahead
 	// of the new time are rewritten before readers find them impossible.
 	if since := now.Sub(p.lastBeat); len(p.concurrency) == 0 || (since >= 0 && since < heartbeatEvery) {
@@ -222,12 +211,12 @@ func (p *pluginContext) concurrencyTick(now time.Time) {
 	p.lastBeat = now
 	ns := now.UnixNano()
 	if err := p.vm.inflight.Refresh(ns); err != nil {
-		proxywasm.LogWarnf("sluice: concurrency heartbeat: %v", err)
+		p.log.Warnf("sluice: concurrency heartbeat: %v", err)
 	}
 	for _, c := range p.concurrency {
 		total, err := p.vm.inflight.Report(c.tallyKey, *c.inFlight, ns)
 		if err != nil {
-			proxywasm.LogWarnf("sluice: concurrency %s: tally: %v", c.cfg.Name, err)
+			p.log.Warnf("sluice: concurrency %s: tally: %v", c.cfg.Name, err)
 		}
 		c.metrics.setInFlight(total)
 		c.exportReclaimed()
@@ -262,7 +251,7 @@ func (c *concurrencyRuntime) logRejection(event string, res inflight.Result) {
 		b = append(b, `,"reason":`...)
 		b = appendJSONString(b, res.Reason.String())
 	}
-	proxywasm.LogInfo(string(append(b, '}')))
+	c.log.Info(string(append(b, '}')))
 }
 
 // concurrencyLimitedBody renders the rejection of a full bulkhead. It has

@@ -1,4 +1,4 @@
-package filter
+package engine
 
 // Weighted cost. A limit's cost per request is fixed ("cost": 3), sent by
 // the client in a request header ("cost": {"header", "default", "max"}),
@@ -26,10 +26,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
-	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -133,23 +131,23 @@ func trimOWS(s string) string {
 // from the response, so other limits keep their usual set.
 type costMetrics struct {
 	// invalid counts requests whose cost header was unusable.
-	invalid proxywasm.MetricCounter
+	invalid host.Counter
 	// responseCost sums the costs responses reported (or default), the
 	// unit taken at admission included.
-	responseCost proxywasm.MetricCounter
+	responseCost host.Counter
 	// invalidResponse counts responses whose cost header was unusable.
-	invalidResponse proxywasm.MetricCounter
+	invalidResponse host.Counter
 }
 
-func defineCostMetrics(cfg *config.Limit) costMetrics {
+func defineCostMetrics(hm host.Metrics, cfg *config.Limit) costMetrics {
 	p := metricPrefixLimit + cfg.Name + "."
 	var m costMetrics
 	if cfg.CostHeader != nil {
-		m.invalid = proxywasm.DefineCounterMetric(p + "invalid_cost")
+		m.invalid = hm.Counter(p + "invalid_cost")
 	}
 	if cfg.CostFromResponse != nil {
-		m.responseCost = proxywasm.DefineCounterMetric(p + "response_cost")
-		m.invalidResponse = proxywasm.DefineCounterMetric(p + "invalid_response_cost")
+		m.responseCost = hm.Counter(p + "response_cost")
+		m.invalidResponse = hm.Counter(p + "invalid_response_cost")
 	}
 	return m
 }
@@ -157,7 +155,7 @@ func defineCostMetrics(cfg *config.Limit) costMetrics {
 // requestCost is what limit l takes from this request at admission. ok is
 // false for an unusable cost header; the request has then been answered
 // with 400, unless l is a shadow limit, which only counts and skips it.
-func (h *httpContext) requestCost(l *limitRuntime) (cost int64, ok bool) {
+func (h *Stream) requestCost(l *limitRuntime) (cost int64, ok bool) {
 	ch := l.cfg.CostHeader
 	if ch == nil {
 		return l.cfg.Cost, true
@@ -172,7 +170,7 @@ func (h *httpContext) requestCost(l *limitRuntime) (cost int64, ok bool) {
 	}
 	if !h.delayed { // a held request was counted on its first evaluation
 		l.metrics.cost.invalid.Increment(1)
-		logCostFault("invalid_cost", l, ch.Header, fault)
+		logCostFault(h.plugin.log, "invalid_cost", l, ch.Header, fault)
 	}
 	if !l.cfg.Shadow {
 		p := h.plugin
@@ -218,7 +216,7 @@ func invalidCostBody(format config.Body, limitName string, ch *config.CostHeader
 
 // logCostFault writes one JSON line naming the limit, the header and why
 // its value was refused, never the value itself.
-func logCostFault(event string, l *limitRuntime, header string, fault costFault) {
+func logCostFault(log host.Log, event string, l *limitRuntime, header string, fault costFault) {
 	b := make([]byte, 0, 128)
 	b = append(b, `{"sluice":`...)
 	b = appendJSONString(b, event)
@@ -228,7 +226,7 @@ func logCostFault(event string, l *limitRuntime, header string, fault costFault)
 	b = appendJSONString(b, header)
 	b = append(b, `,"reason":`...)
 	b = appendJSONString(b, fault.String())
-	proxywasm.LogInfo(string(append(b, '}')))
+	log.Info(string(append(b, '}')))
 }
 
 // pendingCharge is a cost_from_response limit that admitted the request
@@ -245,13 +243,13 @@ type pendingCharge struct {
 
 // noteCharge remembers that limit l is to be charged from the response;
 // key is l's key in this evaluation's arena.
-func (h *httpContext) noteCharge(l *limitRuntime, t *limiter.Table, rate config.Rate, overrideValue string, key []byte) {
+func (h *Stream) noteCharge(l *limitRuntime, t *limiter.Table, rate config.Rate, overrideValue string, key []byte) {
 	h.charges = append(h.charges, pendingCharge{l: l, table: t, rate: rate, overrideValue: overrideValue, key: string(key)})
 }
 
 // dropCharge forgets the charge of a shadow limit that would have refused
 // the request: had it been enforcing, there would be no response to pay.
-func (h *httpContext) dropCharge(l *limitRuntime) {
+func (h *Stream) dropCharge(l *limitRuntime) {
 	for i := range h.charges {
 		if h.charges[i].l == l {
 			h.charges[i].dropped = true
@@ -261,10 +259,9 @@ func (h *httpContext) dropCharge(l *limitRuntime) {
 
 // chargeResponse charges every pending limit the cost the response
 // reports, less the unit each took at admission.
-func (h *httpContext) chargeResponse() {
+func (h *Stream) chargeResponse(headers [][2]string) {
 	p := h.plugin
-	now := p.vm.now()
-	headers := responseHeaders()
+	now := p.host.Clock()
 	for i := range h.charges {
 		c := &h.charges[i]
 		if c.dropped {
@@ -279,7 +276,7 @@ func (h *httpContext) chargeResponse() {
 				total = n
 			} else {
 				l.metrics.cost.invalidResponse.Increment(1)
-				logCostFault("invalid_response_cost", l, rc.Header, fault)
+				logCostFault(p.log, "invalid_response_cost", l, rc.Header, fault)
 			}
 		}
 		if total > 0 {
@@ -295,7 +292,7 @@ func (h *httpContext) chargeResponse() {
 		}
 		res, err := c.table.Charge(c.key, now.UnixNano(), total-1)
 		if err != nil {
-			proxywasm.LogWarnf("sluice: limiter store: %v", err)
+			h.plugin.log.Warnf("sluice: limiter store: %v", err)
 		}
 		l.exportTableStats()
 		if res.Allowed && !l.cfg.Shadow && h.hasQuota && (h.quota.name == l.cfg.Name || res.Remaining < h.quota.remaining) {
@@ -333,34 +330,24 @@ func combinedHeader(headers [][2]string, name string) (value string, ok bool) {
 // charge Redis cannot take is charged to the local fallback table under
 // failure_policy local and otherwise lost, counted in the backend's error
 // metrics.
-func (h *httpContext) chargeRemote(c *pendingCharge, n int64, now time.Time) {
-	b := h.plugin.backend
+func (h *Stream) chargeRemote(c *pendingCharge, n int64, now time.Time) {
+	p := h.plugin
 	l := c.l
-	rr := remoteReq{l: l, key: c.key, overrideValue: c.overrideValue, rkey: redisKey(l.cfg.Name, c.key),
-		lim: c.rate.Limiter(l.cfg.Algorithm), cost: n}
-	rr.fp = limiter.Hash(0, rr.rkey)
-	rr.slot = l.remote.slotPrefix + strconv.FormatUint(rr.fp%remoteSlots, 10)
-	cmd, err := backend.Charge(rr.lim, rr.rkey, n)
-	if err != nil {
-		proxywasm.LogWarnf("sluice: limit %s: charge: %v", l.cfg.Name, err)
-		return
-	}
-	b.enqueue(b.newCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
-		if err == nil {
-			if wait := backend.ChargeRetryAfter(rr.lim, r); wait > 0 && !l.cfg.Shadow {
-				b.setDenied(&rr, at.UnixNano()+int64(wait))
-			}
-			return
-		}
+	k := l.remote.dl.Key(c.key, c.rate.Limiter(l.cfg.Algorithm))
+	key, overrideValue := c.key, c.overrideValue
+	err := p.backend.Charge(k, n, !l.cfg.Shadow, now, func(at time.Time) {
 		if l.remote.policy != config.FailLocal {
 			return
 		}
-		t, ferr := l.fallbackTable(b.store, rr.overrideValue)
+		t, ferr := l.fallbackTable(p.host.Store, overrideValue)
 		if ferr == nil {
-			_, ferr = t.Charge(rr.key, at.UnixNano(), n)
+			_, ferr = t.Charge(key, at.UnixNano(), n)
 		}
 		if ferr != nil {
-			proxywasm.LogWarnf("sluice: limit %s fallback: %v", l.cfg.Name, ferr)
+			p.log.Warnf("sluice: limit %s fallback: %v", l.cfg.Name, ferr)
 		}
-	}))
+	})
+	if err != nil {
+		p.log.Warnf("sluice: limit %s: charge: %v", l.cfg.Name, err)
+	}
 }

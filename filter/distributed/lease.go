@@ -1,4 +1,4 @@
-package filter
+package distributed
 
 // Hybrid mode: a worker takes a lease of several tokens from the global
 // bucket in one atomic script call and keeps it in shared data, where every
@@ -45,7 +45,7 @@ package filter
 //     window [a, b] the tokens that became spendable before a and are
 //     spent after it add at most what each Envoy held at a.
 //   - A request waiting for a lease call, its own or one another worker
-//     started, gives up within its own budget (callBudget): the failure
+//     started, gives up within its own budget (CallBudget): the failure
 //     policy then applies.
 
 import (
@@ -53,8 +53,6 @@ import (
 	"errors"
 	"math/bits"
 	"time"
-
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/limiter"
@@ -182,49 +180,51 @@ func spendableAt(r *slotRecord, l limiter.Limit, n int64) int64 {
 	return r.ready - int64(q)
 }
 
-// loadSlot returns the key's record (zero with its fingerprint when the
-// slot is empty or holds another key) and the CAS to write it back.
-func (b *backendRuntime) loadSlot(rr *remoteReq) (slotRecord, uint32) {
-	v, cas, err := b.store.Get(rr.slot)
+// loadSlot returns the key's record: zero with its fingerprint when the
+// slot is empty or holds another key.
+func (b *Backend) loadSlot(k *Key) slotRecord {
+	v, _, _, err := store.Load(b.store, k.Slot)
 	if err != nil {
-		if !errors.Is(err, store.ErrNotFound) {
-			proxywasm.LogWarnf("sluice: remote slot: %v", err)
-		}
-		return slotRecord{fp: rr.fp}, createSlotCAS
+		b.log.Warnf("sluice: remote slot: %v", err)
 	}
-	rec, ok := decodeSlot(v)
-	if !ok || rec.fp != rr.fp {
-		return slotRecord{fp: rr.fp}, cas
-	}
-	return rec, cas
+	return recordOf(k.FP, v)
 }
 
-// createSlotCAS: see breaker's createCAS; a value the host has not handed
-// out turns a creation race into a CAS mismatch.
-const createSlotCAS = 1<<32 - 1
+// recordOf is the record of key fp in a slot's value.
+func recordOf(fp uint64, v []byte) slotRecord {
+	rec, ok := decodeSlot(v)
+	if !ok || rec.fp != fp {
+		return slotRecord{fp: fp}
+	}
+	return rec
+}
 
 // updateSlot applies f to the record under CAS. f returns false to write
 // nothing.
-func (b *backendRuntime) updateSlot(rr *remoteReq, f func(*slotRecord) bool) bool {
-	for range slotCASTries {
-		rec, cas := b.loadSlot(rr)
+func (b *Backend) updateSlot(k *Key, f func(*slotRecord) bool) bool {
+	err := store.Update(b.store, k.Slot, slotCASTries, func(v []byte, readErr error) ([]byte, bool) {
+		if readErr != nil {
+			b.log.Warnf("sluice: remote slot: %v", readErr)
+		}
+		rec := recordOf(k.FP, v)
 		if !f(&rec) {
-			return true
+			return nil, false
 		}
-		err := b.store.Set(rr.slot, rec.encode(), cas)
-		if err == nil {
-			return true
-		}
-		if !errors.Is(err, store.ErrCASMismatch) {
-			proxywasm.LogWarnf("sluice: remote slot: %v", err)
-			return false
-		}
+		return rec.encode(), true
+	})
+	if err != nil && !errors.Is(err, store.ErrContended) {
+		b.log.Warnf("sluice: remote slot: %v", err)
 	}
-	return false
+	return err == nil
 }
 
-func (b *backendRuntime) setDenied(rr *remoteReq, until int64) {
-	b.updateSlot(rr, func(r *slotRecord) bool {
+// DeniedUntil is when k's negative cache entry ends (ns): until then k is
+// known over its limit and is denied without a call.
+func (b *Backend) DeniedUntil(k *Key) int64 { return b.loadSlot(k).deniedUntil }
+
+// SetDenied puts k into the negative cache until (ns).
+func (b *Backend) SetDenied(k *Key, until int64) {
+	b.updateSlot(k, func(r *slotRecord) bool {
 		if r.deniedUntil >= until {
 			return false
 		}
@@ -233,147 +233,114 @@ func (b *backendRuntime) setDenied(rr *remoteReq, until int64) {
 	})
 }
 
-func (b *backendRuntime) returnTokens(rr *remoteReq, n int64) {
-	b.updateSlot(rr, func(r *slotRecord) bool {
+// ReturnTokens gives n leased tokens of k back, taken by a request that
+// was then denied by another limit.
+func (b *Backend) ReturnTokens(k *Key, n int64) {
+	b.updateSlot(k, func(r *slotRecord) bool {
 		r.tokens += n
 		return true
 	})
 }
 
-type leaseOutcome uint8
+// LeaseOutcome is what TryLease decided for one request.
+type LeaseOutcome uint8
 
 const (
-	leaseTaken leaseOutcome = iota
-	leaseWait
-	leaseDenied
-	leaseFailed
+	// LeaseTaken: the request spent cost tokens of the lease.
+	LeaseTaken LeaseOutcome = iota
+	// LeaseWait: a lease call is out; try again when it settles (the
+	// backend's onLease) or from the tick.
+	LeaseWait
+	// LeaseDenied: the key is over its limit (the negative cache).
+	LeaseDenied
+	// LeaseFailed: the lease call failed, or the request's budget ran out
+	// waiting; its failure policy applies.
+	LeaseFailed
 )
 
-// tryLease serves remote limit i from the lease, or arranges for one.
-func (h *httpContext) tryLease(i int, now time.Time, first bool) {
-	p := h.plugin
-	b := p.backend
-	rr := &h.remote[i]
+// ErrLeaseFailed is TryLease's error when the lease call failed.
+var ErrLeaseFailed = errors.New("lease call failed")
+
+// TryLease serves cost units of k from the lease in shared data, or
+// arranges a lease call. waitSince is when the request started waiting
+// for k (ns), whoever made the call it waits for; first is true on its
+// first try, which counts its demand. res is the decision for LeaseTaken
+// and LeaseDenied, err the failure for LeaseFailed.
+func (b *Backend) TryLease(k *Key, cost, waitSince int64, first bool, now time.Time) (out LeaseOutcome, res limiter.Result, err error) {
 	ns := now.UnixNano()
-	if first {
-		rr.waitSince = ns
-	}
-	var out leaseOutcome
 	var cl leaseClaim
 	var expired, left, until int64
-	ok := b.updateSlot(rr, func(r *slotRecord) bool {
+	ok := b.updateSlot(k, func(r *slotRecord) bool {
 		cl, expired = leaseClaim{}, 0
 		if first {
-			r.demand += rr.cost
+			r.demand += cost
 		}
 		if r.expires <= ns && r.tokens > 0 {
 			expired, r.tokens = r.tokens, 0
 		}
-		if r.inflight != 0 && ns-r.inflight > int64(b.budget+leaseInterval) {
+		if r.inflight != 0 && ns-r.inflight > int64(b.Budget+leaseInterval) {
 			r.inflight = 0 // its reply was lost
 		}
 		canCall := r.inflight == 0 && ns >= r.nextCall && (r.failedAt == 0 || ns-r.failedAt >= int64(failureHold))
-		usable := r.tokens - pendingTokens(r, rr.lim, ns)
+		usable := r.tokens - pendingTokens(r, k.Lim, ns)
 		switch {
-		case usable >= rr.cost:
-			r.tokens -= rr.cost
-			out, left = leaseTaken, usable-rr.cost
+		case usable >= cost:
+			r.tokens -= cost
+			out, left = LeaseTaken, usable-cost
 			if canCall && r.tokens*2 < r.want {
-				cl = b.claimLease(r, rr, ns)
+				cl = claimLease(r, k, cost, ns)
 			}
 		case r.deniedUntil > ns:
-			out, until = leaseDenied, r.deniedUntil
-		case r.tokens >= rr.cost:
+			out, until = LeaseDenied, r.deniedUntil
+		case r.tokens >= cost:
 			// Reserved tokens will cover it: until then the bucket would
 			// not admit it either. A new lease could only come later.
-			out, until = leaseDenied, spendableAt(r, rr.lim, rr.cost)
+			out, until = LeaseDenied, spendableAt(r, k.Lim, cost)
 			if canCall && r.tokens*2 < r.want {
-				cl = b.claimLease(r, rr, ns)
+				cl = claimLease(r, k, cost, ns)
 			}
-		case r.failedAt >= rr.waitSince && r.failedAt != 0, r.failedAt != 0 && ns-r.failedAt < int64(failureHold) && r.inflight == 0:
-			out = leaseFailed
+		case r.failedAt >= waitSince && r.failedAt != 0, r.failedAt != 0 && ns-r.failedAt < int64(failureHold) && r.inflight == 0:
+			out = LeaseFailed
 		case r.inflight != 0:
-			out = leaseWait
+			out = LeaseWait
 		case ns < r.nextCall:
-			out, until = leaseDenied, r.nextCall
+			out, until = LeaseDenied, r.nextCall
 		default:
-			out = leaseWait
-			cl = b.claimLease(r, rr, ns)
+			out = LeaseWait
+			cl = claimLease(r, k, cost, ns)
 		}
 		return true
 	})
 	if !ok {
 		// Shared data is failing: treat it like the backend failing.
-		out, cl, expired = leaseFailed, leaseClaim{}, 0
+		out, cl, expired = LeaseFailed, leaseClaim{}, 0
 	}
 	if expired > 0 {
-		b.metrics.leaseExpired.Increment(uint64(expired))
+		b.Metrics.leaseExpired.Increment(uint64(expired))
 	}
 	if cl.want > 0 {
-		b.startLease(rr, cl, now)
+		b.startLease(k, cl, now)
 	}
-	if out == leaseWait {
-		// The budget runs from when the request started waiting, whoever
-		// made the call it waits for; the tick that sees it next may be
-		// one delayTick later.
-		if ns-rr.waitSince+int64(delayTick) > int64(b.budget) {
-			out = leaseFailed
-		} else {
-			rr.state = remoteWaitLease
-			b.leaseWaiters[h.id] = h
-			p.ensureTick()
-			return
-		}
-	}
-	// Another remote limit of the request may still wait for its lease.
-	if !h.waitingForLease(i) {
-		delete(b.leaseWaiters, h.id)
+	// The budget runs from when the request started waiting, whoever
+	// made the call it waits for; the tick that sees it next may be one
+	// TickPeriod later.
+	overBudget := ns-waitSince+int64(TickPeriod) > int64(b.Budget)
+	if out == LeaseWait && overBudget {
+		out = LeaseFailed
 	}
 	switch out {
-	case leaseTaken:
-		rr.taken = rr.cost
-		h.resolveLease(i, now, limiter.Result{Allowed: true, Limit: rr.lim.Rate, Remaining: left})
-	case leaseDenied:
-		b.metrics.negativeHits.Increment(1)
-		h.resolveLease(i, now, rr.cachedDenial(ns, until))
-	case leaseFailed:
-		var err error = errLeaseFailed
-		if ns-rr.waitSince+int64(delayTick) > int64(b.budget) {
-			err = backend.Timeout()
+	case LeaseTaken:
+		return out, limiter.Result{Allowed: true, Limit: k.Lim.Rate, Remaining: left}, nil
+	case LeaseDenied:
+		b.Metrics.NegativeHits.Increment(1)
+		return out, k.CachedDenial(ns, until), nil
+	case LeaseFailed:
+		if overBudget {
+			return out, limiter.Result{}, backend.Timeout()
 		}
-		h.resolve(i, now, backend.Reply{}, err)
+		return out, limiter.Result{}, ErrLeaseFailed
 	}
-}
-
-// waitingForLease reports whether a remote limit other than i still waits
-// for a lease.
-func (h *httpContext) waitingForLease(i int) bool {
-	for j := range h.remote {
-		if j != i && h.remote[j].state == remoteWaitLease {
-			return true
-		}
-	}
-	return false
-}
-
-var errLeaseFailed = errors.New("lease call failed")
-
-func (h *httpContext) resolveLease(i int, now time.Time, res limiter.Result) {
-	rr := &h.remote[i]
-	if rr.state != remotePending && rr.state != remoteWaitLease {
-		return
-	}
-	rr.res = res
-	if res.Allowed {
-		rr.state = remoteAllowed
-	} else {
-		rr.state = remoteDenied
-	}
-	h.pending--
-	if h.pending > 0 || h.starting {
-		return
-	}
-	h.resumeAfterRemote(now)
+	return out, limiter.Result{}, nil
 }
 
 // maxInterval is the longest wait between lease calls for an overloaded
@@ -439,8 +406,8 @@ type leaseClaim struct {
 }
 
 // claimLease marks a lease call in flight in r.
-func (b *backendRuntime) claimLease(r *slotRecord, rr *remoteReq, ns int64) leaseClaim {
-	capacity := rr.lim.Capacity()
+func claimLease(r *slotRecord, k *Key, cost int64, ns int64) leaseClaim {
+	capacity := k.Lim.Capacity()
 	want := capacity / 20
 	// Over its limit the key gets no lease before the next call: the
 	// lease must cover the demand until then.
@@ -459,8 +426,8 @@ func (b *backendRuntime) claimLease(r *slotRecord, rr *remoteReq, ns int64) leas
 		// rest of the refill to the next caller.
 		want = min(want, r.batch+r.batch/5+1)
 	}
-	if want < rr.cost {
-		want = rr.cost
+	if want < cost {
+		want = cost
 	}
 	if want > capacity {
 		want = capacity
@@ -474,25 +441,25 @@ func (b *backendRuntime) claimLease(r *slotRecord, rr *remoteReq, ns int64) leas
 }
 
 // startLease queues the lease call for the tick.
-func (b *backendRuntime) startLease(rr *remoteReq, cl leaseClaim, now time.Time) {
-	cmd, err := backend.Lease(rr.lim, rr.rkey, cl.want, leaseAhead)
+func (b *Backend) startLease(k *Key, cl leaseClaim, now time.Time) {
+	key := *k // the request may be gone when the reply comes
+	cmd, err := backend.Lease(k.Lim, k.RKey, cl.want, leaseAhead)
 	if err != nil {
-		b.leaseDone(*rr, cl, now, backend.Reply{}, err)
+		b.leaseDone(key, cl, now, backend.Reply{}, err)
 		return
 	}
-	key := *rr // the request may be gone when the reply comes
-	c := b.newCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
+	c := b.NewCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
 		b.leaseDone(key, cl, at, r, err)
 	})
 	c.lease = true
-	b.enqueue(c)
+	b.Enqueue(c)
 }
 
 // leaseDone records a lease reply.
-func (b *backendRuntime) leaseDone(rr remoteReq, cl leaseClaim, now time.Time, r backend.Reply, err error) {
+func (b *Backend) leaseDone(k Key, cl leaseClaim, now time.Time, r backend.Reply, err error) {
 	ns := now.UnixNano()
 	var expired int64
-	written := b.updateSlot(&rr, func(rec *slotRecord) bool {
+	written := b.updateSlot(&k, func(rec *slotRecord) bool {
 		expired = 0
 		rec.inflight = 0
 		if err != nil {
@@ -521,8 +488,8 @@ func (b *backendRuntime) leaseDone(rr remoteReq, cl leaseClaim, now time.Time, r
 		if cl.prevCall != 0 {
 			elapsed = time.Duration(cl.start - cl.prevCall)
 		}
-		batch := saturatedBatch(rr.lim, cl.demand, elapsed)
-		iv := saturatedInterval(rr.lim, time.Duration(rec.interval), elapsed, r.Granted, batch)
+		batch := saturatedBatch(k.Lim, cl.demand, elapsed)
+		iv := saturatedInterval(k.Lim, time.Duration(rec.interval), elapsed, r.Granted, batch)
 		rec.interval, rec.batch = int64(iv), int64(batch)
 		rec.nextCall = max(cl.start+int64(iv), ns)
 		if r.Granted == 0 {
@@ -532,29 +499,14 @@ func (b *backendRuntime) leaseDone(rr remoteReq, cl leaseClaim, now time.Time, r
 		return true
 	})
 	if written && expired > 0 {
-		b.metrics.leaseExpired.Increment(uint64(expired))
+		b.Metrics.leaseExpired.Increment(uint64(expired))
 	}
 	if !written && err == nil && r.Granted > 0 {
 		// Shared data refused the grant: those tokens are lost, which can
 		// only under-admit.
-		b.metrics.leaseExpired.Increment(uint64(r.Granted))
+		b.Metrics.leaseExpired.Increment(uint64(r.Granted))
 	}
-	if len(b.leaseWaiters) > 0 {
-		b.pollLeaseWaiters(now)
-	}
-}
-
-// pollLeaseWaiters retries the streams waiting for a lease.
-func (b *backendRuntime) pollLeaseWaiters(now time.Time) {
-	for id, h := range b.leaseWaiters {
-		if h.done || h.id != id { // ended, or its context reused since
-			delete(b.leaseWaiters, id)
-			continue
-		}
-		for i := range h.remote {
-			if h.remote[i].state == remoteWaitLease {
-				h.tryLease(i, now, false)
-			}
-		}
+	if b.onLease != nil {
+		b.onLease(now)
 	}
 }

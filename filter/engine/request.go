@@ -1,9 +1,10 @@
-package filter
+package engine
 
 import (
 	"strings"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/host"
 )
 
 // requestInfo is what limits and breakers read from one request. Every
@@ -12,7 +13,7 @@ import (
 // small single-value read; the whole header map, which the SDK copies
 // value by value, is fetched only for a header match or key.
 type requestInfo struct {
-	host hostAccess
+	host host.Request
 
 	headersLoaded bool
 	headers       [][2]string
@@ -49,7 +50,7 @@ func (r *requestInfo) loadHeaders() {
 		return
 	}
 	r.headersLoaded = true
-	r.headers = r.host.requestHeaders()
+	r.headers = r.host.RequestHeaders()
 	for _, kv := range r.headers {
 		switch kv[0] {
 		case ":method":
@@ -74,7 +75,7 @@ func (r *requestInfo) pseudo(which requestNeeds) string {
 	}
 	if r.pseudoLoaded&which == 0 {
 		r.pseudoLoaded |= which
-		*dst, _ = r.host.requestHeader(name)
+		*dst, _ = r.host.RequestHeader(name)
 	}
 	return *dst
 }
@@ -114,7 +115,7 @@ func (r *requestInfo) headerValues(name string) []string {
 func (r *requestInfo) routeName() string {
 	if !r.routeLoaded {
 		r.routeLoaded = true
-		r.route = r.host.property(propRouteName)
+		r.route = r.host.Property(propRouteName)
 	}
 	return r.route
 }
@@ -122,7 +123,7 @@ func (r *requestInfo) routeName() string {
 func (r *requestInfo) clusterName() string {
 	if !r.clusterLoaded {
 		r.clusterLoaded = true
-		r.cluster = r.host.property(propClusterName)
+		r.cluster = r.host.Property(propClusterName)
 	}
 	return r.cluster
 }
@@ -154,7 +155,7 @@ func (r *requestInfo) client(cfg *config.ClientIP) (string, bool) {
 			return ip, true
 		}
 	}
-	r.clientIP, r.clientIPOK = peerIP(r.host.property(propSourceAddress))
+	r.clientIP, r.clientIPOK = peerIP(r.host.Property(propSourceAddress))
 	return r.clientIP, r.clientIPOK
 }
 
@@ -225,4 +226,28 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 		dst = append(dst, v...)
 	}
 	return dst, overrideValue, true
+}
+
+// Property paths read on the request path.
+var (
+	propSourceAddress = []string{"source", "address"}
+	propRouteName     = []string{"xds", "route_name"}
+	propClusterName   = []string{"xds", "cluster_name"}
+	propCodeDetails   = []string{"response", "code_details"}
+)
+
+// StatusCode reads an HTTP status; 0 for anything but one to three
+// digits.
+func StatusCode(s string) int {
+	if len(s) == 0 || len(s) > 3 {
+		return 0
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n
 }

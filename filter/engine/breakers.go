@@ -1,0 +1,214 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-proxy/sluice/breaker"
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/host"
+	"github.com/sluice-proxy/sluice/limiter/store"
+)
+
+// breakerRuntime is one configured breaker; it keeps one breaker.Breaker
+// per cluster (or route) it has seen, all sharing the same state machine.
+type breakerRuntime struct {
+	cfg       *config.Breaker
+	machine   *breaker.Machine
+	store     store.Store
+	log       host.Log
+	instances map[string]*breaker.Breaker
+	metrics   breakerMetrics
+	// slowIsFailure makes a slow call count toward the consecutive-failure
+	// threshold when no failure rate is configured to weigh it against.
+	slowIsFailure bool
+}
+
+// maxBreakerInstances bounds the shared-data keys one breaker can create;
+// cluster and route names come from configuration, so this is only hit by
+// a misconfiguration, and then the overflow shares one instance.
+const maxBreakerInstances = 1024
+
+func newBreakerRuntime(hc *host.Host, cfg *config.Breaker, index int) (*breakerRuntime, error) {
+	b := &breakerRuntime{cfg: cfg, store: hc.Store, log: hc.Log, instances: map[string]*breaker.Breaker{}, metrics: defineBreakerMetrics(hc.Metrics, cfg.Name)}
+	// Without a failure rate, a slow call counts as a failure of the
+	// consecutive trip; with one, the core measures its own rate.
+	b.slowIsFailure = cfg.FailureRate == nil && cfg.SlowCall != nil
+	set := cfg.Settings()
+	m, err := breaker.NewMachine(set)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", config.IndexPath("breakers", index), err)
+	}
+	b.machine = m
+	return b, nil
+}
+
+func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
+	if br, ok := b.instances[scope]; ok {
+		return br
+	}
+	if len(b.instances) >= maxBreakerInstances {
+		scope = "overflow"
+		if br, ok := b.instances[scope]; ok {
+			return br
+		}
+	}
+	br := breaker.NewBreaker(b.machine, b.store, "sluice.cb."+b.cfg.Name+"."+scope)
+	if err := br.Init(); err != nil {
+		b.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
+	}
+	b.instances[scope] = br
+	return br
+}
+
+// recordTransition keeps the shared state gauge and counters in step.
+func (b *breakerRuntime) recordTransition(tr breaker.Transition) {
+	switch tr {
+	case breaker.Opened, breaker.Reopened:
+		b.metrics.opens.Increment(1)
+		b.metrics.setState(breaker.Open)
+	case breaker.Recovered:
+		b.metrics.closes.Increment(1)
+		b.metrics.setState(breaker.Closed)
+	case breaker.HalfOpened:
+		b.metrics.setState(breaker.HalfOpen)
+	}
+}
+
+type breakerTicket struct {
+	b      *breakerRuntime
+	br     *breaker.Breaker
+	ticket breaker.Ticket
+}
+
+// checkBreakers admits the request through every breaker guarding it, or
+// answers it. Tickets are kept for the outcome at stream end.
+func (h *Stream) checkBreakers(now time.Time) bool {
+	p := h.plugin
+	var match config.Request
+	matched := false
+	for _, b := range p.breakers {
+		if !matched {
+			match = h.info.matchRequest(p.matchNeeds)
+			matched = true
+		}
+		if !b.cfg.Match.Matches(match) {
+			continue
+		}
+		scope := h.info.clusterName()
+		if b.cfg.Per == config.PerRoute {
+			scope = h.info.routeName()
+		}
+		br := b.instance(scope)
+		t, d, err := br.Check(now)
+		if err != nil {
+			h.plugin.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
+		}
+		b.recordTransition(d.Transition)
+		if !d.Allowed {
+			b.metrics.rejected.Increment(1)
+			h.releaseTickets()
+			h.rejectOpen(b, scope, d)
+			return false
+		}
+		if t.Tracked() {
+			h.tickets = append(h.tickets, breakerTicket{b: b, br: br, ticket: t})
+		}
+	}
+	return true
+}
+
+// releaseTickets drops tickets of breakers passed before another breaker
+// rejected; their requests never reach an upstream, so they have no
+// outcome. A probe slot held this way is freed by the probe timeout.
+func (h *Stream) releaseTickets() { h.tickets = h.tickets[:0] }
+
+func (h *Stream) rejectOpen(b *breakerRuntime, scope string, d breaker.Decision) {
+	p := h.plugin
+	headers := [][2]string{{"retry-after", strconv.FormatInt(retryAfterSeconds(d.RetryAfter), 10)}}
+	if !p.cfg.Response.Headers.Has(config.HeadersRetryAfter) {
+		headers = nil
+	}
+	ct, body := circuitOpenBody(p.cfg.Response.Body, scope, b.cfg.Status, d.RetryAfter)
+	b2 := make([]byte, 0, 128)
+	b2 = append(b2, `{"sluice":"circuit_open","breaker":`...)
+	b2 = appendJSONString(b2, b.cfg.Name)
+	b2 = append(b2, `,"upstream":`...)
+	b2 = appendJSONString(b2, scope)
+	b2 = append(b2, `,"retry_after":`...)
+	b2 = strconv.AppendInt(b2, retryAfterSeconds(d.RetryAfter), 10)
+	h.plugin.log.Info(string(append(b2, '}')))
+	h.sendLocal(b.cfg.Status, headers, ct, body)
+}
+
+// reportBreakers reports the outcome of an admitted request to the
+// breakers that let it through.
+func (h *Stream) reportBreakers() {
+	if len(h.tickets) == 0 || h.localReply {
+		return
+	}
+	if h.responded.IsZero() {
+		// No response reached the filter (the client went away first):
+		// nothing is known about the upstream. A probe's slot is freed by
+		// the breaker's probe timeout.
+		return
+	}
+	now, code := h.responded, h.status
+	// A success from the upstream is the common case and needs no property
+	// read; the details are fetched only when they can change the verdict:
+	// a status that could be a failure or a router reply (timeouts and
+	// resets come as 5xx), or a half-open probe, whose outcome closes the
+	// breaker and so must come from the upstream.
+	details := "via_upstream"
+	for _, t := range h.tickets {
+		if code >= 500 || code == 0 || t.ticket.Probe() || t.b.cfg.IsFailureStatus(code) {
+			details = h.info.host.Property(propCodeDetails)
+			break
+		}
+	}
+	for _, t := range h.tickets {
+		failure, known := t.b.classify(code, details)
+		if !known {
+			continue
+		}
+		dur := h.responded.Sub(h.start)
+		slow := t.b.cfg.SlowCall != nil && dur > t.b.cfg.SlowCall.Duration
+		if slow {
+			t.b.metrics.slowCalls.Increment(1)
+			if t.b.slowIsFailure {
+				failure = true
+			}
+		}
+		if failure {
+			t.b.metrics.failures.Increment(1)
+		} else {
+			t.b.metrics.successes.Increment(1)
+		}
+		tr, err := t.br.Report(t.ticket, breaker.Outcome{Failure: failure, Duration: dur}, now)
+		if err != nil {
+			h.plugin.log.Warnf("sluice: breaker %s: %v", t.b.cfg.Name, err)
+		}
+		t.b.recordTransition(tr)
+	}
+}
+
+// classify turns Envoy's response code and details into a breaker outcome.
+// known is false for replies that say nothing about the upstream: local
+// replies of other filters, or a client that went away first.
+func (b *breakerRuntime) classify(code int, details string) (failure, known bool) {
+	switch {
+	case details == "via_upstream":
+		return b.cfg.IsFailureStatus(code), true
+	case strings.HasPrefix(details, "upstream_response_timeout"),
+		strings.HasPrefix(details, "upstream_per_try_timeout"),
+		strings.HasPrefix(details, "upstream_reset"),
+		strings.HasPrefix(details, "upstream_max_stream_duration_reached"):
+		return b.cfg.FailureOnTimeout, true
+	case details == "" && code != 0:
+		// Hosts that do not report details: judge by status alone.
+		return b.cfg.IsFailureStatus(code), true
+	}
+	return false, false
+}

@@ -1,0 +1,223 @@
+package engine
+
+// The request side of the external limit: what a request sends the
+// limits service and what it does with the answer, which package
+// external caches and looks up.
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/external"
+	"github.com/sluice-proxy/sluice/filter/limitsvc"
+	"github.com/sluice-proxy/sluice/limiter"
+)
+
+// maxRateTables bounds this worker's table views (one per distinct
+// answered rate); past it they are dropped and made again on demand.
+const maxRateTables = 256
+
+type externalRuntime struct {
+	p     *Plugin
+	cache *external.Cache
+	cfg   *config.External
+	lim   *limitRuntime
+	index int // of lim in p.limits
+
+	tables    map[limiter.Limit]*limiter.Table
+	fallbacks map[limiter.Limit]*limiter.Table
+	// fallbackBase holds failure_policy local decisions of global and
+	// hybrid answers, apart from the limit's own slots.
+	fallbackBase *limiter.Table
+
+	keyBuf []byte
+}
+
+func (p *Plugin) configureExternal(cfg *config.External) error {
+	l, err := newLimitRuntime(p.host, &cfg.Limit, len(p.limits), config.FieldPath("external", "fallback"))
+	if err != nil {
+		return err
+	}
+	l.keyKinds = "tenant_key"
+	if err := p.ensureBackend(l, "external.mode"); err != nil {
+		return err
+	}
+	x := &externalRuntime{
+		p: p, cfg: cfg, lim: l, index: len(p.limits),
+		tables:    map[limiter.Limit]*limiter.Table{},
+		fallbacks: map[limiter.Limit]*limiter.Table{},
+	}
+	x.cache, err = external.New(p.host, cfg, delayTick, p.ensureTick, func(now time.Time) { p.poll(waitLookup, now) })
+	if err != nil {
+		return err
+	}
+	if cfg.Limit.Mode != config.ModeLocal {
+		x.fallbackBase, err = newTable(p.host.Store, &cfg.Limit, cfg.Limit.Rate,
+			"sluice.rlf."+cfg.Limit.Name+".", cfg.Limit.Name+"\x00fallback")
+		if err != nil {
+			return fmt.Errorf("%s: %v", config.FieldPath("external", "fallback"), err)
+		}
+	}
+	l.ext = x
+	p.external = x
+	p.limits = append(p.limits, l)
+	p.matchNeeds |= matchNeedsOf(&cfg.Limit.Match)
+	return nil
+}
+
+// resolveExternal settles which limit the external block applies to the
+// request. false means the request waits for a lookup and is resumed by
+// evaluate from the tick or the lookup's reply.
+func (h *Stream) resolveExternal(now time.Time) bool {
+	x := h.plugin.external
+	if h.ext.State == external.Unresolved {
+		x.keyBuf = x.appendLookupKey(x.keyBuf[:0], &h.info)
+	}
+	if x.cache.Resolve(&h.ext, x.keyBuf, func() []byte { return x.requestBody(&h.info) }, now) {
+		return true
+	}
+	h.plugin.park(h, waitLookup)
+	return false
+}
+
+// appendLookupKey appends the lookup key of the request to dst.
+func (x *externalRuntime) appendLookupKey(dst []byte, info *requestInfo) []byte {
+	for i := range x.cfg.CacheKey {
+		if i > 0 {
+			dst = append(dst, keySeparator)
+		}
+		dst, _, _ = info.appendKey(dst, x.cfg.CacheKey[i:i+1], &x.p.cfg.ClientIP, -1)
+	}
+	return dst
+}
+
+// requestBody renders the lookup: {"method", "path", "headers"}. The path
+// is sent without its query, which can carry credentials.
+func (x *externalRuntime) requestBody(info *requestInfo) []byte {
+	info.loadHeaders()
+	b := make([]byte, 0, 256)
+	b = append(b, `{"method":`...)
+	b = appendJSONString(b, info.method)
+	b = append(b, `,"path":`...)
+	b = appendJSONString(b, info.pathOnly())
+	b = append(b, `,"headers":{`...)
+	first := true
+	field := func(name, value string) {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendJSONString(b, name)
+		b = append(b, ':')
+		b = appendJSONString(b, value)
+	}
+	named := x.cfg.ForwardHeaders
+	for _, name := range named {
+		if v, ok := info.header(name); ok {
+			field(name, v)
+		} else if name == "host" && info.authority != "" {
+			field(name, info.authority)
+		}
+	}
+	if x.cfg.ForwardAll {
+		var seen []string
+		for _, kv := range info.headers {
+			name := kv[0]
+			if name == "" || name[0] == ':' || slices.Contains(named, name) || slices.Contains(seen, name) ||
+				config.IsSensitiveHeader(name) {
+				continue
+			}
+			seen = append(seen, name)
+			v, _ := info.header(name)
+			field(name, v)
+		}
+	}
+	return append(b, "}}"...)
+}
+
+// appendExternal appends the request's bucket key for the external limit
+// and returns the table and rate it is decided with; ok is false when the
+// fallback key is missing.
+func (h *Stream) appendExternal(dst []byte) (arena []byte, t *limiter.Table, rate config.Rate, ok bool) {
+	x := h.plugin.external
+	l := x.lim
+	r := &h.ext
+	if r.Fallback {
+		start := len(dst)
+		dst = append(dst, external.BucketFallback)
+		dst, _, ok = h.info.appendKey(dst, l.cfg.Key, &h.plugin.cfg.ClientIP, -1)
+		if !ok {
+			return dst[:start], nil, config.Rate{}, false
+		}
+		return dst, l.def, l.cfg.Rate, true
+	}
+	t, err := x.table(r.Limit)
+	if err != nil {
+		// Parse and Decode validate every answer; this cannot happen, and
+		// the fallback is the safe reading if it does.
+		h.plugin.log.Warnf("sluice: external limit: %v", err)
+		r.Fallback = true
+		return h.appendExternal(dst)
+	}
+	rate = config.Rate{Limit: r.Limit.Rate, Window: r.Limit.Period, Burst: r.Limit.Burst}
+	return append(append(dst, r.Tag), r.Bucket...), t, rate, true
+}
+
+// table is the limit's table deciding with lim.
+func (x *externalRuntime) table(lim limiter.Limit) (*limiter.Table, error) {
+	if t, ok := x.tables[lim]; ok {
+		return t, nil
+	}
+	if len(x.tables) >= maxRateTables {
+		clear(x.tables)
+	}
+	t, err := x.lim.def.WithLimit(lim)
+	if err != nil {
+		return nil, err
+	}
+	x.tables[lim] = t
+	return t, nil
+}
+
+// localFallback is the table of failure_policy local for a global or
+// hybrid decision: the limit divided by instances, as for limits.
+func (h *Stream) localFallback(rr *remoteReq) (*limiter.Table, error) {
+	x := rr.l.ext
+	if x == nil {
+		return rr.l.fallbackTable(h.plugin.host.Store, rr.overrideValue)
+	}
+	lim := rr.k.Lim
+	n := int64(max(rr.l.cfg.Instances, 1))
+	lim.Rate = max(lim.Rate/n, 1)
+	lim.Burst /= n
+	if t, ok := x.fallbacks[lim]; ok {
+		return t, nil
+	}
+	if len(x.fallbacks) >= maxRateTables {
+		clear(x.fallbacks)
+	}
+	t, err := x.fallbackBase.WithLimit(lim)
+	if err != nil {
+		return nil, err
+	}
+	x.fallbacks[lim] = t
+	return t, nil
+}
+
+// remotePolicy is the failure policy of a global or hybrid decision: the
+// answer's, when it names one.
+func (h *Stream) remotePolicy(l *limitRuntime) config.FailurePolicy {
+	if l.ext != nil {
+		switch h.ext.Policy {
+		case limitsvc.PolicyAllow:
+			return config.FailAllow
+		case limitsvc.PolicyDeny:
+			return config.FailDeny
+		case limitsvc.PolicyLocal:
+			return config.FailLocal
+		}
+	}
+	return l.remote.policy
+}

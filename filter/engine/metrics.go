@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"github.com/sluice-proxy/sluice/breaker"
+	"github.com/sluice-proxy/sluice/filter/host"
+)
+
+// Metric names put the limit or breaker name in the middle so Envoy's
+// stats_tags can lift it into a label (see envoy/envoy.yaml):
+//
+//	sluice.limit.<name>.<counter>        -> sluice_limit_<counter>{sluice_limit="<name>"}
+//	sluice.breaker.<name>.<metric>       -> sluice_breaker_<metric>{sluice_breaker="<name>"}
+//	sluice.concurrency.<name>.<metric>   -> sluice_concurrency_<metric>{sluice_concurrency="<name>"}
+//
+// Only configured names appear, never key values, so cardinality is bounded
+// by the config.
+const (
+	metricPrefixLimit   = "sluice.limit."
+	metricPrefixBreaker = "sluice.breaker."
+	metricPrefixCC      = "sluice.concurrency."
+	metricRequests      = "sluice.requests_total"
+)
+
+type limitMetrics struct {
+	allowed, limited, shadowLimited, delayed, missingKey host.Counter
+	// evictions, overflow and overflowDenied export the local table's
+	// Stats of the same names (see limiter.Stats).
+	evictions, overflow, overflowDenied host.Counter
+	cost                                costMetrics
+}
+
+func defineLimitMetrics(hm host.Metrics, name string) limitMetrics {
+	p := metricPrefixLimit + name + "."
+	return limitMetrics{
+		allowed:        hm.Counter(p + "allowed"),
+		limited:        hm.Counter(p + "limited"),
+		shadowLimited:  hm.Counter(p + "shadow_limited"),
+		delayed:        hm.Counter(p + "delayed"),
+		missingKey:     hm.Counter(p + "missing_key"),
+		evictions:      hm.Counter(p + "evictions"),
+		overflow:       hm.Counter(p + "overflow"),
+		overflowDenied: hm.Counter(p + "overflow_denied"),
+	}
+}
+
+type breakerMetrics struct {
+	state                                                   host.Gauge
+	opens, closes, rejected, failures, successes, slowCalls host.Counter
+}
+
+// setState records the breaker state gauge: 0 closed, 1 open, 2 half-open.
+// The SDK's gauge type only exposes increments; proxy_record_metric is what
+// sets a gauge in Envoy, and the SDK reaches it through the histogram type,
+// whose id is the same kind of handle.
+func (m breakerMetrics) setState(s breaker.State) {
+	m.state.Set(uint64(s))
+}
+
+func defineBreakerMetrics(hm host.Metrics, name string) breakerMetrics {
+	p := metricPrefixBreaker + name + "."
+	return breakerMetrics{
+		state:     hm.Gauge(p + "state"),
+		opens:     hm.Counter(p + "opens"),
+		closes:    hm.Counter(p + "closes"),
+		rejected:  hm.Counter(p + "rejected"),
+		failures:  hm.Counter(p + "failures"),
+		successes: hm.Counter(p + "successes"),
+		slowCalls: hm.Counter(p + "slow_calls"),
+	}
+}
+
+type concurrencyMetrics struct {
+	admitted, rejected, shadowRejected, missingKey, reclaimed host.Counter
+	// inFlight is the requests in flight under the limit across the live
+	// VMs, set from the heartbeat (so it lags by at most heartbeatEvery).
+	inFlight host.Gauge
+}
+
+func defineConcurrencyMetrics(hm host.Metrics, name string) concurrencyMetrics {
+	p := metricPrefixCC + name + "."
+	return concurrencyMetrics{
+		admitted:       hm.Counter(p + "admitted"),
+		rejected:       hm.Counter(p + "rejected"),
+		shadowRejected: hm.Counter(p + "shadow_rejected"),
+		missingKey:     hm.Counter(p + "missing_key"),
+		reclaimed:      hm.Counter(p + "reclaimed"),
+		inFlight:       hm.Gauge(p + "in_flight"),
+	}
+}
+
+// setInFlight sets the gauge the way setState does for breakers.
+func (m concurrencyMetrics) setInFlight(n int64) {
+	if n < 0 {
+		n = 0
+	}
+	m.inFlight.Set(uint64(n))
+}

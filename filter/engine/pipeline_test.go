@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/filter/host/hosttest"
+)
+
+// These tests drive the pipeline natively over the host fakes, the test
+// playing the adapter: it begins streams, calls their phases, and runs
+// the tick the engine asked for.
+
+// drain admits the five requests the bucket holds.
+func drain(t *testing.T, p *Plugin, f *hosttest.Fakes) {
+	t.Helper()
+	for id := uint32(1); id <= 5; id++ {
+		if v := begin(p, f, id).RequestHeaders(); v != Continue {
+			t.Fatalf("request %d: %v", id, v)
+		}
+	}
+}
+
+func begin(p *Plugin, f *hosttest.Fakes, id uint32) *Stream {
+	f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "a"}}
+	f.Stream.Current = id
+	s := &Stream{}
+	p.Begin(s, id)
+	return s
+}
+
+// A shaped request waits in the registry until its token is due: the tick
+// before that leaves it paused, the tick after resumes that stream, once.
+func TestDelayedRequestIsResumedFromTheRegistry(t *testing.T) {
+	p, f := newNativePlugin(t, `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,
+		"on_limit":{"action":"delay","max_delay":"300ms"}}]}`)
+	drain(t, p, f)
+	if v := begin(p, f, 6).RequestHeaders(); v != Pause {
+		t.Fatalf("sixth request: %v, want it delayed", v)
+	}
+	if len(p.waiting) != 1 || f.Ticker.Period != delayTick || len(f.Stream.Replies) != 0 {
+		t.Fatalf("%d waiting, tick %v, replies %v", len(p.waiting), f.Ticker.Period, f.Stream.Replies)
+	}
+	f.Clock.Advance(100 * time.Millisecond)
+	p.Tick()
+	if len(f.Stream.Resumed) != 0 {
+		t.Fatalf("resumed %v before its token", f.Stream.Resumed)
+	}
+	f.Clock.Advance(100 * time.Millisecond)
+	p.Tick()
+	if len(f.Stream.Resumed) != 1 || f.Stream.Resumed[0] != 6 || len(p.waiting) != 0 {
+		t.Fatalf("resumed %v, %d still waiting", f.Stream.Resumed, len(p.waiting))
+	}
+	p.Tick()
+	if len(f.Stream.Resumed) != 1 || f.Ticker.Period != 0 {
+		t.Fatalf("resumed %v; tick %v, want it stopped", f.Stream.Resumed, f.Ticker.Period)
+	}
+	if f.Metrics.Values["sluice.limit.shaped.delayed"] != 1 || f.Metrics.Values["sluice.limit.shaped.allowed"] != 6 {
+		t.Fatalf("metrics %v", f.Metrics.Values)
+	}
+}
+
+// A stream that ends while it waits leaves the registry: the tick never
+// resumes it, and a reused Stream starts out of the registry.
+func TestStreamEndingWhileDelayedIsForgotten(t *testing.T) {
+	p, f := newNativePlugin(t, `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,
+		"on_limit":{"action":"delay","max_delay":"300ms"}}]}`)
+	drain(t, p, f)
+	s := begin(p, f, 6)
+	if s.RequestHeaders() != Pause {
+		t.Fatal("not delayed")
+	}
+	s.Done()
+	if len(p.waiting) != 0 {
+		t.Fatalf("%d waiting after Done", len(p.waiting))
+	}
+	p.Begin(s, 7)
+	if s.waitingFor != waitNone {
+		t.Fatal("a reused stream starts waiting")
+	}
+	f.Clock.Advance(time.Second)
+	p.Tick()
+	if len(f.Stream.Resumed) != 0 {
+		t.Fatalf("an ended stream was resumed: %v", f.Stream.Resumed)
+	}
+}
+
+// Past its max_delay a request is answered, not parked.
+func TestDelayPastMaxDelayIsRejected(t *testing.T) {
+	p, f := newNativePlugin(t, `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,
+		"on_limit":{"action":"delay","max_delay":"100ms"}}]}`)
+	drain(t, p, f)
+	if v := begin(p, f, 6).RequestHeaders(); v != Pause {
+		t.Fatalf("sixth request: %v", v)
+	}
+	if len(p.waiting) != 0 || len(f.Stream.Replies) != 1 || f.Stream.Replies[0].Status != 429 || f.Stream.Replies[0].Stream != 6 {
+		t.Fatalf("%d waiting, replies %+v", len(p.waiting), f.Stream.Replies)
+	}
+}
+
+// A request waits for its external lookup and is resumed by the engine
+// when the reply has been written, without a tick.
+func TestLookupReplyResumesTheWaitingStream(t *testing.T) {
+	p, f := newNativePlugin(t, `{"external":{"cluster":"limits","timeout":"100ms","cache_ttl":"60s",
+		"fallback":{"limit":4,"window":"1h","key":[]}}}`)
+	if v := begin(p, f, 7).RequestHeaders(); v != Pause {
+		t.Fatalf("request: %v, want it waiting for its lookup", v)
+	}
+	if len(p.waiting) != 1 || p.waiting[7].waitingFor != waitLookup {
+		t.Fatalf("registry %v", p.waiting)
+	}
+	p.Tick() // sends the lookup
+	calls := f.Caller.Pending()
+	if len(calls) != 1 {
+		t.Fatalf("%d lookups", len(calls))
+	}
+	f.Stream.Current = 0 // the reply comes in the root context
+	calls[0].Answer(200, []byte(`{"limit":3,"window":"1h","tenant_key":"acme"}`), nil)
+	if len(f.Stream.Resumed) != 1 || f.Stream.Resumed[0] != 7 || len(p.waiting) != 0 {
+		t.Fatalf("resumed %v, %d waiting", f.Stream.Resumed, len(p.waiting))
+	}
+	if f.Metrics.Values["sluice.limit.external.allowed"] != 1 {
+		t.Fatalf("metrics %v", f.Metrics.Values)
+	}
+}

@@ -1,0 +1,312 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/distributed"
+	"github.com/sluice-proxy/sluice/filter/host"
+	"github.com/sluice-proxy/sluice/limiter"
+	"github.com/sluice-proxy/sluice/limiter/inflight"
+	"github.com/sluice-proxy/sluice/limiter/store"
+)
+
+// VM is the state one worker VM shares between its plugins, so that a
+// plugin replaced by a configuration reload still serves its draining
+// streams.
+type VM struct {
+	// host is every hostcall the engine makes.
+	host host.Host
+	// inflight is this VM's identity and holdings for concurrency limits,
+	// shared by its plugins so that streams of a plugin replaced by a
+	// config reload are still kept alive and released. Nil until a
+	// configuration has concurrency limits.
+	inflight *inflight.Instance
+	// ccInFlight counts this VM's requests holding a slot, per concurrency
+	// limit name.
+	ccInFlight map[string]*uint32
+}
+
+// NewVM is the engine of one worker VM over its host.
+func NewVM(hc host.Host) *VM { return &VM{host: hc} }
+
+// NewPlugin is a plugin of the VM, to be configured with Start.
+func (vm *VM) NewPlugin() *Plugin {
+	return &Plugin{vm: vm, host: &vm.host, log: vm.host.Log, waiting: map[uint32]*Stream{}}
+}
+
+// Begin makes s the stream id of the plugin: s is a new Stream, or one
+// whose Done has run, reused. Reuse is safe because Done cancels the
+// stream's calls and drops it from the waiters, and call callbacks also
+// compare the generation, which keeps counting up across reuse.
+func (p *Plugin) Begin(h *Stream, id uint32) {
+	*h = Stream{gen: h.gen + 1}
+	h.plugin, h.id, h.info.host = p, id, p.host.Stream
+	h.tickets = h.ticketBuf[:0]
+}
+
+// Plugin is one configured plugin of a worker: its limits, breakers and
+// concurrency limits, and the streams waiting.
+type Plugin struct {
+	vm   *VM
+	host *host.Host
+	log  host.Log
+	cfg  *config.Config
+
+	limits      []*limitRuntime
+	breakers    []*breakerRuntime
+	concurrency []*concurrencyRuntime
+	// backend is nil unless some limit is global or hybrid.
+	backend *distributed.Backend
+	// external is nil without an external block; its limit is the last
+	// of limits.
+	external *externalRuntime
+	requests host.Counter
+	// matchNeeds is what any match reads of the request: each
+	// pseudo-header it names costs one small read, and only a header match
+	// costs the whole header map.
+	matchNeeds requestNeeds
+
+	// Scratch reused by every request of this worker; a VM runs one
+	// callback at a time.
+	keyBuf []byte
+	// respHeaders and respBuf render rate-limit headers on allowed
+	// responses without allocating.
+	respHeaders [][2]string
+	respBuf     []byte
+	matched     []bool
+	applied     []bool
+	reqs        []limiter.Request
+	reqLim      []*limitRuntime
+	results     []limiter.Result
+	// ccKeyBuf builds concurrency keys; nothing keeps them past a call.
+	ccKeyBuf []byte
+	// lastBeat is the last concurrency heartbeat.
+	lastBeat time.Time
+
+	// idle is set when the configuration has no limit, breaker or
+	// concurrency limit: a request then skips the pipeline.
+	idle bool
+
+	// waiting is the registry of paused streams (waiting.go).
+	waiting     map[uint32]*Stream
+	ticking     bool
+	tickRunning bool
+}
+
+// delayTick is how often paused requests are re-examined. A shaped request
+// waits at most this much longer than it has to.
+const delayTick = distributed.TickPeriod
+
+// Start configures the plugin from its JSON configuration; false, with
+// every error logged, when the configuration is refused.
+func (p *Plugin) Start(data []byte) bool {
+	cfg, err := config.Parse(data)
+	if err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			p.log.Criticalf("sluice: invalid configuration: %s", line)
+		}
+		return false
+	}
+	if err := p.configure(cfg); err != nil {
+		p.log.Criticalf("sluice: %v", err)
+		return false
+	}
+	return true
+}
+
+func (p *Plugin) configure(cfg *config.Config) error {
+	p.cfg = cfg
+	p.requests = p.host.Metrics.Counter(metricRequests)
+	for i := range cfg.Limits {
+		path := config.IndexPath("limits", i)
+		l, err := newLimitRuntime(p.host, &cfg.Limits[i], i, path)
+		if err != nil {
+			return err
+		}
+		if err := p.ensureBackend(l, config.FieldPath(path, "mode")); err != nil {
+			return err
+		}
+		p.limits = append(p.limits, l)
+		p.matchNeeds |= matchNeedsOf(&cfg.Limits[i].Match)
+	}
+	for i := range cfg.Breakers {
+		b, err := newBreakerRuntime(p.host, &cfg.Breakers[i], i)
+		if err != nil {
+			return err
+		}
+		p.breakers = append(p.breakers, b)
+		p.matchNeeds |= matchNeedsOf(&cfg.Breakers[i].Match)
+	}
+	if err := p.configureConcurrency(cfg); err != nil {
+		return err
+	}
+	if cfg.External != nil {
+		if err := p.configureExternal(cfg.External); err != nil {
+			return err
+		}
+	}
+	p.idle = len(p.limits) == 0 && len(p.breakers) == 0 && len(p.concurrency) == 0
+	p.matched = make([]bool, len(p.limits))
+	p.applied = make([]bool, len(p.limits))
+	p.results = make([]limiter.Result, len(p.limits))
+	return nil
+}
+
+func matchNeedsOf(m *config.Match) requestNeeds {
+	var n requestNeeds
+	if m.Path != "" || m.PathPrefix != "" {
+		n |= needPath
+	}
+	if m.Methods != nil {
+		n |= needMethod
+	}
+	if m.Hosts != nil {
+		n |= needHost
+	}
+	if len(m.Headers) > 0 {
+		n |= needHeaderMap
+	}
+	if m.Routes != nil {
+		n |= needRoute
+	}
+	return n
+}
+
+// ensureBackend creates the backend the first time a global or hybrid
+// limit needs it.
+func (p *Plugin) ensureBackend(l *limitRuntime, modePath string) error {
+	if l.remote == nil || p.backend != nil {
+		return nil
+	}
+	if p.cfg.Backend == nil {
+		return fmt.Errorf("%s: %s needs a backend", modePath, l.cfg.Mode)
+	}
+	var err error
+	p.backend, err = distributed.New(p.host, p.cfg.Backend, p.ensureTick, func(now time.Time) { p.poll(waitLease, now) })
+	return err
+}
+
+// limitRuntime is one configured limit with its tables: one for the
+// default rate and one per override, each bounded by its slot count.
+type limitRuntime struct {
+	cfg       *config.Limit
+	index     int
+	def       *limiter.Table
+	overrides map[string]*limiter.Table
+	metrics   limitMetrics
+	// keyKinds names the key's parts for logs ("client_ip+header:x-tenant"),
+	// joined once here rather than on every rejection.
+	keyKinds string
+	// remote is nil for local limits.
+	remote *remoteLimit
+	// ext is set on the external block's limit only.
+	ext *externalRuntime
+	// tableSeen is what this worker's tables had counted at the last
+	// export, so only the delta is added to the shared counters.
+	tableSeen tableCounts
+}
+
+// newLimitRuntime builds limit index; ratePath is the configuration path of
+// the object holding its rate, for errors. Parse has checked every rate
+// against the limiter and the Redis scripts, so they are not expected.
+func newLimitRuntime(hc *host.Host, cfg *config.Limit, index int, ratePath string) (*limitRuntime, error) {
+	s := hc.Store
+	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(hc.Metrics, cfg.Name)}
+	l.metrics.cost = defineCostMetrics(hc.Metrics, cfg)
+	kinds := make([]string, len(cfg.Key))
+	for i, k := range cfg.Key {
+		kinds[i] = k.String()
+	}
+	l.keyKinds = strings.Join(kinds, "+")
+	var err error
+	if cfg.Mode != config.ModeLocal {
+		if l.remote, err = newRemoteLimit(cfg, ratePath); err != nil {
+			return nil, err
+		}
+	}
+	// The prefix and seed depend only on the name, so a config reload that
+	// keeps the name keeps the state and the shared-data key set.
+	l.def, err = newTable(s, cfg, cfg.Rate, "sluice.rl."+cfg.Name+".", cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", ratePath, err)
+	}
+	if len(cfg.Overrides) > 0 {
+		l.overrides = make(map[string]*limiter.Table, len(cfg.Overrides))
+		for value, rate := range cfg.Overrides {
+			id := hexHash(value)
+			t, err := newTable(s, cfg, rate, "sluice.rl."+cfg.Name+".o"+id+".", cfg.Name+"\x00"+value)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", overridePath(ratePath, value), err)
+			}
+			l.overrides[value] = t
+		}
+	}
+	return l, nil
+}
+
+// overridePath is the configuration path of the override for value.
+func overridePath(limitPath, value string) string {
+	return config.FieldPath(config.FieldPath(limitPath, "overrides"), value)
+}
+
+// newTable is a local table of cfg's algorithm and table size at rate r.
+func newTable(s store.Store, cfg *config.Limit, r config.Rate, prefix, seedSource string) (*limiter.Table, error) {
+	return limiter.NewTable(s, r.Limiter(cfg.Algorithm), limiter.TableConfig{
+		Prefix:        prefix,
+		Seed:          limiter.Hash(0, seedSource),
+		Slots:         cfg.Slots,
+		OverflowSlots: cfg.OverflowSlots,
+	})
+}
+
+func (l *limitRuntime) table(overrideValue string) (*limiter.Table, config.Rate) {
+	if t, ok := l.overrides[overrideValue]; ok {
+		return t, l.cfg.Overrides[overrideValue]
+	}
+	return l.def, l.cfg.Rate
+}
+
+// tableCounts are the Stats of a limit's tables that become metrics.
+type tableCounts struct{ evictions, overflow, overflowDenied uint64 }
+
+// exportTableStats adds what this worker's tables of the limit counted
+// since the last call to the limit's counters.
+func (l *limitRuntime) exportTableStats() {
+	var now tableCounts
+	add := func(t *limiter.Table) {
+		st := t.Stats()
+		now.evictions += st.Evictions
+		now.overflow += st.Overflow
+		now.overflowDenied += st.OverflowDenied
+	}
+	add(l.def)
+	for _, t := range l.overrides {
+		add(t)
+	}
+	increment(l.metrics.evictions, now.evictions, l.tableSeen.evictions)
+	increment(l.metrics.overflow, now.overflow, l.tableSeen.overflow)
+	increment(l.metrics.overflowDenied, now.overflowDenied, l.tableSeen.overflowDenied)
+	l.tableSeen = now
+}
+
+func increment(c host.Counter, total, seen uint64) {
+	if total > seen {
+		c.Increment(total - seen)
+	}
+}
+
+// hexHash names a key by its limiter.Hash, for shared-data and Redis key
+// names that must stay short and printable whatever the key holds.
+func hexHash(s string) string {
+	const digits = "0123456789abcdef"
+	v := limiter.Hash(0, s)
+	b := make([]byte, 16)
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[v&0xf]
+		v >>= 4
+	}
+	return string(b)
+}

@@ -1,0 +1,463 @@
+package engine
+
+// The request side of global and hybrid limits: a request's remote
+// decisions, in the order and with the guarantees package distributed
+// states, which holds the backend, the leases and the negative cache.
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/distributed"
+	"github.com/sluice-proxy/sluice/limiter"
+	"github.com/sluice-proxy/sluice/limiter/store"
+)
+
+// remoteLimit is what a global or hybrid limit adds to its limitRuntime.
+type remoteLimit struct {
+	mode   config.Mode
+	policy config.FailurePolicy
+	// dl holds its keys' negative cache and leases in shared data.
+	dl *distributed.Limit
+	// fallback tables for failure_policy local, created on first use.
+	fallbackDef       *limiter.Table
+	fallbackOverrides map[string]*limiter.Table
+}
+
+func newRemoteLimit(cfg *config.Limit, ratePath string) (*remoteLimit, error) {
+	check := func(r config.Rate, path string) error {
+		if err := distributed.CheckRate(cfg.Mode, r.Limiter(cfg.Algorithm)); err != nil {
+			return fmt.Errorf("%s: %v", path, err)
+		}
+		return nil
+	}
+	if err := check(cfg.Rate, ratePath); err != nil {
+		return nil, err
+	}
+	for v, r := range cfg.Overrides {
+		if err := check(r, overridePath(ratePath, v)); err != nil {
+			return nil, err
+		}
+	}
+	return &remoteLimit{mode: cfg.Mode, policy: cfg.FailurePolicy, dl: distributed.NewLimit(cfg.Name)}, nil
+}
+
+// fallbackTable is the local table used under failure_policy local: the
+// limit divided by the instances hint, so that N Envoys falling back at
+// once together admit about what the global limit would.
+func (l *limitRuntime) fallbackTable(s store.Store, overrideValue string) (*limiter.Table, error) {
+	rl := l.remote
+	rate := l.cfg.Rate
+	_, isOverride := l.cfg.Overrides[overrideValue]
+	if isOverride {
+		if t := rl.fallbackOverrides[overrideValue]; t != nil {
+			return t, nil
+		}
+		rate = l.cfg.Overrides[overrideValue]
+	} else if rl.fallbackDef != nil {
+		return rl.fallbackDef, nil
+	}
+	n := int64(l.cfg.Instances)
+	if n < 1 {
+		n = 1
+	}
+	rate.Limit /= n
+	if rate.Limit < 1 {
+		rate.Limit = 1
+	}
+	rate.Burst /= n
+	prefix := "sluice.rlf." + l.cfg.Name + "."
+	seed := l.cfg.Name + "\x00fallback"
+	if isOverride {
+		id := hexHash(overrideValue)
+		prefix += "o" + id + "."
+		seed += "\x00" + overrideValue
+	}
+	t, err := newTable(s, l.cfg, rate, prefix, seed)
+	if err != nil {
+		return nil, err
+	}
+	if isOverride {
+		if rl.fallbackOverrides == nil {
+			rl.fallbackOverrides = map[string]*limiter.Table{}
+		}
+		rl.fallbackOverrides[overrideValue] = t
+	} else {
+		rl.fallbackDef = t
+	}
+	return t, nil
+}
+
+type remoteState uint8
+
+const (
+	remotePending remoteState = iota
+	remoteWaitLease
+	remoteAllowed
+	remoteDenied
+	remoteFailAllow
+	remoteFailDeny
+	remoteFailLocal
+)
+
+// remoteReq is one global or hybrid limit applying to a request.
+type remoteReq struct {
+	l             *limitRuntime
+	key           string // the limit key, as the local tables see it
+	overrideValue string
+	k             distributed.Key
+	cost          int64
+	// policy is the limit's failure_policy, or the one an external
+	// answer named.
+	policy config.FailurePolicy
+	state  remoteState
+	res    limiter.Result
+	// taken is the lease tokens this request holds, returned if it is
+	// denied after all.
+	taken int64
+	// waitSince is when the request started waiting for a lease.
+	waitSince int64
+}
+
+func (h *Stream) resetRemote() {
+	if b := h.plugin.backend; b != nil {
+		for _, c := range h.calls {
+			b.Cancel(c) // a no-op for a call that has finished
+		}
+	}
+	h.calls = h.calls[:0]
+	h.remote = h.remote[:0]
+	h.localReqs = h.localReqs[:0]
+	h.localLim = h.localLim[:0]
+	h.pending = 0
+}
+
+// startRemote decides a request with remote limits. The local limits are
+// in p.reqs; they are copied because the request may outlive this call.
+func (h *Stream) startRemote(now time.Time) verdict {
+	p := h.plugin
+	b := p.backend
+	ns := now.UnixNano()
+	h.localReqs = append(h.localReqs[:0], p.reqs...)
+	h.localLim = append(h.localLim[:0], p.reqLim...)
+	// The local keys view the worker's key arena, which the next request's
+	// evaluation overwrites while this one waits for Redis: give them
+	// bytes of this stream's own.
+	h.localKeys = h.localKeys[:0]
+	for i := range h.localReqs {
+		h.localKeys = append(h.localKeys, h.localReqs[i].Key...)
+	}
+	at := 0
+	for i := range h.localReqs {
+		n := len(h.localReqs[i].Key)
+		h.localReqs[i].Key = arenaString(h.localKeys[at : at+n])
+		at += n
+	}
+	for i, r := range h.localReqs {
+		res, err := r.Table.Peek(r.Key, ns, r.Cost)
+		if err != nil {
+			h.plugin.log.Warnf("sluice: limiter store: %v", err)
+			continue
+		}
+		if !res.Allowed {
+			return h.onLimited(h.localLim[i], res, now)
+		}
+	}
+	for i := range h.remote {
+		rr := &h.remote[i]
+		if rr.l.remote.mode == config.ModeHybrid {
+			continue // tryLease checks its negative cache, counting the demand
+		}
+		if until := b.DeniedUntil(&rr.k); until > ns {
+			b.Metrics.NegativeHits.Increment(1)
+			return h.onLimited(rr.l, rr.k.CachedDenial(ns, until), now)
+		}
+	}
+	h.starting = true
+	h.pending = len(h.remote)
+	// Hybrid limits first: they decide from shared data, so one denying
+	// stops the request before any global call is made.
+	denied := false
+	for _, hybrid := range [2]bool{true, false} {
+		for i := range h.remote {
+			rr := &h.remote[i]
+			if denied || (rr.l.remote.mode == config.ModeHybrid) != hybrid {
+				continue
+			}
+			if hybrid {
+				h.tryLease(i, now, true)
+			} else {
+				h.startGlobal(i, now)
+			}
+			denied = rr.state == remoteDenied // no need to ask the others
+		}
+	}
+	h.starting = false
+	if h.pending == 0 {
+		return h.finishRemote(now)
+	}
+	if h.anyDenied() {
+		// Decided without waiting for the calls still out: their replies
+		// still reach the breaker, but must not decide this stream again.
+		v := h.finishRemote(now)
+		h.gen++
+		if h.waitingFor == waitLease {
+			p.unpark(h)
+		}
+		return v
+	}
+	return verdictPending
+}
+
+func (h *Stream) anyDenied() bool {
+	for i := range h.remote {
+		if s := h.remote[i].state; s == remoteDenied || s == remoteFailDeny {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *Stream) startGlobal(i int, now time.Time) {
+	p := h.plugin
+	b := p.backend
+	rr := &h.remote[i]
+	gen := h.gen
+	c, err := b.Decide(&rr.k, rr.cost, now, func(at time.Time, res limiter.Result, err error) {
+		if h.gen != gen {
+			return // the stream ended or was re-evaluated
+		}
+		h.resolve(i, at, res, err)
+	})
+	if err != nil {
+		h.resolve(i, now, limiter.Result{}, err)
+		return
+	}
+	h.calls = append(h.calls, c)
+}
+
+// resolve records the outcome of remote limit i and, once every remote
+// limit of the request is known, finishes the request.
+func (h *Stream) resolve(i int, now time.Time, res limiter.Result, err error) {
+	rr := &h.remote[i]
+	if rr.state != remotePending && rr.state != remoteWaitLease {
+		return
+	}
+	if err != nil {
+		h.applyFailure(rr, err)
+	} else {
+		rr.res = res
+		if res.Allowed {
+			rr.state = remoteAllowed
+		} else {
+			rr.state = remoteDenied
+			h.plugin.backend.Denied(&rr.k, res, now)
+		}
+	}
+	h.pending--
+	if h.pending > 0 || h.starting {
+		return
+	}
+	h.plugin.resume(h, now, true)
+}
+
+func (h *Stream) applyFailure(rr *remoteReq, err error) {
+	m := &h.plugin.backend.Metrics
+	switch rr.policy {
+	case config.FailDeny:
+		rr.state = remoteFailDeny
+		m.FallbackDeny.Increment(1)
+	case config.FailLocal:
+		rr.state = remoteFailLocal
+		m.FallbackLocal.Increment(1)
+	default:
+		rr.state = remoteFailAllow
+		m.FallbackAllow.Increment(1)
+	}
+	if !errors.Is(err, distributed.ErrBreakerOpen) {
+		h.plugin.log.Debugf("sluice: limit %s: backend failed (%v), failure_policy %s", rr.l.cfg.Name, err, rr.policy)
+	}
+}
+
+// finishRemote decides once every remote limit is known.
+func (h *Stream) finishRemote(now time.Time) verdict {
+	p := h.plugin
+	for i := range h.remote {
+		rr := &h.remote[i]
+		switch rr.state {
+		case remoteDenied:
+			h.refund()
+			return h.onLimited(rr.l, rr.res, now)
+		case remoteFailDeny:
+			h.refund()
+			return h.rejectBackendFailure(rr)
+		}
+	}
+	reqs := h.localReqs
+	lims := h.localLim
+	for i := range h.remote {
+		rr := &h.remote[i]
+		if rr.state != remoteFailLocal {
+			continue
+		}
+		t, err := h.localFallback(rr)
+		if err != nil {
+			h.plugin.log.Warnf("sluice: limit %s fallback: %v", rr.l.cfg.Name, err)
+			continue
+		}
+		reqs = append(reqs, limiter.Request{Table: t, Key: rr.key, Cost: rr.cost})
+		lims = append(lims, rr.l)
+	}
+	h.localReqs, h.localLim = reqs, lims
+	var results []limiter.Result
+	if len(reqs) > 0 {
+		if cap(p.results) < len(reqs) {
+			p.results = make([]limiter.Result, len(reqs))
+		}
+		results = p.results[:len(reqs)]
+		admitted, err := limiter.AllowAll(now.UnixNano(), reqs, results)
+		if err != nil {
+			h.plugin.log.Warnf("sluice: limiter store: %v", err)
+		}
+		if !admitted {
+			h.refund()
+			for i, res := range results {
+				if !res.Allowed {
+					return h.onLimited(lims[i], res, now)
+				}
+			}
+			return h.onLimited(lims[0], results[0], now)
+		}
+	}
+	best, bestLim := limiter.Result{}, (*limitRuntime)(nil)
+	consider := func(l *limitRuntime, res limiter.Result) {
+		l.metrics.allowed.Increment(1)
+		if bestLim == nil || res.Remaining < best.Remaining || (res.Remaining == best.Remaining && res.Limit < best.Limit) {
+			best, bestLim = res, l
+		}
+	}
+	for i, res := range results {
+		consider(lims[i], res)
+	}
+	for i := range h.remote {
+		rr := &h.remote[i]
+		switch rr.state {
+		case remoteAllowed:
+			consider(rr.l, rr.res)
+		case remoteFailAllow:
+			rr.l.metrics.allowed.Increment(1)
+		}
+		rr.taken = 0 // kept: the request is admitted
+	}
+	if bestLim != nil {
+		h.quota = quotaOf(bestLim, best)
+		h.hasQuota = true
+	}
+	return verdictAllow
+}
+
+func (h *Stream) rejectBackendFailure(rr *remoteReq) verdict {
+	p := h.plugin
+	status := p.cfg.Backend.FailureStatus
+	rr.l.metrics.limited.Increment(1)
+	h.logRejection("backend_unavailable", rr.l, limiter.Result{Limit: rr.k.Lim.Rate})
+	ct, body := rateLimitedBody(p.cfg.Response.Body, rr.l.cfg.Name, status, 0)
+	h.sendLocal(status, nil, ct, body)
+	return verdictReject
+}
+
+// refund returns lease tokens held by a request that will not pass.
+func (h *Stream) refund() {
+	b := h.plugin.backend
+	if b == nil {
+		return
+	}
+	for i := range h.remote {
+		rr := &h.remote[i]
+		if rr.taken > 0 {
+			b.ReturnTokens(&rr.k, rr.taken)
+			rr.taken = 0
+		}
+	}
+}
+
+// startShadowRemote decides a shadow global or hybrid limit in the
+// background: the reply only counts.
+func (h *Stream) startShadowRemote(l *limitRuntime, lim limiter.Limit, rkey string, cost int64, now time.Time) {
+	h.plugin.backend.Shadow(lim, rkey, cost, now, func(allowed bool) {
+		if allowed {
+			l.metrics.allowed.Increment(1)
+		} else {
+			l.metrics.shadowLimited.Increment(1)
+		}
+	})
+}
+
+// tryLease serves remote limit i from the lease, or arranges for one.
+func (h *Stream) tryLease(i int, now time.Time, first bool) {
+	p := h.plugin
+	rr := &h.remote[i]
+	if first {
+		rr.waitSince = now.UnixNano()
+	}
+	out, res, err := p.backend.TryLease(&rr.k, rr.cost, rr.waitSince, first, now)
+	if out == distributed.LeaseWait {
+		rr.state = remoteWaitLease
+		p.park(h, waitLease)
+		return
+	}
+	// Another remote limit of the request may still wait for its lease.
+	if !h.waitingForLease(i) && h.waitingFor == waitLease {
+		p.unpark(h)
+	}
+	switch out {
+	case distributed.LeaseTaken:
+		rr.taken = rr.cost
+		h.resolveLease(i, now, res)
+	case distributed.LeaseDenied:
+		h.resolveLease(i, now, res)
+	case distributed.LeaseFailed:
+		h.resolve(i, now, limiter.Result{}, err)
+	}
+}
+
+// waitingForLease reports whether a remote limit other than i still waits
+// for a lease.
+func (h *Stream) waitingForLease(i int) bool {
+	for j := range h.remote {
+		if j != i && h.remote[j].state == remoteWaitLease {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *Stream) resolveLease(i int, now time.Time, res limiter.Result) {
+	rr := &h.remote[i]
+	if rr.state != remotePending && rr.state != remoteWaitLease {
+		return
+	}
+	rr.res = res
+	if res.Allowed {
+		rr.state = remoteAllowed
+	} else {
+		rr.state = remoteDenied
+	}
+	h.pending--
+	if h.pending > 0 || h.starting {
+		return
+	}
+	h.plugin.resume(h, now, true)
+}
+
+// pollLease tries the remote limits of h that wait for a lease again:
+// from the tick, and whenever a lease reply has been written.
+func (h *Stream) pollLease(now time.Time) {
+	for i := range h.remote {
+		if h.remote[i].state == remoteWaitLease {
+			h.tryLease(i, now, false)
+		}
+	}
+}

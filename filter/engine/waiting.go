@@ -1,0 +1,83 @@
+package engine
+
+import "time"
+
+// The one registry of paused streams. A stream waits for one thing at a
+// time: a delay, its lookup, or a lease another call will fill (a stream
+// waiting for a Redis decision needs no entry: the call's reply finds it).
+// The tick polls every entry; a settled lease or lookup polls its kind at
+// once. Whatever a wait ends with, the stream goes on through resume.
+
+// waitKind is what a paused stream waits for.
+type waitKind uint8
+
+const (
+	waitNone waitKind = iota
+	// waitDelay: on_limit delay, until delayUntil.
+	waitDelay
+	// waitLookup: the external lookup of its key.
+	waitLookup
+	// waitLease: a hybrid lease.
+	waitLease
+	// waitAny polls every kind.
+	waitAny
+)
+
+// park registers h as waiting for kind and makes sure the tick runs.
+func (p *Plugin) park(h *Stream, kind waitKind) {
+	h.waitingFor = kind
+	p.waiting[h.id] = h
+	p.ensureTick()
+}
+
+// unpark drops h from the registry.
+func (p *Plugin) unpark(h *Stream) {
+	if h.waitingFor == waitNone {
+		return
+	}
+	h.waitingFor = waitNone
+	if p.waiting[h.id] == h {
+		delete(p.waiting, h.id)
+	}
+}
+
+// poll moves on the waiting streams of kind (waitAny: all) whose wait is
+// over.
+func (p *Plugin) poll(kind waitKind, now time.Time) {
+	for id, h := range p.waiting {
+		if h.done || h.id != id { // ended, or its context reused since
+			delete(p.waiting, id)
+			continue
+		}
+		if kind != waitAny && h.waitingFor != kind {
+			continue
+		}
+		switch h.waitingFor {
+		case waitDelay:
+			if now.Before(h.delayUntil) {
+				continue
+			}
+			p.unpark(h)
+			p.resume(h, now, false)
+		case waitLookup:
+			if !p.external.cache.Settle(&h.ext, now) {
+				continue
+			}
+			p.unpark(h)
+			p.resume(h, now, false)
+		case waitLease:
+			h.pollLease(now)
+		}
+	}
+}
+
+// ensureTick starts the fast tick that drives waiting streams, retries,
+// queued calls and call timeouts; Tick stops it when nothing is left.
+func (p *Plugin) ensureTick() {
+	if !p.ticking {
+		p.ticking = true
+		if err := p.host.Ticker.SetTick(delayTick); err != nil {
+			p.log.Errorf("sluice: starting the tick: %v", err)
+		}
+	}
+}

@@ -1,0 +1,227 @@
+// Package hosttest has fakes of the host interfaces, so code written
+// against package host is tested natively, without the SDK or its
+// emulator. Each fake records what it was asked and lets the test decide
+// what the host answers; none is safe for concurrent use, like a worker
+// VM, which runs one callback at a time.
+package hosttest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluice-proxy/sluice/filter/host"
+	"github.com/sluice-proxy/sluice/limiter/store"
+)
+
+// New returns a host of fakes over a fresh in-memory store, its clock at
+// start.
+func New(start time.Time) (host.Host, *Fakes) {
+	f := &Fakes{
+		Store:   store.NewMemory(),
+		Clock:   &Clock{Now: start},
+		Stream:  &Stream{},
+		Caller:  &Caller{},
+		Ticker:  &Ticker{},
+		Metrics: &Metrics{Values: map[string]uint64{}},
+		Log:     &Log{},
+	}
+	return host.Host{
+		Store: f.Store, Clock: f.Clock.Read, Stream: f.Stream, Caller: f.Caller,
+		Ticker: f.Ticker, Metrics: f.Metrics, Log: f.Log,
+	}, f
+}
+
+// Fakes are the fakes behind a host.Host of New.
+type Fakes struct {
+	Store   *store.Memory
+	Clock   *Clock
+	Stream  *Stream
+	Caller  *Caller
+	Ticker  *Ticker
+	Metrics *Metrics
+	Log     *Log
+}
+
+// Clock is a clock the test steps.
+type Clock struct{ Now time.Time }
+
+// Read is the host.Clock.
+func (c *Clock) Read() time.Time { return c.Now }
+
+// Advance steps the clock.
+func (c *Clock) Advance(d time.Duration) { c.Now = c.Now.Add(d) }
+
+// Reply is a local reply a Stream sent.
+type Reply struct {
+	Stream  uint32
+	Status  int
+	Headers [][2]string
+	Body    []byte
+}
+
+// Stream is one request and response at a time; Select records the
+// stream a later Reply or Resume is for, and fails for ids in Gone.
+type Stream struct {
+	Headers           [][2]string
+	Properties        map[string]string
+	ResponseHeaderMap [][2]string
+	Current           uint32
+	Gone              map[uint32]bool
+	Replies           []Reply
+	Resumed           []uint32
+	// Reads counts request header and property reads, ResponseReads
+	// response header reads: each is one hostcall in the adapter.
+	Reads, ResponseReads int
+}
+
+func (s *Stream) RequestHeaders() [][2]string { s.Reads++; return s.Headers }
+
+func (s *Stream) RequestHeader(name string) (string, bool) {
+	s.Reads++
+	return lookup(s.Headers, name)
+}
+
+func (s *Stream) Property(path []string) string {
+	s.Reads++
+	key := ""
+	for i, p := range path {
+		if i > 0 {
+			key += "."
+		}
+		key += p
+	}
+	return s.Properties[key]
+}
+
+func (s *Stream) ResponseHeaders() [][2]string { s.ResponseReads++; return s.ResponseHeaderMap }
+
+func (s *Stream) ResponseHeader(name string) (string, bool) {
+	s.ResponseReads++
+	return lookup(s.ResponseHeaderMap, name)
+}
+
+func (s *Stream) ReplaceResponseHeader(name, value string) error {
+	for i := range s.ResponseHeaderMap {
+		if s.ResponseHeaderMap[i][0] == name {
+			s.ResponseHeaderMap[i][1] = value
+			return nil
+		}
+	}
+	s.ResponseHeaderMap = append(s.ResponseHeaderMap, [2]string{name, value})
+	return nil
+}
+
+func (s *Stream) Reply(status int, headers [][2]string, body []byte) error {
+	s.Replies = append(s.Replies, Reply{Stream: s.Current, Status: status, Headers: headers, Body: body})
+	return nil
+}
+
+func (s *Stream) Resume() error {
+	s.Resumed = append(s.Resumed, s.Current)
+	return nil
+}
+
+func (s *Stream) Select(id uint32) error {
+	if s.Gone[id] {
+		return fmt.Errorf("stream %d is gone", id)
+	}
+	s.Current = id
+	return nil
+}
+
+func lookup(hs [][2]string, name string) (string, bool) {
+	for _, kv := range hs {
+		if kv[0] == name {
+			return kv[1], true
+		}
+	}
+	return "", false
+}
+
+// Call is one callout a Caller accepted, waiting for the test to answer.
+type Call struct {
+	Cluster string
+	Headers [][2]string
+	Body    []byte
+	Timeout time.Duration
+	done    func(status int, body []byte, err error)
+	// Answered is set once Answer ran.
+	Answered bool
+}
+
+// Answer delivers the reply, as the host's callback would; once.
+func (c *Call) Answer(status int, body []byte, err error) {
+	if c.Answered {
+		panic("hosttest: a call answered twice")
+	}
+	c.Answered = true
+	c.done(status, body, err)
+}
+
+// Caller records calls; Fail, when set, refuses them.
+type Caller struct {
+	Calls []*Call
+	Fail  error
+}
+
+func (c *Caller) Call(cluster string, headers [][2]string, body []byte, timeout time.Duration,
+	done func(status int, body []byte, err error)) error {
+	if c.Fail != nil {
+		return c.Fail
+	}
+	c.Calls = append(c.Calls, &Call{Cluster: cluster, Headers: headers, Body: append([]byte(nil), body...), Timeout: timeout, done: done})
+	return nil
+}
+
+// Pending returns the calls not answered yet, oldest first.
+func (c *Caller) Pending() []*Call {
+	var p []*Call
+	for _, call := range c.Calls {
+		if !call.Answered {
+			p = append(p, call)
+		}
+	}
+	return p
+}
+
+// Ticker records the tick period.
+type Ticker struct{ Period time.Duration }
+
+func (t *Ticker) SetTick(d time.Duration) error { t.Period = d; return nil }
+
+// Metrics keeps every metric's value by name: counters add, gauges and
+// histograms keep the last value.
+type Metrics struct{ Values map[string]uint64 }
+
+type metric struct {
+	m    *Metrics
+	name string
+}
+
+func (m *Metrics) Counter(name string) host.Counter     { return metric{m, name} }
+func (m *Metrics) Gauge(name string) host.Gauge         { return metric{m, name} }
+func (m *Metrics) Histogram(name string) host.Histogram { return metric{m, name} }
+
+func (c metric) Increment(n uint64) { c.m.Values[c.name] += n }
+func (c metric) Set(v uint64)       { c.m.Values[c.name] = v }
+func (c metric) Record(v uint64)    { c.m.Values[c.name] = v }
+
+// Log keeps every line, prefixed with its level.
+type Log struct{ Lines []string }
+
+func (l *Log) add(level, msg string) { l.Lines = append(l.Lines, level+" "+msg) }
+
+func (l *Log) Debugf(format string, args ...any)    { l.add("debug", fmt.Sprintf(format, args...)) }
+func (l *Log) Info(msg string)                      { l.add("info", msg) }
+func (l *Log) Warn(msg string)                      { l.add("warn", msg) }
+func (l *Log) Warnf(format string, args ...any)     { l.add("warn", fmt.Sprintf(format, args...)) }
+func (l *Log) Errorf(format string, args ...any)    { l.add("error", fmt.Sprintf(format, args...)) }
+func (l *Log) Criticalf(format string, args ...any) { l.add("critical", fmt.Sprintf(format, args...)) }
+
+var (
+	_ host.Stream  = (*Stream)(nil)
+	_ host.Caller  = (*Caller)(nil)
+	_ host.Ticker  = (*Ticker)(nil)
+	_ host.Metrics = (*Metrics)(nil)
+	_ host.Log     = (*Log)(nil)
+)

@@ -1,0 +1,201 @@
+package filter
+
+import (
+	"errors"
+	"time"
+	"unsafe"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/filter/engine"
+	"github.com/sluice-proxy/sluice/filter/host"
+	"github.com/sluice-proxy/sluice/limiter/store"
+)
+
+// This file is the only place the filter makes proxy-wasm hostcalls: it
+// implements the interfaces of package host over the SDK, so what a
+// request costs in hostcalls can be read off in one place. Besides it,
+// only the contexts and callbacks (filter.go, http.go) see the SDK, for
+// its types.
+
+// proxyHost is the host as proxy-wasm gives it.
+func proxyHost(now host.Clock) host.Host {
+	return host.Host{
+		Store:   sharedData{},
+		Clock:   now,
+		Stream:  proxyStream{},
+		Caller:  proxyCaller{},
+		Ticker:  proxyTicker{},
+		Metrics: proxyMetrics{},
+		Log:     proxyLog{},
+	}
+}
+
+// sharedData is store.Store over proxy-wasm shared data.
+type sharedData struct{}
+
+func (sharedData) Get(key string) ([]byte, uint32, error) {
+	v, cas, err := proxywasm.GetSharedData(key)
+	switch {
+	case err == nil:
+		return v, cas, nil
+	case errors.Is(err, types.ErrorStatusNotFound):
+		return nil, 0, store.ErrNotFound
+	default:
+		return nil, 0, err
+	}
+}
+
+func (sharedData) Set(key string, value []byte, cas uint32) error {
+	err := proxywasm.SetSharedData(key, value, cas)
+	if errors.Is(err, types.ErrorStatusCasMismatch) {
+		return store.ErrCASMismatch
+	}
+	return err
+}
+
+// proxyStream is host.Stream on the SDK's current (effective) context.
+type proxyStream struct{}
+
+func (proxyStream) RequestHeaders() [][2]string {
+	hs, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		return nil
+	}
+	return hs
+}
+
+func (proxyStream) RequestHeader(name string) (string, bool) {
+	v, err := proxywasm.GetHttpRequestHeader(name)
+	return v, err == nil
+}
+
+func (proxyStream) Property(path []string) string {
+	v, err := proxywasm.GetProperty(path)
+	if err != nil || len(v) == 0 {
+		return ""
+	}
+	// The host wrote v into memory allocated for this call alone, and
+	// nothing writes it again, so it can back a string without a copy.
+	return unsafe.String(&v[0], len(v))
+}
+
+func (proxyStream) ResponseHeaders() [][2]string {
+	hs, err := proxywasm.GetHttpResponseHeaders()
+	if err != nil {
+		return nil
+	}
+	return hs
+}
+
+func (proxyStream) ResponseHeader(name string) (string, bool) {
+	v, err := proxywasm.GetHttpResponseHeader(name)
+	return v, err == nil
+}
+
+func (proxyStream) ReplaceResponseHeader(name, value string) error {
+	return proxywasm.ReplaceHttpResponseHeader(name, value)
+}
+
+// Reply sends a local response. The SDK's send_local_response sets no
+// details, so Envoy records these replies under its default.
+func (proxyStream) Reply(status int, headers [][2]string, body []byte) error {
+	return proxywasm.SendHttpResponse(uint32(status), headers, body, -1)
+}
+
+func (proxyStream) Resume() error { return proxywasm.ResumeHttpRequest() }
+
+func (proxyStream) Select(id uint32) error { return proxywasm.SetEffectiveContext(id) }
+
+type proxyCaller struct{}
+
+func (proxyCaller) Call(cluster string, headers [][2]string, body []byte, timeout time.Duration,
+	done func(status int, body []byte, err error)) error {
+	ms := uint32(timeout / time.Millisecond)
+	if ms == 0 {
+		ms = 1
+	}
+	_, err := proxywasm.DispatchHttpCall(cluster, headers, body, nil, ms, func(numHeaders, bodySize, _ int) {
+		if numHeaders == 0 {
+			done(0, nil, backend.Timeout())
+			return
+		}
+		status := 0
+		if hs, err := proxywasm.GetHttpCallResponseHeaders(); err == nil {
+			for _, kv := range hs {
+				if kv[0] == ":status" {
+					status = engine.StatusCode(kv[1])
+					break
+				}
+			}
+		}
+		if bodySize > host.MaxReplyBody {
+			// No script result or limits answer comes near the limit. Its
+			// first MaxReplyBody bytes may well parse, but they are not the
+			// reply, so none of it is read.
+			done(status, nil, backend.TooLarge(status, bodySize, host.MaxReplyBody))
+			return
+		}
+		var b []byte
+		if bodySize > 0 {
+			b, _ = proxywasm.GetHttpCallResponseBody(0, bodySize)
+		}
+		done(status, b, nil)
+	})
+	return err
+}
+
+type proxyTicker struct{}
+
+func (proxyTicker) SetTick(period time.Duration) error {
+	return proxywasm.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond))
+}
+
+// proxyMetrics defines proxy-wasm metrics. Handles are the SDK's ids; a
+// gauge is set through proxy_record_metric, which the SDK reaches only
+// through its histogram type (its gauge type only adds), whose id is the
+// same kind of handle.
+type proxyMetrics struct{}
+
+type (
+	proxyCounter   proxywasm.MetricCounter
+	proxyGauge     proxywasm.MetricGauge
+	proxyHistogram proxywasm.MetricHistogram
+)
+
+func (proxyMetrics) Counter(name string) host.Counter {
+	return proxyCounter(proxywasm.DefineCounterMetric(name))
+}
+
+func (proxyMetrics) Gauge(name string) host.Gauge {
+	return proxyGauge(proxywasm.DefineGaugeMetric(name))
+}
+
+func (proxyMetrics) Histogram(name string) host.Histogram {
+	return proxyHistogram(proxywasm.DefineHistogramMetric(name))
+}
+
+func (c proxyCounter) Increment(n uint64) { proxywasm.MetricCounter(c).Increment(n) }
+func (g proxyGauge) Set(v uint64)         { proxywasm.MetricHistogram(g).Record(v) }
+func (h proxyHistogram) Record(v uint64)  { proxywasm.MetricHistogram(h).Record(v) }
+
+type proxyLog struct{}
+
+func (proxyLog) Debugf(format string, args ...any)    { proxywasm.LogDebugf(format, args...) }
+func (proxyLog) Info(msg string)                      { proxywasm.LogInfo(msg) }
+func (proxyLog) Warn(msg string)                      { proxywasm.LogWarn(msg) }
+func (proxyLog) Warnf(format string, args ...any)     { proxywasm.LogWarnf(format, args...) }
+func (proxyLog) Errorf(format string, args ...any)    { proxywasm.LogErrorf(format, args...) }
+func (proxyLog) Criticalf(format string, args ...any) { proxywasm.LogCriticalf(format, args...) }
+
+// pluginConfiguration reads the plugin's configuration; nil when it has
+// none.
+func pluginConfiguration() ([]byte, error) {
+	data, err := proxywasm.GetPluginConfiguration()
+	if err != nil && err != types.ErrorStatusNotFound {
+		return nil, err
+	}
+	return data, nil
+}
