@@ -179,6 +179,7 @@ bench: build
 	  echo "The machine is shared, so absolute figures move from run to run; ratios are measured within one run and carry less of that noise."; echo; \
 	  echo "## 1. Filter cost in our host"; echo; \
 	  echo "Per-request lifecycle (context create, request headers, upstream, response headers, log, done, delete) on one worker of our host, interleaved with the no-op SDK filter built the same way; the median of the rounds and its spread (min–max)."; \
+	  echo "Each case is divided by the no-op SDK filter and by the WAT floor: a hand-written WAT module (e2e/testdata/wat/floor.wat, assembled with wat2wasm at test time) making exactly the hostcalls of the Go floor of one limit + one breaker with a bump allocator, the physical limit of this host for that work. The WAT no-op is what a stream's callbacks cost the host with nothing in them."; \
 	  echo "The hybrid case takes its lease from a real Redis through webdis and then stops the guest's clock, so every measured request is served from the lease (no renewal, no expiry; the benchmark fails if any request calls Redis); what renewals cost is in section 3."; \
 	  echo "Guest allocations are counted in a separate, untimed run: a wazero function listener counts calls to \`runtime.mallocgc\`, the Go runtime's allocation entry point, over thousands of requests after warm-up."; echo; \
 	  cat $(BUILD)/bench-lifecycle.md; echo; \
