@@ -71,7 +71,7 @@ func TestBenchTraffic(t *testing.T) {
 	for range rounds {
 		for _, c := range concurrencies {
 			for _, tg := range targets {
-				r, err := closedLoop(tg.url, c, dur)
+				r, err := tg.measure(c, dur)
 				if err != nil {
 					t.Fatalf("%s at c=%d: %v", tg.name, c, err)
 				}
@@ -131,7 +131,48 @@ func trafficConfigs(t *testing.T) []trafficConfig {
 type trafficTarget struct {
 	trafficConfig
 	url, admin string
+	pid        int
 	runs       map[int][]loadResult
+}
+
+// hostCPU is the CPU time the host process has used so far, all threads,
+// user and system (/proc/<pid>/stat, in clock ticks of 10ms).
+func (tg *trafficTarget) hostCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tg.pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command, which is in parentheses and may hold spaces.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("unexpected /proc stat: %q", b)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("unexpected /proc stat: %q", b)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+// measure is one closed-loop run against tg with the host's CPU per
+// request: what the host spent, whatever else shares its core.
+func (tg *trafficTarget) measure(c int, d time.Duration) (loadResult, error) {
+	before, err := tg.hostCPU()
+	if err != nil {
+		return loadResult{}, err
+	}
+	r, err := closedLoop(tg.url, c, d)
+	if err != nil {
+		return r, err
+	}
+	after, err := tg.hostCPU()
+	if err != nil {
+		return r, err
+	}
+	r.cpuPerRequest = (after - before) / time.Duration(r.requests)
+	return r, nil
 }
 
 // checkWorked fails the test unless the host's stats show the filter's
@@ -222,6 +263,7 @@ func startTrafficHost(t *testing.T, bin string, c trafficConfig, backend string,
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("%s: %v", c.name, err)
 	}
+	// taskset execs the host, so the pid is the host's.
 	exited := make(chan struct{})
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -234,7 +276,7 @@ func startTrafficHost(t *testing.T, bin string, c trafficConfig, backend string,
 	})
 	// Read the start-up log for the addresses, then keep draining it so
 	// the host never blocks on a full pipe.
-	tg := &trafficTarget{trafficConfig: c}
+	tg := &trafficTarget{trafficConfig: c, pid: cmd.Process.Pid}
 	ready := make(chan struct{})
 	var startLog strings.Builder
 	go func() {
@@ -275,9 +317,13 @@ func startTrafficHost(t *testing.T, bin string, c trafficConfig, backend string,
 
 // loadResult is one closed-loop run.
 type loadResult struct {
+	requests int
 	rps      float64
-	mean     time.Duration
-	p50, p99 time.Duration
+	// cpuPerRequest is the host process's CPU time over the run divided
+	// by the requests; set by trafficTarget.measure.
+	cpuPerRequest time.Duration
+	mean          time.Duration
+	p50, p99      time.Duration
 }
 
 // closedLoop drives url from c keep-alive connections for d, each sending
@@ -361,10 +407,11 @@ func closedLoop(url string, c int, d time.Duration) (loadResult, error) {
 		sum += l
 	}
 	return loadResult{
-		rps:  float64(len(all)) / elapsed.Seconds(),
-		mean: sum / time.Duration(len(all)),
-		p50:  all[len(all)/2],
-		p99:  all[len(all)*99/100],
+		requests: len(all),
+		rps:      float64(len(all)) / elapsed.Seconds(),
+		mean:     sum / time.Duration(len(all)),
+		p50:      all[len(all)/2],
+		p99:      all[len(all)*99/100],
 	}, nil
 }
 
@@ -392,6 +439,7 @@ func trafficReport(targets []*trafficTarget, concurrencies []int, rounds int, du
 	rps := func(r loadResult) float64 { return r.rps }
 	p50 := func(r loadResult) float64 { return float64(r.p50) / 1e3 }
 	p99 := func(r loadResult) float64 { return float64(r.p99) / 1e3 }
+	cpuUS := func(r loadResult) float64 { return float64(r.cpuPerRequest) / 1e3 }
 	series := func(tg *trafficTarget, c int, f func(loadResult) float64) []float64 {
 		var v []float64
 		for _, r := range tg.runs[c] {
@@ -407,17 +455,24 @@ func trafficReport(targets []*trafficTarget, concurrencies []int, rounds int, du
 	fmt.Fprintf(&b, "Real HTTP/1.1 through one worker of our host (`sluice-envoy --concurrency 1`, one process per configuration), %s. "+
 		"A closed-loop client in Go keeps c keep-alive connections busy (`GET %s` with `x-tenant` and an `x-user` cycling through %d values) and times every request. "+
 		"%s of %s per configuration and c, interleaved; medians with (min–max). Ratios are taken within a round, then their median; "+
-		"p50 and p99 are of the per-request latencies, in µs.\n\n",
+		"p50 and p99 are of the per-request latencies, in µs. "+
+		"Host CPU is the host process's user + system time over the run (/proc, 10ms ticks) per request: the work a request costs the host whatever else shares its core, "+
+		"to set beside the lifecycle section's ns/request.\n\n",
 		where, trafficPath, trafficUserKeys, plural(rounds, "round"), dur)
 	for _, c := range concurrencies {
 		fmt.Fprintf(&b, "**c = %d**\n\n", c)
-		b.WriteString("| configuration | requests/s | ÷ Go no-op | ÷ WAT floor | p50 µs | p50 ÷ no-op | p50 ÷ floor | p99 µs | p99 ÷ no-op | p99 ÷ floor |\n")
-		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| configuration | requests/s | ÷ Go no-op | ÷ WAT floor | p50 µs | p50 ÷ no-op | p50 ÷ floor | p99 µs | p99 ÷ no-op | p99 ÷ floor | host CPU µs/request | CPU − Go no-op |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, tg := range targets {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", tg.name,
+			var extra []float64
+			for i, r := range tg.runs[c] {
+				extra = append(extra, cpuUS(r)-cpuUS(noop.runs[c][i]))
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", tg.name,
 				spread("%.0f", series(tg, c, rps)), spread("%.2f", ratios(tg, noop, c, rps)), spread("%.2f", ratios(tg, floor, c, rps)),
 				spread("%.0f", series(tg, c, p50)), spread("%.2f", ratios(tg, noop, c, p50)), spread("%.2f", ratios(tg, floor, c, p50)),
-				spread("%.0f", series(tg, c, p99)), spread("%.2f", ratios(tg, noop, c, p99)), spread("%.2f", ratios(tg, floor, c, p99)))
+				spread("%.0f", series(tg, c, p99)), spread("%.2f", ratios(tg, noop, c, p99)), spread("%.2f", ratios(tg, floor, c, p99)),
+				spread("%.1f", series(tg, c, cpuUS)), spread("%+.1f", extra))
 		}
 		b.WriteString("\n")
 	}
