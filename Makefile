@@ -167,6 +167,10 @@ bench: build
 	$(BENCH_ENV) SLUICE_BENCH_OUT_PROXY=$(CURDIR)/$(BUILD)/bench-proxy.md \
 		$(GO) test -count=1 -timeout 10m -run '^TestBenchProxy$$' ./e2e/; \
 	echo "== took $$(( $$(date +%s) - start ))s"
+	@echo "== 4b. real traffic, one pinned worker"; start=$$(date +%s); \
+	$(BENCH_ENV) SLUICE_BENCH_OUT_TRAFFIC=$(CURDIR)/$(BUILD)/bench-traffic.md \
+		$(GO) test -count=1 -timeout 20m -run '^TestBenchTraffic$$' ./e2e/; \
+	echo "== took $$(( $$(date +%s) - start ))s"
 	@echo "== 5. memory"; start=$$(date +%s); rm -rf $(BUILD)/soak; \
 	SLUICE_SOAK=1 $(BENCH_MEMORY) $(GO) test -count=1 -timeout 20m -run $(MEMORY_RUN) ./e2e/; \
 	test "$$(ls $(BUILD)/soak | grep -vc ^00-header)" -eq 2; \
@@ -181,6 +185,7 @@ bench: build
 	  echo "The machine is shared, so absolute figures move from run to run; ratios are measured within one run and carry less of that noise."; echo; \
 	  echo "## 1. Filter cost in our host"; echo; \
 	  echo "Per-request lifecycle (context create, request headers, upstream, response headers, log, done, delete) on one worker of our host, interleaved with the no-op SDK filter built the same way; the median of the rounds and its spread (min–max)."; \
+	  echo "Each case is divided by the no-op SDK filter and by the WAT floor: a hand-written WAT module (e2e/testdata/wat/floor.wat, assembled with wat2wasm at test time) making exactly the hostcalls of the Go floor of one limit + one breaker with a bump allocator, the physical limit of this host for that work. The WAT no-op is what a stream's callbacks cost the host with nothing in them."; \
 	  echo "The hybrid case takes its lease from a real Redis through webdis and then stops the guest's clock, so every measured request is served from the lease (no renewal, no expiry; the benchmark fails if any request calls Redis); what renewals cost is in section 3."; \
 	  echo "Guest allocations are counted in a separate, untimed run: a wazero function listener counts calls to \`runtime.mallocgc\`, the Go runtime's allocation entry point, over thousands of requests after warm-up."; echo; \
 	  cat $(BUILD)/bench-lifecycle.md; echo; \
@@ -192,6 +197,9 @@ bench: build
 	  sed '1{/^#/d}' $(BUILD)/bench-distributed.md; echo; \
 	  echo "## 4. Through the proxy"; echo; \
 	  cat $(BUILD)/bench-proxy.md; echo; \
+	  echo "## 4b. Real traffic through one pinned worker"; echo; \
+	  echo "Issue 15: the lifecycle section measures callbacks alone; this one serves real HTTP through one worker of our host, with the WAT floor as the physical limit. Run it alone with \`SLUICE_BENCH=1 go test -count=1 -run '^TestBenchTraffic$$' ./e2e/\` (\`SLUICE_BENCH_TRAFFIC_PROFILE=dir\` adds a Go CPU profile per host process)."; echo; \
+	  cat $(BUILD)/bench-traffic.md; echo; \
 	  echo "## 5. Memory"; echo; \
 	  echo "Wasm linear memory of each worker after warm-up and at the end (target: growth under 1 MiB), and the shared-data entries after distinct client IPs through one per-IP limit (target: at most the table's slot bound). The tests assert both targets, zero traps and that every request was answered."; echo; \
 	  echo "### This run"; echo; \

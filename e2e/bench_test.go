@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/e2e/host"
 	"github.com/sluice-proxy/sluice/internal/fixtures/redistest"
+	"github.com/sluice-proxy/sluice/internal/fixtures/wabt"
 )
 
 // lifecycleCase is one filter configuration whose per-request cost is
@@ -35,20 +37,30 @@ type lifecycleCase struct {
 	lease bool
 	// caller, when set, serves the plugin's proxy_http_calls in-process.
 	caller host.Caller
+	// floorCounts, for the floor modules, is how much each request adds
+	// to their noop.floor counter: warm-up checks it, so a module whose
+	// hostcalls fail cannot pass for a fast one.
+	floorCounts int
 }
 
 var lifecycleCases = []lifecycleCase{
 	{name: "noop SDK filter", module: "noop", config: `{}`},
+	// Hand-written WAT (e2e/testdata/wat), nothing between the host and
+	// the hostcalls: the physical limits of this host. The no-op is what
+	// a stream's callbacks cost alone; the floor makes exactly the
+	// hostcalls of the Go floor below with a bump allocator.
+	{name: "WAT no-op", module: "wat:noop", config: `{}`},
+	{name: "WAT floor of one limit + one breaker", module: "wat:floor", config: `{}`, floorCounts: 3},
 	{name: "sluice, empty config (issue 2's minimal filter)", module: "sluice", config: `{}`},
 	{name: "sluice, no matching limit", module: "sluice", config: `{"limits":[{"name":"other","match":{"path_prefix":"/nothing-here"},"key":[],"requests_per_second":10}]}`},
 	{name: "one local limit", module: "sluice", config: `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}]}`},
 	{name: "one limit + one breaker", module: "sluice", config: `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}],"breakers":[{"name":"backend"}]}`},
 	// The floor under the case above: a no-op making only the hostcalls
 	// that case cannot avoid (see e2e/noop).
-	{name: "hostcall floor of one limit + one breaker", module: "noop", config: `{"floor":true}`},
+	{name: "hostcall floor of one limit + one breaker", module: "noop", config: `{"floor":true}`, floorCounts: 3},
 	// Below any design: the client address, the response status, the
 	// default response's five headers and one counter.
-	{name: "hostcall floor of the default response alone", module: "noop", config: `{"floor":"minimal"}`},
+	{name: "hostcall floor of the default response alone", module: "noop", config: `{"floor":"minimal"}`, floorCounts: 1},
 	{name: "one concurrency limit", module: "sluice", config: `{"concurrency":[{"name":"per-route","key":["route"],"max_in_flight":1000000000}]}`},
 	{name: "three scoped limits", module: "sluice", config: `{"limits":[
 		{"name":"global","key":[],"requests_per_second":1000000000},
@@ -69,7 +81,7 @@ type lifecycleEnv struct {
 func newLifecycleEnv(t testing.TB) *lifecycleEnv {
 	env := &lifecycleEnv{codes: map[string][]byte{}}
 	for _, c := range lifecycleCases {
-		env.codes[c.module] = wasmModule(t, c.module)
+		env.codes[c.module] = lifecycleModule(t, c.module)
 		if c.lease && env.webdis == "" {
 			r := redistest.StartRedis(t)
 			env.webdis = redistest.StartWebdis(t, r.Addr()).Addr()
@@ -77,6 +89,27 @@ func newLifecycleEnv(t testing.TB) *lifecycleEnv {
 	}
 	return env
 }
+
+// lifecycleModule is build/<name>.wasm, or for "wat:<name>" the module
+// assembled from e2e/testdata/wat/<name>.wat.
+func lifecycleModule(t testing.TB, module string) []byte {
+	if name, ok := strings.CutPrefix(module, "wat:"); ok {
+		return wabt.Bytes(t, watSource(t, name))
+	}
+	return wasmModule(t, module)
+}
+
+// watSource is the text of e2e/testdata/wat/<name>.wat.
+func watSource(t testing.TB, name string) string {
+	src, err := os.ReadFile(filepath.Join("testdata", "wat", name+".wat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(src)
+}
+
+// The floor modules' counter, as e2e/noop and floor.wat name it.
+const floorCounter = "noop.floor"
 
 var benchRequest = &host.Request{
 	Headers:       [][2]string{{":method", "GET"}, {":path", "/api/items"}, {":authority", "example.com"}, {":scheme", "http"}, {"x-tenant", "t1"}},
@@ -128,9 +161,16 @@ func startLifecycle(tb testing.TB, ctx context.Context, c lifecycleCase, env *li
 		frozenAt = time.Now()
 		stopped.Store(true)
 	}
-	for range 1000 {
+	counted, _ := rt.Stats().Lookup(floorCounter)
+	const warmUp = 1000
+	for range warmUp {
 		if r, err := p.Serve(ctx, benchRequest, benchUpstream); err != nil || r.Status != 200 {
 			tb.Fatalf("warm-up: response %+v, err %v", r, err)
+		}
+	}
+	if c.floorCounts != 0 {
+		if after, _ := rt.Stats().Lookup(floorCounter); after-counted != uint64(c.floorCounts*warmUp) {
+			tb.Fatalf("%s: %s went up by %d over %d requests, want %d each: its hostcalls did not all run", c.name, floorCounter, after-counted, warmUp, c.floorCounts)
 		}
 	}
 	return rt, p
@@ -276,9 +316,13 @@ func TestLifecycleReport(t *testing.T) {
 		rounds, allocRequests = 1, 500
 	}
 	env := newLifecycleEnv(t)
-	allocs := make([]float64, len(lifecycleCases))
+	// The WAT modules have no Go runtime to count in: "—".
+	allocs := make([]string, len(lifecycleCases))
 	for i, c := range lifecycleCases {
-		allocs[i] = guestAllocs(t, c, env, allocRequests)
+		allocs[i] = "—"
+		if !strings.HasPrefix(c.module, "wat:") {
+			allocs[i] = fmt.Sprintf("%.1f", guestAllocs(t, c, env, allocRequests))
+		}
 	}
 	ns := make([][]float64, len(lifecycleCases))
 	for range rounds {
@@ -299,12 +343,12 @@ func TestLifecycleReport(t *testing.T) {
 			ns[i] = append(ns[i], float64(r.T.Nanoseconds())/float64(r.N))
 		}
 	}
-	base := median(ns[0])
+	base, floor := median(ns[0]), median(ns[lifecycleIndex(t, "wat:floor")])
 	var out strings.Builder
-	fmt.Fprintf(&out, "| case | ns/request (median of %d) | spread | ratio to no-op | guest allocs/request |\n|---|---:|---:|---:|---:|\n", rounds)
+	fmt.Fprintf(&out, "| case | ns/request (median of %d) | spread | ÷ no-op | ÷ WAT floor | guest allocs/request |\n|---|---:|---:|---:|---:|---:|\n", rounds)
 	for i, c := range lifecycleCases {
 		m := median(ns[i])
-		fmt.Fprintf(&out, "| %s | %.0f | %.0f–%.0f | %.2f× | %.1f |\n", c.name, m, minOf(ns[i]), maxOf(ns[i]), m/base, allocs[i])
+		fmt.Fprintf(&out, "| %s | %.0f | %.0f–%.0f | %.2f× | %.2f× | %s |\n", c.name, m, minOf(ns[i]), maxOf(ns[i]), m/base, m/floor, allocs[i])
 	}
 	t.Log("\n" + out.String())
 	if path := os.Getenv("SLUICE_BENCH_OUT"); path != "" {
@@ -312,6 +356,17 @@ func TestLifecycleReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// lifecycleIndex is the index of the first case running module.
+func lifecycleIndex(t testing.TB, module string) int {
+	for i, c := range lifecycleCases {
+		if c.module == module {
+			return i
+		}
+	}
+	t.Fatalf("no lifecycle case runs %s", module)
+	return -1
 }
 
 func median(xs []float64) float64 {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/fixtures/wabt"
 )
 
 // spinWAT is a proxy-wasm filter that only burns CPU: every
@@ -79,22 +80,7 @@ const markWAT = `(module
 // watFile assembles WAT source with wat2wasm into a file the YAML can name.
 func watFile(tb testing.TB, src string) string {
 	tb.Helper()
-	bin, err := exec.LookPath("wat2wasm")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("CI=true and wat2wasm (apt package wabt) is missing")
-		}
-		tb.Skip("wat2wasm (apt package wabt) is missing")
-	}
-	dir := tb.TempDir()
-	in, out := filepath.Join(dir, "m.wat"), filepath.Join(dir, "m.wasm")
-	if err := os.WriteFile(in, []byte(src), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	if msg, err := exec.Command(bin, in, "-o", out).CombinedOutput(); err != nil {
-		tb.Fatalf("wat2wasm: %v\n%s", err, msg)
-	}
-	return out
+	return wabt.File(tb, src)
 }
 
 // startWAT serves a WAT filter in front of an "ok" backend on concurrency

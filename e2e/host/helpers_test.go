@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/fixtures/wabt"
 )
 
 func inCI() bool { return os.Getenv("CI") == "true" }
@@ -43,21 +45,7 @@ func guest(t testing.TB, name string) []byte {
 // wat compiles WAT source with wat2wasm.
 func wat(t testing.TB, src string) []byte {
 	t.Helper()
-	bin, err := exec.LookPath("wat2wasm")
-	need(t, err == nil, "wat2wasm (apt package wabt)")
-	dir := t.TempDir()
-	in, out := filepath.Join(dir, "m.wat"), filepath.Join(dir, "m.wasm")
-	if err := os.WriteFile(in, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if msg, err := exec.Command(bin, in, "-o", out).CombinedOutput(); err != nil {
-		t.Fatalf("wat2wasm: %v\n%s\n%s", err, msg, src)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return wabt.Bytes(t, src)
 }
 
 type logLine struct {

@@ -5,7 +5,10 @@
 //
 // Flags mirror Envoy's where Envoy has them (-c/--config-path,
 // --config-yaml, --concurrency, -l/--log-level, --mode serve|validate);
-// --wasm-profile picks the Envoy release the wasm host imitates.
+// --wasm-profile picks the Envoy release the wasm host imitates;
+// --cpu-profile writes a Go CPU profile of the serving run (Envoy's
+// gperftools profiler has no flag; the benchmarks use this to see where a
+// worker's time goes under load).
 package main
 
 import (
@@ -16,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -34,8 +38,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sluice-envoy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		configPath, configYAML, logLevel, profile, mode string
-		concurrency                                     int
+		configPath, configYAML, logLevel, profile, mode, cpuProfile string
+		concurrency                                                 int
 	)
 	fs.StringVar(&configPath, "c", "", "path to the v3 bootstrap YAML (alias of --config-path)")
 	fs.StringVar(&configPath, "config-path", "", "path to the v3 bootstrap YAML")
@@ -45,6 +49,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warning, error, critical, off")
 	fs.StringVar(&profile, "wasm-profile", string(host.ProfileEnvoy139), "Envoy release the wasm host imitates: envoy-1.33 or envoy-1.39")
 	fs.StringVar(&mode, "mode", "serve", "serve, or validate: load and check the config, then exit")
+	fs.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the serving run to this file")
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
@@ -92,6 +97,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "unknown --mode %q (want serve or validate)\n", mode)
 		return 1
+	}
+
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			log.Logf(envoy.LevelCritical, "main", "cpu profile: %v", err)
+			return 1
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			log.Logf(envoy.LevelCritical, "main", "cpu profile: %v", err)
+			return 1
+		}
+		// Deferred so the profile is complete whichever way serving ends.
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				log.Logf(envoy.LevelError, "main", "cpu profile: %v", err)
+			}
+		}()
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -72,15 +72,17 @@ func TestFlagErrors(t *testing.T) {
 var adminRE = regexp.MustCompile(`admin address: (\S+)`)
 
 // TestServeAndQuit runs the command in serve mode, merges --config-yaml over
-// the file like Envoy, and stops it through /quitquitquit.
+// the file like Envoy, stops it through /quitquitquit and leaves the CPU
+// profile --cpu-profile asked for.
 func TestServeAndQuit(t *testing.T) {
 	p := writeConfig(t, routerOnly)
+	prof := filepath.Join(t.TempDir(), "cpu.pprof")
 	var out testkit.SyncBuffer
 	errOut := &testkit.SyncBuffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- run([]string{"-c", p, "--concurrency", "2", "-l", "debug",
-			"--config-yaml", "node: { id: from-flag }"}, &out, errOut)
+			"--config-yaml", "node: { id: from-flag }", "--cpu-profile", prof}, &out, errOut)
 	}()
 	var admin string
 	deadline := time.Now().Add(30 * time.Second)
@@ -120,5 +122,9 @@ func TestServeAndQuit(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "exiting") {
 		t.Errorf("no shutdown log: %s", errOut.String())
+	}
+	// A profile is a gzipped protocol buffer, written out on exit.
+	if b, err := os.ReadFile(prof); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("--cpu-profile left no profile: %d bytes, %v", len(b), err)
 	}
 }
