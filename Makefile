@@ -117,7 +117,7 @@ lint: $(BUILD)/sdk/.stamp
 		echo "go mod tidy changes go.mod/go.sum"; exit 1; fi
 
 # make bench: one command, one report (BENCHMARKS.md and its plot), in
-# under 10 minutes on 2 cores. BENCH_QUICK=1 is the short mode CI runs to
+# about 14 minutes on 2 cores (10, plus 4 for the real-traffic section). BENCH_QUICK=1 is the short mode CI runs to
 # prove the harness works; it asserts no timings. BENCH_OUT writes the
 # report elsewhere (the plot goes next to it), e.g. in CI, so the committed
 # one stays as it is. The soak takes longer than that, so `make soak` keeps
