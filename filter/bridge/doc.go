@@ -15,8 +15,10 @@
 //     proxy-wasm ABI is 32 bits, so every crossing converts explicitly.
 //   - Memory the host asks for through proxy_on_memory_allocate is referenced
 //     only by an integer address inside the host until the hostcall that asked
-//     for it returns, so the allocator pins it until the bridge has handed it
-//     to the SDK as a real Go pointer.
+//     for it returns, so it comes from a static arena the GC never moves or
+//     frees (memory.go), which starts over at each callback: what the host
+//     returns lives until the callback returns, and whatever keeps it longer
+//     copies it.
 //   - Out-parameters live in package-level variables, never on a goroutine
 //     stack: the host calls back into the allocator during a hostcall, that
 //     Go code may grow and move the stack, and the host would then write
