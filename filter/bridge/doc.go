@@ -7,7 +7,10 @@
 // bodyless declarations). Standard Go needs //go:wasmimport for hostcalls and
 // //go:wasmexport for callbacks, so `make build` copies the SDK out of the
 // module cache into build/sdk, drops its native mock of the hostcalls, and
-// drops these files into build/sdk/proxywasm/internal. Nothing here is ever
+// drops these files into build/sdk/proxywasm/internal, where they also
+// replace the SDK's context registry and callbacks (contexts.go), whose
+// files make build removes from the copy (SDK_REPLACED in the Makefile).
+// Nothing here is ever
 // compiled in place: the sluice_bridge tag is only set by that build.
 //
 // Four rules the ABI forces on standard Go:
