@@ -11,7 +11,8 @@ WASM_FLAGS := -modfile=$(BUILD)/go.wasm.mod -tags sluice_bridge -buildmode=c-sha
 BRIDGE := $(wildcard filter/bridge/*.go)
 SDK_REPLACED := vmstate.go vmstate_test_export.go abi_callback_alloc.go abi_callback_configuration.go \
 	abi_callback_l4.go abi_callback_l7.go abi_callback_lifecycle.go abi_callback_queue.go \
-	abi_callback_test_export.go abi_callback_timers.go abi_callback_version.go
+	abi_callback_test_export.go abi_callback_timers.go abi_callback_version.go \
+	serde.go abi_enums.go
 GO_SOURCES := $(shell find filter limiter breaker -name '*.go' -not -name '*_test.go' 2>/dev/null)
 EXAMPLE ?=
 CONCURRENCY ?= 2
@@ -46,7 +47,8 @@ $(BUILD)/sdk/.stamp: go.mod go.sum $(BRIDGE)
 	chmod -R u+w $(BUILD)/sdk
 	rm $(BUILD)/sdk/proxywasm/internal/abi_hostcalls_mock.go
 	@# The bridge replaces the SDK's context registry and callbacks
-	@# (contexts.go).
+	@# (contexts.go), its map and path encoding (maps.go) and its enums
+	@# (enums.go).
 	rm $(addprefix $(BUILD)/sdk/proxywasm/internal/,$(SDK_REPLACED))
 	find $(BUILD)/sdk -name '*_test.go' -delete
 	cp $(BRIDGE) $(BUILD)/sdk/proxywasm/internal/

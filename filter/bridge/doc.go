@@ -8,8 +8,10 @@
 // //go:wasmexport for callbacks, so `make build` copies the SDK out of the
 // module cache into build/sdk, drops its native mock of the hostcalls, and
 // drops these files into build/sdk/proxywasm/internal, where they also
-// replace the SDK's context registry and callbacks (contexts.go), whose
-// files make build removes from the copy (SDK_REPLACED in the Makefile).
+// replace the SDK's context registry and callbacks (contexts.go), its map
+// and property-path encoding (maps.go) and its enums and StatusToError
+// (enums.go), whose files make build removes from the copy (SDK_REPLACED
+// in the Makefile).
 // Nothing here is ever
 // compiled in place: the sluice_bridge tag is only set by that build.
 //
