@@ -9,6 +9,10 @@ SDK_MOD := github.com/tetratelabs/proxy-wasm-go-sdk
 WASM_ENV := GOOS=wasip1 GOARCH=wasm
 WASM_FLAGS := -modfile=$(BUILD)/go.wasm.mod -tags sluice_bridge -buildmode=c-shared -trimpath
 BRIDGE := $(wildcard filter/bridge/*.go)
+SDK_REPLACED := vmstate.go vmstate_test_export.go abi_callback_alloc.go abi_callback_configuration.go \
+	abi_callback_l4.go abi_callback_l7.go abi_callback_lifecycle.go abi_callback_queue.go \
+	abi_callback_test_export.go abi_callback_timers.go abi_callback_version.go \
+	serde.go abi_enums.go
 GO_SOURCES := $(shell find filter limiter breaker -name '*.go' -not -name '*_test.go' 2>/dev/null)
 EXAMPLE ?=
 CONCURRENCY ?= 2
@@ -42,6 +46,10 @@ $(BUILD)/sdk/.stamp: go.mod go.sum $(BRIDGE)
 	cp -R "$$($(GO) list -m -f '{{.Dir}}' $(SDK_MOD))" $(BUILD)/sdk
 	chmod -R u+w $(BUILD)/sdk
 	rm $(BUILD)/sdk/proxywasm/internal/abi_hostcalls_mock.go
+	@# The bridge replaces the SDK's context registry and callbacks
+	@# (contexts.go), its map and path encoding (maps.go) and its enums
+	@# (enums.go).
+	rm $(addprefix $(BUILD)/sdk/proxywasm/internal/,$(SDK_REPLACED))
 	find $(BUILD)/sdk -name '*_test.go' -delete
 	cp $(BRIDGE) $(BUILD)/sdk/proxywasm/internal/
 	{ cat go.mod; echo; echo "replace $(SDK_MOD) => ./$(BUILD)/sdk"; } > $(BUILD)/go.wasm.mod

@@ -77,8 +77,9 @@ func (proxyStream) Property(path []string) string {
 	if err != nil || len(v) == 0 {
 		return ""
 	}
-	// The host wrote v into memory allocated for this call alone, and
-	// nothing writes it again, so it can back a string without a copy.
+	// The host wrote v into memory the bridge hands out again only from
+	// the next callback on, which is as long as package host promises
+	// any value to live, so it can back a string without a copy.
 	return unsafe.String(&v[0], len(v))
 }
 
@@ -140,7 +141,13 @@ func (proxyCaller) Call(cluster string, headers [][2]string, body []byte, timeou
 		}
 		var b []byte
 		if bodySize > 0 {
-			b, _ = proxywasm.GetHttpCallResponseBody(0, bodySize)
+			// A copy: what done is given may be kept past this callback
+			// (a reply that settles a lookup or a lease the streams
+			// waiting for it read later), and the host's copy lives only
+			// until the callback returns.
+			if hb, err := proxywasm.GetHttpCallResponseBody(0, bodySize); err == nil {
+				b = append([]byte(nil), hb...)
+			}
 		}
 		done(status, b, nil)
 	})
@@ -197,5 +204,8 @@ func pluginConfiguration() ([]byte, error) {
 	if err != nil && err != types.ErrorStatusNotFound {
 		return nil, err
 	}
-	return data, nil
+	// A copy, once per configuration: the plugin lives far longer than
+	// this callback, and nothing should have to know whether the parsed
+	// configuration views the bytes it was parsed from.
+	return append([]byte(nil), data...), nil
 }

@@ -7,7 +7,12 @@
 // bodyless declarations). Standard Go needs //go:wasmimport for hostcalls and
 // //go:wasmexport for callbacks, so `make build` copies the SDK out of the
 // module cache into build/sdk, drops its native mock of the hostcalls, and
-// drops these files into build/sdk/proxywasm/internal. Nothing here is ever
+// drops these files into build/sdk/proxywasm/internal, where they also
+// replace the SDK's context registry and callbacks (contexts.go), its map
+// and property-path encoding (maps.go) and its enums and StatusToError
+// (enums.go), whose files make build removes from the copy (SDK_REPLACED
+// in the Makefile).
+// Nothing here is ever
 // compiled in place: the sluice_bridge tag is only set by that build.
 //
 // Four rules the ABI forces on standard Go:
@@ -15,8 +20,10 @@
 //     proxy-wasm ABI is 32 bits, so every crossing converts explicitly.
 //   - Memory the host asks for through proxy_on_memory_allocate is referenced
 //     only by an integer address inside the host until the hostcall that asked
-//     for it returns, so the allocator pins it until the bridge has handed it
-//     to the SDK as a real Go pointer.
+//     for it returns, so it comes from a static arena the GC never moves or
+//     frees (memory.go), which starts over at each callback: what the host
+//     returns lives until the callback returns, and whatever keeps it longer
+//     copies it.
 //   - Out-parameters live in package-level variables, never on a goroutine
 //     stack: the host calls back into the allocator during a hostcall, that
 //     Go code may grow and move the stack, and the host would then write

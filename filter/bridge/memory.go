@@ -4,12 +4,6 @@ package internal
 
 import "unsafe"
 
-// pinnedAllocations keeps host-requested buffers reachable between
-// proxy_on_memory_allocate and the end of the hostcall that triggered it.
-// A hostcall makes at most a handful of allocations, so a short slice that
-// is reused beats a map.
-var pinnedAllocations [][]byte
-
 // Out-parameters handed to the host; see the package comment for why they
 // are globals. Wasm guests are single-threaded, and no hostcall is made
 // from inside the allocator, so one set suffices.
@@ -20,78 +14,110 @@ var (
 	outU64  uint64
 )
 
-// Small host-returned values (header values, properties, shared-data
-// records) are carved from a chunk by bumping an offset, because a Go
-// allocation per value was a large share of a request's cost in this guest.
-// This stays memory-safe without any freeing: a chunk is an ordinary
-// []byte that is never reused once carved, and the GC keeps a chunk alive
-// for as long as any string or slice the SDK built on one of its values
-// (an interior pointer) is reachable.
+// Host-returned values (header values and maps, properties, shared-data
+// records, buffers) are placed in a static arena by bumping an offset. The
+// arena is a global, so its address never moves and the GC never frees it:
+// an allocation needs no pin to survive until the hostcall that asked for
+// it has returned, and costs a few instructions instead of a Go allocation
+// and a pin.
+//
+// The price is a lifetime: the arena starts over when the host next enters
+// the guest (beginCallback), so a value the host wrote is valid only until
+// the callback that read it returns. Whatever keeps such a value longer
+// must copy it first; the filter does where it does (see filter/host's
+// package comment and Stream.retain in filter/engine).
 const (
-	chunkSize = 8 << 10
-	// chunkMaxValue keeps large values (plugin configuration, call bodies)
-	// out of chunks, so one retained small value never pins much memory.
-	chunkMaxValue = 512
+	arenaSize = 16 << 10
+	// arenaAlign keeps every allocation 8-byte aligned, as a Go allocation
+	// of its size would be.
+	arenaAlign = 8
 )
 
 var (
-	chunk     []byte
-	chunkUsed int
+	arena     [arenaSize]byte
+	arenaUsed uint32
+	// spills are the allocations the arena had no room for (a very large
+	// header map, a call body): ordinary Go memory, kept reachable here
+	// until the next callback, for the same lifetime as the arena's.
+	spills [][]byte
+	// depth counts exports in progress. A host may call into the guest
+	// again from inside a hostcall (a resumed stream reaching the response
+	// phase at once); only the outermost entry may start the arena over,
+	// or the outer callback would lose what it has read.
+	depth uint32
 )
+
+// beginCallback is called first by every export but the allocator.
+func beginCallback() {
+	if depth == 0 {
+		arenaUsed = 0
+		if len(spills) > 0 {
+			// (no clear: the SDK's module says go 1.19)
+			for i := range spills {
+				spills[i] = nil
+			}
+			spills = spills[:0]
+		}
+	}
+	depth++
+}
+
+func endCallback() { depth-- }
 
 // allocate backs proxy_on_memory_allocate. Size 0 is legal in the ABI (an
 // empty value) and must not trap, so it still gets a one-byte buffer with a
 // valid address.
 func allocate(size uint32) uint32 {
-	n := int(size)
+	n := size
 	if n == 0 {
 		n = 1
 	}
-	var buf []byte
-	if n <= chunkMaxValue {
-		if chunkUsed+n > len(chunk) {
-			chunk, chunkUsed = make([]byte, chunkSize), 0
+	if n <= arenaSize-arenaUsed {
+		p := &arena[arenaUsed]
+		arenaUsed += (n + arenaAlign - 1) &^ (arenaAlign - 1)
+		if arenaUsed > arenaSize {
+			arenaUsed = arenaSize
 		}
-		buf = chunk[chunkUsed : chunkUsed+n : chunkUsed+n]
-		chunkUsed += n
-	} else {
-		buf = make([]byte, n)
+		return uint32(uintptr(unsafe.Pointer(p)))
 	}
-	pinnedAllocations = append(pinnedAllocations, buf)
+	buf := make([]byte, n)
+	spills = append(spills, buf)
 	return uint32(uintptr(unsafe.Pointer(&buf[0])))
 }
 
 // takeReturned turns the (outPtr, outSize) pair the host wrote into a Go
-// pointer the SDK can read, and releases every pin made during the call.
-// An address the allocator never produced yields nil rather than a pointer
-// into arbitrary memory.
+// pointer the SDK can read. Only memory the allocator handed out in this
+// callback is accepted: any other address (a host bug, or a hostile one)
+// yields nil rather than a pointer into arbitrary memory, and a call that
+// claimed success with it fails.
 func takeReturned(st Status, returnData **byte, returnSize *int) Status {
-	var found *byte
-	if outPtr != 0 {
-		for _, buf := range pinnedAllocations {
-			if uint32(uintptr(unsafe.Pointer(&buf[0]))) == outPtr && int(outSize) <= len(buf) {
-				found = &buf[0]
-				break
-			}
-		}
-	}
-	lost := st == StatusOK && outPtr != 0 && found == nil
-	if found == nil {
+	p, n := outPtr, outSize
+	outPtr, outSize = 0, 0
+	if p == 0 {
 		*returnData, *returnSize = nil, 0
-	} else {
-		*returnData, *returnSize = found, int(outSize)
+		return st
 	}
-	releasePins()
-	if lost {
+	if found := returnedMemory(p, n); found != nil {
+		*returnData, *returnSize = found, int(n)
+		return st
+	}
+	*returnData, *returnSize = nil, 0
+	if st == StatusOK {
 		return StatusInternalFailure
 	}
 	return st
 }
 
-func releasePins() {
-	for i := range pinnedAllocations {
-		pinnedAllocations[i] = nil
+// returnedMemory finds [p, p+n) among this callback's allocations.
+func returnedMemory(p, n uint32) *byte {
+	base := uint32(uintptr(unsafe.Pointer(&arena[0])))
+	if off := p - base; p >= base && off < arenaUsed && uint64(off)+uint64(n) <= uint64(arenaUsed) {
+		return &arena[off]
 	}
-	pinnedAllocations = pinnedAllocations[:0]
-	outPtr, outSize = 0, 0
+	for _, buf := range spills {
+		if uint32(uintptr(unsafe.Pointer(&buf[0]))) == p && uint64(n) <= uint64(len(buf)) {
+			return &buf[0]
+		}
+	}
+	return nil
 }

@@ -59,7 +59,9 @@ func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
 	if err := br.Init(); err != nil {
 		b.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
 	}
-	b.instances[scope] = br
+	// The map keeps scope past this callback, and scope views host memory
+	// (a property) that is only valid until the callback returns.
+	b.instances[strings.Clone(scope)] = br
 	return br
 }
 

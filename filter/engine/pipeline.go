@@ -106,7 +106,17 @@ func (h *Stream) RequestHeaders() Verdict {
 	if p.idle {
 		return Continue // nothing configured applies to any request
 	}
-	return h.evaluate(h.start)
+	return h.pause(h.evaluate(h.start))
+}
+
+// pause passes v on, and makes a stream v pauses without answering it
+// keep what it read of the request, which it needs again in the callback
+// that resumes it.
+func (h *Stream) pause(v Verdict) Verdict {
+	if v == Pause && !h.localReply && !h.done {
+		h.info.retain()
+	}
+	return v
 }
 
 // evaluate runs the request path at now. It runs again after a delay or a
@@ -211,7 +221,7 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 			arena, t, rate, ok = h.appendExternal(arena)
 		} else {
 			arena, overrideValue, ok = info.appendKey(arena, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
-			t, rate = l.table(overrideValue)
+			t, rate, overrideValue = l.table(overrideValue)
 		}
 		key := arena[start:]
 		if !ok {
@@ -318,6 +328,7 @@ func (p *Plugin) resume(h *Stream, now time.Time, afterRemote bool) {
 	} else {
 		v = h.evaluate(now)
 	}
+	h.pause(v)
 	if v == Continue {
 		if err := p.host.Stream.Resume(); err != nil {
 			p.log.Warnf("sluice: resuming a request: %v", err)

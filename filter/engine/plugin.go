@@ -195,7 +195,7 @@ type limitRuntime struct {
 	cfg       *config.Limit
 	index     int
 	def       *limiter.Table
-	overrides map[string]*limiter.Table
+	overrides map[string]overrideTable
 	metrics   limitMetrics
 	// keyKinds names the key's parts for logs ("client_ip+header:x-tenant"),
 	// joined once here rather than on every rejection.
@@ -234,14 +234,14 @@ func newLimitRuntime(hc *host.Host, cfg *config.Limit, index int, ratePath strin
 		return nil, fmt.Errorf("%s: %v", ratePath, err)
 	}
 	if len(cfg.Overrides) > 0 {
-		l.overrides = make(map[string]*limiter.Table, len(cfg.Overrides))
+		l.overrides = make(map[string]overrideTable, len(cfg.Overrides))
 		for value, rate := range cfg.Overrides {
 			id := hexHash(value)
 			t, err := newTable(s, cfg, rate, "sluice.rl."+cfg.Name+".o"+id+".", cfg.Name+"\x00"+value)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %v", overridePath(ratePath, value), err)
 			}
-			l.overrides[value] = t
+			l.overrides[value] = overrideTable{table: t, rate: rate, value: value}
 		}
 	}
 	return l, nil
@@ -262,11 +262,25 @@ func newTable(s store.Store, cfg *config.Limit, r config.Rate, prefix, seedSourc
 	})
 }
 
-func (l *limitRuntime) table(overrideValue string) (*limiter.Table, config.Rate) {
-	if t, ok := l.overrides[overrideValue]; ok {
-		return t, l.cfg.Overrides[overrideValue]
+// overrideTable is the table of one override; value is its key in the
+// configuration.
+type overrideTable struct {
+	table *limiter.Table
+	rate  config.Rate
+	value string
+}
+
+// table is the table and rate for a request whose override_by part is
+// overrideValue. The value it returns for a request to keep is the
+// configuration's own string, "" when no override matched: overrideValue
+// itself may view host memory that is only valid until the callback
+// returns, while a request keeps its value until its response or its
+// Redis reply (pendingCharge, remoteReq).
+func (l *limitRuntime) table(overrideValue string) (*limiter.Table, config.Rate, string) {
+	if o, ok := l.overrides[overrideValue]; ok {
+		return o.table, o.rate, o.value
 	}
-	return l.def, l.cfg.Rate
+	return l.def, l.cfg.Rate, ""
 }
 
 // tableCounts are the Stats of a limit's tables that become metrics.
@@ -283,8 +297,8 @@ func (l *limitRuntime) exportTableStats() {
 		now.overflowDenied += st.OverflowDenied
 	}
 	add(l.def)
-	for _, t := range l.overrides {
-		add(t)
+	for _, o := range l.overrides {
+		add(o.table)
 	}
 	increment(l.metrics.evictions, now.evictions, l.tableSeen.evictions)
 	increment(l.metrics.overflow, now.overflow, l.tableSeen.overflow)

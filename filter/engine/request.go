@@ -2,6 +2,7 @@ package engine
 
 import (
 	"strings"
+	"unsafe"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host"
@@ -157,6 +158,43 @@ func (r *requestInfo) client(cfg *config.ClientIP) (string, bool) {
 	}
 	r.clientIP, r.clientIPOK = peerIP(r.host.Property(propSourceAddress))
 	return r.clientIP, r.clientIPOK
+}
+
+// retain copies every value read so far into memory of the stream's own.
+// What the host returns is valid only until the callback that read it
+// returns (see package host), and a paused stream is evaluated again, or
+// goes on to its breakers and concurrency limits, from a later callback.
+// Values read in that later callback are retained again if it pauses the
+// stream again; one allocation holds them all.
+func (r *requestInfo) retain() {
+	n := len(r.method) + len(r.path) + len(r.authority) + len(r.route) + len(r.cluster) + len(r.clientIP)
+	for _, kv := range r.headers {
+		n += len(kv[0]) + len(kv[1])
+	}
+	if n == 0 {
+		return
+	}
+	buf := make([]byte, 0, n)
+	own := func(s *string) {
+		if len(*s) == 0 {
+			return
+		}
+		at := len(buf)
+		buf = append(buf, *s...) // within capacity: buf never moves
+		*s = unsafe.String(&buf[at], len(*s))
+	}
+	// The header slice is the adapter's, made for this stream; only the
+	// strings in it view host memory.
+	for i := range r.headers {
+		own(&r.headers[i][0])
+		own(&r.headers[i][1])
+	}
+	own(&r.method)
+	own(&r.path)
+	own(&r.authority)
+	own(&r.route)
+	own(&r.cluster)
+	own(&r.clientIP)
 }
 
 // RequestHeader makes requestInfo a config.HeaderSource.

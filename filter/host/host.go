@@ -11,6 +11,12 @@
 // need an allocation of the caller: arguments are strings, byte slices and
 // package-level paths, and metric handles are defined once, at
 // configuration, and then cost one indirect call.
+//
+// What a method returns (header values and maps, properties, shared-data
+// values, a call's reply body) is valid only until the callback that read
+// it returns: proxy-wasm hosts write returned values into memory the guest
+// hands out per call, and the bridge reuses that memory from the next
+// callback on. Whatever keeps a value longer copies it first.
 package host
 
 import (
@@ -36,7 +42,7 @@ type Request interface {
 	RequestHeader(name string) (string, bool)
 	// Property returns a string property, or "" when the host has none.
 	// Paths are package-level values, so a read allocates no slice. The
-	// string is valid until the next hostcall that returns one.
+	// string is valid until the callback returns, as every value here.
 	Property(path []string) string
 }
 

@@ -114,7 +114,10 @@ func (s *stream) reply(status uint32, headers [][2]string, body string) types.Ac
 }
 
 func (s *stream) OnHttpRequestHeaders(n int, eos bool) types.Action {
-	s.probe, _ = proxywasm.GetHttpRequestHeader("x-probe")
+	// A copy: s.probe is read again in later callbacks, and what the
+	// host returns lives only until this one returns.
+	probe, _ := proxywasm.GetHttpRequestHeader("x-probe")
+	s.probe = strings.Clone(probe)
 	hdr := func(k string) string { v, _ := proxywasm.GetHttpRequestHeader(k); return v }
 	_ = proxywasm.AddHttpRequestHeader("x-probe-eos", strconv.FormatBool(eos))
 	switch s.probe {
