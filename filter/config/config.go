@@ -12,6 +12,7 @@
 package config
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -162,6 +163,15 @@ const (
 	KeyHost
 	// KeyCluster is the upstream cluster the route picked (xds.cluster_name).
 	KeyCluster
+	// KeyQuery is the percent-decoded value of query parameter KeyPart.Name.
+	KeyQuery
+	// KeyCookie is the value of cookie KeyPart.Name.
+	KeyCookie
+	// KeyPathSegment is the KeyPart.Segment-th segment (1-based) of the path.
+	KeyPathSegment
+	// KeyClientIPMasked is the client address masked to KeyPart.V4Bits or
+	// KeyPart.V6Bits, as Envoy's masked_remote_address.
+	KeyClientIPMasked
 )
 
 func (k KeyKind) String() string {
@@ -180,6 +190,14 @@ func (k KeyKind) String() string {
 		return "host"
 	case KeyCluster:
 		return "cluster"
+	case KeyQuery:
+		return "query"
+	case KeyCookie:
+		return "cookie"
+	case KeyPathSegment:
+		return "path_segment"
+	case KeyClientIPMasked:
+		return "client_ip"
 	}
 	return "unknown"
 }
@@ -189,12 +207,27 @@ type KeyPart struct {
 	Kind KeyKind
 	// Header is the lower-cased header name when Kind is KeyHeader.
 	Header string
+	// Name is the parameter or cookie name (case-sensitive) when Kind is
+	// KeyQuery or KeyCookie.
+	Name string
+	// Segment is the 1-based path segment when Kind is KeyPathSegment.
+	Segment int
+	// V4Bits and V6Bits are the prefix lengths when Kind is
+	// KeyClientIPMasked.
+	V4Bits, V6Bits uint8
 }
 
 // String gives the part in config syntax, e.g. "client_ip" or "header:x-api-key".
 func (p KeyPart) String() string {
-	if p.Kind == KeyHeader {
+	switch p.Kind {
+	case KeyHeader:
 		return "header:" + p.Header
+	case KeyQuery, KeyCookie:
+		return p.Kind.String() + ":" + p.Name
+	case KeyPathSegment:
+		return "path_segment:" + strconv.Itoa(p.Segment)
+	case KeyClientIPMasked:
+		return "client_ip/" + strconv.Itoa(int(p.V4Bits)) + "/" + strconv.Itoa(int(p.V6Bits))
 	}
 	return p.Kind.String()
 }

@@ -462,7 +462,10 @@ func parseKeyPart(s string) (KeyPart, string) {
 		}
 		return KeyPart{Kind: KeyHeader, Header: strings.ToLower(name)}, ""
 	}
-	return KeyPart{}, fmt.Sprintf("unknown key part %q; want client_ip, header:<name>, path, route, cluster, method or host", s)
+	if part, err, ok := parseRequestKeyPart(s); ok {
+		return part, err
+	}
+	return KeyPart{}, fmt.Sprintf("unknown key part %q; want client_ip, client_ip/<v4 bits>/<v6 bits>, header:<name>, query:<name>, cookie:<name>, path, path_segment:<n>, route, cluster, method or host", s)
 }
 
 func (p *parser) key(path string, items []gjson.Result) []KeyPart {

@@ -408,7 +408,7 @@ var badCases = []badCase{
 	// Keys and overrides.
 	{name: "key not array", in: lim(`, "key": "client_ip"`), want: []string{"limits[0].key: must be an array"}},
 	{name: "unknown key part", in: lim(`, "key": ["client_ip", "cookie"]`),
-		want: []string{`limits[0].key[1]: unknown key part "cookie"; want client_ip, header:<name>, path, route, cluster, method or host`}},
+		want: []string{`limits[0].key[1]: unknown key part "cookie"; want client_ip, client_ip/<v4 bits>/<v6 bits>, header:<name>, query:<name>, cookie:<name>, path, path_segment:<n>, route, cluster, method or host`}},
 	{name: "empty header key", in: lim(`, "key": ["header:"]`), want: []string{`limits[0].key[0]: invalid header name ""`}},
 	{name: "bad header key", in: lim(`, "key": ["header:x y"]`), want: []string{`limits[0].key[0]: invalid header name "x y"`}},
 	{name: "duplicate key part", in: lim(`, "key": ["path", "path"]`), want: []string{`limits[0].key[1]: duplicate key part "path"`}},
@@ -564,7 +564,7 @@ var badCases = []badCase{
 	{name: "concurrency status", in: `{"concurrency": [{"name": "c", "max_in_flight": 1, "status": 200}]}`, want: []string{"concurrency[0].status: must be >= 400"}},
 	{name: "concurrency shadow type", in: `{"concurrency": [{"name": "c", "max_in_flight": 1, "shadow": "yes"}]}`, want: []string{"concurrency[0].shadow: must be a boolean"}},
 	{name: "concurrency bad key", in: `{"concurrency": [{"name": "c", "max_in_flight": 1, "key": ["route", "tenant"]}]}`,
-		want: []string{`concurrency[0].key[1]: unknown key part "tenant"; want client_ip, header:<name>, path, route, cluster, method or host`}},
+		want: []string{`concurrency[0].key[1]: unknown key part "tenant"; want client_ip, client_ip/<v4 bits>/<v6 bits>, header:<name>, query:<name>, cookie:<name>, path, path_segment:<n>, route, cluster, method or host`}},
 	{name: "concurrency bad match", in: `{"concurrency": [{"name": "c", "max_in_flight": 1, "match": {"path": "x"}}]}`,
 		want: []string{`concurrency[0].match.path: must start with "/"`}},
 	{name: "concurrency duplicate names", in: `{"concurrency": [{"name": "c", "max_in_flight": 1}, {"name": "c", "max_in_flight": 2}]}`,

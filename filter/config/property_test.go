@@ -62,7 +62,9 @@ func genConfig(r *rand.Rand) map[string]any {
 		rateFields(m)
 		maybe(m, "match", match)
 		maybe(m, "key", func() any {
-			return pick([]any{}, []any{"client_ip"}, []any{"header:x", "path"}, []any{"route", "method", "host"}, []any{"cluster"}, []any{"bogus"}, []any{"path", "path"})
+			return pick([]any{}, []any{"client_ip"}, []any{"header:x", "path"}, []any{"route", "method", "host"}, []any{"cluster"}, []any{"bogus"}, []any{"path", "path"},
+				[]any{"query:user", "cookie:sid"}, []any{"path_segment:1", "client_ip/24/56"}, []any{"query:a&b"}, []any{"path_segment:0"},
+				[]any{"client_ip/33/64"}, []any{"cookie:"})
 		})
 		maybe(m, "algorithm", func() any { return mostly([]any{"token_bucket", "fixed_window", "sliding_window"}, "leaky") })
 		maybe(m, "cost", func() any {
@@ -96,7 +98,7 @@ func genConfig(r *rand.Rand) map[string]any {
 			return o
 		})
 		if _, ok := m["overrides"]; ok || r.IntN(5) == 0 {
-			maybe(m, "override_by", func() any { return pick("client_ip", "path", "header:x", "host") })
+			maybe(m, "override_by", func() any { return pick("client_ip", "path", "header:x", "host", "query:user", "client_ip/24/56") })
 		}
 		maybe(m, "mode", func() any { return pick("local", "global", "hybrid") })
 		if mode := m["mode"]; mode == "global" || mode == "hybrid" || r.IntN(5) == 0 {

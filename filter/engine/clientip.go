@@ -37,21 +37,23 @@ func clientIPFromXFF(values []string, trustedHops int) (ip string, ok bool) {
 }
 
 // normalizeIP parses an address that may carry a port or brackets and
-// returns its canonical text form.
+// returns its canonical text form. An IPv6 zone is dropped: it names an
+// interface of the sender, not another client, and a client that could
+// add one would pick a bucket of its own.
 func normalizeIP(s string) (string, bool) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return "", false
 	}
 	if addr, err := netip.ParseAddr(s); err == nil {
-		return addr.Unmap().String(), true
+		return addr.WithZone("").Unmap().String(), true
 	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap().String(), true
+		return ap.Addr().WithZone("").Unmap().String(), true
 	}
 	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
 		if addr, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
-			return addr.Unmap().String(), true
+			return addr.WithZone("").Unmap().String(), true
 		}
 	}
 	return "", false
@@ -72,7 +74,7 @@ func peerIP(sourceAddress string) (string, bool) {
 			// form, and slicing it saves an allocation per request.
 			return sourceAddress[:strings.LastIndexByte(sourceAddress, ':')], true
 		}
-		return ap.Addr().Unmap().String(), true
+		return ap.Addr().WithZone("").Unmap().String(), true
 	}
 	return normalizeIP(sourceAddress)
 }

@@ -1,0 +1,125 @@
+package filtertest
+
+import (
+	"strings"
+	"testing"
+)
+
+func init() { Cases = append(Cases, keyCases...) }
+
+// expect sends each request once and checks whether it reached the
+// upstream; a rejection must be the filter's own 429.
+func expect(t *testing.T, h Harness, steps []step) {
+	t.Helper()
+	for i, s := range steps {
+		resp := h.Do(t, s.req)
+		switch {
+		case s.admit && (resp.Status != 200 || resp.Local):
+			t.Fatalf("step %d (%s): status %d local %v, want admitted", i, s.what, resp.Status, resp.Local)
+		case !s.admit && (resp.Status != 429 || !resp.Local):
+			t.Fatalf("step %d (%s): status %d local %v, want limited", i, s.what, resp.Status, resp.Local)
+		}
+	}
+}
+
+type step struct {
+	what  string
+	req   Request
+	admit bool
+}
+
+func from(peer string, r Request) Request { r.Peer = peer; return r }
+
+var keyCases = []Case{
+	{
+		Name:    "query key: one bucket per decoded value, repeats joined, absent is missing",
+		Config:  `{"limits":[{"name":"q","key":["query:user"],"requests_per_second":1,"burst":0,"on_missing_key":"deny"}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"first bob", get("/a?user=bob"), true},
+				{"bob percent-encoded", get("/a?x=1&user=b%6Fb"), false},
+				{"bob after 2000 other parameters", get("/a?" + strings.Repeat("p=1&", 2000) + "user=bob"), false},
+				{"the name percent-encoded", get("/a?u%73er=bob"), false},
+				{"alice", get("/a?user=alice"), true},
+				{"bob then alice is a value of its own", get("/a?user=bob&user=alice"), true},
+				{"alice then bob is another", get("/a?user=alice&user=bob"), true},
+				{"empty value", get("/a?user="), true},
+				{"no '=' is the same empty value", get("/a?user"), false},
+				{"a broken escape is kept literally", get("/a?user=%zz"), true},
+				{"which is the value %zz decodes from %25zz", get("/a?user=%25zz"), false},
+				{"plus is a space", get("/a?user=a+b"), true},
+				{"%20 is the same space", get("/a?user=a%20b"), false},
+				{"absent", get("/a"), false},
+				{"another parameter", get("/a?users=bob"), false},
+			})
+			// Repeating a value does not escape its limit by volume: each
+			// repeat count is one more bucket, like any other new value.
+			rep := "/a?" + strings.TrimSuffix(strings.Repeat("user=x&", 10000), "&")
+			expect(t, h, []step{{"x 10,000 times", get(rep), true}, {"again", get(rep), false}})
+			wantCounter(t, h, "sluice.limit.q.missing_key", 2)
+		},
+	},
+	{
+		Name:    "cookie key: the first occurrence over every Cookie header, broken pairs skipped",
+		Config:  `{"limits":[{"name":"c","key":["cookie:sid"],"requests_per_second":1,"burst":0,"on_missing_key":"deny"}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			var many strings.Builder
+			for i := range 1000 {
+				many.WriteString("c")
+				many.WriteString(strings.Repeat("x", i%7))
+				many.WriteString("=1; ")
+			}
+			expect(t, h, []step{
+				{"s1", get("/").with("cookie", "sid=s1"), true},
+				{"s1 among others", get("/").with("cookie", "a=1; sid=s1; b=2"), false},
+				{"s1 quoted", get("/").with("cookie", `sid="s1"`), false},
+				{"s1 after 1,000 cookies", get("/").with("cookie", many.String()+"sid=s1"), false},
+				{"s1 in a second Cookie header", get("/").with("cookie", "a=1").with("cookie", "sid=s1"), false},
+				{"s1 after broken syntax", get("/").with("cookie", ";;= ; sid ;=;sid=s1"), false},
+				{"the first sid wins", get("/").with("cookie", "sid=s1; sid=s2"), false},
+				{"s2", get("/").with("cookie", "sid=s2"), true},
+				{"names are case-sensitive", get("/").with("cookie", "SID=s1"), false},
+				{"empty value is missing", get("/").with("cookie", "sid="), false},
+				{"no cookie", get("/"), false},
+			})
+			wantCounter(t, h, "sluice.limit.c.missing_key", 3)
+		},
+	},
+	{
+		Name:    "path_segment with a header: EdgeQuota's tenant and first segment",
+		Config:  `{"limits":[{"name":"seg","key":["header:x-tenant","path_segment:1"],"requests_per_second":1,"burst":0,"on_missing_key":"deny"}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"a /api", get("/api/v1/users").with("x-tenant", "a"), true},
+				{"a /api again", get("/api/v2?x=1").with("x-tenant", "a"), false},
+				{"doubled slashes", get("//api//v3").with("x-tenant", "a"), false},
+				{"a /web", get("/web").with("x-tenant", "a"), true},
+				{"b /api", get("/api").with("x-tenant", "b"), true},
+				{"no segment", get("/").with("x-tenant", "a"), false},
+				{"only slashes", get("///?q=/api").with("x-tenant", "a"), false},
+			})
+			wantCounter(t, h, "sluice.limit.seg.missing_key", 2)
+		},
+	},
+	{
+		Name:    "client_ip/24/56 shares one bucket per prefix, mapped and zoned addresses included",
+		Config:  `{"client_ip":{"source":"xff","trusted_hops":1},"limits":[{"name":"net","key":["client_ip/24/56"],"requests_per_second":1,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"192.0.2.1", from("192.0.2.1:1000", get("/")), true},
+				{"192.0.2.200 same /24", from("192.0.2.200:2000", get("/")), false},
+				{"IPv4-mapped in the /24", get("/").with("x-forwarded-for", "::ffff:192.0.2.9"), false},
+				{"with a port in the /24", get("/").with("x-forwarded-for", "192.0.2.10:443"), false},
+				{"192.0.3.1", from("192.0.3.1:1000", get("/")), true},
+				{"2001:db8:0:1::1", from("[2001:db8:0:1::1]:1000", get("/")), true},
+				{"same /56", from("[2001:db8:0:ff:ffff::2]:3000", get("/")), false},
+				{"zoned, same /56", get("/").with("x-forwarded-for", "[2001:db8:0:1::9%eth0]:80"), false},
+				{"next /56", from("[2001:db8:0:100::1]:1000", get("/")), true},
+			})
+		},
+	},
+}
