@@ -442,6 +442,14 @@ type Match struct {
 	Headers []HeaderMatch
 	// Routes are Envoy route names; nil means any.
 	Routes []string
+	// ClientCIDRs, when set, must contain the client address.
+	ClientCIDRs *CIDRSet
+	// Query conditions must all hold.
+	Query []QueryMatch
+	// PathRegex, when set, must match the whole path without the query.
+	PathRegex *Regex
+	// Not, when set, must not match.
+	Not *Match
 }
 
 // HeaderMatch is a condition on one request header.
@@ -454,6 +462,9 @@ type HeaderMatch struct {
 	// Present, when !HasValue, says whether the header must be present (true)
 	// or absent (false).
 	Present bool
+	// Op is how Value compares when HasValue; Regex is set for OpRegex.
+	Op    ValueOp
+	Regex *Regex
 }
 
 // Request is what Match.Matches looks at. Header returns the value of a
@@ -466,6 +477,9 @@ type Request struct {
 	Host   string
 	Route  string
 	Header HeaderSource
+	// Extra serves client_cidrs and query conditions; nil means no client
+	// address and no query.
+	Extra RequestExtra
 }
 
 // HeaderSource gives request headers by lower-case name. It is an interface
@@ -510,14 +524,14 @@ func (m *Match) Matches(r Request) bool {
 			v, ok = r.Header.RequestHeader(h.Name)
 		}
 		if h.HasValue {
-			if !ok || v != h.Value {
+			if !ok || !h.Op.test(v, h.Value, h.Regex) {
 				return false
 			}
 		} else if ok != h.Present {
 			return false
 		}
 	}
-	return true
+	return m.matchesMore(r, path)
 }
 
 func contains(list []string, s string) bool {

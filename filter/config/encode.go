@@ -149,15 +149,10 @@ func wireMatchOf(m *Match) *wireMatch {
 	w := &wireMatch{Path: m.Path, PathPrefix: m.PathPrefix, Methods: m.Methods, Hosts: m.Hosts, Routes: m.Routes}
 	for _, h := range m.Headers {
 		wh := wireHeaderMatch{Name: h.Name}
-		if h.HasValue {
-			v := h.Value
-			wh.Value = &v
-		} else {
-			p := h.Present
-			wh.Present = &p
-		}
+		wh.wireValueCondition = wireValueConditionOf(h.HasValue, h.Op, h.Value, h.Present)
 		w.Headers = append(w.Headers, wh)
 	}
+	wireMatchMore(m, w)
 	return w
 }
 
@@ -278,12 +273,12 @@ type wireMatch struct {
 	Hosts      []string          `json:"hosts,omitempty"`
 	Headers    []wireHeaderMatch `json:"headers,omitempty"`
 	Routes     []string          `json:"routes,omitempty"`
+	wireMatchExtra
 }
 
 type wireHeaderMatch struct {
-	Name    string  `json:"name"`
-	Value   *string `json:"value,omitempty"`
-	Present *bool   `json:"present,omitempty"`
+	Name string `json:"name"`
+	wireValueCondition
 }
 
 type wireBreaker struct {

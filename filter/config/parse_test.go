@@ -503,7 +503,7 @@ var badCases = []badCase{
 	{name: "methods empty", in: lim(`, "match": {"methods": []}`), want: []string{"limits[0].match.methods: must not be empty; omit it to match any"}},
 	{name: "host with port", in: lim(`, "match": {"hosts": ["a.com:80"]}`),
 		want: []string{`limits[0].match.hosts[0]: must be a host name such as "api.example.com" or "*.example.com", without port`}},
-	{name: "header match neither", in: lim(`, "match": {"headers": [{"name": "x"}]}`), want: []string{"limits[0].match.headers[0]: one of value or present is required"}},
+	{name: "header match neither", in: lim(`, "match": {"headers": [{"name": "x"}]}`), want: []string{"limits[0].match.headers[0]: one of value, prefix, suffix, contains, regex or present is required"}},
 	{name: "header match both", in: lim(`, "match": {"headers": [{"name": "x", "value": "1", "present": true}]}`),
 		want: []string{"limits[0].match.headers[0].present: cannot be combined with value"}},
 	{name: "header match no name", in: lim(`, "match": {"headers": [{"value": "1"}]}`), want: []string{"limits[0].match.headers[0].name: required"}},

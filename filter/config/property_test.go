@@ -44,6 +44,20 @@ func genConfig(r *rand.Rand) map[string]any {
 				[]any{map[string]any{"name": "x"}}, []any{map[string]any{"name": "x", "value": "1", "present": true}})
 		})
 		maybe(m, "routes", func() any { return pick([]any{"r"}, []any{""}) })
+		maybe(m, "client_cidrs", func() any {
+			return pick([]any{"10.0.0.0/8"}, []any{"2001:db8::/32", "192.0.2.1"}, []any{}, []any{"10.0.0.0/33"}, []any{"fe80::%1/64"})
+		})
+		maybe(m, "query", func() any {
+			return pick([]any{map[string]any{"name": "a", "value": "1"}}, []any{map[string]any{"name": "a", "regex": "[0-9]+"}},
+				[]any{map[string]any{"name": "a", "present": true}}, []any{map[string]any{"name": "a", "prefix": ""}},
+				[]any{map[string]any{"name": "a", "suffix": "x"}}, []any{map[string]any{"name": "a b", "value": "1"}})
+		})
+		maybe(m, "path_regex", func() any { return pick("/api/.*", "(", "") })
+		maybe(m, "headers", func() any {
+			return pick([]any{map[string]any{"name": "x", "prefix": "a"}}, []any{map[string]any{"name": "x", "regex": "a|b"}},
+				[]any{map[string]any{"name": "x", "contains": "a", "suffix": "b"}}, []any{map[string]any{"name": "x", "regex": "(?P<"}})
+		})
+		maybe(m, "not", func() any { return pick(map[string]any{"client_cidrs": []any{"10.0.0.0/8"}}, map[string]any{}, map[string]any{"bogus": 1}) })
 		return m
 	}
 	rateFields := func(m map[string]any) {

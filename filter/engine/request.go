@@ -32,6 +32,12 @@ type requestInfo struct {
 	clientIPLoaded bool
 	clientIP       string
 	clientIPOK     bool
+
+	// clientCfg is the plugin's client_ip, for match conditions.
+	clientCfg  *config.ClientIP
+	clientAddr clientAddrCache
+	// scratch is the worker's buffer for decoded query values.
+	scratch *[]byte
 }
 
 // requestNeeds says which parts of a request something reads.
@@ -166,7 +172,7 @@ func (r *requestInfo) RequestHeader(name string) (string, bool) { return r.heade
 // some match needs. Header matches read through Header, which loads the
 // header map on first use.
 func (r *requestInfo) matchRequest(needs requestNeeds) config.Request {
-	req := config.Request{Header: r}
+	req := config.Request{Header: r, Extra: r}
 	if needs&needPath != 0 {
 		req.Path = r.pseudo(needPath)
 	}
