@@ -1,6 +1,5 @@
 package config
 
-
 func init() {
 	badCases = append(badCases, matchMoreBadCases...)
 	goodConfigs = append(goodConfigs,

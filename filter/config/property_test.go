@@ -57,7 +57,9 @@ func genConfig(r *rand.Rand) map[string]any {
 			return pick([]any{map[string]any{"name": "x", "prefix": "a"}}, []any{map[string]any{"name": "x", "regex": "a|b"}},
 				[]any{map[string]any{"name": "x", "contains": "a", "suffix": "b"}}, []any{map[string]any{"name": "x", "regex": "(?P<"}})
 		})
-		maybe(m, "not", func() any { return pick(map[string]any{"client_cidrs": []any{"10.0.0.0/8"}}, map[string]any{}, map[string]any{"bogus": 1}) })
+		maybe(m, "not", func() any {
+			return pick(map[string]any{"client_cidrs": []any{"10.0.0.0/8"}}, map[string]any{}, map[string]any{"bogus": 1})
+		})
 		return m
 	}
 	rateFields := func(m map[string]any) {
