@@ -91,6 +91,9 @@ type ClientIP struct {
 	TrustedHops int
 	// Header is the lower-cased header name for ClientIPHeader; empty otherwise.
 	Header string
+	// Sources, when set, replaces Source: the first that yields a valid
+	// address wins (Source and Header are then unset).
+	Sources []ClientIPFrom
 }
 
 // Algorithm is a limiting algorithm: the limiter's own type, so the

@@ -15,6 +15,15 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 		Breakers:    []wireBreaker{},
 		Concurrency: []wireConcurrency{},
 	}
+	if len(c.ClientIP.Sources) > 0 {
+		w.ClientIP.Source = ""
+		for _, s := range c.ClientIP.Sources {
+			w.ClientIP.Sources = append(w.ClientIP.Sources, s.String())
+		}
+		if hasSource(c.ClientIP.Sources, ClientIPXFF) {
+			w.ClientIP.TrustedHops = c.ClientIP.TrustedHops
+		}
+	}
 	switch c.ClientIP.Source {
 	case ClientIPXFF:
 		w.ClientIP.TrustedHops = c.ClientIP.TrustedHops
@@ -215,9 +224,10 @@ type wireConcurrency struct {
 }
 
 type wireClientIP struct {
-	Source      string `json:"source"`
-	TrustedHops int    `json:"trusted_hops,omitempty"`
-	Header      string `json:"header,omitempty"`
+	Source      string   `json:"source,omitempty"`
+	Sources     []string `json:"sources,omitempty"`
+	TrustedHops int      `json:"trusted_hops,omitempty"`
+	Header      string   `json:"header,omitempty"`
 }
 
 type wireRate struct {

@@ -131,7 +131,7 @@ func TestParseEverything(t *testing.T) {
 	  "response": {"headers": ["ratelimit"], "headers_on_allowed": false, "body": "problem+json"}
 	}`)
 
-	if want := (ClientIP{Source: ClientIPXFF, TrustedHops: 2}); c.ClientIP != want {
+	if want := (ClientIP{Source: ClientIPXFF, TrustedHops: 2}); !reflect.DeepEqual(c.ClientIP, want) {
 		t.Errorf("client_ip = %+v, want %+v", c.ClientIP, want)
 	}
 	wantBackend := &Backend{
@@ -517,7 +517,7 @@ var badCases = []badCase{
 		want: []string{`client_ip.source: unknown value "forwarded"; want one of peer, xff, header`}},
 	{name: "bad source hides its dependants", in: `{"client_ip": {"source": "bogus", "trusted_hops": 2, "header": "x"}}`,
 		want: []string{`client_ip.source: unknown value "bogus"; want one of peer, xff, header`}},
-	{name: "trusted hops without xff", in: `{"client_ip": {"trusted_hops": 2}}`, want: []string{`client_ip.trusted_hops: only valid with source "xff"`}},
+	{name: "trusted hops without xff", in: `{"client_ip": {"trusted_hops": 2}}`, want: []string{`client_ip.trusted_hops: only valid with source "xff" or sources with "xff"`}},
 	{name: "trusted hops zero", in: `{"client_ip": {"source": "xff", "trusted_hops": 0}}`, want: []string{"client_ip.trusted_hops: must be >= 1"}},
 	{name: "header source without header", in: `{"client_ip": {"source": "header"}}`, want: []string{`client_ip.header: required with source "header"`}},
 	{name: "header without header source", in: `{"client_ip": {"header": "x-real-ip"}}`, want: []string{`client_ip.header: only valid with source "header"`}},

@@ -185,6 +185,9 @@ func genConfig(r *rand.Rand) map[string]any {
 		maybe(o, "source", func() any { return pick("peer", "xff", "header") })
 		maybe(o, "trusted_hops", count)
 		maybe(o, "header", func() any { return pick("x-real-ip", "bad header") })
+		maybe(o, "sources", func() any {
+			return pick([]any{"xff", "header:x-real-ip", "peer"}, []any{"peer"}, []any{}, []any{"peer", "peer"}, []any{"header:"})
+		})
 		return o
 	})
 	maybe(cfg, "backend", func() any {

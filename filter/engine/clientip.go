@@ -3,6 +3,8 @@ package engine
 import (
 	"net/netip"
 	"strings"
+
+	"github.com/sluice-proxy/sluice/filter/config"
 )
 
 // clientIPFromXFF returns the X-Forwarded-For entry trustedHops positions
@@ -116,4 +118,30 @@ func ipv4WithPort(s string) int {
 		return 0
 	}
 	return addrLen
+}
+
+// clientFromSources tries client_ip.sources in order; the first that
+// yields one valid address wins. A source yields nothing when its header
+// is absent, repeated or not one address, or when X-Forwarded-For is
+// shorter than trusted_hops; the next is then tried. No source at all is
+// a missing client address, never a shared empty one.
+func (r *requestInfo) clientFromSources(cfg *config.ClientIP) (string, bool) {
+	for _, s := range cfg.Sources {
+		var ip string
+		var ok bool
+		switch s.Kind {
+		case config.ClientIPXFF:
+			ip, ok = clientIPFromXFF(r.headerValues("x-forwarded-for"), cfg.TrustedHops)
+		case config.ClientIPHeader:
+			if v, present := r.header(s.Header); present {
+				ip, ok = normalizeIP(v)
+			}
+		default:
+			ip, ok = peerIP(r.host.Property(propSourceAddress))
+		}
+		if ok {
+			return ip, true
+		}
+	}
+	return "", false
 }

@@ -99,6 +99,12 @@ func FuzzAppendKey(f *testing.F) {
 		}
 		parts := fuzzKeyParts(spec, headerA, headerB)
 		clientCfg := &config.ClientIP{Source: config.ClientIPSource(ipSource % 4), TrustedHops: hops % 64, Header: headerA}
+		if ipSource >= 128 {
+			// The ordered form: xff, then headerA, then the peer, rotated.
+			all := []config.ClientIPFrom{{Kind: config.ClientIPXFF}, {Kind: config.ClientIPHeader, Header: headerA}, {Kind: config.ClientIPPeer}}
+			n := int(ipSource) % 3
+			clientCfg.Sources = append(all[n:], all[:n]...)
+		}
 		prefix := []byte("prefix/")
 
 		r := &requestInfo{host: host}

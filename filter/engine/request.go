@@ -149,6 +149,10 @@ func (r *requestInfo) client(cfg *config.ClientIP) (string, bool) {
 		return r.clientIP, r.clientIPOK
 	}
 	r.clientIPLoaded = true
+	if len(cfg.Sources) > 0 {
+		r.clientIP, r.clientIPOK = r.clientFromSources(cfg)
+		return r.clientIP, r.clientIPOK
+	}
 	switch cfg.Source {
 	case config.ClientIPHeader:
 		if v, ok := r.header(cfg.Header); ok {

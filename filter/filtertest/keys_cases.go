@@ -123,3 +123,24 @@ var keyCases = []Case{
 		},
 	},
 }
+
+func init() {
+	Cases = append(Cases, Case{
+		Name: "client_ip.sources: X-Forwarded-For, then X-Real-IP, then the peer",
+		Config: `{"client_ip":{"sources":["xff","header:x-real-ip","peer"],"trusted_hops":2},
+			"limits":[{"name":"ip","key":["client_ip"],"requests_per_second":1,"burst":0,"on_missing_key":"deny"}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"xff entry 2 from the right", from("10.9.9.9:1", get("/").with("x-forwarded-for", "192.0.2.1, 10.0.0.7")), true},
+				{"same client by xff", from("10.9.9.8:1", get("/").with("x-forwarded-for", "192.0.2.1, 10.0.0.8")), false},
+				{"short xff: x-real-ip wins over the peer", from("10.9.9.9:1", get("/").with("x-forwarded-for", "10.0.0.7").with("x-real-ip", "192.0.2.1")), false},
+				{"x-real-ip alone", from("10.9.9.9:1", get("/").with("x-real-ip", "192.0.2.2")), true},
+				{"bad xff entry and bad x-real-ip: the peer", from("192.0.2.2:5", get("/").with("x-forwarded-for", "junk, 10.0.0.1").with("x-real-ip", "unknown")), false},
+				{"peer alone", from("192.0.2.3:5", get("/")), true},
+				{"nothing valid anywhere", from("unix:/s", get("/").with("x-real-ip", "192.0.2.9").with("x-real-ip", "192.0.2.8")), false},
+			})
+			wantCounter(t, h, "sluice.limit.ip.missing_key", 1)
+		},
+	})
+}
