@@ -367,6 +367,12 @@ type Limit struct {
 	// OverrideBy is the index in Key of the part whose value selects an
 	// override; -1 when Overrides is nil.
 	OverrideBy int
+	// OverrideActions maps values that are exempt ({"unlimited": true})
+	// or rejected ({"block": true}) rather than given a rate; nil when none.
+	OverrideActions map[string]OverrideAction
+	// OverrideCIDRs, set when Key[OverrideBy] is client_ip, resolves a
+	// client address to its override key by longest prefix.
+	OverrideCIDRs *OverridePrefixes
 	// Mode defaults to ModeLocal.
 	Mode Mode
 	// FailurePolicy applies in ModeGlobal and ModeHybrid; it defaults to

@@ -123,9 +123,12 @@ func (c *Config) wireLimit(l *Limit) wireLimit {
 		w.Key = append(w.Key, k.String())
 	}
 	if l.Overrides != nil {
-		w.Overrides = map[string]wireRate{}
+		w.Overrides = map[string]any{}
 		for v, r := range l.Overrides {
 			w.Overrides[v] = wireRateOf(r, l.Algorithm)
+		}
+		for v, a := range l.OverrideActions {
+			w.Overrides[v] = map[string]bool{a.String(): true}
 		}
 		if l.OverrideBy >= 0 && l.OverrideBy < len(l.Key) {
 			w.OverrideBy = l.Key[l.OverrideBy].String()
@@ -243,18 +246,18 @@ type wireLimit struct {
 	Algorithm string     `json:"algorithm"`
 	wireRate
 	// Cost is the integer cost or a wireCost; nil with cost_from_response.
-	Cost             any                 `json:"cost,omitempty"`
-	CostFromResponse *wireResponseCost   `json:"cost_from_response,omitempty"`
-	Overrides        map[string]wireRate `json:"overrides,omitempty"`
-	OverrideBy       string              `json:"override_by,omitempty"`
-	Mode             string              `json:"mode"`
-	FailurePolicy    string              `json:"failure_policy,omitempty"`
-	Instances        int                 `json:"instances,omitempty"`
-	OnMissingKey     string              `json:"on_missing_key"`
-	OnLimit          wireOnLimit         `json:"on_limit"`
-	Shadow           bool                `json:"shadow"`
-	Replaces         []string            `json:"replaces,omitempty"`
-	Slots            int                 `json:"slots"`
+	Cost             any               `json:"cost,omitempty"`
+	CostFromResponse *wireResponseCost `json:"cost_from_response,omitempty"`
+	Overrides        map[string]any    `json:"overrides,omitempty"`
+	OverrideBy       string            `json:"override_by,omitempty"`
+	Mode             string            `json:"mode"`
+	FailurePolicy    string            `json:"failure_policy,omitempty"`
+	Instances        int               `json:"instances,omitempty"`
+	OnMissingKey     string            `json:"on_missing_key"`
+	OnLimit          wireOnLimit       `json:"on_limit"`
+	Shadow           bool              `json:"shadow"`
+	Replaces         []string          `json:"replaces,omitempty"`
+	Slots            int               `json:"slots"`
 	// OverflowSlots is 0, absent, when it is the default Slots/16.
 	OverflowSlots int `json:"overflow_slots,omitempty"`
 }

@@ -211,6 +211,9 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 			arena, t, rate, ok = h.appendExternal(arena)
 		} else {
 			arena, overrideValue, ok = info.appendKey(arena, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
+			if ok && l.cfg.OverrideCIDRs != nil {
+				overrideValue = l.cfg.OverrideCIDRs.Resolve(overrideValue)
+			}
 			t, rate = l.table(overrideValue)
 		}
 		key := arena[start:]
@@ -224,6 +227,15 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 				return verdictReject
 			}
 			continue
+		}
+		if l.cfg.OverrideActions != nil {
+			if v, done := h.overrideAction(l, overrideValue, now); done {
+				arena = arena[:start]
+				if v != verdictAllow {
+					return v
+				}
+				continue
+			}
 		}
 		cost, ok := h.requestCost(l)
 		if !ok {

@@ -144,3 +144,37 @@ func init() {
 		},
 	})
 }
+
+func init() {
+	Cases = append(Cases, Case{
+		Name: "client_ip overrides: CIDR keys by longest prefix, unlimited and block",
+		Config: `{"limits":[{"name":"ip","requests_per_second":1,"burst":0,"overrides":{
+			"10.0.0.0/8":{"requests_per_second":3,"burst":0},
+			"10.1.0.0/16":{"unlimited":true},
+			"10.1.2.3":{"block":true},
+			"2001:db8::/32":{"block":true}}}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			in8 := func(int) Request { return from("10.9.0.1:1", get("/")) }
+			if got := admitted(t, h, 5, in8); got != 3 {
+				t.Fatalf("a client in 10/8 admitted %d of 5, want its override's 3", got)
+			}
+			if got := admitted(t, h, 5, func(int) Request { return from("10.9.0.2:1", get("/")) }); got != 3 {
+				t.Fatalf("another client in 10/8 admitted %d of 5, want its own bucket of 3", got)
+			}
+			if got := admitted(t, h, 50, func(int) Request { return from("10.1.9.9:1", get("/")) }); got != 50 {
+				t.Fatalf("unlimited /16 admitted %d of 50", got)
+			}
+			if got := admitted(t, h, 3, func(int) Request { return from("192.0.2.1:1", get("/")) }); got != 1 {
+				t.Fatalf("a client outside every prefix admitted %d of 3, want the default 1", got)
+			}
+			for _, peer := range []string{"10.1.2.3:1", "[::ffff:10.1.2.3]:1", "[2001:db8:5::1]:1"} {
+				resp := h.Do(t, from(peer, get("/")))
+				if resp.Status != 429 || !resp.Local || resp.Headers.Get("Retry-After") == "" {
+					t.Fatalf("blocked %s: status %d local %v headers %v", peer, resp.Status, resp.Local, resp.Headers)
+				}
+			}
+			wantCounter(t, h, "sluice.limit.ip.limited", 2+2+2+3)
+		},
+	})
+}
