@@ -2,6 +2,7 @@ package engine
 
 import (
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -178,4 +179,44 @@ func FuzzCookieValue(f *testing.F) {
 			t.Fatalf("leading %s=%s in %q: got %q %v", name, value, header, got, ok)
 		}
 	})
+}
+
+// TestNewMatchesAllocateNothing: a 1,000-prefix CIDR set, a header regex,
+// a query condition, a path regex and a not are all checked without
+// allocating once the request's data is loaded.
+func TestNewMatchesAllocateNothing(t *testing.T) {
+	var cidrs strings.Builder
+	for i := range 1000 {
+		if i > 0 {
+			cidrs.WriteByte(',')
+		}
+		cidrs.WriteString(`"172.` + strconv.Itoa(16+i/256) + `.` + strconv.Itoa(i%256) + `.0/24"`)
+	}
+	cfg, err := config.Parse([]byte(`{"limits":[{"name":"a","requests_per_second":1,"match":{
+		"not":{"client_cidrs":[` + cidrs.String() + `]},
+		"headers":[{"name":"x-tenant","regex":"t[0-9]+"}],
+		"query":[{"name":"user","prefix":"b"}],
+		"path_regex":"/api/.*"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := &fakeHost{
+		headers: [][2]string{{":path", "/api/items?user=b%20ob"}, {"x-tenant", "t1"}},
+		props:   map[string]string{"source.address": "10.1.2.3:4000"},
+	}
+	var scratch []byte
+	r := &requestInfo{host: host, clientCfg: &cfg.ClientIP, scratch: &scratch}
+	m := &cfg.Limits[0].Match
+	req := r.matchRequest(needPath | needHeaderMap)
+	if !m.Matches(req) {
+		t.Fatal("the request does not match")
+	}
+	if allocs := testing.AllocsPerRun(100, func() { m.Matches(req) }); allocs != 0 {
+		t.Fatalf("%v allocations per match", allocs)
+	}
+	host.props["source.address"] = "172.19.231.9:1"
+	exempt := &requestInfo{host: host, clientCfg: &cfg.ClientIP, scratch: &scratch}
+	if m.Matches(exempt.matchRequest(needPath | needHeaderMap)) {
+		t.Fatal("a client in the last listed prefix is not exempt")
+	}
 }
