@@ -69,6 +69,26 @@ var lifecycleCases = []lifecycleCase{
 	{name: "hybrid global limit, served from its lease", module: "sluice", lease: true, config: `{
 		"limits":[{"name":"global","key":[],"requests_per_second":1000000000,"mode":"hybrid","failure_policy":"deny"}],
 		"backend":{"cluster":"redis","protocol":"webdis","timeout":"2s"}}`},
+	// Issue 16: each is "one local limit" plus one new key or match, and
+	// must stay within 15% of it. The client (10.1.2.3) is outside the
+	// exemption list, so the limit still runs after the lookup.
+	{name: "one local limit exempting 1,000 CIDRs", module: "sluice", config: `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000,
+		"match":{"not":{"client_cidrs":[` + benchCIDRs(1000) + `]}}}]}`},
+	{name: "one local limit with a regex header match", module: "sluice", config: `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000,
+		"match":{"headers":[{"name":"x-tenant","regex":"t[0-9]+"}]}}]}`},
+	{name: "one local limit keyed by query:user", module: "sluice", config: `{"limits":[{"name":"per-user","key":["query:user"],"requests_per_second":1000000000}]}`},
+}
+
+// benchCIDRs lists n /24 prefixes of 172.16.0.0/12 as JSON strings.
+func benchCIDRs(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"172.%d.%d.0/24"`, 16+i/256, i%256)
+	}
+	return b.String()
 }
 
 // lifecycleEnv is what the cases share in one run: the modules and, for
@@ -112,7 +132,7 @@ func watSource(t testing.TB, name string) string {
 const floorCounter = "noop.floor"
 
 var benchRequest = &host.Request{
-	Headers:       [][2]string{{":method", "GET"}, {":path", "/api/items"}, {":authority", "example.com"}, {":scheme", "http"}, {"x-tenant", "t1"}},
+	Headers:       [][2]string{{":method", "GET"}, {":path", "/api/items?page=2&user=u1"}, {":authority", "example.com"}, {":scheme", "http"}, {"x-tenant", "t1"}},
 	SourceAddress: "10.1.2.3:5000", RouteName: "default", ClusterName: "backend",
 }
 

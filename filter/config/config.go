@@ -12,6 +12,7 @@
 package config
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,6 +91,9 @@ type ClientIP struct {
 	TrustedHops int
 	// Header is the lower-cased header name for ClientIPHeader; empty otherwise.
 	Header string
+	// Sources, when set, replaces Source: the first that yields a valid
+	// address wins (Source and Header are then unset).
+	Sources []ClientIPFrom
 }
 
 // Algorithm is a limiting algorithm: the limiter's own type, so the
@@ -162,6 +166,15 @@ const (
 	KeyHost
 	// KeyCluster is the upstream cluster the route picked (xds.cluster_name).
 	KeyCluster
+	// KeyQuery is the percent-decoded value of query parameter KeyPart.Name.
+	KeyQuery
+	// KeyCookie is the value of cookie KeyPart.Name.
+	KeyCookie
+	// KeyPathSegment is the KeyPart.Segment-th segment (1-based) of the path.
+	KeyPathSegment
+	// KeyClientIPMasked is the client address masked to KeyPart.V4Bits or
+	// KeyPart.V6Bits, as Envoy's masked_remote_address.
+	KeyClientIPMasked
 )
 
 func (k KeyKind) String() string {
@@ -180,6 +193,14 @@ func (k KeyKind) String() string {
 		return "host"
 	case KeyCluster:
 		return "cluster"
+	case KeyQuery:
+		return "query"
+	case KeyCookie:
+		return "cookie"
+	case KeyPathSegment:
+		return "path_segment"
+	case KeyClientIPMasked:
+		return "client_ip"
 	}
 	return "unknown"
 }
@@ -189,12 +210,27 @@ type KeyPart struct {
 	Kind KeyKind
 	// Header is the lower-cased header name when Kind is KeyHeader.
 	Header string
+	// Name is the parameter or cookie name (case-sensitive) when Kind is
+	// KeyQuery or KeyCookie.
+	Name string
+	// Segment is the 1-based path segment when Kind is KeyPathSegment.
+	Segment int
+	// V4Bits and V6Bits are the prefix lengths when Kind is
+	// KeyClientIPMasked.
+	V4Bits, V6Bits uint8
 }
 
 // String gives the part in config syntax, e.g. "client_ip" or "header:x-api-key".
 func (p KeyPart) String() string {
-	if p.Kind == KeyHeader {
+	switch p.Kind {
+	case KeyHeader:
 		return "header:" + p.Header
+	case KeyQuery, KeyCookie:
+		return p.Kind.String() + ":" + p.Name
+	case KeyPathSegment:
+		return "path_segment:" + strconv.Itoa(p.Segment)
+	case KeyClientIPMasked:
+		return "client_ip/" + strconv.Itoa(int(p.V4Bits)) + "/" + strconv.Itoa(int(p.V6Bits))
 	}
 	return p.Kind.String()
 }
@@ -331,6 +367,12 @@ type Limit struct {
 	// OverrideBy is the index in Key of the part whose value selects an
 	// override; -1 when Overrides is nil.
 	OverrideBy int
+	// OverrideActions maps values that are exempt ({"unlimited": true})
+	// or rejected ({"block": true}) rather than given a rate; nil when none.
+	OverrideActions map[string]OverrideAction
+	// OverrideCIDRs, set when Key[OverrideBy] is client_ip, resolves a
+	// client address to its override key by longest prefix.
+	OverrideCIDRs *OverridePrefixes
 	// Mode defaults to ModeLocal.
 	Mode Mode
 	// FailurePolicy applies in ModeGlobal and ModeHybrid; it defaults to
@@ -409,6 +451,14 @@ type Match struct {
 	Headers []HeaderMatch
 	// Routes are Envoy route names; nil means any.
 	Routes []string
+	// ClientCIDRs, when set, must contain the client address.
+	ClientCIDRs *CIDRSet
+	// Query conditions must all hold.
+	Query []QueryMatch
+	// PathRegex, when set, must match the whole path without the query.
+	PathRegex *Regex
+	// Not, when set, must not match.
+	Not *Match
 }
 
 // HeaderMatch is a condition on one request header.
@@ -421,6 +471,9 @@ type HeaderMatch struct {
 	// Present, when !HasValue, says whether the header must be present (true)
 	// or absent (false).
 	Present bool
+	// Op is how Value compares when HasValue; Regex is set for OpRegex.
+	Op    ValueOp
+	Regex *Regex
 }
 
 // Request is what Match.Matches looks at. Header returns the value of a
@@ -433,6 +486,9 @@ type Request struct {
 	Host   string
 	Route  string
 	Header HeaderSource
+	// Extra serves client_cidrs and query conditions; nil means no client
+	// address and no query.
+	Extra RequestExtra
 }
 
 // HeaderSource gives request headers by lower-case name. It is an interface
@@ -477,14 +533,14 @@ func (m *Match) Matches(r Request) bool {
 			v, ok = r.Header.RequestHeader(h.Name)
 		}
 		if h.HasValue {
-			if !ok || v != h.Value {
+			if !ok || !h.Op.test(v, h.Value, h.Regex) {
 				return false
 			}
 		} else if ok != h.Present {
 			return false
 		}
 	}
-	return true
+	return m.matchesMore(r, path)
 }
 
 func contains(list []string, s string) bool {

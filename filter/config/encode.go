@@ -15,6 +15,15 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 		Breakers:    []wireBreaker{},
 		Concurrency: []wireConcurrency{},
 	}
+	if len(c.ClientIP.Sources) > 0 {
+		w.ClientIP.Source = ""
+		for _, s := range c.ClientIP.Sources {
+			w.ClientIP.Sources = append(w.ClientIP.Sources, s.String())
+		}
+		if hasSource(c.ClientIP.Sources, ClientIPXFF) {
+			w.ClientIP.TrustedHops = c.ClientIP.TrustedHops
+		}
+	}
 	switch c.ClientIP.Source {
 	case ClientIPXFF:
 		w.ClientIP.TrustedHops = c.ClientIP.TrustedHops
@@ -114,9 +123,12 @@ func (c *Config) wireLimit(l *Limit) wireLimit {
 		w.Key = append(w.Key, k.String())
 	}
 	if l.Overrides != nil {
-		w.Overrides = map[string]wireRate{}
+		w.Overrides = map[string]any{}
 		for v, r := range l.Overrides {
 			w.Overrides[v] = wireRateOf(r, l.Algorithm)
+		}
+		for v, a := range l.OverrideActions {
+			w.Overrides[v] = map[string]bool{a.String(): true}
 		}
 		if l.OverrideBy >= 0 && l.OverrideBy < len(l.Key) {
 			w.OverrideBy = l.Key[l.OverrideBy].String()
@@ -149,15 +161,10 @@ func wireMatchOf(m *Match) *wireMatch {
 	w := &wireMatch{Path: m.Path, PathPrefix: m.PathPrefix, Methods: m.Methods, Hosts: m.Hosts, Routes: m.Routes}
 	for _, h := range m.Headers {
 		wh := wireHeaderMatch{Name: h.Name}
-		if h.HasValue {
-			v := h.Value
-			wh.Value = &v
-		} else {
-			p := h.Present
-			wh.Present = &p
-		}
+		wh.wireValueCondition = wireValueConditionOf(h.HasValue, h.Op, h.Value, h.Present)
 		w.Headers = append(w.Headers, wh)
 	}
+	wireMatchMore(m, w)
 	return w
 }
 
@@ -220,9 +227,10 @@ type wireConcurrency struct {
 }
 
 type wireClientIP struct {
-	Source      string `json:"source"`
-	TrustedHops int    `json:"trusted_hops,omitempty"`
-	Header      string `json:"header,omitempty"`
+	Source      string   `json:"source,omitempty"`
+	Sources     []string `json:"sources,omitempty"`
+	TrustedHops int      `json:"trusted_hops,omitempty"`
+	Header      string   `json:"header,omitempty"`
 }
 
 type wireRate struct {
@@ -238,18 +246,18 @@ type wireLimit struct {
 	Algorithm string     `json:"algorithm"`
 	wireRate
 	// Cost is the integer cost or a wireCost; nil with cost_from_response.
-	Cost             any                 `json:"cost,omitempty"`
-	CostFromResponse *wireResponseCost   `json:"cost_from_response,omitempty"`
-	Overrides        map[string]wireRate `json:"overrides,omitempty"`
-	OverrideBy       string              `json:"override_by,omitempty"`
-	Mode             string              `json:"mode"`
-	FailurePolicy    string              `json:"failure_policy,omitempty"`
-	Instances        int                 `json:"instances,omitempty"`
-	OnMissingKey     string              `json:"on_missing_key"`
-	OnLimit          wireOnLimit         `json:"on_limit"`
-	Shadow           bool                `json:"shadow"`
-	Replaces         []string            `json:"replaces,omitempty"`
-	Slots            int                 `json:"slots"`
+	Cost             any               `json:"cost,omitempty"`
+	CostFromResponse *wireResponseCost `json:"cost_from_response,omitempty"`
+	Overrides        map[string]any    `json:"overrides,omitempty"`
+	OverrideBy       string            `json:"override_by,omitempty"`
+	Mode             string            `json:"mode"`
+	FailurePolicy    string            `json:"failure_policy,omitempty"`
+	Instances        int               `json:"instances,omitempty"`
+	OnMissingKey     string            `json:"on_missing_key"`
+	OnLimit          wireOnLimit       `json:"on_limit"`
+	Shadow           bool              `json:"shadow"`
+	Replaces         []string          `json:"replaces,omitempty"`
+	Slots            int               `json:"slots"`
 	// OverflowSlots is 0, absent, when it is the default Slots/16.
 	OverflowSlots int `json:"overflow_slots,omitempty"`
 }
@@ -278,12 +286,12 @@ type wireMatch struct {
 	Hosts      []string          `json:"hosts,omitempty"`
 	Headers    []wireHeaderMatch `json:"headers,omitempty"`
 	Routes     []string          `json:"routes,omitempty"`
+	wireMatchExtra
 }
 
 type wireHeaderMatch struct {
-	Name    string  `json:"name"`
-	Value   *string `json:"value,omitempty"`
-	Present *bool   `json:"present,omitempty"`
+	Name string `json:"name"`
+	wireValueCondition
 }
 
 type wireBreaker struct {

@@ -49,7 +49,7 @@ var externalBadCases = []badCase{
 	{name: "external wildcard without cache key", in: ext(`, "forward_headers": ["*"]`),
 		want: []string{`external.cache_key: required when forward_headers has "*": the cache cannot be keyed by every header`}},
 	{name: "external bad cache key", in: ext(`, "cache_key": ["tenant"]`),
-		want: []string{`external.cache_key[0]: unknown key part "tenant"; want client_ip, header:<name>, path, route, cluster, method or host`}},
+		want: []string{`external.cache_key[0]: unknown key part "tenant"; want client_ip, client_ip/<v4 bits>/<v6 bits>, header:<name>, query:<name>, cookie:<name>, path, path_segment:<n>, route, cluster, method or host`}},
 	{name: "external short cache ttl", in: ext(`, "cache_ttl": "500ms"`), want: []string{"external.cache_ttl: must be >= 1s"}, schemaAccepts: true},
 	{name: "external max cached", in: ext(`, "max_cached": 0`), want: []string{"external.max_cached: must be >= 1"}},
 	{name: "external slots", in: ext(`, "slots": 2097152, "overflow_slots": 0`),

@@ -322,12 +322,16 @@ func (p *parser) overrides(o *object, l *Limit) {
 	ov.ForEach(func(k, v gjson.Result) bool {
 		name := k.String()
 		vpath := FieldPath(opath, name)
-		if _, dup := l.Overrides[name]; dup {
+		_, dupAction := l.OverrideActions[name]
+		if _, dup := l.Overrides[name]; dup || dupAction {
 			p.errorf(vpath, k.Index, "duplicate field")
 			return true
 		}
 		if name == "" {
 			p.errorf(vpath, k.Index, "must not be empty")
+		}
+		if p.overrideAction(l, name, vpath, v) {
+			return true
 		}
 		oo := p.object(vpath, v, "requests_per_second", "limit", "window", "burst")
 		if oo == nil {
@@ -344,8 +348,11 @@ func (p *parser) overrides(o *object, l *Limit) {
 		l.Overrides[name] = r
 		return true
 	})
-	if len(l.Overrides) == 0 {
+	if len(l.Overrides)+len(l.OverrideActions) == 0 {
 		o.errorf("overrides", "must not be empty")
+	}
+	if l.OverrideBy >= 0 && l.OverrideBy < len(l.Key) && l.Key[l.OverrideBy].Kind == KeyClientIP {
+		p.overridePrefixes(l, opath, ov)
 	}
 }
 
@@ -462,7 +469,10 @@ func parseKeyPart(s string) (KeyPart, string) {
 		}
 		return KeyPart{Kind: KeyHeader, Header: strings.ToLower(name)}, ""
 	}
-	return KeyPart{}, fmt.Sprintf("unknown key part %q; want client_ip, header:<name>, path, route, cluster, method or host", s)
+	if part, err, ok := parseRequestKeyPart(s); ok {
+		return part, err
+	}
+	return KeyPart{}, fmt.Sprintf("unknown key part %q; want client_ip, client_ip/<v4 bits>/<v6 bits>, header:<name>, query:<name>, cookie:<name>, path, path_segment:<n>, route, cluster, method or host", s)
 }
 
 func (p *parser) key(path string, items []gjson.Result) []KeyPart {

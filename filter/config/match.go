@@ -8,7 +8,8 @@ import (
 
 const anyIfOmitted = "must not be empty; omit it to match any"
 
-var matchFields = []string{"path", "path_prefix", "methods", "hosts", "headers", "routes"}
+var matchFields = []string{"path", "path_prefix", "methods", "hosts", "headers", "routes",
+	"client_cidrs", "query", "path_regex", "not"}
 
 var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
 
@@ -62,7 +63,7 @@ func (p *parser) match(o *object) Match {
 	}
 	if items, ok := o.array("headers", anyIfOmitted); ok {
 		for i, item := range items {
-			h := p.object(IndexPath(o.path1("headers"), i), item, "name", "value", "present")
+			h := p.object(IndexPath(o.path1("headers"), i), item, append([]string{"name"}, headerConditionFields...)...)
 			if h == nil {
 				continue
 			}
@@ -76,16 +77,7 @@ func (p *parser) match(o *object) Match {
 			} else if !h.has("name") {
 				h.errorf("name", "required")
 			}
-			if s, ok := h.str("value"); ok {
-				hm.Value, hm.HasValue = s, true
-			}
-			if b, ok := h.boolean("present"); ok {
-				hm.Present = b
-			}
-			h.conflicts("present", "value")
-			if !h.has("value") && !h.has("present") {
-				p.errorf(h.path, h.at, "one of value or present is required")
-			}
+			hm.Op, hm.Value, hm.Regex, hm.HasValue, hm.Present = p.valueCondition(h, headerConditionFields...)
 			m.Headers = append(m.Headers, hm)
 		}
 	}
@@ -99,6 +91,7 @@ func (p *parser) match(o *object) Match {
 			m.Routes = append(m.Routes, item.Str)
 		}
 	}
+	p.matchMore(o, &m)
 	return m
 }
 

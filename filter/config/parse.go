@@ -127,7 +127,7 @@ func (p *parser) config(root gjson.Result) *Config {
 		return cfg
 	}
 	o := p.object("", root, "client_ip", "limits", "breakers", "concurrency", "response", "backend", "external")
-	if c := o.child("client_ip", "source", "trusted_hops", "header"); c != nil {
+	if c := o.child("client_ip", "source", "sources", "trusted_hops", "header"); c != nil {
 		cfg.ClientIP = p.clientIP(c)
 	}
 	if b := o.child("backend", backendFields...); b != nil {

@@ -131,7 +131,7 @@ func TestParseEverything(t *testing.T) {
 	  "response": {"headers": ["ratelimit"], "headers_on_allowed": false, "body": "problem+json"}
 	}`)
 
-	if want := (ClientIP{Source: ClientIPXFF, TrustedHops: 2}); c.ClientIP != want {
+	if want := (ClientIP{Source: ClientIPXFF, TrustedHops: 2}); !reflect.DeepEqual(c.ClientIP, want) {
 		t.Errorf("client_ip = %+v, want %+v", c.ClientIP, want)
 	}
 	wantBackend := &Backend{
@@ -408,7 +408,7 @@ var badCases = []badCase{
 	// Keys and overrides.
 	{name: "key not array", in: lim(`, "key": "client_ip"`), want: []string{"limits[0].key: must be an array"}},
 	{name: "unknown key part", in: lim(`, "key": ["client_ip", "cookie"]`),
-		want: []string{`limits[0].key[1]: unknown key part "cookie"; want client_ip, header:<name>, path, route, cluster, method or host`}},
+		want: []string{`limits[0].key[1]: unknown key part "cookie"; want client_ip, client_ip/<v4 bits>/<v6 bits>, header:<name>, query:<name>, cookie:<name>, path, path_segment:<n>, route, cluster, method or host`}},
 	{name: "empty header key", in: lim(`, "key": ["header:"]`), want: []string{`limits[0].key[0]: invalid header name ""`}},
 	{name: "bad header key", in: lim(`, "key": ["header:x y"]`), want: []string{`limits[0].key[0]: invalid header name "x y"`}},
 	{name: "duplicate key part", in: lim(`, "key": ["path", "path"]`), want: []string{`limits[0].key[1]: duplicate key part "path"`}},
@@ -503,7 +503,7 @@ var badCases = []badCase{
 	{name: "methods empty", in: lim(`, "match": {"methods": []}`), want: []string{"limits[0].match.methods: must not be empty; omit it to match any"}},
 	{name: "host with port", in: lim(`, "match": {"hosts": ["a.com:80"]}`),
 		want: []string{`limits[0].match.hosts[0]: must be a host name such as "api.example.com" or "*.example.com", without port`}},
-	{name: "header match neither", in: lim(`, "match": {"headers": [{"name": "x"}]}`), want: []string{"limits[0].match.headers[0]: one of value or present is required"}},
+	{name: "header match neither", in: lim(`, "match": {"headers": [{"name": "x"}]}`), want: []string{"limits[0].match.headers[0]: one of value, prefix, suffix, contains, regex or present is required"}},
 	{name: "header match both", in: lim(`, "match": {"headers": [{"name": "x", "value": "1", "present": true}]}`),
 		want: []string{"limits[0].match.headers[0].present: cannot be combined with value"}},
 	{name: "header match no name", in: lim(`, "match": {"headers": [{"value": "1"}]}`), want: []string{"limits[0].match.headers[0].name: required"}},
@@ -517,7 +517,7 @@ var badCases = []badCase{
 		want: []string{`client_ip.source: unknown value "forwarded"; want one of peer, xff, header`}},
 	{name: "bad source hides its dependants", in: `{"client_ip": {"source": "bogus", "trusted_hops": 2, "header": "x"}}`,
 		want: []string{`client_ip.source: unknown value "bogus"; want one of peer, xff, header`}},
-	{name: "trusted hops without xff", in: `{"client_ip": {"trusted_hops": 2}}`, want: []string{`client_ip.trusted_hops: only valid with source "xff"`}},
+	{name: "trusted hops without xff", in: `{"client_ip": {"trusted_hops": 2}}`, want: []string{`client_ip.trusted_hops: only valid with source "xff" or sources with "xff"`}},
 	{name: "trusted hops zero", in: `{"client_ip": {"source": "xff", "trusted_hops": 0}}`, want: []string{"client_ip.trusted_hops: must be >= 1"}},
 	{name: "header source without header", in: `{"client_ip": {"source": "header"}}`, want: []string{`client_ip.header: required with source "header"`}},
 	{name: "header without header source", in: `{"client_ip": {"header": "x-real-ip"}}`, want: []string{`client_ip.header: only valid with source "header"`}},
@@ -564,7 +564,7 @@ var badCases = []badCase{
 	{name: "concurrency status", in: `{"concurrency": [{"name": "c", "max_in_flight": 1, "status": 200}]}`, want: []string{"concurrency[0].status: must be >= 400"}},
 	{name: "concurrency shadow type", in: `{"concurrency": [{"name": "c", "max_in_flight": 1, "shadow": "yes"}]}`, want: []string{"concurrency[0].shadow: must be a boolean"}},
 	{name: "concurrency bad key", in: `{"concurrency": [{"name": "c", "max_in_flight": 1, "key": ["route", "tenant"]}]}`,
-		want: []string{`concurrency[0].key[1]: unknown key part "tenant"; want client_ip, header:<name>, path, route, cluster, method or host`}},
+		want: []string{`concurrency[0].key[1]: unknown key part "tenant"; want client_ip, client_ip/<v4 bits>/<v6 bits>, header:<name>, query:<name>, cookie:<name>, path, path_segment:<n>, route, cluster, method or host`}},
 	{name: "concurrency bad match", in: `{"concurrency": [{"name": "c", "max_in_flight": 1, "match": {"path": "x"}}]}`,
 		want: []string{`concurrency[0].match.path: must start with "/"`}},
 	{name: "concurrency duplicate names", in: `{"concurrency": [{"name": "c", "max_in_flight": 1}, {"name": "c", "max_in_flight": 2}]}`,

@@ -44,6 +44,22 @@ func genConfig(r *rand.Rand) map[string]any {
 				[]any{map[string]any{"name": "x"}}, []any{map[string]any{"name": "x", "value": "1", "present": true}})
 		})
 		maybe(m, "routes", func() any { return pick([]any{"r"}, []any{""}) })
+		maybe(m, "client_cidrs", func() any {
+			return pick([]any{"10.0.0.0/8"}, []any{"2001:db8::/32", "192.0.2.1"}, []any{}, []any{"10.0.0.0/33"}, []any{"fe80::%1/64"})
+		})
+		maybe(m, "query", func() any {
+			return pick([]any{map[string]any{"name": "a", "value": "1"}}, []any{map[string]any{"name": "a", "regex": "[0-9]+"}},
+				[]any{map[string]any{"name": "a", "present": true}}, []any{map[string]any{"name": "a", "prefix": ""}},
+				[]any{map[string]any{"name": "a", "suffix": "x"}}, []any{map[string]any{"name": "a b", "value": "1"}})
+		})
+		maybe(m, "path_regex", func() any { return pick("/api/.*", "(", "") })
+		maybe(m, "headers", func() any {
+			return pick([]any{map[string]any{"name": "x", "prefix": "a"}}, []any{map[string]any{"name": "x", "regex": "a|b"}},
+				[]any{map[string]any{"name": "x", "contains": "a", "suffix": "b"}}, []any{map[string]any{"name": "x", "regex": "(?P<"}})
+		})
+		maybe(m, "not", func() any {
+			return pick(map[string]any{"client_cidrs": []any{"10.0.0.0/8"}}, map[string]any{}, map[string]any{"bogus": 1})
+		})
 		return m
 	}
 	rateFields := func(m map[string]any) {
@@ -62,7 +78,9 @@ func genConfig(r *rand.Rand) map[string]any {
 		rateFields(m)
 		maybe(m, "match", match)
 		maybe(m, "key", func() any {
-			return pick([]any{}, []any{"client_ip"}, []any{"header:x", "path"}, []any{"route", "method", "host"}, []any{"cluster"}, []any{"bogus"}, []any{"path", "path"})
+			return pick([]any{}, []any{"client_ip"}, []any{"header:x", "path"}, []any{"route", "method", "host"}, []any{"cluster"}, []any{"bogus"}, []any{"path", "path"},
+				[]any{"query:user", "cookie:sid"}, []any{"path_segment:1", "client_ip/24/56"}, []any{"query:a&b"}, []any{"path_segment:0"},
+				[]any{"client_ip/33/64"}, []any{"cookie:"})
 		})
 		maybe(m, "algorithm", func() any { return mostly([]any{"token_bucket", "fixed_window", "sliding_window"}, "leaky") })
 		maybe(m, "cost", func() any {
@@ -96,7 +114,7 @@ func genConfig(r *rand.Rand) map[string]any {
 			return o
 		})
 		if _, ok := m["overrides"]; ok || r.IntN(5) == 0 {
-			maybe(m, "override_by", func() any { return pick("client_ip", "path", "header:x", "host") })
+			maybe(m, "override_by", func() any { return pick("client_ip", "path", "header:x", "host", "query:user", "client_ip/24/56") })
 		}
 		maybe(m, "mode", func() any { return pick("local", "global", "hybrid") })
 		if mode := m["mode"]; mode == "global" || mode == "hybrid" || r.IntN(5) == 0 {
@@ -167,6 +185,9 @@ func genConfig(r *rand.Rand) map[string]any {
 		maybe(o, "source", func() any { return pick("peer", "xff", "header") })
 		maybe(o, "trusted_hops", count)
 		maybe(o, "header", func() any { return pick("x-real-ip", "bad header") })
+		maybe(o, "sources", func() any {
+			return pick([]any{"xff", "header:x-real-ip", "peer"}, []any{"peer"}, []any{}, []any{"peer", "peer"}, []any{"header:"})
+		})
 		return o
 	})
 	maybe(cfg, "backend", func() any {

@@ -12,6 +12,7 @@ import (
 
 func (p *parser) clientIP(o *object) ClientIP {
 	c := ClientIP{Source: ClientIPPeer, TrustedHops: 1}
+	c.Sources = p.clientIPSources(o)
 	if i, ok := o.enum("source", "peer", "xff", "header"); ok {
 		c.Source = ClientIPSource(i)
 	} else if o.has("source") {
@@ -19,12 +20,12 @@ func (p *parser) clientIP(o *object) ClientIP {
 		// source meant; the source error is the one to fix.
 		return c
 	}
-	if c.Source == ClientIPXFF {
+	if c.Source == ClientIPXFF || hasSource(c.Sources, ClientIPXFF) {
 		if n, ok := o.integer("trusted_hops", 1, maxTrustedHops); ok {
 			c.TrustedHops = int(n)
 		}
 	} else {
-		o.onlyWith("trusted_hops", `source "xff"`)
+		o.onlyWith("trusted_hops", `source "xff" or sources with "xff"`)
 	}
 	if c.Source == ClientIPHeader {
 		if h, ok := o.str("header"); ok {

@@ -3,6 +3,8 @@ package engine
 import (
 	"net/netip"
 	"strings"
+
+	"github.com/sluice-proxy/sluice/filter/config"
 )
 
 // clientIPFromXFF returns the X-Forwarded-For entry trustedHops positions
@@ -37,21 +39,23 @@ func clientIPFromXFF(values []string, trustedHops int) (ip string, ok bool) {
 }
 
 // normalizeIP parses an address that may carry a port or brackets and
-// returns its canonical text form.
+// returns its canonical text form. An IPv6 zone is dropped: it names an
+// interface of the sender, not another client, and a client that could
+// add one would pick a bucket of its own.
 func normalizeIP(s string) (string, bool) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return "", false
 	}
 	if addr, err := netip.ParseAddr(s); err == nil {
-		return addr.Unmap().String(), true
+		return addr.WithZone("").Unmap().String(), true
 	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap().String(), true
+		return ap.Addr().WithZone("").Unmap().String(), true
 	}
 	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
 		if addr, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
-			return addr.Unmap().String(), true
+			return addr.WithZone("").Unmap().String(), true
 		}
 	}
 	return "", false
@@ -72,7 +76,7 @@ func peerIP(sourceAddress string) (string, bool) {
 			// form, and slicing it saves an allocation per request.
 			return sourceAddress[:strings.LastIndexByte(sourceAddress, ':')], true
 		}
-		return ap.Addr().Unmap().String(), true
+		return ap.Addr().WithZone("").Unmap().String(), true
 	}
 	return normalizeIP(sourceAddress)
 }
@@ -114,4 +118,30 @@ func ipv4WithPort(s string) int {
 		return 0
 	}
 	return addrLen
+}
+
+// clientFromSources tries client_ip.sources in order; the first that
+// yields one valid address wins. A source yields nothing when its header
+// is absent, repeated or not one address, or when X-Forwarded-For is
+// shorter than trusted_hops; the next is then tried. No source at all is
+// a missing client address, never a shared empty one.
+func (r *requestInfo) clientFromSources(cfg *config.ClientIP) (string, bool) {
+	for _, s := range cfg.Sources {
+		var ip string
+		var ok bool
+		switch s.Kind {
+		case config.ClientIPXFF:
+			ip, ok = clientIPFromXFF(r.headerValues("x-forwarded-for"), cfg.TrustedHops)
+		case config.ClientIPHeader:
+			if v, present := r.header(s.Header); present {
+				ip, ok = normalizeIP(v)
+			}
+		default:
+			ip, ok = peerIP(r.host.Property(propSourceAddress))
+		}
+		if ok {
+			return ip, true
+		}
+	}
+	return "", false
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -44,21 +45,31 @@ func parseFuzzHeaders(blob string) [][2]string {
 	return hs
 }
 
-// fuzzKeyParts decodes one byte per part: the low bits pick the kind (with
-// values past KeyCluster exercising the unknown-kind path), the high bit picks
-// which header name a header part reads.
+// fuzzKeyParts decodes one byte per part: the low four bits pick the kind
+// (with values past KeyClientIPMasked exercising the unknown-kind path),
+// the high bit picks which name a header, query or cookie part reads, and
+// bits 4-6 pick a path segment or the mask lengths.
 func fuzzKeyParts(spec []byte, headerA, headerB string) []config.KeyPart {
 	if len(spec) > 8 {
 		spec = spec[:8]
 	}
 	parts := make([]config.KeyPart, 0, len(spec))
 	for _, b := range spec {
-		p := config.KeyPart{Kind: config.KeyKind(b & 0x7)}
-		if p.Kind == config.KeyHeader {
-			p.Header = headerA
-			if b&0x80 != 0 {
-				p.Header = headerB
-			}
+		p := config.KeyPart{Kind: config.KeyKind(b & 0xf)}
+		name := headerA
+		if b&0x80 != 0 {
+			name = headerB
+		}
+		mid := b >> 4 & 0x7
+		switch p.Kind {
+		case config.KeyHeader:
+			p.Header = name
+		case config.KeyQuery, config.KeyCookie:
+			p.Name = name
+		case config.KeyPathSegment:
+			p.Segment = int(mid) + 1
+		case config.KeyClientIPMasked:
+			p.V4Bits, p.V6Bits = mid*4+4, mid*16+16
 		}
 		parts = append(parts, p)
 	}
@@ -75,6 +86,9 @@ func FuzzAppendKey(f *testing.F) {
 	f.Add(":authority=HOST\n:method=POST", "garbage", "r",
 		[]byte{byte(config.KeyHost), byte(config.KeyMethod), 7}, "", "", uint8(0), 1, -1)
 	f.Add("", "", "", []byte{}, "", "", uint8(0), 0, 0)
+	f.Add(":path=/api/v1/users?id=a%2Cb&id=+c&x=%zz\ncookie=sid=\"s1\"; theme=dark\ncookie=sid=s2", "[fe80::1%eth0]:443", "",
+		[]byte{byte(config.KeyQuery), byte(config.KeyCookie), byte(config.KeyPathSegment) | 0x10, byte(config.KeyClientIPMasked) | 0x50},
+		"id", "sid", uint8(0), 1, 0)
 	f.Fuzz(func(t *testing.T, headerBlob, sourceAddress, route string, spec []byte,
 		headerA, headerB string, ipSource uint8, hops int, overrideBy int) {
 		host := &fakeHost{
@@ -85,6 +99,12 @@ func FuzzAppendKey(f *testing.F) {
 		}
 		parts := fuzzKeyParts(spec, headerA, headerB)
 		clientCfg := &config.ClientIP{Source: config.ClientIPSource(ipSource % 4), TrustedHops: hops % 64, Header: headerA}
+		if ipSource >= 128 {
+			// The ordered form: xff, then headerA, then the peer, rotated.
+			all := []config.ClientIPFrom{{Kind: config.ClientIPXFF}, {Kind: config.ClientIPHeader, Header: headerA}, {Kind: config.ClientIPPeer}}
+			n := int(ipSource) % 3
+			clientCfg.Sources = append(all[n:], all[:n]...)
+		}
 		prefix := []byte("prefix/")
 
 		r := &requestInfo{host: host}
@@ -93,9 +113,11 @@ func FuzzAppendKey(f *testing.F) {
 		if !bytes.HasPrefix(key, prefix) {
 			t.Fatalf("key %q lost the caller's prefix", key)
 		}
-		// On a missing part the returned buffer may hold a partial key: the
-		// caller keeps it only to reuse its capacity.
+		// A missing part leaves the caller's buffer as it came.
 		if !ok {
+			if !bytes.Equal(key, prefix) {
+				t.Fatalf("a missing part left %q", key)
+			}
 			if override != "" {
 				t.Fatalf("a missing part still gave override value %q", override)
 			}
@@ -113,8 +135,9 @@ func FuzzAppendKey(f *testing.F) {
 		}
 
 		// Real header values cannot hold NUL, so only then is the key
-		// guaranteed to split back into its parts.
-		if strings.ContainsRune(headerBlob+sourceAddress+route, 0) || len(parts) == 0 {
+		// guaranteed to split back into its parts; a decoded query value
+		// may hold one (%00), and may be empty.
+		if strings.ContainsRune(headerBlob+sourceAddress+route, 0) || len(parts) == 0 || hasKind(parts, config.KeyQuery) {
 			return
 		}
 		fields := strings.Split(string(key[len(prefix):]), string(rune(keySeparator)))
@@ -143,6 +166,14 @@ func FuzzAppendKey(f *testing.F) {
 				if v != route {
 					t.Fatalf("route part %q, want %q", v, route)
 				}
+			case config.KeyPathSegment:
+				if strings.ContainsAny(v, "/?") {
+					t.Fatalf("path segment %q holds a separator", v)
+				}
+			case config.KeyClientIPMasked:
+				if pfx, err := netip.ParsePrefix(v); err != nil || pfx.Masked() != pfx {
+					t.Fatalf("masked client part %q is not a masked prefix (%v)", v, err)
+				}
 			case config.KeyCluster:
 				if v != reverse(route) {
 					t.Fatalf("cluster part %q, want %q", v, reverse(route))
@@ -153,6 +184,15 @@ func FuzzAppendKey(f *testing.F) {
 			t.Fatalf("override value %q, want part %d %q", override, overrideBy, fields[overrideBy])
 		}
 	})
+}
+
+func hasKind(parts []config.KeyPart, k config.KeyKind) bool {
+	for _, p := range parts {
+		if p.Kind == k {
+			return true
+		}
+	}
+	return false
 }
 
 func reverse(s string) string {

@@ -221,6 +221,23 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 			arena, t, rate, ok = h.appendExternal(arena)
 		} else {
 			arena, overrideValue, ok = info.appendKey(arena, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
+			if ok && l.cfg.OverrideCIDRs != nil {
+				overrideValue = l.cfg.OverrideCIDRs.Resolve(overrideValue)
+			}
+			if ok && l.cfg.OverrideActions != nil {
+				// Unlimited and blocked values have no table of their own,
+				// so they are settled before the value becomes a rate's.
+				if v, done := h.overrideAction(l, overrideValue, now); done {
+					arena = arena[:start]
+					if v != verdictAllow {
+						return v
+					}
+					continue
+				}
+			}
+			// From here the override value is the configuration's own
+			// string (or ""), never the request's bytes, which the host
+			// may reuse once the callback returns.
 			t, rate, overrideValue = l.table(overrideValue)
 		}
 		key := arena[start:]

@@ -44,6 +44,10 @@ func (vm *VM) NewPlugin() *Plugin {
 func (p *Plugin) Begin(h *Stream, id uint32) {
 	*h = Stream{gen: h.gen + 1}
 	h.plugin, h.id, h.info.host = p, id, p.host.Stream
+	h.info.scratch = &p.matchScratch
+	if p.cfg != nil {
+		h.info.clientCfg = &p.cfg.ClientIP
+	}
 	h.tickets = h.ticketBuf[:0]
 }
 
@@ -72,6 +76,8 @@ type Plugin struct {
 	// Scratch reused by every request of this worker; a VM runs one
 	// callback at a time.
 	keyBuf []byte
+	// matchScratch holds a decoded query value while a condition reads it.
+	matchScratch []byte
 	// respHeaders and respBuf render rate-limit headers on allowed
 	// responses without allocating.
 	respHeaders [][2]string
@@ -171,6 +177,12 @@ func matchNeedsOf(m *config.Match) requestNeeds {
 	}
 	if m.Routes != nil {
 		n |= needRoute
+	}
+	if m.Query != nil || m.PathRegex != nil {
+		n |= needPath
+	}
+	if m.Not != nil {
+		n |= matchNeedsOf(m.Not)
 	}
 	return n
 }

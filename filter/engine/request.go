@@ -33,6 +33,12 @@ type requestInfo struct {
 	clientIPLoaded bool
 	clientIP       string
 	clientIPOK     bool
+
+	// clientCfg is the plugin's client_ip, for match conditions.
+	clientCfg  *config.ClientIP
+	clientAddr clientAddrCache
+	// scratch is the worker's buffer for decoded query values.
+	scratch *[]byte
 }
 
 // requestNeeds says which parts of a request something reads.
@@ -144,6 +150,10 @@ func (r *requestInfo) client(cfg *config.ClientIP) (string, bool) {
 		return r.clientIP, r.clientIPOK
 	}
 	r.clientIPLoaded = true
+	if len(cfg.Sources) > 0 {
+		r.clientIP, r.clientIPOK = r.clientFromSources(cfg)
+		return r.clientIP, r.clientIPOK
+	}
 	switch cfg.Source {
 	case config.ClientIPHeader:
 		if v, ok := r.header(cfg.Header); ok {
@@ -204,7 +214,7 @@ func (r *requestInfo) RequestHeader(name string) (string, bool) { return r.heade
 // some match needs. Header matches read through Header, which loads the
 // header map on first use.
 func (r *requestInfo) matchRequest(needs requestNeeds) config.Request {
-	req := config.Request{Header: r}
+	req := config.Request{Header: r, Extra: r}
 	if needs&needPath != 0 {
 		req.Path = r.pseudo(needPath)
 	}
@@ -225,12 +235,18 @@ func (r *requestInfo) matchRequest(needs requestNeeds) config.Request {
 const keySeparator = '\x00'
 
 // appendKey appends the composite key of parts to dst. ok is false when a
-// part is missing: an absent or empty header, an unknown client address,
-// route or cluster. An empty parts list is the single global bucket and
-// always ok.
+// part is missing: an absent or empty header or cookie, an absent query
+// parameter (a present, empty one is an empty value), a path with fewer
+// segments, an unknown client address, route or cluster; dst is then
+// returned as it came. An empty parts list is the single global bucket
+// and always ok.
 // overrideValue is the value of parts[overrideBy], for tier lookups.
 func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *config.ClientIP, overrideBy int) (key []byte, overrideValue string, ok bool) {
+	orig := len(dst)
 	for i, p := range parts {
+		if i > 0 {
+			dst = append(dst, keySeparator)
+		}
 		var v string
 		switch p.Kind {
 		case config.KeyClientIP:
@@ -249,21 +265,49 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 			v, ok = r.pseudo(needMethod), true
 		case config.KeyHost:
 			v, ok = strings.ToLower(r.pseudo(needHost)), true
+		case config.KeyCookie:
+			v, ok = r.cookie(p.Name)
+		case config.KeyPathSegment:
+			v, ok = pathSegment(r.pathOnly(), p.Segment)
+		case config.KeyQuery, config.KeyClientIPMasked:
+			// These decode or mask into dst rather than slicing a value.
+			start := len(dst)
+			if dst, ok = r.appendDerived(dst, p, clientCfg); !ok {
+				return dst[:orig], "", false
+			}
+			if i == overrideBy {
+				overrideValue = string(dst[start:])
+			}
+			continue
 		default:
 			ok = false
 		}
 		if !ok || v == "" {
-			return dst, "", false
+			return dst[:orig], "", false
 		}
 		if i == overrideBy {
 			overrideValue = v
 		}
-		if i > 0 {
-			dst = append(dst, keySeparator)
-		}
 		dst = append(dst, v...)
 	}
 	return dst, overrideValue, true
+}
+
+// appendDerived appends the value of a query or masked client address
+// part, which exist only once decoded or masked.
+func (r *requestInfo) appendDerived(dst []byte, p config.KeyPart, clientCfg *config.ClientIP) ([]byte, bool) {
+	if p.Kind == config.KeyQuery {
+		q, ok := rawQuery(r.pseudo(needPath))
+		if !ok {
+			return dst, false
+		}
+		return appendQueryValue(dst, q, p.Name)
+	}
+	ip, ok := r.client(clientCfg)
+	if !ok {
+		return dst, false
+	}
+	return appendMaskedIP(dst, ip, p.V4Bits, p.V6Bits)
 }
 
 // Property paths read on the request path.

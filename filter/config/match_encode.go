@@ -1,0 +1,53 @@
+package config
+
+// wireMatchExtra is the JSON of the conditions in match_more.go.
+type wireMatchExtra struct {
+	ClientCIDRs []string         `json:"client_cidrs,omitempty"`
+	Query       []wireQueryMatch `json:"query,omitempty"`
+	PathRegex   *string          `json:"path_regex,omitempty"`
+	Not         *wireMatch       `json:"not,omitempty"`
+}
+
+type wireQueryMatch struct {
+	Name string `json:"name"`
+	wireValueCondition
+}
+
+// wireValueCondition is the one comparison of a headers or query entry.
+type wireValueCondition struct {
+	Value    *string `json:"value,omitempty"`
+	Prefix   *string `json:"prefix,omitempty"`
+	Suffix   *string `json:"suffix,omitempty"`
+	Contains *string `json:"contains,omitempty"`
+	Regex    *string `json:"regex,omitempty"`
+	Present  *bool   `json:"present,omitempty"`
+}
+
+func wireValueConditionOf(hasValue bool, op ValueOp, operand string, present bool) wireValueCondition {
+	var w wireValueCondition
+	if !hasValue {
+		w.Present = &present
+		return w
+	}
+	dst := [...]**string{&w.Value, &w.Prefix, &w.Suffix, &w.Contains, &w.Regex}[op]
+	*dst = &operand
+	return w
+}
+
+func wireMatchMore(m *Match, w *wireMatch) {
+	if m.ClientCIDRs != nil {
+		for _, p := range m.ClientCIDRs.Prefixes {
+			w.ClientCIDRs = append(w.ClientCIDRs, p.String())
+		}
+	}
+	for _, q := range m.Query {
+		w.Query = append(w.Query, wireQueryMatch{Name: q.Name, wireValueCondition: wireValueConditionOf(q.HasValue, q.Op, q.Value, q.Present)})
+	}
+	if m.PathRegex != nil {
+		s := m.PathRegex.Source
+		w.PathRegex = &s
+	}
+	if m.Not != nil {
+		w.Not = wireMatchOf(m.Not)
+	}
+}

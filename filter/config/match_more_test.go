@@ -1,0 +1,35 @@
+package config
+
+func init() {
+	badCases = append(badCases, matchMoreBadCases...)
+	goodConfigs = append(goodConfigs,
+		`{"limits": [{"name": "a", "requests_per_second": 1, "match": {"not": {"client_cidrs": ["10.0.0.0/8", "2001:db8::/32", "192.0.2.1"]}}}]}`,
+		`{"limits": [{"name": "a", "requests_per_second": 1, "match": {"path_prefix": "/api", "path_regex": "/api/v[0-9]+/.*",
+		  "headers": [{"name": "x-a", "prefix": "p"}, {"name": "x-b", "suffix": "s"}, {"name": "x-c", "contains": "c"}, {"name": "x-d", "regex": "(?i)bot.*"}],
+		  "query": [{"name": "a", "value": ""}, {"name": "b", "present": false}, {"name": "c", "prefix": "x"}, {"name": "d", "regex": "[0-9]+"}],
+		  "not": {"headers": [{"name": "x-plan", "value": "internal"}], "not": {"methods": ["GET"]}}}}]}`,
+	)
+}
+
+var matchMoreBadCases = []badCase{
+	{name: "bad path regex", in: lim(`, "match": {"path_regex": "/a(b"}`),
+		want: []string{`limits[0].match.path_regex: invalid regex "/a(b": missing closing )`}, schemaAccepts: true},
+	{name: "bad header regex in not", in: lim(`, "match": {"not": {"headers": [{"name": "x", "regex": "*"}]}}`),
+		want: []string{`limits[0].match.not.headers[0].regex: invalid regex "*": missing argument to repetition operator`}, schemaAccepts: true},
+	{name: "header two comparisons", in: lim(`, "match": {"headers": [{"name": "x", "prefix": "a", "regex": "b"}]}`),
+		want: []string{"limits[0].match.headers[0].regex: cannot be combined with prefix"}},
+	{name: "header empty prefix", in: lim(`, "match": {"headers": [{"name": "x", "contains": ""}]}`),
+		want: []string{"limits[0].match.headers[0].contains: must not be empty; it would match every value"}},
+	{name: "query entry without comparison", in: lim(`, "match": {"query": [{"name": "a"}, {"name": "a b", "value": "1"}, {"value": "1"}, {"name": "c", "suffix": "x"}]}`),
+		want: []string{"limits[0].match.query[0]: one of value, prefix, regex or present is required",
+			`limits[0].match.query[1].name: invalid query parameter name "a b": want printable ASCII without space, & or =`,
+			"limits[0].match.query[2].name: required", "limits[0].match.query[3]: one of value, prefix, regex or present is required",
+			"limits[0].match.query[3].suffix: unknown field"}},
+	{name: "bad cidrs", in: lim(`, "match": {"client_cidrs": ["10.0.0.0/33", "fe80::1%eth0", "::ffff:1.2.3.4/64", 5]}`),
+		want: []string{`limits[0].match.client_cidrs[0]: "10.0.0.0/33" is not a CIDR such as 10.0.0.0/8 or 2001:db8::/32`,
+			`limits[0].match.client_cidrs[1]: "fe80::1%eth0": a zone is not allowed in a CIDR`,
+			`limits[0].match.client_cidrs[2]: "::ffff:1.2.3.4/64": an IPv4-mapped prefix must be at least /96`,
+			"limits[0].match.client_cidrs[3]: must be a string"}},
+	{name: "empty cidrs", in: lim(`, "match": {"client_cidrs": []}`), want: []string{"limits[0].match.client_cidrs: " + anyIfOmitted}},
+	{name: "not unknown field", in: lim(`, "match": {"not": {"paths": ["/x"]}}`), want: []string{"limits[0].match.not.paths: unknown field"}},
+}

@@ -1,0 +1,222 @@
+package engine
+
+import (
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+)
+
+func TestQueryValue(t *testing.T) {
+	for _, tc := range []struct {
+		path, name, want string
+		found            bool
+	}{
+		{"/a?user=bob", "user", "bob", true},
+		{"/a?x=1&user=b%20o+b&y", "user", "b o b", true},
+		{"/a?user=a&user=b&user=", "user", "a,b,", true}, // joined in order, as headers
+		{"/a?user=", "user", "", true},                   // present and empty
+		{"/a?user", "user", "", true},
+		{"/a?users=x&use=y", "user", "", false},
+		{"/a", "user", "", false},
+		{"/a?u%73er=1", "user", "1", true},       // the name is decoded too
+		{"/a?user=%zz%4", "user", "%zz%4", true}, // broken escapes kept literally
+		{"/a?user=%E2%82%AC", "user", "€", true},
+		{"/a?user=a=b", "user", "a=b", true},
+		{"/a?&&user=1&&", "user", "1", true},
+		{"/a?q=1?user=2", "user", "", false},
+		{"/a?a+b=1", "a b", "1", true},
+	} {
+		q, ok := rawQuery(tc.path)
+		got, found := appendQueryValue(nil, q, tc.name)
+		if !ok && tc.found {
+			t.Fatalf("%s: no query", tc.path)
+		}
+		if string(got) != tc.want || found != tc.found {
+			t.Errorf("%s %s: %q %v, want %q %v", tc.path, tc.name, got, found, tc.want, tc.found)
+		}
+	}
+}
+
+func TestCookieValue(t *testing.T) {
+	for _, tc := range []struct {
+		header, name, want string
+		found              bool
+	}{
+		{"sid=abc", "sid", "abc", true},
+		{"a=1; sid=abc; b=2", "sid", "abc", true},
+		{"sid=first; sid=second", "sid", "first", true},
+		{`sid="quoted"`, "sid", "quoted", true},
+		{"xsid=1; sidx=2", "sid", "", false},
+		{";;; sid ; =x; sid=ok", "sid", "ok", true}, // broken pairs are skipped
+		{"sid=", "sid", "", true},
+		{"SID=1", "sid", "", false}, // names are case-sensitive
+		{"", "sid", "", false},
+	} {
+		got, found := cookieValue(tc.header, tc.name)
+		if got != tc.want || found != tc.found {
+			t.Errorf("%q %s: %q %v, want %q %v", tc.header, tc.name, got, found, tc.want, tc.found)
+		}
+	}
+}
+
+func TestPathSegment(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		n    int
+		want string
+		ok   bool
+	}{
+		{"/api/v1/users", 1, "api", true},
+		{"/api/v1/users", 3, "users", true},
+		{"/api/v1/users", 4, "", false},
+		{"//api//v1/", 2, "v1", true}, // doubled slashes move no request
+		{"/", 1, "", false},
+		{"", 1, "", false},
+		{"api", 1, "api", true},
+	} {
+		got, ok := pathSegment(tc.path, tc.n)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%q %d: %q %v, want %q %v", tc.path, tc.n, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestMaskedIP(t *testing.T) {
+	for _, tc := range []struct {
+		ip     string
+		v4, v6 uint8
+		want   string
+		ok     bool
+	}{
+		{"192.0.2.77", 24, 56, "192.0.2.0/24", true},
+		{"192.0.2.77", 32, 128, "192.0.2.77/32", true},
+		{"192.0.2.77", 0, 0, "0.0.0.0/0", true},
+		{"10.255.255.255", 9, 0, "10.128.0.0/9", true},
+		{"2001:db8:1:2:3::1", 24, 56, "2001:db8:1::/56", true},
+		{"fe80::1%eth0", 24, 64, "fe80::/64", true},
+		{"::ffff:192.0.2.77", 24, 56, "192.0.2.0/24", true},
+		{"not-an-ip", 24, 56, "", false},
+	} {
+		got, ok := appendMaskedIP(nil, tc.ip, tc.v4, tc.v6)
+		if string(got) != tc.want || ok != tc.ok {
+			t.Errorf("%s /%d /%d: %q %v, want %q %v", tc.ip, tc.v4, tc.v6, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestNormalizeIPDropsZone(t *testing.T) {
+	for _, in := range []string{"fe80::1%eth0", "[fe80::1%25x]:80", "fe80::1"} {
+		if got, ok := normalizeIP(in); !ok || got != "fe80::1" {
+			t.Errorf("normalizeIP(%q) = %q %v, want fe80::1", in, got, ok)
+		}
+	}
+}
+
+// TestRequestKeyPartsAllocateNothing: the hot path builds these keys in the
+// caller's arena.
+func TestRequestKeyPartsAllocateNothing(t *testing.T) {
+	host := &fakeHost{
+		headers: [][2]string{{":path", "/api/v1/users?page=2&user=b%20ob&user=x"}, {"cookie", "a=1; sid=s9"}},
+		props:   map[string]string{"source.address": "192.0.2.77:4000"},
+	}
+	parts := []config.KeyPart{{Kind: config.KeyQuery, Name: "user"}, {Kind: config.KeyCookie, Name: "sid"},
+		{Kind: config.KeyPathSegment, Segment: 2}, {Kind: config.KeyClientIPMasked, V4Bits: 24, V6Bits: 56}}
+	cfg := &config.ClientIP{}
+	buf := make([]byte, 0, 256)
+	want := "b ob,x\x00s9\x00v1\x00192.0.2.0/24"
+	r := &requestInfo{host: host}
+	if key, _, ok := r.appendKey(buf, parts, cfg, -1); !ok || string(key) != want {
+		t.Fatalf("key %q %v, want %q", key, ok, want)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		r.appendKey(buf[:0], parts, cfg, -1)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per key", allocs)
+	}
+}
+
+// FuzzQueryValue checks the scanner against net/url wherever net/url
+// accepts the query, and that hostile queries never panic.
+func FuzzQueryValue(f *testing.F) {
+	f.Add("a=1&b=2&a=3", "a")
+	f.Add("a=%zz&a=%4&a", "a")
+	f.Add("x+y=1%2B1", "x y")
+	f.Add(strings.Repeat("k=v&", 1000), "k")
+	f.Fuzz(func(t *testing.T, query, name string) {
+		got, found := appendQueryValue(nil, query, name)
+		if strings.ContainsRune(query, ';') {
+			return // net/url rejects what this scanner treats as value text
+		}
+		want, err := url.ParseQuery(query)
+		if err != nil {
+			return
+		}
+		vs, present := want[name]
+		if found != present || (present && string(got) != strings.Join(vs, ",")) {
+			t.Fatalf("query %q name %q: %q %v, net/url %q %v", query, name, got, found, vs, present)
+		}
+	})
+}
+
+// FuzzCookieValue checks that any header yields either nothing or a slice
+// of itself, and that a well-formed pair put first is always found.
+func FuzzCookieValue(f *testing.F) {
+	f.Add("a=1; b=2", "b", "v")
+	f.Add(";;=;  =x; \"", "x", "")
+	f.Add(strings.Repeat("c=1; ", 1000), "c", "9")
+	f.Fuzz(func(t *testing.T, header, name, value string) {
+		if got, ok := cookieValue(header, name); ok && !strings.Contains(header, got) {
+			t.Fatalf("value %q is not from %q", got, header)
+		}
+		if name == "" || strings.ContainsAny(name+value, "=;\"") || strings.TrimSpace(name) != name || strings.TrimSpace(value) != value {
+			return
+		}
+		if got, ok := cookieValue(name+"="+value+"; "+header, name); !ok || got != value {
+			t.Fatalf("leading %s=%s in %q: got %q %v", name, value, header, got, ok)
+		}
+	})
+}
+
+// TestNewMatchesAllocateNothing: a 1,000-prefix CIDR set, a header regex,
+// a query condition, a path regex and a not are all checked without
+// allocating once the request's data is loaded.
+func TestNewMatchesAllocateNothing(t *testing.T) {
+	var cidrs strings.Builder
+	for i := range 1000 {
+		if i > 0 {
+			cidrs.WriteByte(',')
+		}
+		cidrs.WriteString(`"172.` + strconv.Itoa(16+i/256) + `.` + strconv.Itoa(i%256) + `.0/24"`)
+	}
+	cfg, err := config.Parse([]byte(`{"limits":[{"name":"a","requests_per_second":1,"match":{
+		"not":{"client_cidrs":[` + cidrs.String() + `]},
+		"headers":[{"name":"x-tenant","regex":"t[0-9]+"}],
+		"query":[{"name":"user","prefix":"b"}],
+		"path_regex":"/api/.*"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := &fakeHost{
+		headers: [][2]string{{":path", "/api/items?user=b%20ob"}, {"x-tenant", "t1"}},
+		props:   map[string]string{"source.address": "10.1.2.3:4000"},
+	}
+	var scratch []byte
+	r := &requestInfo{host: host, clientCfg: &cfg.ClientIP, scratch: &scratch}
+	m := &cfg.Limits[0].Match
+	req := r.matchRequest(needPath | needHeaderMap)
+	if !m.Matches(req) {
+		t.Fatal("the request does not match")
+	}
+	if allocs := testing.AllocsPerRun(100, func() { m.Matches(req) }); allocs != 0 {
+		t.Fatalf("%v allocations per match", allocs)
+	}
+	host.props["source.address"] = "172.19.231.9:1"
+	exempt := &requestInfo{host: host, clientCfg: &cfg.ClientIP, scratch: &scratch}
+	if m.Matches(exempt.matchRequest(needPath | needHeaderMap)) {
+		t.Fatal("a client in the last listed prefix is not exempt")
+	}
+}

@@ -1,0 +1,112 @@
+package engine
+
+import "strings"
+
+// The query string is never parsed into a map: a key part scans the raw
+// query for its one parameter and decodes the value straight into the key
+// arena, so a request whose limits read no parameter pays nothing, and one
+// that does allocates nothing. Each scan is linear in the query, however
+// many parameters or repeats a client sends.
+
+// rawQuery is the :path after the first '?', or "" with ok false.
+func rawQuery(path string) (string, bool) {
+	i := strings.IndexByte(path, '?')
+	if i < 0 {
+		return "", false
+	}
+	return path[i+1:], true
+}
+
+// appendQueryValue appends the decoded value of parameter name in query to
+// dst. Repeated occurrences are joined with ',' in order, as repeated
+// headers are. found is false when the parameter does not occur; a
+// parameter given without '=' or with an empty value is found and empty.
+func appendQueryValue(dst []byte, query, name string) (out []byte, found bool) {
+	for query != "" {
+		var param string
+		if i := strings.IndexByte(query, '&'); i >= 0 {
+			param, query = query[:i], query[i+1:]
+		} else {
+			param, query = query, ""
+		}
+		if param == "" {
+			continue // "a=1&&b=2" holds no empty-named parameter
+		}
+		k, v, _ := strings.Cut(param, "=")
+		if !queryComponentEquals(k, name) {
+			continue
+		}
+		if found {
+			dst = append(dst, ',')
+		}
+		found = true
+		dst = appendQueryUnescaped(dst, v)
+	}
+	return dst, found
+}
+
+// appendQueryUnescaped decodes one query component as HTML forms encode
+// it: '+' is a space and %XX a byte. An invalid escape is kept literally,
+// so a broken escape is a value of its own rather than an error that
+// would drop the key.
+func appendQueryUnescaped(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch c {
+		case '+':
+			c = ' '
+		case '%':
+			if b, ok := unhexPair(s, i+1); ok {
+				c = b
+				i += 2
+			}
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// queryComponentEquals reports whether the raw component s decodes to want,
+// without decoding into memory.
+func queryComponentEquals(s, want string) bool {
+	j := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch c {
+		case '+':
+			c = ' '
+		case '%':
+			if b, ok := unhexPair(s, i+1); ok {
+				c = b
+				i += 2
+			}
+		}
+		if j >= len(want) || want[j] != c {
+			return false
+		}
+		j++
+	}
+	return j == len(want)
+}
+
+// unhexPair decodes the two hex digits at s[i:i+2].
+func unhexPair(s string, i int) (byte, bool) {
+	if i+1 >= len(s) {
+		return 0, false
+	}
+	hi, ok1 := unhex(s[i])
+	lo, ok2 := unhex(s[i+1])
+	return hi<<4 | lo, ok1 && ok2
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}

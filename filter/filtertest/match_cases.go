@@ -1,0 +1,101 @@
+package filtertest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func init() { Cases = append(Cases, matchCases...) }
+
+// thousandCIDRs lists 1,000 /24s of 10.0.0.0/8 (10.0.0.0/24 … 10.3.231.0/24)
+// plus an IPv6 prefix, for an exemption list of realistic size.
+func thousandCIDRs() string {
+	var b strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&b, `"10.%d.%d.0/24",`, i/256, i%256)
+	}
+	b.WriteString(`"2001:db8:1::/48"`)
+	return b.String()
+}
+
+var matchCases = []Case{
+	{
+		Name: "not client_cidrs exempts listed clients; unknown and mapped addresses are handled",
+		Config: `{"client_ip":{"source":"xff","trusted_hops":1},"limits":[{"name":"ext","key":[],"requests_per_second":1,"burst":0,
+			"match":{"not":{"client_cidrs":[` + thousandCIDRs() + `]}}}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"outside uses the bucket", from("192.0.2.1:1", get("/")), true},
+				{"outside again", from("192.0.2.2:1", get("/")), false},
+				{"the last listed /24", from("10.3.231.200:1", get("/")), true},
+				{"again, exempt", from("10.3.231.1:1", get("/")), true},
+				{"just past the list", from("10.3.232.1:1", get("/")), false},
+				{"IPv4-mapped inside", get("/").with("x-forwarded-for", "::ffff:10.0.5.1"), true},
+				{"with a port inside", get("/").with("x-forwarded-for", "10.0.5.1:8080"), true},
+				{"IPv6 inside, zoned", get("/").with("x-forwarded-for", "[2001:db8:1::7%eth0]:443"), true},
+				{"IPv6 outside", from("[2001:db8:2::1]:1", get("/")), false},
+				// An unparsable XFF falls back to the peer; an unparsable peer
+				// is no address, in no CIDR, so it is limited.
+				{"garbage XFF, outside peer", from("192.0.2.3:1", get("/").with("x-forwarded-for", "10.0.0.1x")), false},
+				{"no address at all", from("unix:/tmp/s", get("/")), false},
+			})
+		},
+	},
+	{
+		Name: "header prefix, suffix, contains and regex match the whole joined value",
+		Config: `{"limits":[
+			{"name":"pre","key":[],"requests_per_second":1,"burst":0,"match":{"headers":[{"name":"x-a","prefix":"app/"}]}},
+			{"name":"suf","key":[],"requests_per_second":1,"burst":0,"match":{"headers":[{"name":"x-a","suffix":".json"}]}},
+			{"name":"has","key":[],"requests_per_second":1,"burst":0,"match":{"headers":[{"name":"x-a","contains":"beta"}]}},
+			{"name":"bot","key":[],"requests_per_second":1,"burst":0,"match":{"headers":[{"name":"user-agent","regex":"(?i).*bot.*"}]}},
+			{"name":"ver","key":[],"requests_per_second":1,"burst":0,"match":{"headers":[{"name":"x-v","regex":"v[0-9]+"}]}}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"prefix", get("/").with("x-a", "app/x"), true},
+				{"prefix again", get("/").with("x-a", "app/y"), false},
+				{"suffix", get("/").with("x-a", "y.json"), true},
+				{"suffix again", get("/").with("x-a", "z.json"), false},
+				{"contains", get("/").with("x-a", "is-beta-1"), true},
+				{"contains again", get("/").with("x-a", "beta"), false},
+				{"regex, any case", get("/").with("user-agent", "GoogleBot/2"), true},
+				{"regex again", get("/").with("user-agent", "a robot"), false},
+				{"full match: v12 matches", get("/").with("x-v", "v12"), true},
+				{"v12 again", get("/").with("x-v", "v7"), false},
+				// Anchored: "xv1" and "v1x" do not match, so they are not limited.
+				{"not a full match", get("/").with("x-v", "xv1"), true},
+				{"not a full match either", get("/").with("x-v", "v1x"), true},
+				{"repeated header joined: v1,v2 is no version", get("/").with("x-v", "v1").with("x-v", "v2"), true},
+				{"absent header matches no comparison", get("/"), true},
+			})
+		},
+	},
+	{
+		Name: "path_regex and query conditions; not combines with the others",
+		Config: `{"limits":[
+			{"name":"users","key":[],"requests_per_second":1,"burst":0,"match":{"path_regex":"/api/v[0-9]+/users(/[^/]+)?"}},
+			{"name":"debug","key":[],"requests_per_second":1,"burst":0,"match":{"query":[{"name":"debug","value":"1"},{"name":"token","present":false}]}},
+			{"name":"search","key":[],"requests_per_second":1,"burst":0,"match":{"query":[{"name":"q","regex":"[a-z]{3,}"}]}},
+			{"name":"api","key":[],"requests_per_second":1,"burst":0,"match":{"path_prefix":"/svc","not":{"headers":[{"name":"x-plan","value":"internal"}]}}}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"users", get("/api/v1/users?x=/api/v2/users"), true},
+				{"users/id", get("/api/v22/users/7"), false},
+				{"regex is over the path only", get("/api/v1/usersX"), true},
+				{"debug=1", get("/x?debug=1"), true},
+				{"debug=%31 decodes to 1", get("/x?debug=%31"), false},
+				{"debug with a token is not matched", get("/x?debug=1&token=t"), true},
+				{"q=abc", get("/s?q=abc"), true},
+				{"q=a+bc decodes with a space: no match", get("/s?q=a+bc"), true},
+				{"q=xyz", get("/s?q=xyz"), false},
+				{"/svc external", get("/svc"), true},
+				{"/svc external again", get("/svc/a"), false},
+				{"/svc internal is exempt", get("/svc").with("x-plan", "internal"), true},
+				{"/svc internal twice", get("/svc").with("x-plan", "internal"), true},
+			})
+		},
+	},
+}
