@@ -345,6 +345,12 @@ type Limit struct {
 	OnLimit OnLimit
 	// Shadow evaluates and counts but never rejects or delays.
 	Shadow bool
+	// Rollout is drawn per request (rollout.go); default FullRollout.
+	Rollout Rollout
+	// UpstreamHeadersWhenLimited are request headers added when a shadow
+	// or not enforced evaluation of the limit would have rejected the
+	// request; lowercase names.
+	UpstreamHeadersWhenLimited [][2]string
 	// Replaces holds indexes in Config.Limits of the limits this one
 	// disables when it matches (the most specific applies). Resolved and
 	// cycle-free.

@@ -89,17 +89,19 @@ func dur(d time.Duration) string { return d.String() }
 
 func (c *Config) wireLimit(l *Limit) wireLimit {
 	w := wireLimit{
-		Name:          l.Name,
-		Match:         wireMatchOf(&l.Match),
-		Key:           []string{},
-		Algorithm:     l.Algorithm.String(),
-		Cost:          l.Cost,
-		Mode:          l.Mode.String(),
-		OnMissingKey:  l.OnMissingKey.String(),
-		OnLimit:       wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
-		Shadow:        l.Shadow,
-		Slots:         l.Slots,
-		OverflowSlots: l.OverflowSlots,
+		Name:                       l.Name,
+		Match:                      wireMatchOf(&l.Match),
+		Key:                        []string{},
+		Algorithm:                  l.Algorithm.String(),
+		Cost:                       l.Cost,
+		Mode:                       l.Mode.String(),
+		OnMissingKey:               l.OnMissingKey.String(),
+		OnLimit:                    wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
+		Shadow:                     l.Shadow,
+		Rollout:                    wireRollout{l.Rollout.EnabledPercent, l.Rollout.EnforcedPercent},
+		Slots:                      l.Slots,
+		UpstreamHeadersWhenLimited: headerObject(l.UpstreamHeadersWhenLimited),
+		OverflowSlots:              l.OverflowSlots,
 	}
 	w.wireRate = wireRateOf(l.Rate, l.Algorithm)
 	if ch := l.CostHeader; ch != nil {
@@ -248,10 +250,18 @@ type wireLimit struct {
 	OnMissingKey     string              `json:"on_missing_key"`
 	OnLimit          wireOnLimit         `json:"on_limit"`
 	Shadow           bool                `json:"shadow"`
-	Replaces         []string            `json:"replaces,omitempty"`
-	Slots            int                 `json:"slots"`
+	Rollout          wireRollout         `json:"rollout"`
+	// UpstreamHeadersWhenLimited is nil, absent, when there are none.
+	UpstreamHeadersWhenLimited map[string]string `json:"upstream_headers_when_limited,omitempty"`
+	Replaces                   []string          `json:"replaces,omitempty"`
+	Slots                      int               `json:"slots"`
 	// OverflowSlots is 0, absent, when it is the default Slots/16.
 	OverflowSlots int `json:"overflow_slots,omitempty"`
+}
+
+type wireRollout struct {
+	EnabledPercent  float64 `json:"enabled_percent"`
+	EnforcedPercent float64 `json:"enforced_percent"`
 }
 
 type wireCost struct {

@@ -44,6 +44,7 @@ func TestParseLimitDefaults(t *testing.T) {
 		Instances:  1,
 		OnLimit:    OnLimit{Action: ActionReject, Status: 429},
 		Slots:      16384,
+		Rollout:    FullRollout,
 	}
 	if !reflect.DeepEqual(c.Limits, []Limit{want}) {
 		t.Errorf("got %+v\nwant %+v", c.Limits, []Limit{want})
@@ -162,6 +163,9 @@ func TestParseEverything(t *testing.T) {
 		{Name: "exact", Match: Match{Path: "/login"}, Key: []KeyPart{{Kind: KeyClientIP}}, Algorithm: FixedWindow,
 			Rate: Rate{Limit: 1, Window: time.Second}, Cost: 1, OverrideBy: -1, Mode: ModeGlobal,
 			FailurePolicy: FailLocal, Instances: 3, Shadow: true, OnLimit: OnLimit{Status: 420}, Slots: 16384},
+	}
+	for i := range wantLimits {
+		wantLimits[i].Rollout = FullRollout
 	}
 	if len(c.Limits) != len(wantLimits) {
 		t.Fatalf("got %d limits", len(c.Limits))

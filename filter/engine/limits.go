@@ -34,6 +34,7 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 			l.metrics.shadowLimited.Increment(1)
 			h.logRejection("shadow_limited", l, res)
 			h.dropCharge(l)
+			h.tellUpstream(l)
 		}
 	}
 }

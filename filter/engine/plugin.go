@@ -42,7 +42,8 @@ func (vm *VM) NewPlugin() *Plugin {
 // stream's calls and drops it from the waiters, and call callbacks also
 // compare the generation, which keeps counting up across reuse.
 func (p *Plugin) Begin(h *Stream, id uint32) {
-	*h = Stream{gen: h.gen + 1}
+	roll := h.roll[:0] // kept: its backing array serves the next stream
+	*h = Stream{gen: h.gen + 1, roll: roll}
 	h.plugin, h.id, h.info.host = p, id, p.host.Stream
 	h.tickets = h.ticketBuf[:0]
 }
@@ -85,6 +86,9 @@ type Plugin struct {
 	ccKeyBuf []byte
 	// lastBeat is the last concurrency heartbeat.
 	lastBeat time.Time
+
+	// rollouts is set when some limit has a partial rollout to draw.
+	rollouts bool
 
 	// idle is set when the configuration has no limit, breaker or
 	// concurrency limit: a request then skips the pipeline.
@@ -130,6 +134,7 @@ func (p *Plugin) configure(cfg *config.Config) error {
 			return err
 		}
 		p.limits = append(p.limits, l)
+		p.rollouts = p.rollouts || !l.rollout.full()
 		p.matchNeeds |= matchNeedsOf(&cfg.Limits[i].Match)
 	}
 	for i := range cfg.Breakers {
@@ -203,7 +208,8 @@ type limitRuntime struct {
 	// remote is nil for local limits.
 	remote *remoteLimit
 	// ext is set on the external block's limit only.
-	ext *externalRuntime
+	ext     *externalRuntime
+	rollout rollout
 	// tableSeen is what this worker's tables had counted at the last
 	// export, so only the delta is added to the shared counters.
 	tableSeen tableCounts
@@ -214,7 +220,7 @@ type limitRuntime struct {
 // against the limiter and the Redis scripts, so they are not expected.
 func newLimitRuntime(hc *host.Host, cfg *config.Limit, index int, ratePath string) (*limitRuntime, error) {
 	s := hc.Store
-	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(hc.Metrics, cfg.Name)}
+	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(hc.Metrics, cfg.Name), rollout: rolloutOf(cfg)}
 	l.metrics.cost = defineCostMetrics(hc.Metrics, cfg)
 	kinds := make([]string, len(cfg.Key))
 	for i, k := range cfg.Key {
