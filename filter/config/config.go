@@ -731,6 +731,8 @@ const (
 	BodyProblemJSON
 	// BodyNone sends an empty body.
 	BodyNone
+	// BodyTemplate renders Response.Templates (template.go).
+	BodyTemplate
 )
 
 func (b Body) String() string {
@@ -741,6 +743,8 @@ func (b Body) String() string {
 		return "problem+json"
 	case BodyNone:
 		return "none"
+	case BodyTemplate:
+		return "template"
 	}
 	return "unknown"
 }
@@ -754,6 +758,13 @@ type Response struct {
 	HeadersOnAllowed bool
 	// Body defaults to BodyJSON.
 	Body Body
+	// Templates are set with BodyTemplate.
+	Templates *Templates
+	// ReplyHeaders are added to every local reply; lowercase names.
+	ReplyHeaders [][2]string
+	// PlainGRPC (response.grpc false) answers gRPC requests with plain
+	// HTTP replies rather than trailers-only gRPC ones.
+	PlainGRPC bool
 }
 
 // Protocol is how the backend speaks Redis over HTTP.

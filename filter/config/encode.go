@@ -38,6 +38,16 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	}
 	w.Response.HeadersOnAllowed = c.Response.HeadersOnAllowed
 	w.Response.Body = c.Response.Body.String()
+	w.Response.ReplyHeaders = headerObject(c.Response.ReplyHeaders)
+	w.Response.GRPC = !c.Response.PlainGRPC
+	if t := c.Response.Templates; t != nil {
+		w.Response.Templates = map[string]string{"content_type": t.ContentType}
+		for k, tpl := range t.ByKind {
+			if tpl != nil {
+				w.Response.Templates[ReplyKind(k).String()] = tpl.Source
+			}
+		}
+	}
 	if b := c.Backend; b != nil {
 		w.Backend = &wireBackend{
 			Cluster: b.Cluster, Authority: b.Authority, Protocol: b.Protocol.String(), PathPrefix: b.PathPrefix,
@@ -329,6 +339,10 @@ type wireResponse struct {
 	Headers          []string `json:"headers"`
 	HeadersOnAllowed bool     `json:"headers_on_allowed"`
 	Body             string   `json:"body"`
+	// ReplyHeaders and Templates are nil, absent, when not configured.
+	ReplyHeaders map[string]string `json:"reply_headers,omitempty"`
+	Templates    map[string]string `json:"templates,omitempty"`
+	GRPC         bool              `json:"grpc"`
 }
 
 type wireBackend struct {

@@ -157,7 +157,7 @@ func (p *parser) config(root gjson.Result) *Config {
 			p.concurrency(cfg, o.path1("concurrency"), items)
 		}
 	}
-	if r := o.child("response", "headers", "headers_on_allowed", "body"); r != nil {
+	if r := o.child("response", "headers", "headers_on_allowed", "body", "reply_headers", "templates", "grpc"); r != nil {
 		cfg.Response = p.response(r)
 	}
 	return cfg

@@ -194,7 +194,7 @@ func TestParseEverything(t *testing.T) {
 			t.Errorf("breakers[%d] = %+v\nwant          %+v", i, c.Breakers[i], wantBreakers[i])
 		}
 	}
-	if want := (Response{Headers: HeadersRateLimit, Body: BodyProblemJSON}); c.Response != want {
+	if want := (Response{Headers: HeadersRateLimit, Body: BodyProblemJSON}); !reflect.DeepEqual(c.Response, want) {
 		t.Errorf("response = %+v, want %+v", c.Response, want)
 	}
 }
@@ -578,7 +578,7 @@ var badCases = []badCase{
 	{name: "unknown header family", in: `{"response": {"headers": ["x-ratelimit", "draft-7"]}}`,
 		want: []string{`response.headers[1]: unknown header family "draft-7"; want one of x-ratelimit, ratelimit, retry-after`}},
 	{name: "duplicate header family", in: `{"response": {"headers": ["ratelimit", "ratelimit"]}}`, want: []string{`response.headers[1]: duplicate header family "ratelimit"`}},
-	{name: "unknown body", in: `{"response": {"body": "xml"}}`, want: []string{`response.body: unknown value "xml"; want one of json, problem+json, none`}},
+	{name: "unknown body", in: `{"response": {"body": "xml"}}`, want: []string{`response.body: unknown value "xml"; want one of json, problem+json, none, template`}},
 	{name: "headers_on_allowed type", in: `{"response": {"headers_on_allowed": 1}}`, want: []string{"response.headers_on_allowed: must be a boolean"}},
 
 	// Several problems at once come back together, in document order.

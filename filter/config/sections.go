@@ -329,8 +329,9 @@ func (p *parser) response(o *object) Response {
 	if b, ok := o.boolean("headers_on_allowed"); ok {
 		r.HeadersOnAllowed = b
 	}
-	if i, ok := o.enum("body", "json", "problem+json", "none"); ok {
+	if i, ok := o.enum("body", "json", "problem+json", "none", "template"); ok {
 		r.Body = Body(i)
 	}
+	p.responseContract(o, &r)
 	return r
 }

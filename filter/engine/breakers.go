@@ -140,7 +140,7 @@ func (h *Stream) rejectOpen(b *breakerRuntime, scope string, d breaker.Decision)
 	b2 = append(b2, `,"retry_after":`...)
 	b2 = strconv.AppendInt(b2, retryAfterSeconds(d.RetryAfter), 10)
 	h.plugin.log.Info(string(append(b2, '}')))
-	h.sendLocal(b.cfg.Status, headers, ct, body)
+	h.reject(config.ReplyCircuitOpen, replyValues{upstream: scope, retryAfter: d.RetryAfter}, b.cfg.Status, headers, ct, body)
 }
 
 // reportBreakers reports the outcome of an admitted request to the

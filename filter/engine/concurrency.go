@@ -170,7 +170,7 @@ func (h *Stream) acquireConcurrency(now time.Time) bool {
 			h.releaseTickets()
 			c.logRejection("concurrency_limited", res)
 			ct, body := concurrencyLimitedBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)
-			h.sendLocal(c.cfg.Status, nil, ct, body)
+			h.reject(config.ReplyConcurrencyLimited, replyValues{limit: c.cfg.Name, maxInFlight: c.cfg.MaxInFlight}, c.cfg.Status, nil, ct, body)
 			return false
 		}
 	}

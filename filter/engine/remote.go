@@ -364,7 +364,7 @@ func (h *Stream) rejectBackendFailure(rr *remoteReq) verdict {
 	rr.l.metrics.limited.Increment(1)
 	h.logRejection("backend_unavailable", rr.l, limiter.Result{Limit: rr.k.Lim.Rate})
 	ct, body := rateLimitedBody(p.cfg.Response.Body, rr.l.cfg.Name, status, 0)
-	h.sendLocal(status, nil, ct, body)
+	h.reject(config.ReplyRateLimited, replyValues{limit: rr.l.cfg.Name, limitValue: rr.k.Lim.Rate, window: rr.l.cfg.Rate.Window}, status, nil, ct, body)
 	return verdictReject
 }
 
