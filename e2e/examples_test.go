@@ -253,7 +253,9 @@ func TestExampleBreaker(t *testing.T) {
 	}
 	prom := env.prometheus(t)
 	if metric(t, prom, `sluice_breaker_opens{sluice_breaker="flaky-backend"}`) != 1 ||
-		metric(t, prom, `sluice_breaker_state{sluice_breaker="flaky-backend"}`) != 1 {
+		metric(t, prom, `sluice_breaker_state{sluice_breaker="flaky-backend"}`) != 1 ||
+		// The per-cluster gauge, labelled through envoy.yaml's stats_tags.
+		metric(t, prom, `sluice_breaker_state{sluice_breaker_instance="backend",sluice_breaker="flaky-backend"}`) != 1 {
 		t.Fatalf("breaker metrics:\n%s", prom)
 	}
 }

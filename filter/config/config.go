@@ -762,6 +762,9 @@ type Response struct {
 	Templates *Templates
 	// ReplyHeaders are added to every local reply; lowercase names.
 	ReplyHeaders [][2]string
+	// NearLimitRatio: an admission leaving at most 1-NearLimitRatio of
+	// the capacity counts as near_limit; default DefaultNearLimitRatio.
+	NearLimitRatio float64
 	// PlainGRPC (response.grpc false) answers gRPC requests with plain
 	// HTTP replies rather than trailers-only gRPC ones.
 	PlainGRPC bool

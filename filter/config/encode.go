@@ -40,6 +40,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	w.Response.Body = c.Response.Body.String()
 	w.Response.ReplyHeaders = headerObject(c.Response.ReplyHeaders)
 	w.Response.GRPC = !c.Response.PlainGRPC
+	w.Response.NearLimitRatio = c.Response.NearLimitRatio
 	if t := c.Response.Templates; t != nil {
 		w.Response.Templates = map[string]string{"content_type": t.ContentType}
 		for k, tpl := range t.ByKind {
@@ -340,9 +341,10 @@ type wireResponse struct {
 	HeadersOnAllowed bool     `json:"headers_on_allowed"`
 	Body             string   `json:"body"`
 	// ReplyHeaders and Templates are nil, absent, when not configured.
-	ReplyHeaders map[string]string `json:"reply_headers,omitempty"`
-	Templates    map[string]string `json:"templates,omitempty"`
-	GRPC         bool              `json:"grpc"`
+	ReplyHeaders   map[string]string `json:"reply_headers,omitempty"`
+	Templates      map[string]string `json:"templates,omitempty"`
+	GRPC           bool              `json:"grpc"`
+	NearLimitRatio float64           `json:"near_limit_ratio"`
 }
 
 type wireBackend struct {

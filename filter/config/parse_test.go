@@ -20,7 +20,7 @@ func mustParse(t *testing.T, in string) *Config {
 func TestParseEmptyIsDefaults(t *testing.T) {
 	want := &Config{
 		ClientIP: ClientIP{Source: ClientIPPeer, TrustedHops: 1},
-		Response: Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true, Body: BodyJSON},
+		Response: Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true, Body: BodyJSON, NearLimitRatio: 0.8},
 	}
 	for _, in := range []string{"", "  \n\t", "{}", ` { } `, `{"limits": [], "breakers": []}`} {
 		got := mustParse(t, in)
@@ -194,7 +194,7 @@ func TestParseEverything(t *testing.T) {
 			t.Errorf("breakers[%d] = %+v\nwant          %+v", i, c.Breakers[i], wantBreakers[i])
 		}
 	}
-	if want := (Response{Headers: HeadersRateLimit, Body: BodyProblemJSON}); !reflect.DeepEqual(c.Response, want) {
+	if want := (Response{Headers: HeadersRateLimit, Body: BodyProblemJSON, NearLimitRatio: 0.8}); !reflect.DeepEqual(c.Response, want) {
 		t.Errorf("response = %+v, want %+v", c.Response, want)
 	}
 }

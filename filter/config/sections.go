@@ -302,7 +302,7 @@ func containsInt(ns []int, n int) bool {
 var headerFamilyNames = []string{"x-ratelimit", "ratelimit", "retry-after"}
 
 func (p *parser) response(o *object) Response {
-	r := Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true}
+	r := Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true, NearLimitRatio: DefaultNearLimitRatio}
 	if items, ok := o.array("headers", ""); ok {
 		r.Headers = 0
 		for i, item := range items {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"mime"
 	"strings"
+
+	"github.com/tidwall/gjson"
 )
 
 // ReplyKind is a kind of local reply the filter sends, each with its own
@@ -85,6 +87,10 @@ type Templates struct {
 
 // MaxTemplateSize bounds one template, in bytes.
 const MaxTemplateSize = 4096
+
+// DefaultNearLimitRatio is response.near_limit_ratio's default, as
+// envoyproxy/ratelimit's.
+const DefaultNearLimitRatio = 0.8
 
 // DefaultTemplateContentType is templates.content_type's default.
 const DefaultTemplateContentType = "application/json"
@@ -283,6 +289,13 @@ func (p *parser) responseContract(o *object, r *Response) {
 	}
 	if b, ok := o.boolean("grpc"); ok {
 		r.PlainGRPC = !b
+	}
+	if v, ok := o.fields["near_limit_ratio"]; ok {
+		if v.Type != gjson.Number || v.Num <= 0 || v.Num > 1 {
+			o.errorf("near_limit_ratio", "must be a number above 0 and at most 1, got %s", v.Raw)
+		} else {
+			r.NearLimitRatio = v.Num
+		}
 	}
 	if c := o.child("templates", templateFields...); c != nil {
 		r.Templates = p.templates(c)

@@ -15,7 +15,7 @@ func init() {
 func resp(fields string) string { return `{"response": {` + fields + `}}` }
 
 var templateGoodConfigs = []string{
-	resp(`"reply_headers": {"x-envoy-ratelimited": "true"}, "grpc": false`),
+	resp(`"reply_headers": {"x-envoy-ratelimited": "true"}, "grpc": false, "near_limit_ratio": 0.5`),
 	resp(`"body": "template", "templates": {"rate_limited": "{\"ok\": false, \"error\": {\"code\": \"{limit}\", \"retry\": {retry_after}}}"}`),
 	resp(`"body": "template", "templates": {"content_type": "text/plain; charset=utf-8", "circuit_open": "{upstream} is down {path}",
 	  "concurrency_limited": "{limit}: {max_in_flight}", "invalid_cost": "bad cost for {limit}", "missing_key": "no {header:x-tenant-id}"}`),
@@ -53,6 +53,10 @@ var templateBadCases = []badCase{
 	{name: "reply header with a NUL", in: resp(`"reply_headers": {"x-bad\u0000": "1", "x-v": "a\u0000"}`),
 		want: []string{`response.reply_headers["x-bad\x00"]: must be a header name (an RFC 9110 token of at most 256 characters)`,
 			`response.reply_headers.x-v: must be a header value: at most 4096 visible characters, spaces or tabs, without leading or trailing whitespace`}},
+	{name: "near limit ratio out of range", in: resp(`"near_limit_ratio": 0`),
+		want: []string{`response.near_limit_ratio: must be a number above 0 and at most 1, got 0`}},
+	{name: "near limit ratio above 1", in: resp(`"near_limit_ratio": 1.5`),
+		want: []string{`response.near_limit_ratio: must be a number above 0 and at most 1, got 1.5`}},
 	{name: "grpc not a boolean", in: resp(`"grpc": "yes"`), want: []string{`response.grpc: must be a boolean`}},
 }
 

@@ -21,6 +21,9 @@ type breakerRuntime struct {
 	log       host.Log
 	instances map[string]*breaker.Breaker
 	metrics   breakerMetrics
+	hm        host.Metrics
+	// states are the per-instance state gauges (observe.go).
+	states map[*breaker.Breaker]host.Gauge
 	// slowIsFailure makes a slow call count toward the consecutive-failure
 	// threshold when no failure rate is configured to weigh it against.
 	slowIsFailure bool
@@ -32,7 +35,8 @@ type breakerRuntime struct {
 const maxBreakerInstances = 1024
 
 func newBreakerRuntime(hc *host.Host, cfg *config.Breaker, index int) (*breakerRuntime, error) {
-	b := &breakerRuntime{cfg: cfg, store: hc.Store, log: hc.Log, instances: map[string]*breaker.Breaker{}, metrics: defineBreakerMetrics(hc.Metrics, cfg.Name)}
+	b := &breakerRuntime{cfg: cfg, store: hc.Store, log: hc.Log, instances: map[string]*breaker.Breaker{}, metrics: defineBreakerMetrics(hc.Metrics, cfg.Name),
+		hm: hc.Metrics, states: map[*breaker.Breaker]host.Gauge{}}
 	// Without a failure rate, a slow call counts as a failure of the
 	// consecutive trip; with one, the core measures its own rate.
 	b.slowIsFailure = cfg.FailureRate == nil && cfg.SlowCall != nil
@@ -60,20 +64,29 @@ func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
 		b.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
 	}
 	b.instances[scope] = br
+	b.states[br] = b.stateGauge(b.hm, scope)
 	return br
 }
 
-// recordTransition keeps the shared state gauge and counters in step.
-func (b *breakerRuntime) recordTransition(tr breaker.Transition) {
+// recordTransition keeps the shared and the instance's state gauges and
+// the counters in step.
+func (b *breakerRuntime) recordTransition(br *breaker.Breaker, tr breaker.Transition) {
+	var s breaker.State
 	switch tr {
 	case breaker.Opened, breaker.Reopened:
 		b.metrics.opens.Increment(1)
-		b.metrics.setState(breaker.Open)
+		s = breaker.Open
 	case breaker.Recovered:
 		b.metrics.closes.Increment(1)
-		b.metrics.setState(breaker.Closed)
+		s = breaker.Closed
 	case breaker.HalfOpened:
-		b.metrics.setState(breaker.HalfOpen)
+		s = breaker.HalfOpen
+	default:
+		return
+	}
+	b.metrics.setState(s)
+	if g := b.states[br]; g != nil {
+		g.Set(uint64(s))
 	}
 }
 
@@ -106,7 +119,7 @@ func (h *Stream) checkBreakers(now time.Time) bool {
 		if err != nil {
 			h.plugin.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
 		}
-		b.recordTransition(d.Transition)
+		b.recordTransition(br, d.Transition)
 		if !d.Allowed {
 			b.metrics.rejected.Increment(1)
 			h.releaseTickets()
@@ -190,7 +203,7 @@ func (h *Stream) reportBreakers() {
 		if err != nil {
 			h.plugin.log.Warnf("sluice: breaker %s: %v", t.b.cfg.Name, err)
 		}
-		t.b.recordTransition(tr)
+		t.b.recordTransition(t.br, tr)
 	}
 }
 

@@ -29,7 +29,7 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 		}
 		l.exportTableStats()
 		if res.Allowed {
-			l.metrics.allowed.Increment(1)
+			l.admitted(r.Table.Limit(), res)
 		} else {
 			l.metrics.shadowLimited.Increment(1)
 			h.logRejection("shadow_limited", l, res)

@@ -294,7 +294,7 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 		}
 		best := -1
 		for i, res := range results {
-			p.reqLim[i].metrics.allowed.Increment(1)
+			p.reqLim[i].admitted(p.reqs[i].Table.Limit(), res)
 			if best < 0 || res.Remaining < results[best].Remaining ||
 				(res.Remaining == results[best].Remaining && res.Limit < results[best].Limit) {
 				best = i

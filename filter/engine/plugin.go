@@ -153,6 +153,9 @@ func (p *Plugin) configure(cfg *config.Config) error {
 			return err
 		}
 	}
+	for _, l := range p.limits {
+		l.nearLeft = perMillionAll - int64(config.PerMillion(100*cfg.Response.NearLimitRatio))
+	}
 	p.idle = len(p.limits) == 0 && len(p.breakers) == 0 && len(p.concurrency) == 0
 	p.matched = make([]bool, len(p.limits))
 	p.applied = make([]bool, len(p.limits))
@@ -210,6 +213,9 @@ type limitRuntime struct {
 	// ext is set on the external block's limit only.
 	ext     *externalRuntime
 	rollout rollout
+	// nearLeft is 1 - response.near_limit_ratio in millionths: an
+	// admission leaving at most this share of the capacity is near_limit.
+	nearLeft int64
 	// tableSeen is what this worker's tables had counted at the last
 	// export, so only the delta is added to the shared counters.
 	tableSeen tableCounts
@@ -222,6 +228,7 @@ func newLimitRuntime(hc *host.Host, cfg *config.Limit, index int, ratePath strin
 	s := hc.Store
 	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(hc.Metrics, cfg.Name), rollout: rolloutOf(cfg)}
 	l.metrics.cost = defineCostMetrics(hc.Metrics, cfg)
+	defineRateGauges(hc.Metrics, cfg)
 	kinds := make([]string, len(cfg.Key))
 	for i, k := range cfg.Key {
 		kinds[i] = k.String()

@@ -332,20 +332,20 @@ func (h *Stream) finishRemote(now time.Time) verdict {
 		}
 	}
 	best, bestLim := limiter.Result{}, (*limitRuntime)(nil)
-	consider := func(l *limitRuntime, res limiter.Result) {
-		l.metrics.allowed.Increment(1)
+	consider := func(l *limitRuntime, lim limiter.Limit, res limiter.Result) {
+		l.admitted(lim, res)
 		if bestLim == nil || res.Remaining < best.Remaining || (res.Remaining == best.Remaining && res.Limit < best.Limit) {
 			best, bestLim = res, l
 		}
 	}
 	for i, res := range results {
-		consider(lims[i], res)
+		consider(lims[i], reqs[i].Table.Limit(), res)
 	}
 	for i := range h.remote {
 		rr := &h.remote[i]
 		switch rr.state {
 		case remoteAllowed:
-			consider(rr.l, rr.res)
+			consider(rr.l, rr.k.Lim, rr.res)
 		case remoteFailAllow:
 			rr.l.metrics.allowed.Increment(1)
 		}

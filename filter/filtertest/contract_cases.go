@@ -175,3 +175,57 @@ func wantGRPC(t *testing.T, resp Response, status, message string) {
 		t.Fatalf("content-type %q", got)
 	}
 }
+
+func init() { Cases = append(Cases, metricCases...) }
+
+var metricCases = []Case{
+	{
+		Name: "near_limit counts admissions leaving at most 20% of the capacity; capacity and refill gauges are set",
+		Config: `{"limits":[{"name":"l","key":[],"limit":10,"window":"1m","algorithm":"fixed_window"},
+			{"name":"tb","key":[],"requests_per_second":50,"burst":50,"match":{"path":"/tb"}}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			// Remaining after each: 9..0; near at 2, 1, 0.
+			if got := admitted(t, h, 10, func(int) Request { return get("/") }); got != 10 {
+				t.Fatalf("admitted %d", got)
+			}
+			wantCounter(t, h, "sluice.limit.l.near_limit", 3)
+			wantCounter(t, h, "sluice.limit.l.allowed", 10)
+			if c, r := h.Gauge(t, "sluice.limit.l.capacity"), h.Gauge(t, "sluice.limit.tb.capacity"); c != 10 || r != 100 {
+				t.Fatalf("capacity gauges %d and %d, want 10 and 100", c, r)
+			}
+			if r1, r2 := h.Gauge(t, "sluice.limit.l.refill_per_second"), h.Gauge(t, "sluice.limit.tb.refill_per_second"); r1 != 0 || r2 != 50 {
+				t.Fatalf("refill gauges %d and %d, want 0 (10/min rounds down) and 50", r1, r2)
+			}
+		},
+	},
+	{
+		Name:    "near_limit_ratio sets the share",
+		Config:  `{"limits":[{"name":"l","key":[],"limit":10,"window":"1m","algorithm":"fixed_window"}],"response":{"near_limit_ratio":0.5}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			admitted(t, h, 10, func(int) Request { return get("/") })
+			wantCounter(t, h, "sluice.limit.l.near_limit", 6)
+		},
+	},
+	{
+		Name:    "a breaker per cluster has a state gauge per cluster",
+		Config:  `{"breakers":[{"name":"b","failure_threshold":1,"open_timeout":"10s"}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			bad, good := get("/").status(503), get("/")
+			bad.Cluster, good.Cluster = "flaky", "steady"
+			h.Do(t, bad)
+			h.Do(t, good)
+			if s := h.Gauge(t, "sluice.breaker.b.flaky.state"); s != 1 {
+				t.Fatalf("flaky state %d, want 1 (open)", s)
+			}
+			if s := h.Gauge(t, "sluice.breaker.b.steady.state"); s != 0 {
+				t.Fatalf("steady state %d, want 0 (closed)", s)
+			}
+			if resp := h.Do(t, good); resp.Status != 200 {
+				t.Fatalf("steady cluster answered %d", resp.Status)
+			}
+		},
+	},
+}
