@@ -22,8 +22,8 @@ type breakerRuntime struct {
 	instances map[string]*breaker.Breaker
 	metrics   breakerMetrics
 	hm        host.Metrics
-	// states are the per-instance state gauges (observe.go).
-	states map[*breaker.Breaker]host.Gauge
+	// states are the per-instance state gauges and names (observe.go).
+	states map[*breaker.Breaker]breakerInstance
 	// slowIsFailure makes a slow call count toward the consecutive-failure
 	// threshold when no failure rate is configured to weigh it against.
 	slowIsFailure bool
@@ -36,7 +36,7 @@ const maxBreakerInstances = 1024
 
 func newBreakerRuntime(hc *host.Host, cfg *config.Breaker, index int) (*breakerRuntime, error) {
 	b := &breakerRuntime{cfg: cfg, store: hc.Store, log: hc.Log, instances: map[string]*breaker.Breaker{}, metrics: defineBreakerMetrics(hc.Metrics, cfg.Name),
-		hm: hc.Metrics, states: map[*breaker.Breaker]host.Gauge{}}
+		hm: hc.Metrics, states: map[*breaker.Breaker]breakerInstance{}}
 	// Without a failure rate, a slow call counts as a failure of the
 	// consecutive trip; with one, the core measures its own rate.
 	b.slowIsFailure = cfg.FailureRate == nil && cfg.SlowCall != nil
@@ -64,30 +64,35 @@ func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
 		b.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
 	}
 	b.instances[scope] = br
-	b.states[br] = b.stateGauge(b.hm, scope)
+	b.states[br] = breakerInstance{name: scope, state: b.stateGauge(b.hm, scope)}
 	return br
 }
 
 // recordTransition keeps the shared and the instance's state gauges and
 // the counters in step.
 func (b *breakerRuntime) recordTransition(br *breaker.Breaker, tr breaker.Transition) {
-	var s breaker.State
+	var s, from breaker.State
 	switch tr {
-	case breaker.Opened, breaker.Reopened:
+	case breaker.Opened:
 		b.metrics.opens.Increment(1)
-		s = breaker.Open
+		from, s = breaker.Closed, breaker.Open
+	case breaker.Reopened:
+		b.metrics.opens.Increment(1)
+		from, s = breaker.HalfOpen, breaker.Open
 	case breaker.Recovered:
 		b.metrics.closes.Increment(1)
-		s = breaker.Closed
+		from, s = breaker.HalfOpen, breaker.Closed
 	case breaker.HalfOpened:
-		s = breaker.HalfOpen
+		from, s = breaker.Open, breaker.HalfOpen
 	default:
 		return
 	}
 	b.metrics.setState(s)
-	if g := b.states[br]; g != nil {
-		g.Set(uint64(s))
+	in := b.states[br]
+	if in.state != nil {
+		in.state.Set(uint64(s))
 	}
+	b.logTransition(in.name, from, s, br.LastCause())
 }
 
 type breakerTicket struct {

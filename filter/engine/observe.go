@@ -5,6 +5,7 @@ package engine
 
 import (
 	"math"
+	"strconv"
 
 	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/filter/config"
@@ -34,6 +35,39 @@ func (l *limitRuntime) admitted(lim limiter.Limit, res limiter.Result) {
 	// point is not. Capacities stay below 2^33, far from overflowing.
 	if res.Remaining*perMillionAll <= lim.Capacity()*l.nearLeft {
 		l.metrics.nearLimit.Increment(1)
+	}
+}
+
+// breakerInstance is one cluster or route a breaker guards.
+type breakerInstance struct {
+	name  string
+	state host.Gauge
+}
+
+// logTransition writes one JSON line per committed transition: the worker
+// whose compare-and-swap committed it is the only one that sees it. WARN
+// when the breaker opens, INFO otherwise.
+func (b *breakerRuntime) logTransition(instance string, from, to breaker.State, c breaker.Cause) {
+	l := make([]byte, 0, 192)
+	l = append(l, `{"sluice":"breaker_transition","breaker":`...)
+	l = appendJSONString(l, b.cfg.Name)
+	l = append(l, `,"instance":`...)
+	l = appendJSONString(l, instance)
+	l = append(l, `,"from":`...)
+	l = appendJSONString(l, from.String())
+	l = append(l, `,"to":`...)
+	l = appendJSONString(l, to.String())
+	l = append(l, `,"reason":`...)
+	l = appendJSONString(l, c.Reason.String())
+	l = append(l, `,"failures":`...)
+	l = strconv.AppendUint(l, uint64(c.Failures), 10)
+	l = append(l, `,"calls":`...)
+	l = strconv.AppendUint(l, uint64(c.Calls), 10)
+	l = append(l, '}')
+	if to == breaker.Open {
+		b.log.Warn(string(l))
+	} else {
+		b.log.Info(string(l))
 	}
 }
 
