@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,5 +45,55 @@ func TestBreakerTransitionsLogOneLineEach(t *testing.T) {
 	}
 	if s := f.Metrics.Values["sluice.breaker.b.flaky.state"]; s != 0 {
 		t.Errorf("instance gauge %d after recovery, want 0", s)
+	}
+}
+
+// Falling back to failure_policy logs one WARN when it starts, not one per
+// request, and one INFO when the backend answers again.
+func TestBackendFallbackLogsOncePerTransition(t *testing.T) {
+	p, f := newNativePlugin(t, `{"backend":{"cluster":"webdis","retries":0,"failure_policy":"allow"},
+		"limits":[{"name":"g","key":[],"requests_per_second":100,"mode":"global"}]}`)
+	f.Caller.Fail = errors.New("no such cluster")
+	run := func(id uint32) Verdict {
+		f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "a"}}
+		h := &Stream{}
+		p.Begin(h, id)
+		return h.RequestHeaders()
+	}
+	for id := uint32(1); id <= 3; id++ {
+		if v := run(id); v != Continue {
+			t.Fatalf("request %d not allowed by failure_policy allow: %v", id, v)
+		}
+	}
+	fallbackLines := func(kind string) int {
+		n := 0
+		for _, l := range f.Log.Lines {
+			if strings.Contains(l, `"sluice":"`+kind+`"`) {
+				n++
+			}
+		}
+		return n
+	}
+	if n := fallbackLines("backend_fallback"); n != 1 {
+		t.Fatalf("%d backend_fallback lines for 3 fallen-back requests, want 1:\n%s", n, strings.Join(f.Log.Lines, "\n"))
+	}
+	want := `warn {"sluice":"backend_fallback","limit":"g","failure_policy":"allow","cause":"backend_error"}`
+	if !slices.Contains(f.Log.Lines, want) {
+		t.Fatalf("no line %s in:\n%s", want, strings.Join(f.Log.Lines, "\n"))
+	}
+	f.Caller.Fail = nil
+	run(4)
+	calls := f.Caller.Pending()
+	if len(calls) != 1 {
+		t.Fatalf("%d calls pending, want 1", len(calls))
+	}
+	calls[0].Answer(200, []byte(`{"EVALSHA":[1,5,0,1000,0,17]}`), nil)
+	if n := fallbackLines("backend_fallback_ended"); n != 1 {
+		t.Fatalf("%d backend_fallback_ended lines, want 1:\n%s", n, strings.Join(f.Log.Lines, "\n"))
+	}
+	run(5)
+	f.Caller.Pending()[0].Answer(200, []byte(`{"EVALSHA":[1,4,0,1000,0,17]}`), nil)
+	if n := fallbackLines("backend_fallback_ended"); n != 1 {
+		t.Fatalf("a healthy answer logged the end again")
 	}
 }

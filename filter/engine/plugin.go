@@ -87,6 +87,10 @@ type Plugin struct {
 	// lastBeat is the last concurrency heartbeat.
 	lastBeat time.Time
 
+	// inFallback is set while this worker's remote limits fall back to
+	// their failure_policy (fallback.go).
+	inFallback bool
+
 	// rollouts is set when some limit has a partial rollout to draw.
 	rollouts bool
 

@@ -249,6 +249,7 @@ func (h *Stream) resolve(i int, now time.Time, res limiter.Result, err error) {
 		h.applyFailure(rr, err)
 	} else {
 		rr.res = res
+		h.plugin.leaveFallback()
 		if res.Allowed {
 			rr.state = remoteAllowed
 		} else {
@@ -276,6 +277,7 @@ func (h *Stream) applyFailure(rr *remoteReq, err error) {
 		rr.state = remoteFailAllow
 		m.FallbackAllow.Increment(1)
 	}
+	h.plugin.enterFallback(rr, err)
 	if !errors.Is(err, distributed.ErrBreakerOpen) {
 		h.plugin.log.Debugf("sluice: limit %s: backend failed (%v), failure_policy %s", rr.l.cfg.Name, err, rr.policy)
 	}
