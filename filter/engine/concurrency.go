@@ -84,6 +84,7 @@ func newConcurrencyRuntime(hc *host.Host, cfg *config.ConcurrencyLimit, index in
 	for i, k := range cfg.Key {
 		kinds[i] = k.String()
 	}
+	defineMaxInFlightGauge(hc.Metrics, cfg)
 	return &concurrencyRuntime{cfg: cfg, table: t, tallyKey: prefix + "total",
 		keyKinds: strings.Join(kinds, "+"), metrics: defineConcurrencyMetrics(hc.Metrics, cfg.Name), log: hc.Log}, nil
 }

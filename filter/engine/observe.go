@@ -27,6 +27,12 @@ func defineRateGauges(hm host.Metrics, cfg *config.Limit) {
 	hm.Gauge(p + "refill_per_second").Set(uint64(math.Round(perSecond)))
 }
 
+// defineMaxInFlightGauge sets sluice.concurrency.<name>.max_in_flight, so
+// dashboards and alerts can compare in_flight with it.
+func defineMaxInFlightGauge(hm host.Metrics, cfg *config.ConcurrencyLimit) {
+	hm.Gauge(metricPrefixCC + cfg.Name + ".max_in_flight").Set(uint64(cfg.MaxInFlight))
+}
+
 // admitted counts an admission by l under lim, and near_limit when it
 // left at most (1 - near_limit_ratio) of lim's capacity.
 func (l *limitRuntime) admitted(lim limiter.Limit, res limiter.Result) {
