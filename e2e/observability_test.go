@@ -1,13 +1,18 @@
 package e2e_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-proxy/sluice/internal/fixtures/echo"
 	"github.com/sluice-proxy/sluice/internal/fixtures/redistest"
@@ -98,4 +103,102 @@ func TestObservabilityPackMetricsAreEmitted(t *testing.T) {
 	if t.Failed() {
 		t.Logf("/stats/prometheus:\n%s", prom)
 	}
+}
+
+// TestPrometheusSeesBreakerOpenAlertFire runs Debian's Prometheus with the
+// pack's rules, scraping our host's admin, opens a breaker with a failing
+// upstream and waits, through Prometheus's HTTP API, for SluiceBreakerOpen
+// to fire. The rule holds for a minute, so this takes over a minute of
+// real time: it is skipped with -short.
+func TestPrometheusSeesBreakerOpenAlertFire(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the alert's for: 1m")
+	}
+	bin := redistest.Binary(t, "prometheus")
+	env := startExample(t, "observability")
+	c := clientFrom("127.0.0.1")
+	for range 3 {
+		if r := env.send(t, c, "GET", "/status/503", nil); r.status != 503 {
+			t.Fatalf("failing upstream answered %d", r.status)
+		}
+	}
+	if r := env.send(t, c, "GET", "/", nil); r.status != 503 || !strings.Contains(string(r.body), "circuit_open") {
+		t.Fatalf("breaker not open: %d %s", r.status, r.body)
+	}
+
+	dir := t.TempDir()
+	rules, err := filepath.Abs("../envoy/observability/rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := strings.TrimPrefix(env.admin, "http://")
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [%q]
+scrape_configs:
+  - job_name: sluice
+    metrics_path: /stats/prometheus
+    static_configs:
+      - targets: [%q]
+`, rules, admin)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := l.Addr().String()
+	l.Close()
+	var logs strings.Builder
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web)
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+
+	type alerts struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	last := ""
+	for time.Now().Before(deadline) {
+		// Polling Prometheus's API is the only way to learn the alert's
+		// state; the pause only spaces the polls.
+		time.Sleep(time.Second)
+		resp, err := http.Get("http://" + web + "/api/v1/alerts")
+		if err != nil {
+			continue // not listening yet
+		}
+		var a alerts
+		err = json.NewDecoder(resp.Body).Decode(&a)
+		resp.Body.Close()
+		if err != nil {
+			continue
+		}
+		for _, al := range a.Data.Alerts {
+			if al.Labels["alertname"] != "SluiceBreakerOpen" {
+				continue
+			}
+			last = al.State
+			if al.State == "firing" {
+				if al.Labels["sluice_breaker"] != "upstream" || al.Labels["sluice_breaker_instance"] != "backend" {
+					t.Fatalf("firing with labels %v, want breaker upstream, instance backend", al.Labels)
+				}
+				return
+			}
+		}
+	}
+	t.Fatalf("SluiceBreakerOpen never fired (last state %q); prometheus logs:\n%s", last, logs.String())
 }
