@@ -79,8 +79,7 @@ func (h *Stream) unenforced(i int) bool { return i < len(h.roll) && h.roll[i]&ro
 
 // tellUpstream adds l's upstream_headers_when_limited to the request, which
 // a shadow or not enforced evaluation of l would have rejected. Replacing
-// keeps a re-evaluated request to one value, and a client from pre-setting
-// it.
+// keeps a re-evaluated request to one value and overrides a client's.
 func (h *Stream) tellUpstream(l *limitRuntime) {
 	for _, kv := range l.cfg.UpstreamHeadersWhenLimited {
 		if err := h.plugin.host.Stream.ReplaceRequestHeader(kv[0], kv[1]); err != nil {

@@ -51,7 +51,7 @@ type Stream interface {
 	// ReplaceResponseHeader sets a response header, replacing any value.
 	ReplaceResponseHeader(name, value string) error
 	// ReplaceRequestHeader sets a request header before the request goes
-	// upstream, replacing any value (so a client cannot pre-set it).
+	// upstream, replacing any value the client sent.
 	ReplaceRequestHeader(name, value string) error
 	// Reply answers the request with a local response.
 	Reply(status int, headers [][2]string, body []byte) error
