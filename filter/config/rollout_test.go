@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 )
@@ -52,5 +53,41 @@ func TestParseRollout(t *testing.T) {
 	}
 	if got := PerMillion(l.Rollout.EnabledPercent); got != 5000 {
 		t.Errorf("PerMillion(0.5) = %d", got)
+	}
+}
+
+// TestContractSchemaDefaults keeps the schema's defaults of the #17 fields
+// equal to the parser's.
+func TestContractSchemaDefaults(t *testing.T) {
+	var s map[string]any
+	if err := json.Unmarshal(Schema(), &s); err != nil {
+		t.Fatal(err)
+	}
+	at := func(path ...string) any {
+		var v any = s
+		for _, p := range path {
+			m, ok := v.(map[string]any)
+			if !ok {
+				t.Fatalf("schema has no %v", path)
+			}
+			v = m[p]
+		}
+		return v
+	}
+	c := mustParse(t, lim(``))
+	r := c.Response
+	checks := []struct {
+		schema, parser any
+	}{
+		{at("$defs", "limit", "properties", "rollout", "properties", "enabled_percent", "default"), c.Limits[0].Rollout.EnabledPercent},
+		{at("$defs", "limit", "properties", "rollout", "properties", "enforced_percent", "default"), c.Limits[0].Rollout.EnforcedPercent},
+		{at("properties", "response", "properties", "near_limit_ratio", "default"), r.NearLimitRatio},
+		{at("properties", "response", "properties", "grpc", "default"), !r.PlainGRPC},
+		{at("properties", "response", "properties", "templates", "properties", "content_type", "default"), DefaultTemplateContentType},
+	}
+	for i, ch := range checks {
+		if ch.schema != ch.parser {
+			t.Errorf("check %d: schema default %v, parser default %v", i, ch.schema, ch.parser)
+		}
 	}
 }
