@@ -26,6 +26,8 @@ type Breaker struct {
 	rec   Record
 	buf   [MaxEncodedLen]byte
 	stats Stats
+	// cause is the cause of the last transition committed (cause.go).
+	cause Cause
 }
 
 // Stats counts what the CAS loop had to deal with, for metrics.
@@ -119,7 +121,7 @@ func (b *Breaker) Check(now time.Time) (Ticket, Decision, error) {
 			return Ticket{}, Decision{Allowed: true, State: Closed}, fmt.Errorf("breaker %q: %w", b.key, err)
 		}
 		last := b.rec.state
-		t, d, changed := b.m.check(&b.rec, ns)
+		t, d, changed := b.m.check(&b.rec, ns, &b.cause)
 		if !changed && !corrupt {
 			return t, d, nil
 		}
@@ -172,7 +174,7 @@ func (b *Breaker) Report(t Ticket, o Outcome, now time.Time) (Transition, error)
 		if err != nil {
 			return NoTransition, fmt.Errorf("breaker %q: %w", b.key, err)
 		}
-		tr, changed := b.m.report(&b.rec, t, o, ns)
+		tr, changed := b.m.report(&b.rec, t, o, ns, &b.cause)
 		if !changed && !corrupt {
 			return NoTransition, nil
 		}

@@ -305,10 +305,11 @@ func (m *Machine) resetWindow(r *Record) {
 // whether r was modified and must be written back; a closed breaker never
 // changes on Check.
 func (m *Machine) Check(r *Record, now time.Time) (t Ticket, d Decision, changed bool) {
-	return m.check(r, now.UnixNano())
+	return m.check(r, now.UnixNano(), nil)
 }
 
-func (m *Machine) check(r *Record, now int64) (Ticket, Decision, bool) {
+// check is Check; c, when not nil, receives the cause of a transition.
+func (m *Machine) check(r *Record, now int64, c *Cause) (Ticket, Decision, bool) {
 	switch m.mode {
 	case ModeDisabled:
 		return Ticket{}, Decision{Allowed: true, State: Closed}, false
@@ -324,11 +325,13 @@ func (m *Machine) check(r *Record, now int64) (Ticket, Decision, bool) {
 			return Ticket{}, m.reject(d), false
 		}
 		m.toHalfOpen(r)
+		setCause(c, Cause{Reason: ReasonOpenTimeout})
 		d.Transition = HalfOpened
 		changed = true
 	}
 	if r.state == HalfOpen {
 		if r.inflight > 0 && now-r.at >= m.probeTimeout {
+			setCause(c, Cause{Reason: ReasonProbeFailed, Failures: r.inflight, Calls: r.inflight + r.consec})
 			m.open(r, now)
 			d.State = Open
 			d.Transition = Reopened
@@ -361,10 +364,11 @@ func (m *Machine) reject(d Decision) Decision {
 // earlier generation, of untracked tickets, and any outcome while open are
 // ignored. changed reports whether r must be written back.
 func (m *Machine) Report(r *Record, t Ticket, o Outcome, now time.Time) (tr Transition, changed bool) {
-	return m.report(r, t, o, now.UnixNano())
+	return m.report(r, t, o, now.UnixNano(), nil)
 }
 
-func (m *Machine) report(r *Record, t Ticket, o Outcome, now int64) (Transition, bool) {
+// report is Report; c, when not nil, receives the cause of a transition.
+func (m *Machine) report(r *Record, t Ticket, o Outcome, now int64, c *Cause) (Transition, bool) {
 	if m.mode == ModeDisabled || m.mode == ModeForcedOpen || t.gen == 0 || t.gen != r.gen {
 		return NoTransition, false
 	}
@@ -380,11 +384,13 @@ func (m *Machine) report(r *Record, t Ticket, o Outcome, now int64) (Transition,
 		}
 		// A slow probe has not shown recovery either, so it re-opens too.
 		if failed || slow {
+			setCause(c, Cause{Reason: ReasonProbeFailed, Failures: 1, Calls: r.consec + 1})
 			m.open(r, now)
 			return Reopened, true
 		}
 		r.consec++
 		if r.consec >= m.successThreshold {
+			setCause(c, Cause{Reason: ReasonProbesSucceeded, Calls: r.consec})
 			m.close(r)
 			return Recovered, true
 		}
@@ -408,6 +414,7 @@ func (m *Machine) report(r *Record, t Ticket, o Outcome, now int64) (Transition,
 		}
 		m.record(r, failed, slow, now)
 		if m.tripped(r) {
+			setCause(c, m.tripCause(r))
 			m.open(r, now)
 			return Opened, true
 		}

@@ -344,7 +344,7 @@ func TestModel(t *testing.T) {
 				now += int64(rng.IntN(int(50 * time.Millisecond)))
 			}
 			if len(out) == 0 || rng.IntN(2) == 0 {
-				mt, md, _ := m.check(&r, now)
+				mt, md, _ := m.check(&r, now, nil)
 				rt, rd := ref.check(now)
 				// quiet is Breaker's read-skipping hint, not machine state.
 				if mt.Generation() != rt.Generation() || mt.Probe() != rt.Probe() || md != rd {
@@ -366,7 +366,7 @@ func TestModel(t *testing.T) {
 					continue // the outcome is lost
 				}
 				o := Outcome{Failure: rng.Float64() < failP, Duration: time.Duration(rng.IntN(int(2 * sec)))}
-				mtr, _ := m.report(&r, p.mt, o, now)
+				mtr, _ := m.report(&r, p.mt, o, now, nil)
 				rtr := ref.report(p.rt, o, now)
 				if mtr != rtr {
 					t.Fatalf("seed %d step %d report %+v: machine %v, reference %v (settings %+v)", seed, i, o, mtr, rtr, s)

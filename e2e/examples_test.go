@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -253,7 +254,9 @@ func TestExampleBreaker(t *testing.T) {
 	}
 	prom := env.prometheus(t)
 	if metric(t, prom, `sluice_breaker_opens{sluice_breaker="flaky-backend"}`) != 1 ||
-		metric(t, prom, `sluice_breaker_state{sluice_breaker="flaky-backend"}`) != 1 {
+		metric(t, prom, `sluice_breaker_state{sluice_breaker="flaky-backend"}`) != 1 ||
+		// The per-cluster gauge, labelled through envoy.yaml's stats_tags.
+		metric(t, prom, `sluice_breaker_state{sluice_breaker_instance="backend",sluice_breaker="flaky-backend"}`) != 1 {
 		t.Fatalf("breaker metrics:\n%s", prom)
 	}
 }
@@ -266,6 +269,45 @@ func TestExampleShadow(t *testing.T) {
 	}
 	if metric(t, env.prometheus(t), `sluice_limit_shadow_limited{sluice_limit="per-ip-shadow"}`) < 1 {
 		t.Fatal("shadow_limited did not count")
+	}
+}
+
+// The shadow example tells the real backend which requests it would have
+// rejected: exactly the ones counted shadow_limited carry the header, with
+// the filter's value replacing the client's.
+func TestExampleShadowTellsTheBackend(t *testing.T) {
+	var mu sync.Mutex
+	var marks []string
+	echoShadow := echo.Handler("shadow")
+	env := startExampleWith(t, "shadow", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		marks = append(marks, strings.Join(r.Header.Values("x-ratelimit-would-limit"), ","))
+		mu.Unlock()
+		echoShadow.ServeHTTP(w, r)
+	}), nil)
+	c := clientFrom("127.0.0.1")
+	if got, _ := env.burst(t, c, 10, "GET", "/", map[string]string{"x-ratelimit-would-limit": "forged"}); got != 10 {
+		t.Fatalf("shadow mode rejected %d requests", 10-got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	marked := 0
+	for i, m := range marks {
+		switch m {
+		case "true":
+			marked++
+		case "forged":
+			// Admitted: the header is only set on what the limit would
+			// reject, and the client's own value passes untouched.
+		default:
+			t.Fatalf("request %d reached the backend with %q", i, m)
+		}
+	}
+	if len(marks) != 10 || marks[0] != "forged" || marked < 1 {
+		t.Fatalf("backend saw %q, want 10 requests, the first admitted", marks)
+	}
+	if got := metric(t, env.prometheus(t), `sluice_limit_shadow_limited{sluice_limit="per-ip-shadow"}`); got != float64(marked) {
+		t.Fatalf("%d requests marked, shadow_limited %v", marked, got)
 	}
 }
 

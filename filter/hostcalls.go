@@ -100,6 +100,10 @@ func (proxyStream) ReplaceResponseHeader(name, value string) error {
 	return proxywasm.ReplaceHttpResponseHeader(name, value)
 }
 
+func (proxyStream) ReplaceRequestHeader(name, value string) error {
+	return proxywasm.ReplaceHttpRequestHeader(name, value)
+}
+
 // Reply sends a local response. The SDK's send_local_response sets no
 // details, so Envoy records these replies under its default.
 func (proxyStream) Reply(status int, headers [][2]string, body []byte) error {

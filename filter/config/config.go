@@ -387,6 +387,12 @@ type Limit struct {
 	OnLimit OnLimit
 	// Shadow evaluates and counts but never rejects or delays.
 	Shadow bool
+	// Rollout is drawn per request (rollout.go); default FullRollout.
+	Rollout Rollout
+	// UpstreamHeadersWhenLimited are request headers added when a shadow
+	// or not enforced evaluation of the limit would have rejected the
+	// request; lowercase names.
+	UpstreamHeadersWhenLimited [][2]string
 	// Replaces holds indexes in Config.Limits of the limits this one
 	// disables when it matches (the most specific applies). Resolved and
 	// cycle-free.
@@ -781,6 +787,8 @@ const (
 	BodyProblemJSON
 	// BodyNone sends an empty body.
 	BodyNone
+	// BodyTemplate renders Response.Templates (template.go).
+	BodyTemplate
 )
 
 func (b Body) String() string {
@@ -791,6 +799,8 @@ func (b Body) String() string {
 		return "problem+json"
 	case BodyNone:
 		return "none"
+	case BodyTemplate:
+		return "template"
 	}
 	return "unknown"
 }
@@ -804,6 +814,16 @@ type Response struct {
 	HeadersOnAllowed bool
 	// Body defaults to BodyJSON.
 	Body Body
+	// Templates are set with BodyTemplate.
+	Templates *Templates
+	// ReplyHeaders are added to every local reply; lowercase names.
+	ReplyHeaders [][2]string
+	// NearLimitRatio: an admission leaving at most 1-NearLimitRatio of
+	// the capacity counts as near_limit; default DefaultNearLimitRatio.
+	NearLimitRatio float64
+	// PlainGRPC (response.grpc false) answers gRPC requests with plain
+	// HTTP replies rather than trailers-only gRPC ones.
+	PlainGRPC bool
 }
 
 // Protocol is how the backend speaks Redis over HTTP.

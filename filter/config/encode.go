@@ -47,6 +47,17 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	}
 	w.Response.HeadersOnAllowed = c.Response.HeadersOnAllowed
 	w.Response.Body = c.Response.Body.String()
+	w.Response.ReplyHeaders = headerObject(c.Response.ReplyHeaders)
+	w.Response.GRPC = !c.Response.PlainGRPC
+	w.Response.NearLimitRatio = c.Response.NearLimitRatio
+	if t := c.Response.Templates; t != nil {
+		w.Response.Templates = map[string]string{"content_type": t.ContentType}
+		for k, tpl := range t.ByKind {
+			if tpl != nil {
+				w.Response.Templates[ReplyKind(k).String()] = tpl.Source
+			}
+		}
+	}
 	if b := c.Backend; b != nil {
 		w.Backend = &wireBackend{
 			Cluster: b.Cluster, Authority: b.Authority, Protocol: b.Protocol.String(), PathPrefix: b.PathPrefix,
@@ -98,17 +109,19 @@ func dur(d time.Duration) string { return d.String() }
 
 func (c *Config) wireLimit(l *Limit) wireLimit {
 	w := wireLimit{
-		Name:          l.Name,
-		Match:         wireMatchOf(&l.Match),
-		Key:           []string{},
-		Algorithm:     l.Algorithm.String(),
-		Cost:          l.Cost,
-		Mode:          l.Mode.String(),
-		OnMissingKey:  l.OnMissingKey.String(),
-		OnLimit:       wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
-		Shadow:        l.Shadow,
-		Slots:         l.Slots,
-		OverflowSlots: l.OverflowSlots,
+		Name:                       l.Name,
+		Match:                      wireMatchOf(&l.Match),
+		Key:                        []string{},
+		Algorithm:                  l.Algorithm.String(),
+		Cost:                       l.Cost,
+		Mode:                       l.Mode.String(),
+		OnMissingKey:               l.OnMissingKey.String(),
+		OnLimit:                    wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
+		Shadow:                     l.Shadow,
+		Rollout:                    wireRollout{l.Rollout.EnabledPercent, l.Rollout.EnforcedPercent},
+		Slots:                      l.Slots,
+		UpstreamHeadersWhenLimited: headerObject(l.UpstreamHeadersWhenLimited),
+		OverflowSlots:              l.OverflowSlots,
 	}
 	w.wireRate = wireRateOf(l.Rate, l.Algorithm)
 	if ch := l.CostHeader; ch != nil {
@@ -256,10 +269,18 @@ type wireLimit struct {
 	OnMissingKey     string            `json:"on_missing_key"`
 	OnLimit          wireOnLimit       `json:"on_limit"`
 	Shadow           bool              `json:"shadow"`
-	Replaces         []string          `json:"replaces,omitempty"`
-	Slots            int               `json:"slots"`
+	Rollout          wireRollout       `json:"rollout"`
+	// UpstreamHeadersWhenLimited is nil, absent, when there are none.
+	UpstreamHeadersWhenLimited map[string]string `json:"upstream_headers_when_limited,omitempty"`
+	Replaces                   []string          `json:"replaces,omitempty"`
+	Slots                      int               `json:"slots"`
 	// OverflowSlots is 0, absent, when it is the default Slots/16.
 	OverflowSlots int `json:"overflow_slots,omitempty"`
+}
+
+type wireRollout struct {
+	EnabledPercent  float64 `json:"enabled_percent"`
+	EnforcedPercent float64 `json:"enforced_percent"`
 }
 
 type wireCost struct {
@@ -327,6 +348,11 @@ type wireResponse struct {
 	Headers          []string `json:"headers"`
 	HeadersOnAllowed bool     `json:"headers_on_allowed"`
 	Body             string   `json:"body"`
+	// ReplyHeaders and Templates are nil, absent, when not configured.
+	ReplyHeaders   map[string]string `json:"reply_headers,omitempty"`
+	Templates      map[string]string `json:"templates,omitempty"`
+	GRPC           bool              `json:"grpc"`
+	NearLimitRatio float64           `json:"near_limit_ratio"`
 }
 
 type wireBackend struct {

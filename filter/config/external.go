@@ -81,6 +81,7 @@ func (p *parser) external(o *object, cfg *Config) *External {
 			Instances:  1,
 			OnLimit:    OnLimit{Action: ActionReject, Status: DefaultLimitStatus},
 			Slots:      limiter.DefaultSlots,
+			Rollout:    FullRollout,
 		},
 		Path:      DefaultExternalPath,
 		Timeout:   DefaultExternalTimeout,

@@ -77,6 +77,7 @@ func TestParseExternalDefaults(t *testing.T) {
 		Limit: Limit{
 			Name: "external", Key: []KeyPart{tenant, plan}, Rate: Rate{Limit: 100, Window: time.Second, Burst: 50},
 			Cost: 1, OverrideBy: -1, Instances: 1, OnLimit: OnLimit{Action: ActionReject, Status: 429}, Slots: 16384,
+			Rollout: FullRollout,
 		},
 		Cluster: "limits", Authority: "limits", Path: "/limits", Timeout: 100 * time.Millisecond,
 		ForwardHeaders: []string{"x-tenant-id", "x-plan"}, CacheKey: []KeyPart{tenant, plan},
@@ -102,7 +103,7 @@ func TestParseExternalEverything(t *testing.T) {
 			Rate: Rate{Limit: 60, Window: time.Minute, Burst: 5}, Cost: 1, OverrideBy: -1, Mode: ModeGlobal,
 			FailurePolicy: FailDeny, Instances: 4, OnMissingKey: MissingKeyDeny,
 			OnLimit: OnLimit{Action: ActionDelay, MaxDelay: time.Second, Status: 429},
-			Slots:   65536, OverflowSlots: 65536,
+			Slots:   65536, OverflowSlots: 65536, Rollout: FullRollout,
 		},
 		Cluster: "limits", Authority: "limits.internal", Path: "/v2/limits", Timeout: 2 * time.Second,
 		ForwardHeaders: []string{"x-tenant-id", "cookie"}, ForwardAll: true,

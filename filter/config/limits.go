@@ -15,7 +15,8 @@ import (
 
 var limitFields = []string{"name", "match", "key", "algorithm", "requests_per_second", "burst", "limit",
 	"window", "cost", "cost_from_response", "overrides", "override_by", "mode", "failure_policy", "instances",
-	"on_missing_key", "on_limit", "shadow", "replaces", "slots", "overflow_slots"}
+	"on_missing_key", "on_limit", "shadow", "replaces", "slots", "overflow_slots",
+	"rollout", "upstream_headers_when_limited"}
 
 // replacesRef is one replaces entry, kept until every limit name is known.
 type replacesRef struct {
@@ -71,6 +72,7 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 		Instances:  1,
 		OnLimit:    OnLimit{Action: ActionReject, Status: DefaultLimitStatus},
 		Slots:      limiter.DefaultSlots,
+		Rollout:    FullRollout,
 	}
 	l.Name = p.name(o)
 	p.slots(o, &l)
@@ -119,6 +121,7 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 			o.errorf("shadow", `cannot be combined with on_limit.action "delay": a shadow limit never holds requests`)
 		}
 	}
+	p.rollout(o, &l)
 	var refs []replacesRef
 	if items, ok := o.array("replaces", "must not be empty; omit it to replace nothing"); ok {
 		for i, item := range items {

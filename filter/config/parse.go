@@ -85,7 +85,7 @@ func Parse(data []byte) (*Config, error) {
 func defaultConfig() *Config {
 	return &Config{
 		ClientIP: ClientIP{Source: ClientIPPeer, TrustedHops: 1},
-		Response: Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true, Body: BodyJSON},
+		Response: Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true, Body: BodyJSON, NearLimitRatio: DefaultNearLimitRatio},
 	}
 }
 
@@ -157,7 +157,7 @@ func (p *parser) config(root gjson.Result) *Config {
 			p.concurrency(cfg, o.path1("concurrency"), items)
 		}
 	}
-	if r := o.child("response", "headers", "headers_on_allowed", "body"); r != nil {
+	if r := o.child("response", "headers", "headers_on_allowed", "body", "reply_headers", "templates", "grpc", "near_limit_ratio"); r != nil {
 		cfg.Response = p.response(r)
 	}
 	return cfg

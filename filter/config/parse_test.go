@@ -20,7 +20,7 @@ func mustParse(t *testing.T, in string) *Config {
 func TestParseEmptyIsDefaults(t *testing.T) {
 	want := &Config{
 		ClientIP: ClientIP{Source: ClientIPPeer, TrustedHops: 1},
-		Response: Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true, Body: BodyJSON},
+		Response: Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true, Body: BodyJSON, NearLimitRatio: 0.8},
 	}
 	for _, in := range []string{"", "  \n\t", "{}", ` { } `, `{"limits": [], "breakers": []}`} {
 		got := mustParse(t, in)
@@ -44,6 +44,7 @@ func TestParseLimitDefaults(t *testing.T) {
 		Instances:  1,
 		OnLimit:    OnLimit{Action: ActionReject, Status: 429},
 		Slots:      16384,
+		Rollout:    FullRollout,
 	}
 	if !reflect.DeepEqual(c.Limits, []Limit{want}) {
 		t.Errorf("got %+v\nwant %+v", c.Limits, []Limit{want})
@@ -163,6 +164,9 @@ func TestParseEverything(t *testing.T) {
 			Rate: Rate{Limit: 1, Window: time.Second}, Cost: 1, OverrideBy: -1, Mode: ModeGlobal,
 			FailurePolicy: FailLocal, Instances: 3, Shadow: true, OnLimit: OnLimit{Status: 420}, Slots: 16384},
 	}
+	for i := range wantLimits {
+		wantLimits[i].Rollout = FullRollout
+	}
 	if len(c.Limits) != len(wantLimits) {
 		t.Fatalf("got %d limits", len(c.Limits))
 	}
@@ -190,7 +194,7 @@ func TestParseEverything(t *testing.T) {
 			t.Errorf("breakers[%d] = %+v\nwant          %+v", i, c.Breakers[i], wantBreakers[i])
 		}
 	}
-	if want := (Response{Headers: HeadersRateLimit, Body: BodyProblemJSON}); c.Response != want {
+	if want := (Response{Headers: HeadersRateLimit, Body: BodyProblemJSON, NearLimitRatio: 0.8}); !reflect.DeepEqual(c.Response, want) {
 		t.Errorf("response = %+v, want %+v", c.Response, want)
 	}
 }
@@ -574,7 +578,7 @@ var badCases = []badCase{
 	{name: "unknown header family", in: `{"response": {"headers": ["x-ratelimit", "draft-7"]}}`,
 		want: []string{`response.headers[1]: unknown header family "draft-7"; want one of x-ratelimit, ratelimit, retry-after`}},
 	{name: "duplicate header family", in: `{"response": {"headers": ["ratelimit", "ratelimit"]}}`, want: []string{`response.headers[1]: duplicate header family "ratelimit"`}},
-	{name: "unknown body", in: `{"response": {"body": "xml"}}`, want: []string{`response.body: unknown value "xml"; want one of json, problem+json, none`}},
+	{name: "unknown body", in: `{"response": {"body": "xml"}}`, want: []string{`response.body: unknown value "xml"; want one of json, problem+json, none, template`}},
 	{name: "headers_on_allowed type", in: `{"response": {"headers_on_allowed": 1}}`, want: []string{"response.headers_on_allowed: must be a boolean"}},
 
 	// Several problems at once come back together, in document order.

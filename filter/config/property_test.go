@@ -96,6 +96,16 @@ func genConfig(r *rand.Rand) map[string]any {
 			maybe(o, "maximum", count)
 			return o
 		})
+		maybe(m, "rollout", func() any {
+			o := map[string]any{}
+			maybe(o, "enabled_percent", func() any { return mostly([]any{0, 12.5, 100, 99.9999}, 100.5, -1, "50") })
+			maybe(o, "enforced_percent", func() any { return mostly([]any{0, 50, 100}, 101) })
+			return o
+		})
+		maybe(m, "upstream_headers_when_limited", func() any {
+			return mostly([]any{map[string]any{"x-would": "true"}, map[string]any{}, map[string]any{"X-A": "1", "b": "two words"}},
+				map[string]any{"x a": "1"}, map[string]any{"x": "a\nb"}, map[string]any{"host": "h"}, map[string]any{"x": " pad"}, []any{})
+		})
 		maybe(m, "cost_from_response", func() any {
 			o := map[string]any{}
 			if r.IntN(5) > 0 {

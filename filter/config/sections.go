@@ -303,7 +303,7 @@ func containsInt(ns []int, n int) bool {
 var headerFamilyNames = []string{"x-ratelimit", "ratelimit", "retry-after"}
 
 func (p *parser) response(o *object) Response {
-	r := Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true}
+	r := Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true, NearLimitRatio: DefaultNearLimitRatio}
 	if items, ok := o.array("headers", ""); ok {
 		r.Headers = 0
 		for i, item := range items {
@@ -330,8 +330,9 @@ func (p *parser) response(o *object) Response {
 	if b, ok := o.boolean("headers_on_allowed"); ok {
 		r.HeadersOnAllowed = b
 	}
-	if i, ok := o.enum("body", "json", "problem+json", "none"); ok {
+	if i, ok := o.enum("body", "json", "problem+json", "none", "template"); ok {
 		r.Body = Body(i)
 	}
+	p.responseContract(o, &r)
 	return r
 }

@@ -21,6 +21,9 @@ type breakerRuntime struct {
 	log       host.Log
 	instances map[string]*breaker.Breaker
 	metrics   breakerMetrics
+	hm        host.Metrics
+	// states are the per-instance state gauges and names (observe.go).
+	states map[*breaker.Breaker]breakerInstance
 	// slowIsFailure makes a slow call count toward the consecutive-failure
 	// threshold when no failure rate is configured to weigh it against.
 	slowIsFailure bool
@@ -32,7 +35,8 @@ type breakerRuntime struct {
 const maxBreakerInstances = 1024
 
 func newBreakerRuntime(hc *host.Host, cfg *config.Breaker, index int) (*breakerRuntime, error) {
-	b := &breakerRuntime{cfg: cfg, store: hc.Store, log: hc.Log, instances: map[string]*breaker.Breaker{}, metrics: defineBreakerMetrics(hc.Metrics, cfg.Name)}
+	b := &breakerRuntime{cfg: cfg, store: hc.Store, log: hc.Log, instances: map[string]*breaker.Breaker{}, metrics: defineBreakerMetrics(hc.Metrics, cfg.Name),
+		hm: hc.Metrics, states: map[*breaker.Breaker]breakerInstance{}}
 	// Without a failure rate, a slow call counts as a failure of the
 	// consecutive trip; with one, the core measures its own rate.
 	b.slowIsFailure = cfg.FailureRate == nil && cfg.SlowCall != nil
@@ -61,22 +65,37 @@ func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
 	}
 	// The map keeps scope past this callback, and scope views host memory
 	// (a property) that is only valid until the callback returns.
-	b.instances[strings.Clone(scope)] = br
+	scope = strings.Clone(scope)
+	b.instances[scope] = br
+	b.states[br] = breakerInstance{name: scope, state: b.stateGauge(b.hm, scope)}
 	return br
 }
 
-// recordTransition keeps the shared state gauge and counters in step.
-func (b *breakerRuntime) recordTransition(tr breaker.Transition) {
+// recordTransition keeps the shared and the instance's state gauges and
+// the counters in step.
+func (b *breakerRuntime) recordTransition(br *breaker.Breaker, tr breaker.Transition) {
+	var s, from breaker.State
 	switch tr {
-	case breaker.Opened, breaker.Reopened:
+	case breaker.Opened:
 		b.metrics.opens.Increment(1)
-		b.metrics.setState(breaker.Open)
+		from, s = breaker.Closed, breaker.Open
+	case breaker.Reopened:
+		b.metrics.opens.Increment(1)
+		from, s = breaker.HalfOpen, breaker.Open
 	case breaker.Recovered:
 		b.metrics.closes.Increment(1)
-		b.metrics.setState(breaker.Closed)
+		from, s = breaker.HalfOpen, breaker.Closed
 	case breaker.HalfOpened:
-		b.metrics.setState(breaker.HalfOpen)
+		from, s = breaker.Open, breaker.HalfOpen
+	default:
+		return
 	}
+	b.metrics.setState(s)
+	in := b.states[br]
+	if in.state != nil {
+		in.state.Set(uint64(s))
+	}
+	b.logTransition(in.name, from, s, br.LastCause())
 }
 
 type breakerTicket struct {
@@ -108,7 +127,7 @@ func (h *Stream) checkBreakers(now time.Time) bool {
 		if err != nil {
 			h.plugin.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
 		}
-		b.recordTransition(d.Transition)
+		b.recordTransition(br, d.Transition)
 		if !d.Allowed {
 			b.metrics.rejected.Increment(1)
 			h.releaseTickets()
@@ -142,7 +161,7 @@ func (h *Stream) rejectOpen(b *breakerRuntime, scope string, d breaker.Decision)
 	b2 = append(b2, `,"retry_after":`...)
 	b2 = strconv.AppendInt(b2, retryAfterSeconds(d.RetryAfter), 10)
 	h.plugin.log.Info(string(append(b2, '}')))
-	h.sendLocal(b.cfg.Status, headers, ct, body)
+	h.reject(config.ReplyCircuitOpen, replyValues{upstream: scope, retryAfter: d.RetryAfter}, b.cfg.Status, headers, ct, body)
 }
 
 // reportBreakers reports the outcome of an admitted request to the
@@ -192,7 +211,7 @@ func (h *Stream) reportBreakers() {
 		if err != nil {
 			h.plugin.log.Warnf("sluice: breaker %s: %v", t.b.cfg.Name, err)
 		}
-		t.b.recordTransition(tr)
+		t.b.recordTransition(t.br, tr)
 	}
 }
 

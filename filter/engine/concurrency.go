@@ -84,6 +84,7 @@ func newConcurrencyRuntime(hc *host.Host, cfg *config.ConcurrencyLimit, index in
 	for i, k := range cfg.Key {
 		kinds[i] = k.String()
 	}
+	defineMaxInFlightGauge(hc.Metrics, cfg)
 	return &concurrencyRuntime{cfg: cfg, table: t, tallyKey: prefix + "total",
 		keyKinds: strings.Join(kinds, "+"), metrics: defineConcurrencyMetrics(hc.Metrics, cfg.Name), log: hc.Log}, nil
 }
@@ -170,7 +171,7 @@ func (h *Stream) acquireConcurrency(now time.Time) bool {
 			h.releaseTickets()
 			c.logRejection("concurrency_limited", res)
 			ct, body := concurrencyLimitedBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)
-			h.sendLocal(c.cfg.Status, nil, ct, body)
+			h.reject(config.ReplyConcurrencyLimited, replyValues{limit: c.cfg.Name, maxInFlight: c.cfg.MaxInFlight}, c.cfg.Status, nil, ct, body)
 			return false
 		}
 	}

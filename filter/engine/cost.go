@@ -175,7 +175,7 @@ func (h *Stream) requestCost(l *limitRuntime) (cost int64, ok bool) {
 	if !l.cfg.Shadow {
 		p := h.plugin
 		ct, body := invalidCostBody(p.cfg.Response.Body, l.cfg.Name, ch)
-		h.sendLocal(invalidCostStatus, nil, ct, body)
+		h.reject(config.ReplyInvalidCost, replyValues{limit: l.cfg.Name}, invalidCostStatus, nil, ct, body)
 	}
 	return 0, false
 }

@@ -29,11 +29,12 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 		}
 		l.exportTableStats()
 		if res.Allowed {
-			l.metrics.allowed.Increment(1)
+			l.admitted(r.Table.Limit(), res)
 		} else {
 			l.metrics.shadowLimited.Increment(1)
 			h.logRejection("shadow_limited", l, res)
 			h.dropCharge(l)
+			h.tellUpstream(l)
 		}
 	}
 }
@@ -78,7 +79,8 @@ func (h *Stream) onLimited(l *limitRuntime, res limiter.Result, now time.Time) v
 	q := quotaOf(l, res)
 	headers, _ := appendRateLimitHeaders(nil, nil, p.cfg.Response.Headers, q, now, true)
 	ct, body := rateLimitedBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status, res.RetryAfter)
-	h.sendLocal(l.cfg.OnLimit.Status, headers, ct, body)
+	h.reject(config.ReplyRateLimited, replyValues{limit: l.cfg.Name, limitValue: q.limit, window: q.window, retryAfter: res.RetryAfter},
+		l.cfg.OnLimit.Status, headers, ct, body)
 	return verdictReject
 }
 
@@ -86,7 +88,7 @@ func (h *Stream) rejectMissingKey(l *limitRuntime) {
 	p := h.plugin
 	h.logRejection("missing_key", l, limiter.Result{})
 	ct, body := missingKeyBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status)
-	h.sendLocal(l.cfg.OnLimit.Status, nil, ct, body)
+	h.reject(config.ReplyMissingKey, replyValues{limit: l.cfg.Name}, l.cfg.OnLimit.Status, nil, ct, body)
 }
 
 // sendLocal answers the request itself.
@@ -94,6 +96,8 @@ func (h *Stream) sendLocal(status int, headers [][2]string, contentType string, 
 	if contentType != "" {
 		headers = append(headers, [2]string{"content-type", contentType})
 	}
+	// Every local reply carries response.reply_headers.
+	headers = append(headers, h.plugin.cfg.Response.ReplyHeaders...)
 	h.localReply = true
 	if err := h.plugin.host.Stream.Reply(status, headers, body); err != nil {
 		h.plugin.log.Errorf("sluice: sending local reply: %v", err)

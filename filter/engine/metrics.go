@@ -22,7 +22,7 @@ const (
 )
 
 type limitMetrics struct {
-	allowed, limited, shadowLimited, delayed, missingKey host.Counter
+	allowed, limited, shadowLimited, delayed, missingKey, nearLimit host.Counter
 	// evictions, overflow and overflowDenied export the local table's
 	// Stats of the same names (see limiter.Stats).
 	evictions, overflow, overflowDenied host.Counter
@@ -35,6 +35,7 @@ func defineLimitMetrics(hm host.Metrics, name string) limitMetrics {
 		allowed:        hm.Counter(p + "allowed"),
 		limited:        hm.Counter(p + "limited"),
 		shadowLimited:  hm.Counter(p + "shadow_limited"),
+		nearLimit:      hm.Counter(p + "near_limit"),
 		delayed:        hm.Counter(p + "delayed"),
 		missingKey:     hm.Counter(p + "missing_key"),
 		evictions:      hm.Counter(p + "evictions"),

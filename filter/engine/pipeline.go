@@ -96,6 +96,9 @@ type Stream struct {
 	charges []pendingCharge
 	// ext is this request's lookup of the external limit (external.go).
 	ext external.Request
+	// roll are the request's rollout draws by limit index, drawn once
+	// (rollout.go); empty when no limit has a partial rollout.
+	roll []rollFlags
 }
 
 // RequestHeaders is the request phase.
@@ -105,6 +108,9 @@ func (h *Stream) RequestHeaders() Verdict {
 	h.start = p.host.Clock()
 	if p.idle {
 		return Continue // nothing configured applies to any request
+	}
+	if p.rollouts {
+		h.drawRollout()
 	}
 	return h.pause(h.evaluate(h.start))
 }
@@ -171,7 +177,7 @@ func (h *Stream) matchLimits() {
 	info := &h.info
 	match := info.matchRequest(p.matchNeeds)
 	for i, l := range p.limits {
-		p.matched[i] = l.cfg.Match.Matches(match)
+		p.matched[i] = l.cfg.Match.Matches(match) && !h.skipped(i)
 		p.applied[i] = p.matched[i]
 	}
 	// A matching limit disables its targets even when it is itself
@@ -208,6 +214,8 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 		if !p.applied[i] {
 			continue
 		}
+		// A limit not enforced for this request is a shadow for it.
+		shadow := l.cfg.Shadow || h.unenforced(i)
 		start := len(arena)
 		var overrideValue string
 		var ok bool
@@ -246,7 +254,7 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 				continue // counted on the first evaluation
 			}
 			l.metrics.missingKey.Increment(1)
-			if l.cfg.OnMissingKey == config.MissingKeyDeny && !l.cfg.Shadow {
+			if l.cfg.OnMissingKey == config.MissingKeyDeny && !shadow {
 				h.rejectMissingKey(l)
 				return verdictReject
 			}
@@ -254,6 +262,8 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 		}
 		cost, ok := h.requestCost(l)
 		if !ok {
+			// A malformed cost is the client's fault, not the limit's:
+			// only a configured shadow lets it pass, a rollout does not.
 			if l.cfg.Shadow {
 				continue
 			}
@@ -266,7 +276,7 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 			lim := rate.Limiter(l.cfg.Algorithm)
 			// Key only hashes the value, so the arena's bytes need no copy.
 			k := l.remote.dl.Key(arenaString(key), lim)
-			if l.cfg.Shadow {
+			if shadow {
 				h.startShadowRemote(l, lim, k.RKey, cost, now)
 				continue
 			}
@@ -277,7 +287,7 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 			continue
 		}
 		r := limiter.Request{Table: t, Key: arenaString(key), Cost: cost}
-		if l.cfg.Shadow {
+		if shadow {
 			shadows, shadowLim = append(shadows, r), append(shadowLim, l)
 			continue
 		}
@@ -311,7 +321,7 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 		}
 		best := -1
 		for i, res := range results {
-			p.reqLim[i].metrics.allowed.Increment(1)
+			p.reqLim[i].admitted(p.reqs[i].Table.Limit(), res)
 			if best < 0 || res.Remaining < results[best].Remaining ||
 				(res.Remaining == results[best].Remaining && res.Limit < results[best].Limit) {
 				best = i

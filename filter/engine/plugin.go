@@ -42,7 +42,8 @@ func (vm *VM) NewPlugin() *Plugin {
 // stream's calls and drops it from the waiters, and call callbacks also
 // compare the generation, which keeps counting up across reuse.
 func (p *Plugin) Begin(h *Stream, id uint32) {
-	*h = Stream{gen: h.gen + 1}
+	roll := h.roll[:0] // kept: its backing array serves the next stream
+	*h = Stream{gen: h.gen + 1, roll: roll}
 	h.plugin, h.id, h.info.host = p, id, p.host.Stream
 	h.info.scratch = &p.matchScratch
 	if p.cfg != nil {
@@ -92,6 +93,13 @@ type Plugin struct {
 	// lastBeat is the last concurrency heartbeat.
 	lastBeat time.Time
 
+	// inFallback is set while this worker's remote limits fall back to
+	// their failure_policy (fallback.go).
+	inFallback bool
+
+	// rollouts is set when some limit has a partial rollout to draw.
+	rollouts bool
+
 	// idle is set when the configuration has no limit, breaker or
 	// concurrency limit: a request then skips the pipeline.
 	idle bool
@@ -136,6 +144,7 @@ func (p *Plugin) configure(cfg *config.Config) error {
 			return err
 		}
 		p.limits = append(p.limits, l)
+		p.rollouts = p.rollouts || !l.rollout.full()
 		p.matchNeeds |= matchNeedsOf(&cfg.Limits[i].Match)
 	}
 	for i := range cfg.Breakers {
@@ -153,6 +162,9 @@ func (p *Plugin) configure(cfg *config.Config) error {
 		if err := p.configureExternal(cfg.External); err != nil {
 			return err
 		}
+	}
+	for _, l := range p.limits {
+		l.nearLeft = perMillionAll - int64(config.PerMillion(100*cfg.Response.NearLimitRatio))
 	}
 	p.idle = len(p.limits) == 0 && len(p.breakers) == 0 && len(p.concurrency) == 0
 	p.matched = make([]bool, len(p.limits))
@@ -215,7 +227,11 @@ type limitRuntime struct {
 	// remote is nil for local limits.
 	remote *remoteLimit
 	// ext is set on the external block's limit only.
-	ext *externalRuntime
+	ext     *externalRuntime
+	rollout rollout
+	// nearLeft is 1 - response.near_limit_ratio in millionths: an
+	// admission leaving at most this share of the capacity is near_limit.
+	nearLeft int64
 	// tableSeen is what this worker's tables had counted at the last
 	// export, so only the delta is added to the shared counters.
 	tableSeen tableCounts
@@ -226,8 +242,9 @@ type limitRuntime struct {
 // against the limiter and the Redis scripts, so they are not expected.
 func newLimitRuntime(hc *host.Host, cfg *config.Limit, index int, ratePath string) (*limitRuntime, error) {
 	s := hc.Store
-	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(hc.Metrics, cfg.Name)}
+	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(hc.Metrics, cfg.Name), rollout: rolloutOf(cfg)}
 	l.metrics.cost = defineCostMetrics(hc.Metrics, cfg)
+	defineRateGauges(hc.Metrics, cfg)
 	kinds := make([]string, len(cfg.Key))
 	for i, k := range cfg.Key {
 		kinds[i] = k.String()

@@ -249,6 +249,7 @@ func (h *Stream) resolve(i int, now time.Time, res limiter.Result, err error) {
 		h.applyFailure(rr, err)
 	} else {
 		rr.res = res
+		h.plugin.leaveFallback()
 		if res.Allowed {
 			rr.state = remoteAllowed
 		} else {
@@ -276,6 +277,7 @@ func (h *Stream) applyFailure(rr *remoteReq, err error) {
 		rr.state = remoteFailAllow
 		m.FallbackAllow.Increment(1)
 	}
+	h.plugin.enterFallback(rr, err)
 	if !errors.Is(err, distributed.ErrBreakerOpen) {
 		h.plugin.log.Debugf("sluice: limit %s: backend failed (%v), failure_policy %s", rr.l.cfg.Name, err, rr.policy)
 	}
@@ -332,20 +334,20 @@ func (h *Stream) finishRemote(now time.Time) verdict {
 		}
 	}
 	best, bestLim := limiter.Result{}, (*limitRuntime)(nil)
-	consider := func(l *limitRuntime, res limiter.Result) {
-		l.metrics.allowed.Increment(1)
+	consider := func(l *limitRuntime, lim limiter.Limit, res limiter.Result) {
+		l.admitted(lim, res)
 		if bestLim == nil || res.Remaining < best.Remaining || (res.Remaining == best.Remaining && res.Limit < best.Limit) {
 			best, bestLim = res, l
 		}
 	}
 	for i, res := range results {
-		consider(lims[i], res)
+		consider(lims[i], reqs[i].Table.Limit(), res)
 	}
 	for i := range h.remote {
 		rr := &h.remote[i]
 		switch rr.state {
 		case remoteAllowed:
-			consider(rr.l, rr.res)
+			consider(rr.l, rr.k.Lim, rr.res)
 		case remoteFailAllow:
 			rr.l.metrics.allowed.Increment(1)
 		}
@@ -364,7 +366,7 @@ func (h *Stream) rejectBackendFailure(rr *remoteReq) verdict {
 	rr.l.metrics.limited.Increment(1)
 	h.logRejection("backend_unavailable", rr.l, limiter.Result{Limit: rr.k.Lim.Rate})
 	ct, body := rateLimitedBody(p.cfg.Response.Body, rr.l.cfg.Name, status, 0)
-	h.sendLocal(status, nil, ct, body)
+	h.reject(config.ReplyRateLimited, replyValues{limit: rr.l.cfg.Name, limitValue: rr.k.Lim.Rate, window: rr.l.cfg.Rate.Window}, status, nil, ct, body)
 	return verdictReject
 }
 

@@ -56,6 +56,9 @@ type Stream interface {
 	ResponseHeader(name string) (string, bool)
 	// ReplaceResponseHeader sets a response header, replacing any value.
 	ReplaceResponseHeader(name, value string) error
+	// ReplaceRequestHeader sets a request header before the request goes
+	// upstream, replacing any value the client sent.
+	ReplaceRequestHeader(name, value string) error
 	// Reply answers the request with a local response.
 	Reply(status int, headers [][2]string, body []byte) error
 	// Resume lets a paused request continue to the upstream.
@@ -127,4 +130,8 @@ type Host struct {
 	Ticker  Ticker
 	Metrics Metrics
 	Log     Log
+	// Rand returns uniform random draws (the rollout fractions); nil uses
+	// math/rand/v2, which the runtime seeds from the host's random_get.
+	// Tests step it.
+	Rand func() uint64
 }

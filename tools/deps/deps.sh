@@ -6,7 +6,7 @@
 # would otherwise be skipped, and a skipped test proves nothing.
 set -euo pipefail
 
-packages=(redis-server webdis docker-registry skopeo wrk wabt)
+packages=(redis-server webdis docker-registry skopeo wrk wabt prometheus)
 
 missing=()
 for p in "${packages[@]}"; do

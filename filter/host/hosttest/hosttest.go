@@ -111,6 +111,18 @@ func (s *Stream) ReplaceResponseHeader(name, value string) error {
 	return nil
 }
 
+// ReplaceRequestHeader changes Headers, which the upstream would see.
+func (s *Stream) ReplaceRequestHeader(name, value string) error {
+	for i := range s.Headers {
+		if s.Headers[i][0] == name {
+			s.Headers[i][1] = value
+			return nil
+		}
+	}
+	s.Headers = append(s.Headers, [2]string{name, value})
+	return nil
+}
+
 func (s *Stream) Reply(status int, headers [][2]string, body []byte) error {
 	s.Replies = append(s.Replies, Reply{Stream: s.Current, Status: status, Headers: headers, Body: body})
 	return nil

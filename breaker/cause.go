@@ -1,0 +1,60 @@
+package breaker
+
+// Reason is why a transition happened, for logs.
+type Reason uint8
+
+const (
+	ReasonNone Reason = iota
+	// ReasonConsecutiveFailures: closed → open on failure_threshold.
+	ReasonConsecutiveFailures
+	// ReasonFailureRate: closed → open on the failure rate.
+	ReasonFailureRate
+	// ReasonSlowCallRate: closed → open on the slow-call rate.
+	ReasonSlowCallRate
+	// ReasonProbeFailed: half-open → open on a failed, slow or lost probe.
+	ReasonProbeFailed
+	// ReasonProbesSucceeded: half-open → closed.
+	ReasonProbesSucceeded
+	// ReasonOpenTimeout: open → half-open once the open timeout passed.
+	ReasonOpenTimeout
+	// ReasonForced is a forced mode's state; no transition has it today,
+	// as forced modes never change state.
+	ReasonForced
+)
+
+func (r Reason) String() string {
+	return [...]string{"none", "consecutive_failures", "failure_rate", "slow_call_rate", "probe_failed",
+		"probes_succeeded", "open_timeout", "forced"}[r]
+}
+
+// Cause describes the transition the last Check or Report committed:
+// why, and the failures among the calls that decided it (the streak, the
+// window's counts, or the probes).
+type Cause struct {
+	Reason          Reason
+	Failures, Calls uint32
+}
+
+// tripCause is why a tripped closed record trips, read before open
+// resets the counts.
+func (m *Machine) tripCause(r *Record) Cause {
+	if m.failureThreshold > 0 && r.consec >= m.failureThreshold {
+		return Cause{Reason: ReasonConsecutiveFailures, Failures: r.consec, Calls: r.consec}
+	}
+	calls, fails, slow := r.WindowCounts()
+	c := uint64(calls)
+	if m.failureRate > 0 && uint64(fails)*100 >= m.failureRate*c {
+		return Cause{Reason: ReasonFailureRate, Failures: uint32(fails), Calls: uint32(calls)}
+	}
+	return Cause{Reason: ReasonSlowCallRate, Failures: uint32(slow), Calls: uint32(calls)}
+}
+
+// LastCause is the cause of the transition the last Check or Report of
+// this Breaker returned; meaningless when it returned none.
+func (b *Breaker) LastCause() Cause { return b.cause }
+
+func setCause(c *Cause, v Cause) {
+	if c != nil {
+		*c = v
+	}
+}

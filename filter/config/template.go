@@ -1,0 +1,309 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"mime"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// ReplyKind is a kind of local reply the filter sends, each with its own
+// template.
+type ReplyKind uint8
+
+const (
+	ReplyRateLimited ReplyKind = iota
+	ReplyCircuitOpen
+	ReplyConcurrencyLimited
+	ReplyInvalidCost
+	ReplyMissingKey
+	// ReplyKinds is the number of kinds.
+	ReplyKinds
+)
+
+var replyKindNames = [ReplyKinds]string{"rate_limited", "circuit_open", "concurrency_limited", "invalid_cost", "missing_key"}
+
+func (k ReplyKind) String() string { return replyKindNames[k] }
+
+// Placeholder is a value a template inserts.
+type Placeholder uint8
+
+const (
+	// PlaceholderNone marks a literal part.
+	PlaceholderNone Placeholder = iota
+	PlaceholderLimit
+	PlaceholderLimitValue
+	PlaceholderWindowSeconds
+	PlaceholderRetryAfter
+	PlaceholderStatus
+	PlaceholderUpstream
+	PlaceholderMaxInFlight
+	PlaceholderRoute
+	PlaceholderPath
+	// PlaceholderHeader is {header:<name>}, a request header's first
+	// value, "" when absent.
+	PlaceholderHeader
+)
+
+var placeholderNames = []string{"", "limit", "limit_value", "window_seconds", "retry_after", "status",
+	"upstream", "max_in_flight", "route", "path", "header:<name>"}
+
+// placeholdersOf are the placeholders each kind of reply knows.
+var placeholdersOf = [ReplyKinds][]Placeholder{
+	ReplyRateLimited: {PlaceholderLimit, PlaceholderLimitValue, PlaceholderWindowSeconds, PlaceholderRetryAfter,
+		PlaceholderStatus, PlaceholderRoute, PlaceholderPath, PlaceholderHeader},
+	ReplyCircuitOpen: {PlaceholderUpstream, PlaceholderRetryAfter, PlaceholderStatus, PlaceholderRoute, PlaceholderPath,
+		PlaceholderHeader},
+	ReplyConcurrencyLimited: {PlaceholderLimit, PlaceholderMaxInFlight, PlaceholderStatus, PlaceholderRoute,
+		PlaceholderPath, PlaceholderHeader},
+	ReplyInvalidCost: {PlaceholderLimit, PlaceholderStatus, PlaceholderRoute, PlaceholderPath, PlaceholderHeader},
+	ReplyMissingKey:  {PlaceholderLimit, PlaceholderStatus, PlaceholderRoute, PlaceholderPath, PlaceholderHeader},
+}
+
+// TemplatePart is literal Text, or a Placeholder (with Text the header
+// name of PlaceholderHeader).
+type TemplatePart struct {
+	Placeholder Placeholder
+	Text        string
+}
+
+// Template is a parsed body template.
+type Template struct {
+	Source string
+	Parts  []TemplatePart
+}
+
+// Templates are response.templates.
+type Templates struct {
+	ContentType string
+	// JSON is set when ContentType is JSON: values are then escaped.
+	JSON bool
+	// ByKind is nil for a kind without a template, which gets the
+	// built-in "json" body.
+	ByKind [ReplyKinds]*Template
+}
+
+// MaxTemplateSize bounds one template, in bytes.
+const MaxTemplateSize = 4096
+
+// DefaultNearLimitRatio is response.near_limit_ratio's default, as
+// envoyproxy/ratelimit's.
+const DefaultNearLimitRatio = 0.8
+
+// DefaultTemplateContentType is templates.content_type's default.
+const DefaultTemplateContentType = "application/json"
+
+var templateFields = append([]string{"content_type"}, replyKindNames[:]...)
+
+func (p *parser) templates(o *object) *Templates {
+	t := &Templates{ContentType: DefaultTemplateContentType}
+	if ct, ok := o.str("content_type"); ok {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || !headerValue(ct) || !strings.Contains(mt, "/") {
+			o.errorf("content_type", "must be a media type such as application/json, got %q", ct)
+		} else {
+			t.ContentType = ct
+		}
+	}
+	t.JSON = IsJSONMediaType(t.ContentType)
+	some := false
+	for k := ReplyKind(0); k < ReplyKinds; k++ {
+		src, ok := o.str(k.String())
+		if !ok {
+			continue
+		}
+		some = true
+		if tpl := p.template(o.path1(k.String()), o.offset(k.String()), src, k, t.JSON); tpl != nil {
+			t.ByKind[k] = tpl
+		}
+	}
+	if !some {
+		o.p.errorf(o.path, o.at, "needs at least one of %s", strings.Join(replyKindNames[:], ", "))
+	}
+	return t
+}
+
+// IsJSONMediaType reports application/json and any +json type.
+func IsJSONMediaType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+// template parses src: {name} is a placeholder, {header:<name>} a request
+// header; any other brace is literal, but literal braces must balance and
+// a brace followed by a letter must be a whole placeholder, so a typo
+// such as {limit or {limt} is an error rather than text sent to clients.
+func (p *parser) template(path string, at int, src string, kind ReplyKind, isJSON bool) *Template {
+	if len(src) > MaxTemplateSize {
+		p.errorf(path, at, "is %d bytes, more than %d", len(src), MaxTemplateSize)
+		return nil
+	}
+	t := &Template{Source: src}
+	bad := false
+	depth := 0
+	lit := 0
+	for i := 0; i < len(src); i++ {
+		switch src[i] {
+		case '}':
+			depth--
+			if depth < 0 {
+				p.errorf(path, at, "unbalanced braces: } at byte %d closes nothing", i)
+				return nil
+			}
+		case '{':
+			if i+1 >= len(src) || !isPlaceholderStart(src[i+1]) {
+				depth++
+				continue
+			}
+			end := strings.IndexByte(src[i:], '}')
+			if end < 0 {
+				p.errorf(path, at, "unbalanced braces: placeholder at byte %d is not closed", i)
+				return nil
+			}
+			name := src[i+1 : i+end]
+			ph, arg, err := placeholderOf(name, kind)
+			if err != "" {
+				p.errorf(path, at, "%s at byte %d", err, i)
+				bad = true
+			}
+			if lit < i {
+				t.Parts = append(t.Parts, TemplatePart{Text: src[lit:i]})
+			}
+			t.Parts = append(t.Parts, TemplatePart{Placeholder: ph, Text: arg})
+			i += end
+			lit = i + 1
+		}
+	}
+	if depth != 0 {
+		p.errorf(path, at, "unbalanced braces: %d { not closed", depth)
+		return nil
+	}
+	if lit < len(src) {
+		t.Parts = append(t.Parts, TemplatePart{Text: src[lit:]})
+	}
+	if bad {
+		return nil
+	}
+	if isJSON {
+		sample := t.Render(true, sampleValue)
+		if !json.Valid(sample) {
+			var v any
+			err := json.Unmarshal(sample, &v)
+			p.errorf(path, at, "is not valid JSON with sample values (%v): %s", err, sample)
+			return nil
+		}
+	}
+	return t
+}
+
+func isPlaceholderStart(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' }
+
+// placeholderOf resolves a placeholder name for kind; err is non-empty
+// for a name unknown or unknown to this kind of reply.
+func placeholderOf(name string, kind ReplyKind) (Placeholder, string, string) {
+	ph, arg := PlaceholderNone, ""
+	if h, ok := strings.CutPrefix(name, "header:"); ok {
+		if !headerToken(h) {
+			return 0, "", fmt.Sprintf("placeholder {%s} does not name a header", name)
+		}
+		ph, arg = PlaceholderHeader, strings.ToLower(h)
+	} else {
+		for i, n := range placeholderNames {
+			if i > 0 && n == name {
+				ph = Placeholder(i)
+			}
+		}
+	}
+	known := placeholdersOf[kind]
+	if ph == PlaceholderNone {
+		return 0, "", fmt.Sprintf("unknown placeholder {%s}; %s knows %s", name, kind, placeholderList(known))
+	}
+	for _, k := range known {
+		if k == ph {
+			return ph, arg, ""
+		}
+	}
+	return 0, "", fmt.Sprintf("placeholder {%s} is not known in %s, which knows %s", name, kind, placeholderList(known))
+}
+
+func placeholderList(ps []Placeholder) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = "{" + placeholderNames[p] + "}"
+	}
+	return strings.Join(names, " ")
+}
+
+// sampleValue is what validation substitutes: text with characters JSON
+// must escape, and numbers, as real values would be.
+func sampleValue(p Placeholder, _ string) string {
+	switch p {
+	case PlaceholderLimitValue, PlaceholderWindowSeconds, PlaceholderRetryAfter, PlaceholderStatus, PlaceholderMaxInFlight:
+		return "1"
+	}
+	return "s\"a\\m\nple"
+}
+
+// Render substitutes value(placeholder, header name) into the template,
+// JSON-escaped (without quotes: the template supplies them) when
+// escapeJSON is set.
+func (t *Template) Render(escapeJSON bool, value func(Placeholder, string) string) []byte {
+	b := make([]byte, 0, len(t.Source)+64)
+	for _, part := range t.Parts {
+		if part.Placeholder == PlaceholderNone {
+			b = append(b, part.Text...)
+			continue
+		}
+		v := value(part.Placeholder, part.Text)
+		if escapeJSON {
+			b = AppendJSONStringContent(b, v)
+		} else {
+			b = append(b, v...)
+		}
+	}
+	return b
+}
+
+// AppendJSONStringContent appends s escaped as the inside of a JSON
+// string; invalid UTF-8 becomes U+FFFD, so the result is always valid.
+func AppendJSONStringContent(b []byte, s string) []byte {
+	q, _ := json.Marshal(strings.ToValidUTF8(s, "\ufffd"))
+	// json.Marshal escapes <, > and & for HTML; harmless in a body.
+	return append(b, q[1:len(q)-1]...)
+}
+
+// responseContract reads what #17 added to response: reply_headers,
+// templates and grpc.
+func (p *parser) responseContract(o *object, r *Response) {
+	if v, ok := o.fields["reply_headers"]; ok {
+		r.ReplyHeaders = p.headerMap(o.path1("reply_headers"), v)
+		for _, kv := range r.ReplyHeaders {
+			if kv[0] == "content-type" || kv[0] == "retry-after" || strings.HasPrefix(kv[0], "grpc-") {
+				o.p.errorf(FieldPath(o.path1("reply_headers"), kv[0]), o.offset("reply_headers"), "is set by the filter itself")
+			}
+		}
+	}
+	if b, ok := o.boolean("grpc"); ok {
+		r.PlainGRPC = !b
+	}
+	if v, ok := o.fields["near_limit_ratio"]; ok {
+		if v.Type != gjson.Number || v.Num <= 0 || v.Num > 1 {
+			o.errorf("near_limit_ratio", "must be a number above 0 and at most 1, got %s", v.Raw)
+		} else {
+			r.NearLimitRatio = v.Num
+		}
+	}
+	if c := o.child("templates", templateFields...); c != nil {
+		r.Templates = p.templates(c)
+	}
+	if r.Body == BodyTemplate && r.Templates == nil {
+		o.errorf("body", `"template" needs response.templates`)
+	}
+	if r.Body != BodyTemplate && o.has("templates") {
+		o.errorf("templates", `needs body "template"`)
+	}
+}

@@ -1,0 +1,68 @@
+package engine
+
+// The response contract of a local reply: a body template when one is
+// configured for its kind, the trailers-only gRPC form for gRPC requests
+// (grpc.go), and the static reply_headers (sendLocal).
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+)
+
+// replyValues are what a reply's placeholders may insert.
+type replyValues struct {
+	limit, upstream string
+	limitValue      int64
+	window          time.Duration
+	retryAfter      time.Duration
+	maxInFlight     int64
+}
+
+// reject answers the request with a local reply of kind: ct and body are
+// the built-in body, replaced by the kind's template when there is one.
+func (h *Stream) reject(kind config.ReplyKind, v replyValues, status int, headers [][2]string, ct string, body []byte) {
+	r := &h.plugin.cfg.Response
+	if t := r.Templates; r.Body == config.BodyTemplate && t != nil && t.ByKind[kind] != nil {
+		ct = t.ContentType
+		body = t.ByKind[kind].Render(t.JSON, func(ph config.Placeholder, header string) string {
+			return h.placeholder(ph, header, v, status)
+		})
+	}
+	if !r.PlainGRPC && h.isGRPC() {
+		h.sendGRPC(kind, headers)
+		return
+	}
+	h.sendLocal(status, headers, ct, body)
+}
+
+// placeholder is one placeholder's value. Numbers are the ones the
+// headers carry: {retry_after} is Retry-After, {window_seconds} the w of
+// RateLimit-Policy.
+func (h *Stream) placeholder(ph config.Placeholder, header string, v replyValues, status int) string {
+	switch ph {
+	case config.PlaceholderLimit:
+		return v.limit
+	case config.PlaceholderLimitValue:
+		return strconv.FormatInt(v.limitValue, 10)
+	case config.PlaceholderWindowSeconds:
+		return strconv.FormatInt(max(ceilSeconds(v.window), 1), 10)
+	case config.PlaceholderRetryAfter:
+		return strconv.FormatInt(retryAfterSeconds(v.retryAfter), 10)
+	case config.PlaceholderStatus:
+		return strconv.Itoa(status)
+	case config.PlaceholderUpstream:
+		return v.upstream
+	case config.PlaceholderMaxInFlight:
+		return strconv.FormatInt(v.maxInFlight, 10)
+	case config.PlaceholderRoute:
+		return h.info.routeName()
+	case config.PlaceholderPath:
+		return h.info.pathOnly()
+	case config.PlaceholderHeader:
+		s, _ := h.info.header(header)
+		return s
+	}
+	return ""
+}
