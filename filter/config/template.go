@@ -3,7 +3,6 @@ package config
 import (
 	"encoding/json"
 	"fmt"
-	"mime"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -100,7 +99,7 @@ var templateFields = append([]string{"content_type"}, replyKindNames[:]...)
 func (p *parser) templates(o *object) *Templates {
 	t := &Templates{ContentType: DefaultTemplateContentType}
 	if ct, ok := o.str("content_type"); ok {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || !headerValue(ct) || !strings.Contains(mt, "/") {
+		if _, ok := mediaType(ct); !ok || !headerValue(ct) {
 			o.errorf("content_type", "must be a media type such as application/json, got %q", ct)
 		} else {
 			t.ContentType = ct
@@ -126,11 +125,53 @@ func (p *parser) templates(o *object) *Templates {
 
 // IsJSONMediaType reports application/json and any +json type.
 func IsJSONMediaType(ct string) bool {
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
+	mt, ok := mediaType(ct)
+	return ok && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// mediaType returns the lower-cased type/subtype of a Content-Type value
+// (RFC 9110 section 8.3.1) and whether the whole value is well formed:
+// type and subtype are tokens, and each parameter is token=token or
+// token=quoted-string. It is written here rather than taken from package
+// mime, whose extension tables link WASI file calls into the wasm that
+// Envoy 1.33's runtime does not provide.
+func mediaType(ct string) (string, bool) {
+	full, params, _ := strings.Cut(ct, ";")
+	full = strings.TrimSpace(full)
+	typ, sub, ok := strings.Cut(full, "/")
+	if !ok || !headerToken(typ) || !headerToken(sub) {
+		return "", false
+	}
+	for params != "" {
+		var p string
+		p, params, _ = strings.Cut(params, ";")
+		name, value, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok || !headerToken(name) {
+			return "", false
+		}
+		if !headerToken(value) && !isQuotedString(value) {
+			return "", false
+		}
+	}
+	return strings.ToLower(full), true
+}
+
+func isQuotedString(s string) bool {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
 		return false
 	}
-	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+	for i := 1; i < len(s)-1; i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			i++
+			if i == len(s)-1 {
+				return false
+			}
+		case c == '"' || (c < 0x20 && c != '\t') || c == 0x7f:
+			return false
+		}
+	}
+	return true
 }
 
 // template parses src: {name} is a placeholder, {header:<name>} a request

@@ -112,3 +112,29 @@ func FuzzTemplate(f *testing.F) {
 		}
 	})
 }
+
+func TestMediaType(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"application/json", "application/json", true},
+		{"Application/Problem+JSON; charset=utf-8", "application/problem+json", true},
+		{`text/plain; charset="utf-8"`, "text/plain", true},
+		{`text/plain; q="a\"b"`, "text/plain", true},
+		{"json", "", false},
+		{"text/", "", false},
+		{"/plain", "", false},
+		{"text/pl ain", "", false},
+		{"text/plain; charset", "", false},
+		{"text/plain; =utf-8", "", false},
+		{`text/plain; charset="utf-8`, "", false},
+		{`text/plain; charset="a\"`, "", false},
+		{"text/plain; a=b c", "", false},
+	} {
+		got, ok := mediaType(tc.in)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("mediaType(%q) = %q, %v; want %q, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
