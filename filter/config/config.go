@@ -356,6 +356,9 @@ type Limit struct {
 	// OverflowSlots is the number of overflow buckets (limiter
 	// TableConfig.OverflowSlots), 1 to Slots; 0 means Slots/16.
 	OverflowSlots int
+	// Disabled ("enabled": false) keeps the entry configured but switched
+	// off: never evaluated, never counted; its metrics stay at zero.
+	Disabled bool
 }
 
 // CostHeader is a cost sent by the client in a request header
@@ -553,6 +556,9 @@ type ConcurrencyLimit struct {
 	Status int
 	// Shadow counts and reports but never rejects.
 	Shadow bool
+	// Disabled ("enabled": false) keeps the entry configured but switched
+	// off: never evaluated, never counted; its metrics stay at zero.
+	Disabled bool
 }
 
 // BreakerScope is what one breaker instance covers.
@@ -659,6 +665,9 @@ type Breaker struct {
 	Mode BreakerMode
 	// Status of the reply while open, 400-599, default 503.
 	Status int
+	// Disabled ("enabled": false) keeps the entry configured but switched
+	// off: never evaluated, never counted; its metrics stay at zero.
+	Disabled bool
 }
 
 // Settings is the breaker core's configuration for b, the one conversion

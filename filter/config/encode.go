@@ -98,6 +98,7 @@ func (c *Config) wireLimit(l *Limit) wireLimit {
 		OnMissingKey:  l.OnMissingKey.String(),
 		OnLimit:       wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
 		Shadow:        l.Shadow,
+		Enabled:       !l.Disabled,
 		Slots:         l.Slots,
 		OverflowSlots: l.OverflowSlots,
 	}
@@ -163,7 +164,7 @@ func wireMatchOf(m *Match) *wireMatch {
 
 func wireConcurrencyOf(c *ConcurrencyLimit) wireConcurrency {
 	w := wireConcurrency{Name: c.Name, Match: wireMatchOf(&c.Match), Key: []string{},
-		MaxInFlight: c.MaxInFlight, Status: c.Status, Shadow: c.Shadow}
+		MaxInFlight: c.MaxInFlight, Status: c.Status, Shadow: c.Shadow, Enabled: !c.Disabled}
 	for _, k := range c.Key {
 		w.Key = append(w.Key, k.String())
 	}
@@ -176,7 +177,7 @@ func wireBreakerOf(b *Breaker) wireBreaker {
 		FailureStatuses: append([]int{}, b.FailureStatuses...), FailureOnTimeout: b.FailureOnTimeout,
 		FailureThreshold: b.FailureThreshold, SuccessThreshold: b.SuccessThreshold,
 		OpenTimeout: dur(b.OpenTimeout), HalfOpenMaxRequests: b.HalfOpenMaxRequests,
-		Mode: b.Mode.String(), Status: b.Status,
+		Mode: b.Mode.String(), Status: b.Status, Enabled: !b.Disabled,
 	}
 	if fr := b.FailureRate; fr != nil {
 		w.FailureRate = &wireFailureRate{
@@ -217,6 +218,7 @@ type wireConcurrency struct {
 	MaxInFlight int64      `json:"max_in_flight"`
 	Status      int        `json:"status"`
 	Shadow      bool       `json:"shadow"`
+	Enabled     bool       `json:"enabled"`
 }
 
 type wireClientIP struct {
@@ -251,7 +253,8 @@ type wireLimit struct {
 	Replaces         []string            `json:"replaces,omitempty"`
 	Slots            int                 `json:"slots"`
 	// OverflowSlots is 0, absent, when it is the default Slots/16.
-	OverflowSlots int `json:"overflow_slots,omitempty"`
+	OverflowSlots int  `json:"overflow_slots,omitempty"`
+	Enabled       bool `json:"enabled"`
 }
 
 type wireCost struct {
@@ -300,6 +303,7 @@ type wireBreaker struct {
 	HalfOpenMaxRequests int              `json:"half_open_max_requests"`
 	Mode                string           `json:"mode"`
 	Status              int              `json:"status"`
+	Enabled             bool             `json:"enabled"`
 }
 
 type wireFailureRate struct {

@@ -15,7 +15,7 @@ import (
 
 var limitFields = []string{"name", "match", "key", "algorithm", "requests_per_second", "burst", "limit",
 	"window", "cost", "cost_from_response", "overrides", "override_by", "mode", "failure_policy", "instances",
-	"on_missing_key", "on_limit", "shadow", "replaces", "slots", "overflow_slots"}
+	"on_missing_key", "on_limit", "shadow", "replaces", "slots", "overflow_slots", "enabled"}
 
 // replacesRef is one replaces entry, kept until every limit name is known.
 type replacesRef struct {
@@ -73,6 +73,7 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 		Slots:      limiter.DefaultSlots,
 	}
 	l.Name = p.name(o)
+	l.Disabled = p.disabled(o)
 	p.slots(o, &l)
 	if m := o.child("match", matchFields...); m != nil {
 		l.Match = p.match(m)

@@ -146,7 +146,7 @@ func (p *parser) backend(o *object) *Backend {
 }
 
 var breakerFields = []string{"name", "match", "per", "failure_statuses", "failure_on_timeout", "failure_threshold",
-	"failure_rate", "slow_call", "success_threshold", "open_timeout", "half_open_max_requests", "mode", "status"}
+	"failure_rate", "slow_call", "success_threshold", "open_timeout", "half_open_max_requests", "mode", "status", "enabled"}
 
 func (p *parser) breakers(cfg *Config, path string, items []gjson.Result) {
 	firstByName := map[string]string{}
@@ -180,6 +180,7 @@ func (p *parser) breaker(o *object) Breaker {
 		Status:              DefaultBreakerStatus,
 	}
 	b.Name = p.name(o)
+	b.Disabled = p.disabled(o)
 	if m := o.child("match", matchFields...); m != nil {
 		b.Match = p.match(m)
 	}

@@ -161,7 +161,7 @@ func (h *Stream) matchLimits() {
 	info := &h.info
 	match := info.matchRequest(p.matchNeeds)
 	for i, l := range p.limits {
-		p.matched[i] = l.cfg.Match.Matches(match)
+		p.matched[i] = !l.disabled && l.cfg.Match.Matches(match)
 		p.applied[i] = p.matched[i]
 	}
 	// A matching limit disables its targets even when it is itself

@@ -121,6 +121,10 @@ func (p *Plugin) configure(cfg *config.Config) error {
 	p.cfg = cfg
 	p.requests = p.host.Metrics.Counter(metricRequests)
 	for i := range cfg.Limits {
+		if cfg.Limits[i].Disabled {
+			p.limits = append(p.limits, newDisabledLimit(p.host, &cfg.Limits[i], i))
+			continue
+		}
 		path := config.IndexPath("limits", i)
 		l, err := newLimitRuntime(p.host, &cfg.Limits[i], i, path)
 		if err != nil {
@@ -133,6 +137,10 @@ func (p *Plugin) configure(cfg *config.Config) error {
 		p.matchNeeds |= matchNeedsOf(&cfg.Limits[i].Match)
 	}
 	for i := range cfg.Breakers {
+		if cfg.Breakers[i].Disabled {
+			defineDisabledBreaker(p.host, &cfg.Breakers[i])
+			continue
+		}
 		b, err := newBreakerRuntime(p.host, &cfg.Breakers[i], i)
 		if err != nil {
 			return err
@@ -148,7 +156,7 @@ func (p *Plugin) configure(cfg *config.Config) error {
 			return err
 		}
 	}
-	p.idle = len(p.limits) == 0 && len(p.breakers) == 0 && len(p.concurrency) == 0
+	p.idle = enabledLimits(p.limits) == 0 && len(p.breakers) == 0 && len(p.concurrency) == 0
 	p.matched = make([]bool, len(p.limits))
 	p.applied = make([]bool, len(p.limits))
 	p.results = make([]limiter.Result, len(p.limits))
@@ -204,6 +212,8 @@ type limitRuntime struct {
 	remote *remoteLimit
 	// ext is set on the external block's limit only.
 	ext *externalRuntime
+	// disabled ("enabled": false) has metrics only: no table, no remote.
+	disabled bool
 	// tableSeen is what this worker's tables had counted at the last
 	// export, so only the delta is added to the shared counters.
 	tableSeen tableCounts
