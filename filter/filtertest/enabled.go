@@ -43,7 +43,7 @@ var enabledCases = []Case{
 			 "cost":{"header":"x-cost","max":1}}]}`,
 		Workers: 2,
 		Run: func(t *testing.T, h Harness) {
-			if n := admitted(t, h, 4, func(i int) Request { return get("/").on(i % 2).with("x-cost", "junk") }); n != 2 {
+			if n := admitted(t, h, 4, func(i int) Request { return get("/").on(i%2).with("x-cost", "junk") }); n != 2 {
 				t.Fatalf("admitted %d of 4, want 2 (general's limit alone)", n)
 			}
 			wantCounter(t, h, "sluice.limit.general.allowed", 2)
