@@ -814,4 +814,13 @@ type BackendBreaker struct {
 	OpenTimeout time.Duration
 	// HalfOpenMaxRequests probes while half-open; default 2.
 	HalfOpenMaxRequests int
+	// OpenTimeoutMultiplier grows the open timeout on each re-open while
+	// probes keep failing; 1 to 100, 0 (the default) for no growth.
+	OpenTimeoutMultiplier float64
+	// OpenTimeoutMax caps the grown open timeout; set, default 10 ×
+	// OpenTimeout, only with OpenTimeoutMultiplier > 1.
+	OpenTimeoutMax time.Duration
+	// JitterPercent, 0-100, default 20, shortens each retry backoff and
+	// open timeout by a random share of at most this percent.
+	JitterPercent int
 }

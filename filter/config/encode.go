@@ -46,8 +46,12 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 			Breaker: wireBackendBreaker{
 				FailureThreshold: b.Breaker.FailureThreshold, Window: dur(b.Breaker.Window),
 				OpenTimeout: dur(b.Breaker.OpenTimeout), HalfOpenMaxRequests: b.Breaker.HalfOpenMaxRequests,
+				OpenTimeoutMultiplier: b.Breaker.OpenTimeoutMultiplier, JitterPercent: b.Breaker.JitterPercent,
 			},
 		}
+	}
+	if b := c.Backend; b != nil && b.Breaker.OpenTimeoutMultiplier > 1 {
+		w.Backend.Breaker.OpenTimeoutMax = dur(b.Breaker.OpenTimeoutMax)
 	}
 	if e := c.External; e != nil {
 		w.External = wireExternalOf(e)
@@ -345,6 +349,10 @@ type wireBackendBreaker struct {
 	Window              string `json:"window"`
 	OpenTimeout         string `json:"open_timeout"`
 	HalfOpenMaxRequests int    `json:"half_open_max_requests"`
+	// OpenTimeoutMultiplier and OpenTimeoutMax are absent without growth.
+	OpenTimeoutMultiplier float64 `json:"open_timeout_multiplier,omitempty"`
+	OpenTimeoutMax        string  `json:"open_timeout_max,omitempty"`
+	JitterPercent         int     `json:"jitter_percent"`
 }
 
 type wireExternal struct {

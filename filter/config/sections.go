@@ -58,6 +58,7 @@ func (p *parser) backend(o *object) *Backend {
 			Window:              DefaultBackendBreakerWindow,
 			OpenTimeout:         DefaultBackendBreakerOpenTimeout,
 			HalfOpenMaxRequests: DefaultBackendBreakerHalfOpen,
+			JitterPercent:       DefaultBackendJitterPercent,
 		},
 	}
 	if s, ok := o.str("cluster"); ok {
@@ -128,7 +129,7 @@ func (p *parser) backend(o *object) *Backend {
 	if n, ok := o.integer("instances", 1, maxInstances); ok {
 		b.Instances = int(n)
 	}
-	if c := o.child("breaker", "failure_threshold", "window", "open_timeout", "half_open_max_requests"); c != nil {
+	if c := o.child("breaker", backendBreakerFields...); c != nil {
 		if n, ok := c.integer("failure_threshold", 1, maxCount); ok {
 			b.Breaker.FailureThreshold = int(n)
 		}
@@ -141,6 +142,7 @@ func (p *parser) backend(o *object) *Backend {
 		if n, ok := c.integer("half_open_max_requests", 1, maxCount); ok {
 			b.Breaker.HalfOpenMaxRequests = int(n)
 		}
+		p.backendRecovery(c, &b.Breaker)
 	}
 	return b
 }
