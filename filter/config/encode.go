@@ -72,6 +72,7 @@ func wireExternalOf(e *External) *wireExternal {
 	}
 	if e.ForwardAll {
 		w.ForwardHeaders = append(w.ForwardHeaders, "*")
+		w.DenyHeaders = e.DenyHeaders
 	}
 	for _, k := range e.CacheKey {
 		w.CacheKey = append(w.CacheKey, k.String())
@@ -363,6 +364,7 @@ type wireExternal struct {
 	Path           string       `json:"path"`
 	Timeout        string       `json:"timeout"`
 	ForwardHeaders []string     `json:"forward_headers"`
+	DenyHeaders    []string     `json:"deny_headers,omitempty"`
 	CacheKey       []string     `json:"cache_key"`
 	CacheTTL       string       `json:"cache_ttl"`
 	StaleTTL       string       `json:"stale_ttl"`

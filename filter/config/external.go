@@ -32,6 +32,9 @@ type External struct {
 	// ForwardAll is set by a "*" entry: every request header is sent except
 	// pseudo-headers and SensitiveHeaders not named in ForwardHeaders.
 	ForwardAll bool
+	// DenyHeaders are lower-cased headers ForwardAll does not send either
+	// (deny_headers); nil when not configured. See Denied.
+	DenyHeaders []string
 	// CacheKey identifies a lookup: requests with equal values share one
 	// cached answer, one lookup in flight and one breaker. Default: a
 	// header part for every name in ForwardHeaders. An absent part is an
@@ -70,7 +73,7 @@ const (
 
 var externalFields = []string{"name", "match", "cluster", "authority", "path", "timeout", "forward_headers",
 	"cache_key", "cache_ttl", "stale_ttl", "max_cached", "mode", "failure_policy", "instances",
-	"on_missing_key", "on_limit", "fallback", "slots", "overflow_slots"}
+	"on_missing_key", "on_limit", "fallback", "slots", "overflow_slots", "deny_headers"}
 
 func (p *parser) external(o *object, cfg *Config) *External {
 	e := &External{
@@ -145,6 +148,7 @@ func (p *parser) external(o *object, cfg *Config) *External {
 			}
 		}
 	}
+	p.denyHeaders(o, e)
 	if items, ok := o.array("cache_key", ""); ok {
 		e.CacheKey = p.key(o.path1("cache_key"), items)
 	} else {

@@ -138,3 +138,40 @@ func TestSensitiveHeaders(t *testing.T) {
 		t.Error("x-tenant-id is sensitive")
 	}
 }
+
+func init() {
+	goodConfigs = append(goodConfigs,
+		`{"external": {"cluster": "limits", "forward_headers": ["x-tenant-id", "*"], "cache_key": ["header:x-tenant-id"],
+		  "deny_headers": ["X-Internal-Token", "x-forwarded-client-cert"], "fallback": {"requests_per_second": 1}}}`)
+	badCases = append(badCases,
+		badCase{name: "deny_headers without wildcard", in: ext(`, "deny_headers": ["x-internal"]`),
+			want: []string{`external.deny_headers: has no effect without "*" in forward_headers: only the wildcard sends unnamed headers`}},
+		badCase{name: "deny_headers wildcard", in: denyExt(`"*"`), want: []string{"external.deny_headers[0]: must be a header name"}},
+		badCase{name: "deny_headers not a name", in: denyExt(`"a b", 5`),
+			want: []string{"external.deny_headers[0]: must be a header name", "external.deny_headers[1]: must be a header name"}},
+		badCase{name: "deny_headers duplicate", in: denyExt(`"x-a", "X-A"`),
+			want: []string{`external.deny_headers[1]: duplicate header "x-a"`}, schemaAccepts: true},
+		badCase{name: "deny_headers also forwarded", in: denyExt(`"X-Tenant-Id"`),
+			want: []string{`external.deny_headers[0]: "x-tenant-id" is also named in forward_headers, which sends it`}, schemaAccepts: true},
+	)
+}
+
+func denyExt(items string) string {
+	return `{"external": {"cluster": "limits", "forward_headers": ["x-tenant-id", "*"], "cache_key": ["header:x-tenant-id"],
+	  "deny_headers": [` + items + `], "fallback": {"requests_per_second": 1}}}`
+}
+
+func TestParseDenyHeaders(t *testing.T) {
+	c := mustParse(t, denyExt(`"X-Internal-Token"`))
+	if !reflect.DeepEqual(c.External.DenyHeaders, []string{"x-internal-token"}) {
+		t.Fatalf("DenyHeaders = %q", c.External.DenyHeaders)
+	}
+	for name, want := range map[string]bool{"x-internal-token": true, "authorization": true, "cookie": true, "x-plan": false} {
+		if got := c.External.Denied(name); got != want {
+			t.Errorf("Denied(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if d := mustParse(t, ext("")).External; d.DenyHeaders != nil || !d.Denied("x-api-key") {
+		t.Errorf("default: DenyHeaders %q, x-api-key denied %v; want none and the sensitive defaults", d.DenyHeaders, d.Denied("x-api-key"))
+	}
+}
