@@ -166,6 +166,8 @@ type Request struct {
 	Tag      byte
 	Bucket   string
 	Policy   limitsvc.Policy
+	// FailureCode is the answer's failure_code; zero for none.
+	FailureCode int
 }
 
 // slotName is the shared-data key of cache slot i.
@@ -335,6 +337,7 @@ func (r *Request) apply(a *limitsvc.Answer) {
 	}
 	r.Limit = a.Limit()
 	r.Policy = a.Policy
+	r.FailureCode = a.FailureCode
 }
 
 // failed resolves the request after a failed or impossible lookup: with

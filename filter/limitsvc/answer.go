@@ -46,7 +46,11 @@ const (
 	// MinPeriod and MaxPeriod bound the period, as the configuration's
 	// window.
 	MinPeriod = time.Millisecond
-	MaxPeriod = 7 * 24 * time.Hour
+	// MinFailureCode and MaxFailureCode bound failure_code, as the
+	// configuration's failure_status.
+	MinFailureCode = 400
+	MaxFailureCode = 599
+	MaxPeriod      = 7 * 24 * time.Hour
 )
 
 // Answer is what the service said about one request.
@@ -62,6 +66,10 @@ type Answer struct {
 	// TenantKey selects the bucket; empty when the service named none.
 	TenantKey string
 	Policy    Policy
+	// FailureCode is the status of this tenant's rejections under the
+	// deny failure policy, 400-599; zero keeps the backend's
+	// failure_status.
+	FailureCode int
 	// MaxAge is how long the answer is fresh; zero means the configured
 	// cache_ttl.
 	MaxAge time.Duration
@@ -162,6 +170,11 @@ func Parse(status int, body []byte) (Answer, error) {
 			return Answer{}, err
 		}
 	}
+	if v := root.Get("failure_code"); v.Exists() {
+		if a.FailureCode, err = failureCode(v); err != nil {
+			return Answer{}, err
+		}
+	}
 	if v := root.Get("cache_max_age_seconds"); v.Exists() {
 		n, err := count("cache_max_age_seconds", v)
 		if err != nil {
@@ -241,4 +254,16 @@ func policy(v gjson.Result) (Policy, error) {
 		return PolicyLocal, nil
 	}
 	return 0, malformed("unknown failure_policy")
+}
+
+// failureCode reads failure_code: an HTTP status a rejection can carry.
+func failureCode(v gjson.Result) (int, error) {
+	n, err := count("failure_code", v)
+	if err != nil {
+		return 0, err
+	}
+	if n < MinFailureCode || n > MaxFailureCode {
+		return 0, malformed("failure_code outside " + strconv.Itoa(MinFailureCode) + "-" + strconv.Itoa(MaxFailureCode))
+	}
+	return int(n), nil
 }
