@@ -95,6 +95,12 @@ func (proxyStream) ResponseHeader(name string) (string, bool) {
 	return v, err == nil
 }
 
+// ReplaceRequestHeader sets a request header of a paused request before
+// it is resumed (deadline propagation).
+func (proxyStream) ReplaceRequestHeader(name, value string) error {
+	return proxywasm.ReplaceHttpRequestHeader(name, value)
+}
+
 func (proxyStream) ReplaceResponseHeader(name, value string) error {
 	return proxywasm.ReplaceHttpResponseHeader(name, value)
 }

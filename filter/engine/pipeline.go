@@ -318,7 +318,7 @@ func (p *Plugin) resume(h *Stream, now time.Time, afterRemote bool) {
 	} else {
 		v = h.evaluate(now)
 	}
-	if v == Continue {
+	if v == Continue && h.applyDeadline(now) {
 		if err := p.host.Stream.Resume(); err != nil {
 			p.log.Warnf("sluice: resuming a request: %v", err)
 		}

@@ -64,6 +64,7 @@ type Plugin struct {
 	// of limits.
 	external *externalRuntime
 	requests host.Counter
+	deadline deadlineMetrics
 	// matchNeeds is what any match reads of the request: each
 	// pseudo-header it names costs one small read, and only a header match
 	// costs the whole header map.
@@ -120,6 +121,7 @@ func (p *Plugin) Start(data []byte) bool {
 func (p *Plugin) configure(cfg *config.Config) error {
 	p.cfg = cfg
 	p.requests = p.host.Metrics.Counter(metricRequests)
+	p.deadline = defineDeadlineMetrics(p.host.Metrics)
 	for i := range cfg.Limits {
 		if cfg.Limits[i].Disabled {
 			p.limits = append(p.limits, newDisabledLimit(p.host, &cfg.Limits[i], i))
