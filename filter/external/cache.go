@@ -387,6 +387,15 @@ func (x *Cache) onReply(l *lookup, status int, body []byte, err error) {
 		return
 	}
 	a, err := limitsvc.Parse(status, body)
+	if rh, ok := x.caller.(host.ReplyHeaders); ok && err == nil {
+		if v, ok := rh.ReplyHeader("cache-control"); ok {
+			cc := limitsvc.ParseCacheControl(v)
+			if cc.Invalid {
+				x.metrics.invalidCacheControl.Increment(1)
+			}
+			a.WithCacheControl(cc, body)
+		}
+	}
 	x.finish(l, now, a, err)
 }
 
@@ -426,10 +435,13 @@ func (x *Cache) finish(l *lookup, now time.Time, a limitsvc.Answer, err error) {
 				ttl = a.MaxAge
 			}
 			e.FreshUntil, e.StaleUntil = ns+int64(ttl), ns+int64(ttl+x.cfg.StaleTTL)
+			if a.NoCache {
+				e.FreshUntil = ns
+			}
 			if a.NoStore {
 				e.FreshUntil, e.StaleUntil = ns, ns
 			}
-			a.MaxAge, a.NoStore = 0, false
+			a.MaxAge, a.NoStore, a.NoCache = 0, false, false
 			e.Answer = a
 		}
 		if x.writeEntry(l.slot, &e, cas) {
@@ -489,7 +501,10 @@ func (x *Cache) Settle(r *Request, now time.Time) bool {
 
 type metrics struct {
 	lookups, cacheHits, cacheMisses, waits, staleUsed, fallbackUsed, evictions host.Counter
-	breakerOpens, breakerCloses, breakerRejected                               host.Counter
+	// invalidCacheControl counts replies whose Cache-Control had an
+	// unreadable directive, ignored.
+	invalidCacheControl                          host.Counter
+	breakerOpens, breakerCloses, breakerRejected host.Counter
 	// errTimeout … errOther count failed lookups by backend.Kind.
 	errTimeout, errUnavailable, errHTTPStatus, errMalformed, errOther host.Counter
 	latency                                                           host.Histogram
@@ -500,22 +515,23 @@ const metricPrefix = "sluice.external."
 func defineMetrics(hm host.Metrics) metrics {
 	p := metricPrefix
 	return metrics{
-		lookups:         hm.Counter(p + "lookups"),
-		cacheHits:       hm.Counter(p + "cache_hits"),
-		cacheMisses:     hm.Counter(p + "cache_misses"),
-		waits:           hm.Counter(p + "waits"),
-		staleUsed:       hm.Counter(p + "stale_used"),
-		fallbackUsed:    hm.Counter(p + "fallback_used"),
-		evictions:       hm.Counter(p + "evictions"),
-		breakerOpens:    hm.Counter(p + "breaker.opens"),
-		breakerCloses:   hm.Counter(p + "breaker.closes"),
-		breakerRejected: hm.Counter(p + "breaker.rejected"),
-		errTimeout:      hm.Counter(p + "errors." + backend.KindTimeout.String()),
-		errUnavailable:  hm.Counter(p + "errors." + backend.KindUnavailable.String()),
-		errHTTPStatus:   hm.Counter(p + "errors." + backend.KindHTTPStatus.String()),
-		errMalformed:    hm.Counter(p + "errors." + backend.KindMalformed.String()),
-		errOther:        hm.Counter(p + "errors.other"),
-		latency:         hm.Histogram(p + "latency_ms"),
+		lookups:             hm.Counter(p + "lookups"),
+		invalidCacheControl: hm.Counter(p + "invalid_cache_control"),
+		cacheHits:           hm.Counter(p + "cache_hits"),
+		cacheMisses:         hm.Counter(p + "cache_misses"),
+		waits:               hm.Counter(p + "waits"),
+		staleUsed:           hm.Counter(p + "stale_used"),
+		fallbackUsed:        hm.Counter(p + "fallback_used"),
+		evictions:           hm.Counter(p + "evictions"),
+		breakerOpens:        hm.Counter(p + "breaker.opens"),
+		breakerCloses:       hm.Counter(p + "breaker.closes"),
+		breakerRejected:     hm.Counter(p + "breaker.rejected"),
+		errTimeout:          hm.Counter(p + "errors." + backend.KindTimeout.String()),
+		errUnavailable:      hm.Counter(p + "errors." + backend.KindUnavailable.String()),
+		errHTTPStatus:       hm.Counter(p + "errors." + backend.KindHTTPStatus.String()),
+		errMalformed:        hm.Counter(p + "errors." + backend.KindMalformed.String()),
+		errOther:            hm.Counter(p + "errors.other"),
+		latency:             hm.Histogram(p + "latency_ms"),
 	}
 }
 

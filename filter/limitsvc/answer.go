@@ -75,6 +75,9 @@ type Answer struct {
 	MaxAge time.Duration
 	// NoStore asks that the answer serve only the requests waiting for it.
 	NoStore bool
+	// NoCache (Cache-Control no-cache or max-age=0) keeps the answer
+	// for stale use without ever serving it fresh.
+	NoCache bool
 }
 
 // Limit is the token bucket the answer describes.
