@@ -64,7 +64,8 @@ func wireExternalOf(e *External) *wireExternal {
 	w := &wireExternal{
 		Name: l.Name, Match: wireMatchOf(&l.Match), Cluster: e.Cluster, Authority: e.Authority, Path: e.Path,
 		Timeout: dur(e.Timeout), ForwardHeaders: append([]string{}, e.ForwardHeaders...), CacheKey: []string{},
-		CacheTTL: dur(e.CacheTTL), StaleTTL: dur(e.StaleTTL), MaxCached: e.MaxCached, Mode: l.Mode.String(),
+		MaxConcurrent: e.MaxConcurrentRequests,
+		CacheTTL:      dur(e.CacheTTL), StaleTTL: dur(e.StaleTTL), MaxCached: e.MaxCached, Mode: l.Mode.String(),
 		OnMissingKey: l.OnMissingKey.String(),
 		OnLimit:      wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
 		Fallback:     wireFallback{wireRate: wireRateOf(l.Rate, TokenBucket), Key: []string{}},
@@ -365,6 +366,7 @@ type wireExternal struct {
 	Timeout        string       `json:"timeout"`
 	ForwardHeaders []string     `json:"forward_headers"`
 	DenyHeaders    []string     `json:"deny_headers,omitempty"`
+	MaxConcurrent  int          `json:"max_concurrent_requests"`
 	CacheKey       []string     `json:"cache_key"`
 	CacheTTL       string       `json:"cache_ttl"`
 	StaleTTL       string       `json:"stale_ttl"`

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -80,7 +81,7 @@ func TestParseExternalDefaults(t *testing.T) {
 		},
 		Cluster: "limits", Authority: "limits", Path: "/limits", Timeout: 100 * time.Millisecond,
 		ForwardHeaders: []string{"x-tenant-id", "x-plan"}, CacheKey: []KeyPart{tenant, plan},
-		CacheTTL: time.Minute, StaleTTL: 5 * time.Minute, MaxCached: 10000,
+		CacheTTL: time.Minute, StaleTTL: 5 * time.Minute, MaxCached: 10000, MaxConcurrentRequests: 50,
 	}
 	if !reflect.DeepEqual(c.External, want) {
 		t.Errorf("got  %+v\nwant %+v", c.External, want)
@@ -107,7 +108,7 @@ func TestParseExternalEverything(t *testing.T) {
 		Cluster: "limits", Authority: "limits.internal", Path: "/v2/limits", Timeout: 2 * time.Second,
 		ForwardHeaders: []string{"x-tenant-id", "cookie"}, ForwardAll: true,
 		CacheKey: []KeyPart{{Kind: KeyHeader, Header: "x-tenant-id"}, {Kind: KeyMethod}},
-		CacheTTL: 10 * time.Second, StaleTTL: time.Hour, MaxCached: 50,
+		CacheTTL: 10 * time.Second, StaleTTL: time.Hour, MaxCached: 50, MaxConcurrentRequests: 50,
 	}
 	if !reflect.DeepEqual(e, want) {
 		t.Errorf("got  %+v\nwant %+v", e, want)
@@ -173,5 +174,32 @@ func TestParseDenyHeaders(t *testing.T) {
 	}
 	if d := mustParse(t, ext("")).External; d.DenyHeaders != nil || !d.Denied("x-api-key") {
 		t.Errorf("default: DenyHeaders %q, x-api-key denied %v; want none and the sensitive defaults", d.DenyHeaders, d.Denied("x-api-key"))
+	}
+}
+
+func init() {
+	goodConfigs = append(goodConfigs, ext(`, "max_concurrent_requests": 1`), ext(`, "max_concurrent_requests": 1000`))
+	badCases = append(badCases,
+		badCase{name: "max_concurrent_requests zero", in: ext(`, "max_concurrent_requests": 0`),
+			want: []string{"external.max_concurrent_requests: must be >= 1"}},
+		badCase{name: "max_concurrent_requests too many", in: ext(`, "max_concurrent_requests": 1001`),
+			want: []string{"external.max_concurrent_requests: must be <= 1000"}},
+	)
+}
+
+func TestSchemaMaxConcurrentDefault(t *testing.T) {
+	var s struct {
+		Defs map[string]struct {
+			Properties map[string]struct {
+				Default any `json:"default"`
+			} `json:"properties"`
+		} `json:"$defs"`
+	}
+	if err := json.Unmarshal(Schema(), &s); err != nil {
+		t.Fatal(err)
+	}
+	got := s.Defs["external"].Properties["max_concurrent_requests"].Default
+	if want := mustParse(t, ext("")).External.MaxConcurrentRequests; got != float64(want) {
+		t.Errorf("schema external.max_concurrent_requests default %v, parser default %d", got, want)
 	}
 }
