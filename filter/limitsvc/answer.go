@@ -9,6 +9,7 @@
 package limitsvc
 
 import (
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -58,8 +59,9 @@ type Answer struct {
 	// Unlimited is set when the service answered a rate of 0: no limit
 	// applies. Rate, Period and Burst are then zero.
 	Unlimited bool
-	// Rate requests per Period, plus Burst extra bucket capacity, exactly
-	// as a limit's requests_per_second (or limit and window) and burst.
+	// Rate requests per Period refill a bucket of Burst tokens: as in seed
+	// 003, an answer's burst is the bucket's capacity (0 or absent: Rate),
+	// unlike a static limit's burst, which is added on top of the rate.
 	Rate   int64
 	Period time.Duration
 	Burst  int64
@@ -80,9 +82,32 @@ type Answer struct {
 	NoCache bool
 }
 
-// Limit is the token bucket the answer describes.
+// Limit is the token bucket the answer describes: capacity Burst (Rate
+// when 0), refilled at Rate per Period. A capacity below the rate is the
+// same refill speed over a shorter period, Capacity per
+// Period×Capacity/Rate, rounded up (never faster) and at least
+// limiter.MinPeriod.
 func (a *Answer) Limit() limiter.Limit {
-	return limiter.Limit{Algorithm: limiter.TokenBucket, Rate: a.Rate, Period: a.Period, Burst: a.Burst}
+	capacity := a.Burst
+	if capacity == 0 || capacity == a.Rate {
+		return limiter.Limit{Algorithm: limiter.TokenBucket, Rate: a.Rate, Period: a.Period}
+	}
+	if capacity > a.Rate {
+		return limiter.Limit{Algorithm: limiter.TokenBucket, Rate: a.Rate, Period: a.Period, Burst: capacity - a.Rate}
+	}
+	if a.Rate <= 0 || a.Period <= 0 || capacity < 0 {
+		// Not a limit Parse accepts; Validate reports it.
+		return limiter.Limit{Algorithm: limiter.TokenBucket, Rate: a.Rate, Period: a.Period, Burst: a.Burst}
+	}
+	// Period × capacity < 2^128 and, as capacity < Rate, the quotient is
+	// below Period.
+	hi, lo := bits.Mul64(uint64(a.Period), uint64(capacity))
+	q, r := bits.Div64(hi, lo, uint64(a.Rate))
+	if r != 0 {
+		q++
+	}
+	period := max(time.Duration(q), limiter.MinPeriod)
+	return limiter.Limit{Algorithm: limiter.TokenBucket, Rate: capacity, Period: period}
 }
 
 func fail(kind backend.Kind, status int, detail string) error {
