@@ -33,7 +33,7 @@ type External struct {
 	// pseudo-headers and SensitiveHeaders not named in ForwardHeaders.
 	ForwardAll bool
 	// DenyHeaders are lower-cased headers ForwardAll does not send either
-	// (deny_headers); nil when not configured. See Denied.
+	// (deny_headers); nil when none are. See Denied.
 	DenyHeaders []string
 	// CacheKey identifies a lookup: requests with equal values share one
 	// cached answer, one lookup in flight and one breaker. Default: a

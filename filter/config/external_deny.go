@@ -17,7 +17,8 @@ func (p *parser) denyHeaders(o *object, e *External) {
 	if !e.ForwardAll {
 		o.errorf("deny_headers", `has no effect without "*" in forward_headers: only the wildcard sends unnamed headers`)
 	}
-	e.DenyHeaders = []string{}
+	// An empty list stays nil, as an absent one: the encoded config omits
+	// both, and must parse back equal.
 	for i, item := range items {
 		ipath := IndexPath(o.path1("deny_headers"), i)
 		if item.Type != gjson.String || item.Str == "*" || !headerToken(item.Str) {
