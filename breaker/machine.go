@@ -200,6 +200,8 @@ type Machine struct {
 	openTimeout      int64
 	multiplier       float64
 	maxOpenTimeout   int64
+	jitterPercent    uint8
+	random           func() uint64
 	maxProbes        uint32
 	probeTimeout     int64
 	maxRetries       int
@@ -219,6 +221,8 @@ func NewMachine(s Settings) (*Machine, error) {
 		successThreshold: orDefault(s.SuccessThreshold, DefaultSuccessThreshold),
 		openTimeout:      int64(s.OpenTimeout),
 		maxOpenTimeout:   int64(s.MaxOpenTimeout),
+		jitterPercent:    s.JitterPercent,
+		random:           s.Random,
 		maxProbes:        orDefault(s.HalfOpenMaxRequests, DefaultHalfOpenMaxRequests),
 		probeTimeout:     int64(s.ProbeTimeout),
 		maxRetries:       s.MaxRetries,
@@ -501,7 +505,7 @@ func (m *Machine) open(r *Record, now int64) {
 	if r.streak < math.MaxUint16 {
 		r.streak++
 	}
-	r.at = satAdd(now, m.timeout(r.streak))
+	r.at = satAdd(now, m.jittered(m.timeout(r.streak)))
 	r.consec = 0
 	r.inflight = 0
 	m.resetWindow(r)

@@ -184,6 +184,14 @@ type Settings struct {
 	// OpenTimeout. It must not be set without a multiplier, where it would
 	// have no effect.
 	MaxOpenTimeout time.Duration
+	// JitterPercent shortens each open timeout by a random share of at
+	// most this percent of it (see Jitter), so that instances that opened
+	// together do not probe together. Zero means none; at most
+	// MaxJitterPercent.
+	JitterPercent uint8
+	// Random is the jitter's source of uniform uint64s; nil means
+	// math/rand/v2. Tests pass a seeded one.
+	Random func() uint64
 
 	// HalfOpenMaxRequests is the number of probes that may be in flight at
 	// once in half-open, exactly, across all workers sharing the store.
@@ -287,6 +295,9 @@ func (s *Settings) Validate() error {
 	m := s.OpenTimeoutMultiplier
 	if math.IsNaN(m) || (m != 0 && m < 1) || m > 100 {
 		bad("open_timeout_multiplier", "must be in [1, 100], or 0 for no growth")
+	}
+	if s.JitterPercent > MaxJitterPercent {
+		bad("jitter_percent", "must be <= %d", MaxJitterPercent)
 	}
 	if s.MaxOpenTimeout < 0 {
 		bad("max_open_timeout", "must be >= 0")

@@ -184,6 +184,12 @@ func (w *wasmHarness) Gauge(t testing.TB, name string) int64 {
 	return int64(v)
 }
 
+// Defined implements filtertest.MetricDefiner.
+func (w *wasmHarness) Defined(t testing.TB, name string) bool {
+	_, ok := w.rt.Stats().Lookup(name)
+	return ok
+}
+
 // TestCasesWasm runs filtertest.Cases on build/sluice.wasm: the same cases
 // filter's TestCasesNative runs on proxytest.
 func TestCasesWasm(t *testing.T) {

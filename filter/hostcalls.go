@@ -96,12 +96,14 @@ func (proxyStream) ResponseHeader(name string) (string, bool) {
 	return v, err == nil
 }
 
-func (proxyStream) ReplaceResponseHeader(name, value string) error {
-	return proxywasm.ReplaceHttpResponseHeader(name, value)
-}
-
+// ReplaceRequestHeader sets a request header before the request goes
+// upstream (deadline propagation, upstream_headers_when_limited).
 func (proxyStream) ReplaceRequestHeader(name, value string) error {
 	return proxywasm.ReplaceHttpRequestHeader(name, value)
+}
+
+func (proxyStream) ReplaceResponseHeader(name, value string) error {
+	return proxywasm.ReplaceHttpResponseHeader(name, value)
 }
 
 // Reply sends a local response. The SDK's send_local_response sets no
@@ -128,7 +130,8 @@ func (proxyCaller) Call(cluster string, headers [][2]string, body []byte, timeou
 			return
 		}
 		status := 0
-		if hs, err := proxywasm.GetHttpCallResponseHeaders(); err == nil {
+		hs, err := proxywasm.GetHttpCallResponseHeaders()
+		if err == nil {
 			for _, kv := range hs {
 				if kv[0] == ":status" {
 					status = engine.StatusCode(kv[1])
@@ -136,6 +139,9 @@ func (proxyCaller) Call(cluster string, headers [][2]string, body []byte, timeou
 				}
 			}
 		}
+		// The headers stay readable through ReplyHeader while done runs.
+		replyHeaders = hs
+		defer func() { replyHeaders = nil }()
 		if bodySize > host.MaxReplyBody {
 			// No script result or limits answer comes near the limit. Its
 			// first MaxReplyBody bytes may well parse, but they are not the
@@ -156,6 +162,26 @@ func (proxyCaller) Call(cluster string, headers [][2]string, body []byte, timeou
 		done(status, b, nil)
 	})
 	return err
+}
+
+// replyHeaders are the headers of the callout reply being delivered; a VM
+// runs one callback at a time.
+var replyHeaders [][2]string
+
+// ReplyHeader implements host.ReplyHeaders: a header of the reply being
+// delivered, repeated values joined with commas.
+func (proxyCaller) ReplyHeader(name string) (string, bool) {
+	value, found := "", false
+	for _, kv := range replyHeaders {
+		if kv[0] != name {
+			continue
+		}
+		if found {
+			value += ","
+		}
+		value, found = value+kv[1], true
+	}
+	return value, found
 }
 
 type proxyTicker struct{}

@@ -142,6 +142,14 @@ func (n *nativeHarness) Gauge(t testing.TB, name string) int64 {
 	return int64(v)
 }
 
+// Defined implements filtertest.MetricDefiner.
+func (n *nativeHarness) Defined(t testing.TB, name string) bool {
+	_, errC := n.host.GetCounterMetric(name)
+	_, errG := n.host.GetGaugeMetric(name)
+	_, errH := n.host.GetHistogramMetric(name)
+	return errC == nil || errG == nil || errH == nil
+}
+
 func TestCasesNative(t *testing.T) {
 	for _, c := range filtertest.Cases {
 		t.Run(c.Name, func(t *testing.T) {

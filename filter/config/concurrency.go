@@ -2,7 +2,7 @@ package config
 
 import "github.com/tidwall/gjson"
 
-var concurrencyFields = []string{"name", "match", "key", "max_in_flight", "status", "shadow"}
+var concurrencyFields = []string{"name", "match", "key", "max_in_flight", "status", "shadow", "enabled"}
 
 func (p *parser) concurrency(cfg *Config, path string, items []gjson.Result) {
 	firstByName := map[string]string{}
@@ -28,6 +28,7 @@ func (p *parser) concurrency(cfg *Config, path string, items []gjson.Result) {
 func (p *parser) concurrencyLimit(o *object) ConcurrencyLimit {
 	c := ConcurrencyLimit{Key: []KeyPart{}, Status: DefaultConcurrencyStatus}
 	c.Name = p.name(o)
+	c.Disabled = p.disabled(o)
 	if m := o.child("match", matchFields...); m != nil {
 		c.Match = p.match(m)
 	}

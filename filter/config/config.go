@@ -404,6 +404,9 @@ type Limit struct {
 	// OverflowSlots is the number of overflow buckets (limiter
 	// TableConfig.OverflowSlots), 1 to Slots; 0 means Slots/16.
 	OverflowSlots int
+	// Disabled ("enabled": false) keeps the entry configured but switched
+	// off: never evaluated, never counted; its metrics stay at zero.
+	Disabled bool
 }
 
 // CostHeader is a cost sent by the client in a request header
@@ -615,6 +618,9 @@ type ConcurrencyLimit struct {
 	Status int
 	// Shadow counts and reports but never rejects.
 	Shadow bool
+	// Disabled ("enabled": false) keeps the entry configured but switched
+	// off: never evaluated, never counted; its metrics stay at zero.
+	Disabled bool
 }
 
 // BreakerScope is what one breaker instance covers.
@@ -721,6 +727,9 @@ type Breaker struct {
 	Mode BreakerMode
 	// Status of the reply while open, 400-599, default 503.
 	Status int
+	// Disabled ("enabled": false) keeps the entry configured but switched
+	// off: never evaluated, never counted; its metrics stay at zero.
+	Disabled bool
 }
 
 // Settings is the breaker core's configuration for b, the one conversion
@@ -881,4 +890,13 @@ type BackendBreaker struct {
 	OpenTimeout time.Duration
 	// HalfOpenMaxRequests probes while half-open; default 2.
 	HalfOpenMaxRequests int
+	// OpenTimeoutMultiplier grows the open timeout on each re-open while
+	// probes keep failing; 1 to 100, 0 (the default) for no growth.
+	OpenTimeoutMultiplier float64
+	// OpenTimeoutMax caps the grown open timeout; set, default 10 ×
+	// OpenTimeout, only with OpenTimeoutMultiplier > 1.
+	OpenTimeoutMax time.Duration
+	// JitterPercent, 0-100, default 20, shortens each retry backoff and
+	// open timeout by a random share of at most this percent.
+	JitterPercent int
 }

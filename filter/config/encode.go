@@ -66,8 +66,12 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 			Breaker: wireBackendBreaker{
 				FailureThreshold: b.Breaker.FailureThreshold, Window: dur(b.Breaker.Window),
 				OpenTimeout: dur(b.Breaker.OpenTimeout), HalfOpenMaxRequests: b.Breaker.HalfOpenMaxRequests,
+				OpenTimeoutMultiplier: b.Breaker.OpenTimeoutMultiplier, JitterPercent: b.Breaker.JitterPercent,
 			},
 		}
+	}
+	if b := c.Backend; b != nil && b.Breaker.OpenTimeoutMultiplier > 1 {
+		w.Backend.Breaker.OpenTimeoutMax = dur(b.Breaker.OpenTimeoutMax)
 	}
 	if e := c.External; e != nil {
 		w.External = wireExternalOf(e)
@@ -80,7 +84,8 @@ func wireExternalOf(e *External) *wireExternal {
 	w := &wireExternal{
 		Name: l.Name, Match: wireMatchOf(&l.Match), Cluster: e.Cluster, Authority: e.Authority, Path: e.Path,
 		Timeout: dur(e.Timeout), ForwardHeaders: append([]string{}, e.ForwardHeaders...), CacheKey: []string{},
-		CacheTTL: dur(e.CacheTTL), StaleTTL: dur(e.StaleTTL), MaxCached: e.MaxCached, Mode: l.Mode.String(),
+		MaxConcurrent: e.MaxConcurrentRequests,
+		CacheTTL:      dur(e.CacheTTL), StaleTTL: dur(e.StaleTTL), MaxCached: e.MaxCached, Mode: l.Mode.String(),
 		OnMissingKey: l.OnMissingKey.String(),
 		OnLimit:      wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
 		Fallback:     wireFallback{wireRate: wireRateOf(l.Rate, TokenBucket), Key: []string{}},
@@ -88,6 +93,7 @@ func wireExternalOf(e *External) *wireExternal {
 	}
 	if e.ForwardAll {
 		w.ForwardHeaders = append(w.ForwardHeaders, "*")
+		w.DenyHeaders = e.DenyHeaders
 	}
 	for _, k := range e.CacheKey {
 		w.CacheKey = append(w.CacheKey, k.String())
@@ -118,6 +124,7 @@ func (c *Config) wireLimit(l *Limit) wireLimit {
 		OnMissingKey:               l.OnMissingKey.String(),
 		OnLimit:                    wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
 		Shadow:                     l.Shadow,
+		Enabled:                    !l.Disabled,
 		Rollout:                    wireRollout{l.Rollout.EnabledPercent, l.Rollout.EnforcedPercent},
 		Slots:                      l.Slots,
 		UpstreamHeadersWhenLimited: headerObject(l.UpstreamHeadersWhenLimited),
@@ -183,7 +190,7 @@ func wireMatchOf(m *Match) *wireMatch {
 
 func wireConcurrencyOf(c *ConcurrencyLimit) wireConcurrency {
 	w := wireConcurrency{Name: c.Name, Match: wireMatchOf(&c.Match), Key: []string{},
-		MaxInFlight: c.MaxInFlight, Status: c.Status, Shadow: c.Shadow}
+		MaxInFlight: c.MaxInFlight, Status: c.Status, Shadow: c.Shadow, Enabled: !c.Disabled}
 	for _, k := range c.Key {
 		w.Key = append(w.Key, k.String())
 	}
@@ -196,7 +203,7 @@ func wireBreakerOf(b *Breaker) wireBreaker {
 		FailureStatuses: append([]int{}, b.FailureStatuses...), FailureOnTimeout: b.FailureOnTimeout,
 		FailureThreshold: b.FailureThreshold, SuccessThreshold: b.SuccessThreshold,
 		OpenTimeout: dur(b.OpenTimeout), HalfOpenMaxRequests: b.HalfOpenMaxRequests,
-		Mode: b.Mode.String(), Status: b.Status,
+		Mode: b.Mode.String(), Status: b.Status, Enabled: !b.Disabled,
 	}
 	if fr := b.FailureRate; fr != nil {
 		w.FailureRate = &wireFailureRate{
@@ -237,6 +244,7 @@ type wireConcurrency struct {
 	MaxInFlight int64      `json:"max_in_flight"`
 	Status      int        `json:"status"`
 	Shadow      bool       `json:"shadow"`
+	Enabled     bool       `json:"enabled"`
 }
 
 type wireClientIP struct {
@@ -275,7 +283,8 @@ type wireLimit struct {
 	Replaces                   []string          `json:"replaces,omitempty"`
 	Slots                      int               `json:"slots"`
 	// OverflowSlots is 0, absent, when it is the default Slots/16.
-	OverflowSlots int `json:"overflow_slots,omitempty"`
+	OverflowSlots int  `json:"overflow_slots,omitempty"`
+	Enabled       bool `json:"enabled"`
 }
 
 type wireRollout struct {
@@ -329,6 +338,7 @@ type wireBreaker struct {
 	HalfOpenMaxRequests int              `json:"half_open_max_requests"`
 	Mode                string           `json:"mode"`
 	Status              int              `json:"status"`
+	Enabled             bool             `json:"enabled"`
 }
 
 type wireFailureRate struct {
@@ -375,6 +385,10 @@ type wireBackendBreaker struct {
 	Window              string `json:"window"`
 	OpenTimeout         string `json:"open_timeout"`
 	HalfOpenMaxRequests int    `json:"half_open_max_requests"`
+	// OpenTimeoutMultiplier and OpenTimeoutMax are absent without growth.
+	OpenTimeoutMultiplier float64 `json:"open_timeout_multiplier,omitempty"`
+	OpenTimeoutMax        string  `json:"open_timeout_max,omitempty"`
+	JitterPercent         int     `json:"jitter_percent"`
 }
 
 type wireExternal struct {
@@ -385,6 +399,8 @@ type wireExternal struct {
 	Path           string       `json:"path"`
 	Timeout        string       `json:"timeout"`
 	ForwardHeaders []string     `json:"forward_headers"`
+	DenyHeaders    []string     `json:"deny_headers,omitempty"`
+	MaxConcurrent  int          `json:"max_concurrent_requests"`
 	CacheKey       []string     `json:"cache_key"`
 	CacheTTL       string       `json:"cache_ttl"`
 	StaleTTL       string       `json:"stale_ttl"`

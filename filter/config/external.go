@@ -32,6 +32,9 @@ type External struct {
 	// ForwardAll is set by a "*" entry: every request header is sent except
 	// pseudo-headers and SensitiveHeaders not named in ForwardHeaders.
 	ForwardAll bool
+	// DenyHeaders are lower-cased headers ForwardAll does not send either
+	// (deny_headers); nil when none are. See Denied.
+	DenyHeaders []string
 	// CacheKey identifies a lookup: requests with equal values share one
 	// cached answer, one lookup in flight and one breaker. Default: a
 	// header part for every name in ForwardHeaders. An absent part is an
@@ -45,6 +48,9 @@ type External struct {
 	StaleTTL time.Duration
 	// MaxCached bounds the cached lookups (shared-data keys); default 10000.
 	MaxCached int
+	// MaxConcurrentRequests caps the lookups in flight across all workers,
+	// 1-1000, default 50; an excess lookup is decided like a failed one.
+	MaxConcurrentRequests int
 }
 
 // SensitiveHeaders are never forwarded to the limits service unless
@@ -65,12 +71,17 @@ const (
 	DefaultExternalStaleTTL = 5 * time.Minute
 	DefaultExternalMaxCache = 10_000
 	maxExternalCached       = 1_000_000
-	maxCacheTTL             = 24 * time.Hour
+	// DefaultExternalConcurrent and maxExternalConcurrent bound the
+	// lookups in flight; the cap keeps the permits one small value.
+	DefaultExternalConcurrent = 50
+	maxExternalConcurrent     = 1000
+	maxCacheTTL               = 24 * time.Hour
 )
 
 var externalFields = []string{"name", "match", "cluster", "authority", "path", "timeout", "forward_headers",
 	"cache_key", "cache_ttl", "stale_ttl", "max_cached", "mode", "failure_policy", "instances",
-	"on_missing_key", "on_limit", "fallback", "slots", "overflow_slots"}
+	"on_missing_key", "on_limit", "fallback", "slots", "overflow_slots", "deny_headers",
+	"max_concurrent_requests"}
 
 func (p *parser) external(o *object, cfg *Config) *External {
 	e := &External{
@@ -88,6 +99,8 @@ func (p *parser) external(o *object, cfg *Config) *External {
 		CacheTTL:  DefaultExternalCacheTTL,
 		StaleTTL:  DefaultExternalStaleTTL,
 		MaxCached: DefaultExternalMaxCache,
+
+		MaxConcurrentRequests: DefaultExternalConcurrent,
 	}
 	if o.has("name") {
 		if n := p.name(o); n != "" {
@@ -145,6 +158,10 @@ func (p *parser) external(o *object, cfg *Config) *External {
 				named = append(named, KeyPart{Kind: KeyHeader, Header: h})
 			}
 		}
+	}
+	p.denyHeaders(o, e)
+	if n, ok := o.integer("max_concurrent_requests", 1, maxExternalConcurrent); ok {
+		e.MaxConcurrentRequests = int(n)
 	}
 	if items, ok := o.array("cache_key", ""); ok {
 		e.CacheKey = p.key(o.path1("cache_key"), items)

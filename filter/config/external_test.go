@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -81,7 +82,7 @@ func TestParseExternalDefaults(t *testing.T) {
 		},
 		Cluster: "limits", Authority: "limits", Path: "/limits", Timeout: 100 * time.Millisecond,
 		ForwardHeaders: []string{"x-tenant-id", "x-plan"}, CacheKey: []KeyPart{tenant, plan},
-		CacheTTL: time.Minute, StaleTTL: 5 * time.Minute, MaxCached: 10000,
+		CacheTTL: time.Minute, StaleTTL: 5 * time.Minute, MaxCached: 10000, MaxConcurrentRequests: 50,
 	}
 	if !reflect.DeepEqual(c.External, want) {
 		t.Errorf("got  %+v\nwant %+v", c.External, want)
@@ -108,7 +109,7 @@ func TestParseExternalEverything(t *testing.T) {
 		Cluster: "limits", Authority: "limits.internal", Path: "/v2/limits", Timeout: 2 * time.Second,
 		ForwardHeaders: []string{"x-tenant-id", "cookie"}, ForwardAll: true,
 		CacheKey: []KeyPart{{Kind: KeyHeader, Header: "x-tenant-id"}, {Kind: KeyMethod}},
-		CacheTTL: 10 * time.Second, StaleTTL: time.Hour, MaxCached: 50,
+		CacheTTL: 10 * time.Second, StaleTTL: time.Hour, MaxCached: 50, MaxConcurrentRequests: 50,
 	}
 	if !reflect.DeepEqual(e, want) {
 		t.Errorf("got  %+v\nwant %+v", e, want)
@@ -137,5 +138,69 @@ func TestSensitiveHeaders(t *testing.T) {
 	}
 	if IsSensitiveHeader("x-tenant-id") {
 		t.Error("x-tenant-id is sensitive")
+	}
+}
+
+func init() {
+	goodConfigs = append(goodConfigs,
+		`{"external": {"cluster": "limits", "forward_headers": ["x-tenant-id", "*"], "cache_key": ["header:x-tenant-id"],
+		  "deny_headers": ["X-Internal-Token", "x-forwarded-client-cert"], "fallback": {"requests_per_second": 1}}}`)
+	badCases = append(badCases,
+		badCase{name: "deny_headers without wildcard", in: ext(`, "deny_headers": ["x-internal"]`),
+			want: []string{`external.deny_headers: has no effect without "*" in forward_headers: only the wildcard sends unnamed headers`}},
+		badCase{name: "deny_headers wildcard", in: denyExt(`"*"`), want: []string{"external.deny_headers[0]: must be a header name"}},
+		badCase{name: "deny_headers not a name", in: denyExt(`"a b", 5`),
+			want: []string{"external.deny_headers[0]: must be a header name", "external.deny_headers[1]: must be a header name"}},
+		badCase{name: "deny_headers duplicate", in: denyExt(`"x-a", "X-A"`),
+			want: []string{`external.deny_headers[1]: duplicate header "x-a"`}, schemaAccepts: true},
+		badCase{name: "deny_headers also forwarded", in: denyExt(`"X-Tenant-Id"`),
+			want: []string{`external.deny_headers[0]: "x-tenant-id" is also named in forward_headers, which sends it`}, schemaAccepts: true},
+	)
+}
+
+func denyExt(items string) string {
+	return `{"external": {"cluster": "limits", "forward_headers": ["x-tenant-id", "*"], "cache_key": ["header:x-tenant-id"],
+	  "deny_headers": [` + items + `], "fallback": {"requests_per_second": 1}}}`
+}
+
+func TestParseDenyHeaders(t *testing.T) {
+	c := mustParse(t, denyExt(`"X-Internal-Token"`))
+	if !reflect.DeepEqual(c.External.DenyHeaders, []string{"x-internal-token"}) {
+		t.Fatalf("DenyHeaders = %q", c.External.DenyHeaders)
+	}
+	for name, want := range map[string]bool{"x-internal-token": true, "authorization": true, "cookie": true, "x-plan": false} {
+		if got := c.External.Denied(name); got != want {
+			t.Errorf("Denied(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if d := mustParse(t, ext("")).External; d.DenyHeaders != nil || !d.Denied("x-api-key") {
+		t.Errorf("default: DenyHeaders %q, x-api-key denied %v; want none and the sensitive defaults", d.DenyHeaders, d.Denied("x-api-key"))
+	}
+}
+
+func init() {
+	goodConfigs = append(goodConfigs, ext(`, "max_concurrent_requests": 1`), ext(`, "max_concurrent_requests": 1000`))
+	badCases = append(badCases,
+		badCase{name: "max_concurrent_requests zero", in: ext(`, "max_concurrent_requests": 0`),
+			want: []string{"external.max_concurrent_requests: must be >= 1"}},
+		badCase{name: "max_concurrent_requests too many", in: ext(`, "max_concurrent_requests": 1001`),
+			want: []string{"external.max_concurrent_requests: must be <= 1000"}},
+	)
+}
+
+func TestSchemaMaxConcurrentDefault(t *testing.T) {
+	var s struct {
+		Defs map[string]struct {
+			Properties map[string]struct {
+				Default any `json:"default"`
+			} `json:"properties"`
+		} `json:"$defs"`
+	}
+	if err := json.Unmarshal(Schema(), &s); err != nil {
+		t.Fatal(err)
+	}
+	got := s.Defs["external"].Properties["max_concurrent_requests"].Default
+	if want := mustParse(t, ext("")).External.MaxConcurrentRequests; got != float64(want) {
+		t.Errorf("schema external.max_concurrent_requests default %v, parser default %d", got, want)
 	}
 }

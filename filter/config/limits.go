@@ -16,7 +16,7 @@ import (
 var limitFields = []string{"name", "match", "key", "algorithm", "requests_per_second", "burst", "limit",
 	"window", "cost", "cost_from_response", "overrides", "override_by", "mode", "failure_policy", "instances",
 	"on_missing_key", "on_limit", "shadow", "replaces", "slots", "overflow_slots",
-	"rollout", "upstream_headers_when_limited"}
+	"rollout", "upstream_headers_when_limited", "enabled"}
 
 // replacesRef is one replaces entry, kept until every limit name is known.
 type replacesRef struct {
@@ -75,6 +75,7 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 		Rollout:    FullRollout,
 	}
 	l.Name = p.name(o)
+	l.Disabled = p.disabled(o)
 	p.slots(o, &l)
 	if m := o.child("match", matchFields...); m != nil {
 		l.Match = p.match(m)

@@ -82,7 +82,7 @@ func TestParseBackendDefaults(t *testing.T) {
 	want := &Backend{
 		Cluster: "webdis", Authority: "webdis", Protocol: ProtocolWebdis, PathPrefix: "/",
 		Timeout: 50 * time.Millisecond, Retries: 1, FailurePolicy: FailAllow, FailureStatus: 429, Instances: 1,
-		Breaker: BackendBreaker{FailureThreshold: 5, Window: 30 * time.Second, OpenTimeout: 15 * time.Second, HalfOpenMaxRequests: 2},
+		Breaker: BackendBreaker{FailureThreshold: 5, Window: 30 * time.Second, OpenTimeout: 15 * time.Second, HalfOpenMaxRequests: 2, JitterPercent: 20},
 	}
 	if !reflect.DeepEqual(c.Backend, want) {
 		t.Errorf("got %+v\nwant %+v", c.Backend, want)
@@ -138,7 +138,7 @@ func TestParseEverything(t *testing.T) {
 	wantBackend := &Backend{
 		Cluster: "redis", Authority: "redis.internal", Protocol: ProtocolUpstash, PathPrefix: "/r/", Token: "t0k",
 		Timeout: 20 * time.Millisecond, Retries: 2, FailurePolicy: FailLocal, FailureStatus: 503, Instances: 3,
-		Breaker: BackendBreaker{FailureThreshold: 7, Window: 10 * time.Second, OpenTimeout: 5 * time.Second, HalfOpenMaxRequests: 3},
+		Breaker: BackendBreaker{FailureThreshold: 7, Window: 10 * time.Second, OpenTimeout: 5 * time.Second, HalfOpenMaxRequests: 3, JitterPercent: 20},
 	}
 	if !reflect.DeepEqual(c.Backend, wantBackend) {
 		t.Errorf("backend = %+v\nwant %+v", c.Backend, wantBackend)

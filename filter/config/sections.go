@@ -59,6 +59,7 @@ func (p *parser) backend(o *object) *Backend {
 			Window:              DefaultBackendBreakerWindow,
 			OpenTimeout:         DefaultBackendBreakerOpenTimeout,
 			HalfOpenMaxRequests: DefaultBackendBreakerHalfOpen,
+			JitterPercent:       DefaultBackendJitterPercent,
 		},
 	}
 	if s, ok := o.str("cluster"); ok {
@@ -129,7 +130,7 @@ func (p *parser) backend(o *object) *Backend {
 	if n, ok := o.integer("instances", 1, maxInstances); ok {
 		b.Instances = int(n)
 	}
-	if c := o.child("breaker", "failure_threshold", "window", "open_timeout", "half_open_max_requests"); c != nil {
+	if c := o.child("breaker", backendBreakerFields...); c != nil {
 		if n, ok := c.integer("failure_threshold", 1, maxCount); ok {
 			b.Breaker.FailureThreshold = int(n)
 		}
@@ -142,12 +143,13 @@ func (p *parser) backend(o *object) *Backend {
 		if n, ok := c.integer("half_open_max_requests", 1, maxCount); ok {
 			b.Breaker.HalfOpenMaxRequests = int(n)
 		}
+		p.backendRecovery(c, &b.Breaker)
 	}
 	return b
 }
 
 var breakerFields = []string{"name", "match", "per", "failure_statuses", "failure_on_timeout", "failure_threshold",
-	"failure_rate", "slow_call", "success_threshold", "open_timeout", "half_open_max_requests", "mode", "status"}
+	"failure_rate", "slow_call", "success_threshold", "open_timeout", "half_open_max_requests", "mode", "status", "enabled"}
 
 func (p *parser) breakers(cfg *Config, path string, items []gjson.Result) {
 	firstByName := map[string]string{}
@@ -181,6 +183,7 @@ func (p *parser) breaker(o *object) Breaker {
 		Status:              DefaultBreakerStatus,
 	}
 	b.Name = p.name(o)
+	b.Disabled = p.disabled(o)
 	if m := o.child("match", matchFields...); m != nil {
 		b.Match = p.match(m)
 	}

@@ -3,6 +3,7 @@ package distributed
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/sluice-proxy/sluice/breaker"
@@ -58,6 +59,9 @@ type Backend struct {
 	Metrics Metrics
 	// Budget is the most a request waits for one remote decision.
 	Budget time.Duration
+	// random is the source of the jitter of retries and of the breaker's
+	// open timeouts (math/rand/v2; tests seed their own).
+	random func() uint64
 	// wake asks for the tick: something waits for it.
 	wake func()
 	// onLease runs after a lease reply was written, for the streams
@@ -89,6 +93,7 @@ func New(hc *host.Host, cfg *config.Backend, wake func(), onLease func(now time.
 		clock:    hc.Clock,
 		Metrics:  defineMetrics(hc.Metrics),
 		Budget:   CallBudget(cfg),
+		random:   rand.Uint64,
 		wake:     wake,
 		onLease:  onLease,
 		inflight: map[*Call]struct{}{},
@@ -103,12 +108,18 @@ func New(hc *host.Host, cfg *config.Backend, wake func(), onLease func(now time.
 	set := breaker.Settings{
 		// Consecutive failures trip it at once; the failure rate over the
 		// time window catches a backend that fails often but not always.
-		FailureThreshold:    uint32(threshold),
-		FailureRatePercent:  50,
-		Window:              breaker.Window{Type: breaker.WindowTime, Duration: window, MinimumCalls: uint32(2 * threshold)},
-		SuccessThreshold:    uint32(min(cfg.Breaker.HalfOpenMaxRequests, maxBackendThreshold)),
-		OpenTimeout:         cfg.Breaker.OpenTimeout,
-		HalfOpenMaxRequests: uint32(min(cfg.Breaker.HalfOpenMaxRequests, maxBackendThreshold)),
+		FailureThreshold:   uint32(threshold),
+		FailureRatePercent: 50,
+		Window:             breaker.Window{Type: breaker.WindowTime, Duration: window, MinimumCalls: uint32(2 * threshold)},
+		SuccessThreshold:   uint32(min(cfg.Breaker.HalfOpenMaxRequests, maxBackendThreshold)),
+		OpenTimeout:        cfg.Breaker.OpenTimeout,
+		// While probes keep failing, each open lasts longer; every open is
+		// jittered so that Envoys that opened together probe apart.
+		OpenTimeoutMultiplier: cfg.Breaker.OpenTimeoutMultiplier,
+		MaxOpenTimeout:        cfg.Breaker.OpenTimeoutMax,
+		JitterPercent:         uint8(cfg.Breaker.JitterPercent),
+		Random:                func() uint64 { return b.random() },
+		HalfOpenMaxRequests:   uint32(min(cfg.Breaker.HalfOpenMaxRequests, maxBackendThreshold)),
 		// A probe whose reply never comes must not wedge half-open for
 		// longer than one request's budget.
 		ProbeTimeout: CallBudget(cfg) + time.Second,
@@ -316,7 +327,8 @@ func (b *Backend) failed(c *Call, now time.Time, err error) {
 		b.log.Debugf("sluice: backend refused a call: %v", err)
 	}
 	if kind.Retryable() && c.attempt < b.cfg.Retries {
-		wait := Backoff(c.attempt)
+		// Jitter only shortens the wait, so CallBudget still bounds it.
+		wait := breaker.Jitter(Backoff(c.attempt), uint8(b.cfg.Breaker.JitterPercent), b.random())
 		if !now.Add(wait).Add(b.cfg.Timeout).After(c.deadline) {
 			c.attempt++
 			c.retryAt = now.Add(wait)

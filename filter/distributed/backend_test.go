@@ -2,10 +2,12 @@ package distributed
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host"
@@ -27,9 +29,19 @@ type rig struct {
 
 func newRig(t *testing.T, retries int) *rig {
 	t.Helper()
-	cfg, err := config.Parse([]byte(`{"limits":[{"name":"api","key":[],"requests_per_second":10,"mode":"hybrid"}],
-		"backend":{"cluster":"redis","timeout":"50ms","retries":` + string(rune('0'+retries)) + `,
-		"breaker":{"failure_threshold":3,"window":"30s","open_timeout":"1s","half_open_max_requests":1}}}`))
+	return newRigFrom(t, `{"limits":[{"name":"api","key":[],"requests_per_second":10,"mode":"hybrid"}],
+		"backend":{"cluster":"redis","timeout":"50ms","retries":`+string(rune('0'+retries))+`,
+		"breaker":{"failure_threshold":3,"window":"30s","open_timeout":"1s","half_open_max_requests":1}}}`)
+}
+
+// rigSeed seeds the jitter source of every rig; jitterDraws replays it.
+var rigSeed = [2]uint64{1, 2}
+
+func jitterDraws() *rand.Rand { return rand.New(rand.NewPCG(rigSeed[0], rigSeed[1])) }
+
+func newRigFrom(t *testing.T, cfgJSON string) *rig {
+	t.Helper()
+	cfg, err := config.Parse([]byte(cfgJSON))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +51,7 @@ func newRig(t *testing.T, retries int) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.b.random = jitterDraws().Uint64
 	return r
 }
 
@@ -93,11 +106,12 @@ func TestDecideRetriesAFailedCallWithinItsBudget(t *testing.T) {
 	if d.n != 0 || len(r.f.Caller.Pending()) != 0 {
 		t.Fatalf("a retryable failure ended the decision (%d) or retried at once", d.n)
 	}
-	r.tick(Backoff(0) - time.Millisecond)
+	wait := breaker.Jitter(Backoff(0), config.DefaultBackendJitterPercent, jitterDraws().Uint64())
+	r.tick(wait - 1)
 	if len(r.f.Caller.Pending()) != 0 {
 		t.Fatal("retried before its backoff")
 	}
-	r.tick(time.Millisecond)
+	r.tick(1)
 	r.pending(t).Answer(200, []byte(`{"EVALSHA":[0,0,250,2000,1,17]}`), nil)
 	if d.n != 1 || d.err != nil || d.res.Allowed || d.res.RetryAfter != 250*time.Millisecond || d.res.Period != time.Second {
 		t.Fatalf("decision %+v", *d)

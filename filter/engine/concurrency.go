@@ -91,7 +91,12 @@ func newConcurrencyRuntime(hc *host.Host, cfg *config.ConcurrencyLimit, index in
 
 // configureConcurrency builds the runtimes and starts the heartbeat.
 func (p *Plugin) configureConcurrency(cfg *config.Config) error {
-	if len(cfg.Concurrency) == 0 {
+	for i := range cfg.Concurrency {
+		if cfg.Concurrency[i].Disabled {
+			defineDisabledConcurrency(p.host, &cfg.Concurrency[i])
+		}
+	}
+	if enabledConcurrency(cfg) == 0 {
 		return nil
 	}
 	if p.vm.inflight == nil {
@@ -102,6 +107,9 @@ func (p *Plugin) configureConcurrency(cfg *config.Config) error {
 		p.vm.inflight = in
 	}
 	for i := range cfg.Concurrency {
+		if cfg.Concurrency[i].Disabled {
+			continue
+		}
 		c, err := newConcurrencyRuntime(p.host, &cfg.Concurrency[i], i)
 		if err != nil {
 			return err

@@ -126,7 +126,7 @@ func (x *externalRuntime) requestBody(info *requestInfo) []byte {
 		for _, kv := range info.headers {
 			name := kv[0]
 			if name == "" || name[0] == ':' || slices.Contains(named, name) || slices.Contains(seen, name) ||
-				config.IsSensitiveHeader(name) {
+				x.cfg.Denied(name) {
 				continue
 			}
 			seen = append(seen, name)

@@ -12,6 +12,7 @@ const (
 	grpcResourceExhausted = 8
 	grpcUnavailable       = 14
 	grpcInvalidArgument   = 3
+	grpcDeadlineExceeded  = 4
 )
 
 // isGRPC reports a gRPC request: content-type application/grpc, with or
@@ -40,10 +41,15 @@ func grpcStatusOf(kind config.ReplyKind) int {
 // The HTTP status and the body are dropped (a gRPC client reads neither);
 // grpc-message is percent-encoded as the gRPC spec wants.
 func (h *Stream) sendGRPC(kind config.ReplyKind, headers [][2]string) {
-	msg := grpcMessageOf(kind)
+	h.sendGRPCStatus(grpcStatusOf(kind), grpcMessageOf(kind), headers)
+}
+
+// sendGRPCStatus is the one trailers-only reply every gRPC answer of the
+// filter goes through.
+func (h *Stream) sendGRPCStatus(code int, msg string, headers [][2]string) {
 	headers = append(headers,
 		[2]string{"content-type", "application/grpc"},
-		[2]string{"grpc-status", strconv.Itoa(grpcStatusOf(kind))},
+		[2]string{"grpc-status", strconv.Itoa(code)},
 		[2]string{"grpc-message", percentEncode(msg)})
 	h.sendLocal(200, headers, "", nil)
 }

@@ -177,7 +177,7 @@ func (h *Stream) matchLimits() {
 	info := &h.info
 	match := info.matchRequest(p.matchNeeds)
 	for i, l := range p.limits {
-		p.matched[i] = l.cfg.Match.Matches(match) && !h.skipped(i)
+		p.matched[i] = !l.disabled && l.cfg.Match.Matches(match) && !h.skipped(i)
 		p.applied[i] = p.matched[i]
 	}
 	// A matching limit disables its targets even when it is itself
@@ -356,7 +356,7 @@ func (p *Plugin) resume(h *Stream, now time.Time, afterRemote bool) {
 		v = h.evaluate(now)
 	}
 	h.pause(v)
-	if v == Continue {
+	if v == Continue && h.applyDeadline(now) {
 		if err := p.host.Stream.Resume(); err != nil {
 			p.log.Warnf("sluice: resuming a request: %v", err)
 		}

@@ -69,6 +69,7 @@ type Plugin struct {
 	// of limits.
 	external *externalRuntime
 	requests host.Counter
+	deadline deadlineMetrics
 	// matchNeeds is what any match reads of the request: each
 	// pseudo-header it names costs one small read, and only a header match
 	// costs the whole header map.
@@ -134,7 +135,12 @@ func (p *Plugin) Start(data []byte) bool {
 func (p *Plugin) configure(cfg *config.Config) error {
 	p.cfg = cfg
 	p.requests = p.host.Metrics.Counter(metricRequests)
+	p.deadline = defineDeadlineMetrics(p.host.Metrics)
 	for i := range cfg.Limits {
+		if cfg.Limits[i].Disabled {
+			p.limits = append(p.limits, newDisabledLimit(p.host, &cfg.Limits[i], i))
+			continue
+		}
 		path := config.IndexPath("limits", i)
 		l, err := newLimitRuntime(p.host, &cfg.Limits[i], i, path)
 		if err != nil {
@@ -148,6 +154,10 @@ func (p *Plugin) configure(cfg *config.Config) error {
 		p.matchNeeds |= matchNeedsOf(&cfg.Limits[i].Match)
 	}
 	for i := range cfg.Breakers {
+		if cfg.Breakers[i].Disabled {
+			defineDisabledBreaker(p.host, &cfg.Breakers[i])
+			continue
+		}
 		b, err := newBreakerRuntime(p.host, &cfg.Breakers[i], i)
 		if err != nil {
 			return err
@@ -166,7 +176,7 @@ func (p *Plugin) configure(cfg *config.Config) error {
 	for _, l := range p.limits {
 		l.nearLeft = perMillionAll - int64(config.PerMillion(100*cfg.Response.NearLimitRatio))
 	}
-	p.idle = len(p.limits) == 0 && len(p.breakers) == 0 && len(p.concurrency) == 0
+	p.idle = enabledLimits(p.limits) == 0 && len(p.breakers) == 0 && len(p.concurrency) == 0
 	p.matched = make([]bool, len(p.limits))
 	p.applied = make([]bool, len(p.limits))
 	p.results = make([]limiter.Result, len(p.limits))
@@ -232,6 +242,8 @@ type limitRuntime struct {
 	// nearLeft is 1 - response.near_limit_ratio in millionths: an
 	// admission leaving at most this share of the capacity is near_limit.
 	nearLeft int64
+	// disabled ("enabled": false) has metrics only: no table, no remote.
+	disabled bool
 	// tableSeen is what this worker's tables had counted at the last
 	// export, so only the delta is added to the shared counters.
 	tableSeen tableCounts

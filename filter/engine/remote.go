@@ -363,6 +363,9 @@ func (h *Stream) finishRemote(now time.Time) verdict {
 func (h *Stream) rejectBackendFailure(rr *remoteReq) verdict {
 	p := h.plugin
 	status := p.cfg.Backend.FailureStatus
+	if rr.l.ext != nil && h.ext.FailureCode != 0 {
+		status = h.ext.FailureCode // the tenant's answer chose it
+	}
 	rr.l.metrics.limited.Increment(1)
 	h.logRejection("backend_unavailable", rr.l, limiter.Result{Limit: rr.k.Lim.Rate})
 	ct, body := rateLimitedBody(p.cfg.Response.Body, rr.l.cfg.Name, status, 0)

@@ -90,6 +90,10 @@ type Cache struct {
 	queued    []*lookup
 	metrics   metrics
 	entryBuf  []byte
+	// permitKey is the shared-data key of the lookup permits (permits.go);
+	// permitBuf is scratch for their value.
+	permitKey string
+	permitBuf []byte
 	// wake asks for the tick; settled runs when a lookup has finished, so
 	// that the requests waiting for one are polled (Settle).
 	wake    func()
@@ -105,6 +109,7 @@ func New(hc *host.Host, cfg *config.External, tickPeriod time.Duration, wake fun
 		slots:     uint64(cfg.MaxCached),
 		claimTTL:  cfg.Timeout + host.WatchdogSlack + 2*tickPeriod,
 		slotNames: store.NewSlotNames("sluice.ext."+cfg.Limit.Name+".", uint64(cfg.MaxCached)),
+		permitKey: "sluice.ext." + cfg.Limit.Name + ".permits",
 		inflight:  map[*lookup]struct{}{},
 		metrics:   defineMetrics(hc.Metrics),
 		wake:      wake,
@@ -134,10 +139,13 @@ type lookup struct {
 	fp        uint64
 	slot      uint64
 	claimedAt int64
-	ticket    breaker.Ticket
-	body      []byte
-	sentAt    time.Time
-	done      bool
+	// permit is the index of the lookup's permit, claimed at claimedAt;
+	// -1 when none was needed.
+	permit int
+	ticket breaker.Ticket
+	body   []byte
+	sentAt time.Time
+	done   bool
 }
 
 // State is where a request stands with its lookup.
@@ -166,6 +174,8 @@ type Request struct {
 	Tag      byte
 	Bucket   string
 	Policy   limitsvc.Policy
+	// FailureCode is the answer's failure_code; zero for none.
+	FailureCode int
 }
 
 // slotName is the shared-data key of cache slot i.
@@ -242,6 +252,7 @@ const (
 	claimWait
 	claimStart
 	claimRejected // breaker open, or the entry could not be written
+	claimLimited  // max_concurrent_requests lookups are in flight
 )
 
 // Resolve settles which limit the external block applies to request r
@@ -263,6 +274,7 @@ func (x *Cache) Resolve(r *Request, key []byte, body func() []byte, now time.Tim
 	var t breaker.Ticket
 	out := claimRejected
 	var slot uint64
+	permit, permitHeld := -1, false
 	for range entryCASTries {
 		var cas uint32
 		slot, cas = x.locate(fp, ns, &e)
@@ -273,6 +285,16 @@ func (x *Cache) Resolve(r *Request, key []byte, body func() []byte, now time.Tim
 		if e.Inflight != 0 && ns-e.Inflight < int64(x.claimTTL) {
 			out = claimWait
 			break
+		}
+		if !permitHeld {
+			// Taken before the breaker, whose half-open probes must not
+			// be spent on lookups that are then not sent.
+			var err error
+			if permit, err = x.acquirePermit(ns); err != nil {
+				out = claimLimited
+				break
+			}
+			permitHeld = true
 		}
 		var d breaker.Decision
 		var changed bool
@@ -294,6 +316,9 @@ func (x *Cache) Resolve(r *Request, key []byte, body func() []byte, now time.Tim
 		}
 	}
 	r.slot = slot
+	if permitHeld && out != claimStart {
+		x.releasePermit(permit, ns)
+	}
 	if (e.HasAnswer && e.Answer.TenantKey == "") || out == claimWait || out == claimStart {
 		// The bucket of an answer without tenant_key is the lookup key,
 		// and it cannot be rebuilt once the request waits.
@@ -308,9 +333,15 @@ func (x *Cache) Resolve(r *Request, key []byte, body func() []byte, now time.Tim
 		x.metrics.cacheMisses.Increment(1)
 		r.failed(x, &e, fp, ns)
 		return true
+	case claimLimited:
+		// Like a failed lookup: the stale answer, else the fallback.
+		x.metrics.cacheMisses.Increment(1)
+		x.metrics.lookupsLimited.Increment(1)
+		r.failed(x, &e, fp, ns)
+		return true
 	case claimStart:
 		x.metrics.cacheMisses.Increment(1)
-		x.start(&lookup{fp: fp, slot: slot, claimedAt: ns, ticket: t, body: body()})
+		x.start(&lookup{fp: fp, slot: slot, claimedAt: ns, permit: permit, ticket: t, body: body()})
 	default:
 		x.metrics.cacheMisses.Increment(1)
 		x.metrics.waits.Increment(1)
@@ -335,6 +366,7 @@ func (r *Request) apply(a *limitsvc.Answer) {
 	}
 	r.Limit = a.Limit()
 	r.Policy = a.Policy
+	r.FailureCode = a.FailureCode
 }
 
 // failed resolves the request after a failed or impossible lookup: with
@@ -384,6 +416,15 @@ func (x *Cache) onReply(l *lookup, status int, body []byte, err error) {
 		return
 	}
 	a, err := limitsvc.Parse(status, body)
+	if rh, ok := x.caller.(host.ReplyHeaders); ok && err == nil {
+		if v, ok := rh.ReplyHeader("cache-control"); ok {
+			cc := limitsvc.ParseCacheControl(v)
+			if cc.Invalid {
+				x.metrics.invalidCacheControl.Increment(1)
+			}
+			a.WithCacheControl(cc, body)
+		}
+	}
 	x.finish(l, now, a, err)
 }
 
@@ -395,6 +436,7 @@ func (x *Cache) finish(l *lookup, now time.Time, a limitsvc.Answer, err error) {
 	}
 	l.done = true
 	delete(x.inflight, l)
+	x.releasePermit(l.permit, l.claimedAt)
 	ns := now.UnixNano()
 	if err != nil {
 		x.metrics.errorOf(backend.KindOf(err)).Increment(1)
@@ -423,10 +465,13 @@ func (x *Cache) finish(l *lookup, now time.Time, a limitsvc.Answer, err error) {
 				ttl = a.MaxAge
 			}
 			e.FreshUntil, e.StaleUntil = ns+int64(ttl), ns+int64(ttl+x.cfg.StaleTTL)
+			if a.NoCache {
+				e.FreshUntil = ns
+			}
 			if a.NoStore {
 				e.FreshUntil, e.StaleUntil = ns, ns
 			}
-			a.MaxAge, a.NoStore = 0, false
+			a.MaxAge, a.NoStore, a.NoCache = 0, false, false
 			e.Answer = a
 		}
 		if x.writeEntry(l.slot, &e, cas) {
@@ -486,7 +531,13 @@ func (x *Cache) Settle(r *Request, now time.Time) bool {
 
 type metrics struct {
 	lookups, cacheHits, cacheMisses, waits, staleUsed, fallbackUsed, evictions host.Counter
-	breakerOpens, breakerCloses, breakerRejected                               host.Counter
+	// invalidCacheControl counts replies whose Cache-Control had an
+	// unreadable directive, ignored.
+	invalidCacheControl host.Counter
+	// lookupsLimited counts lookups not made because
+	// max_concurrent_requests were in flight.
+	lookupsLimited                               host.Counter
+	breakerOpens, breakerCloses, breakerRejected host.Counter
 	// errTimeout … errOther count failed lookups by backend.Kind.
 	errTimeout, errUnavailable, errHTTPStatus, errMalformed, errOther host.Counter
 	latency                                                           host.Histogram
@@ -497,22 +548,24 @@ const metricPrefix = "sluice.external."
 func defineMetrics(hm host.Metrics) metrics {
 	p := metricPrefix
 	return metrics{
-		lookups:         hm.Counter(p + "lookups"),
-		cacheHits:       hm.Counter(p + "cache_hits"),
-		cacheMisses:     hm.Counter(p + "cache_misses"),
-		waits:           hm.Counter(p + "waits"),
-		staleUsed:       hm.Counter(p + "stale_used"),
-		fallbackUsed:    hm.Counter(p + "fallback_used"),
-		evictions:       hm.Counter(p + "evictions"),
-		breakerOpens:    hm.Counter(p + "breaker.opens"),
-		breakerCloses:   hm.Counter(p + "breaker.closes"),
-		breakerRejected: hm.Counter(p + "breaker.rejected"),
-		errTimeout:      hm.Counter(p + "errors." + backend.KindTimeout.String()),
-		errUnavailable:  hm.Counter(p + "errors." + backend.KindUnavailable.String()),
-		errHTTPStatus:   hm.Counter(p + "errors." + backend.KindHTTPStatus.String()),
-		errMalformed:    hm.Counter(p + "errors." + backend.KindMalformed.String()),
-		errOther:        hm.Counter(p + "errors.other"),
-		latency:         hm.Histogram(p + "latency_ms"),
+		lookups:             hm.Counter(p + "lookups"),
+		invalidCacheControl: hm.Counter(p + "invalid_cache_control"),
+		lookupsLimited:      hm.Counter(p + "lookups_limited"),
+		cacheHits:           hm.Counter(p + "cache_hits"),
+		cacheMisses:         hm.Counter(p + "cache_misses"),
+		waits:               hm.Counter(p + "waits"),
+		staleUsed:           hm.Counter(p + "stale_used"),
+		fallbackUsed:        hm.Counter(p + "fallback_used"),
+		evictions:           hm.Counter(p + "evictions"),
+		breakerOpens:        hm.Counter(p + "breaker.opens"),
+		breakerCloses:       hm.Counter(p + "breaker.closes"),
+		breakerRejected:     hm.Counter(p + "breaker.rejected"),
+		errTimeout:          hm.Counter(p + "errors." + backend.KindTimeout.String()),
+		errUnavailable:      hm.Counter(p + "errors." + backend.KindUnavailable.String()),
+		errHTTPStatus:       hm.Counter(p + "errors." + backend.KindHTTPStatus.String()),
+		errMalformed:        hm.Counter(p + "errors." + backend.KindMalformed.String()),
+		errOther:            hm.Counter(p + "errors.other"),
+		latency:             hm.Histogram(p + "latency_ms"),
 	}
 }
 

@@ -79,6 +79,13 @@ type Caller interface {
 		done func(status int, body []byte, err error)) error
 }
 
+// ReplyHeaders is implemented by a Caller that can show the headers of
+// the reply it is delivering; ReplyHeader is only valid inside a done
+// callback, and reads a header by lower-case name.
+type ReplyHeaders interface {
+	ReplyHeader(name string) (string, bool)
+}
+
 // WatchdogSlack is how long past its timeout a callout may stay
 // unanswered before its caller declares it timed out itself; Envoy
 // normally reports the timeout first, so this only matters when a reply

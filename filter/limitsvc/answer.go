@@ -9,6 +9,7 @@
 package limitsvc
 
 import (
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -46,7 +47,11 @@ const (
 	// MinPeriod and MaxPeriod bound the period, as the configuration's
 	// window.
 	MinPeriod = time.Millisecond
-	MaxPeriod = 7 * 24 * time.Hour
+	// MinFailureCode and MaxFailureCode bound failure_code, as the
+	// configuration's failure_status.
+	MinFailureCode = 400
+	MaxFailureCode = 599
+	MaxPeriod      = 7 * 24 * time.Hour
 )
 
 // Answer is what the service said about one request.
@@ -54,24 +59,55 @@ type Answer struct {
 	// Unlimited is set when the service answered a rate of 0: no limit
 	// applies. Rate, Period and Burst are then zero.
 	Unlimited bool
-	// Rate requests per Period, plus Burst extra bucket capacity, exactly
-	// as a limit's requests_per_second (or limit and window) and burst.
+	// Rate requests per Period refill a bucket of Burst tokens: as in seed
+	// 003, an answer's burst is the bucket's capacity (0 or absent: Rate),
+	// unlike a static limit's burst, which is added on top of the rate.
 	Rate   int64
 	Period time.Duration
 	Burst  int64
 	// TenantKey selects the bucket; empty when the service named none.
 	TenantKey string
 	Policy    Policy
+	// FailureCode is the status of this tenant's rejections under the
+	// deny failure policy, 400-599; zero keeps the backend's
+	// failure_status.
+	FailureCode int
 	// MaxAge is how long the answer is fresh; zero means the configured
 	// cache_ttl.
 	MaxAge time.Duration
 	// NoStore asks that the answer serve only the requests waiting for it.
 	NoStore bool
+	// NoCache (Cache-Control no-cache or max-age=0) keeps the answer
+	// for stale use without ever serving it fresh.
+	NoCache bool
 }
 
-// Limit is the token bucket the answer describes.
+// Limit is the token bucket the answer describes: capacity Burst (Rate
+// when 0), refilled at Rate per Period. A capacity below the rate is the
+// same refill speed over a shorter period, Capacity per
+// Period×Capacity/Rate, rounded up (never faster) and at least
+// limiter.MinPeriod.
 func (a *Answer) Limit() limiter.Limit {
-	return limiter.Limit{Algorithm: limiter.TokenBucket, Rate: a.Rate, Period: a.Period, Burst: a.Burst}
+	capacity := a.Burst
+	if capacity == 0 || capacity == a.Rate {
+		return limiter.Limit{Algorithm: limiter.TokenBucket, Rate: a.Rate, Period: a.Period}
+	}
+	if capacity > a.Rate {
+		return limiter.Limit{Algorithm: limiter.TokenBucket, Rate: a.Rate, Period: a.Period, Burst: capacity - a.Rate}
+	}
+	if a.Rate <= 0 || a.Period <= 0 || capacity < 0 {
+		// Not a limit Parse accepts; Validate reports it.
+		return limiter.Limit{Algorithm: limiter.TokenBucket, Rate: a.Rate, Period: a.Period, Burst: a.Burst}
+	}
+	// Period × capacity < 2^128 and, as capacity < Rate, the quotient is
+	// below Period.
+	hi, lo := bits.Mul64(uint64(a.Period), uint64(capacity))
+	q, r := bits.Div64(hi, lo, uint64(a.Rate))
+	if r != 0 {
+		q++
+	}
+	period := max(time.Duration(q), limiter.MinPeriod)
+	return limiter.Limit{Algorithm: limiter.TokenBucket, Rate: capacity, Period: period}
 }
 
 func fail(kind backend.Kind, status int, detail string) error {
@@ -162,6 +198,11 @@ func Parse(status int, body []byte) (Answer, error) {
 			return Answer{}, err
 		}
 	}
+	if v := root.Get("failure_code"); v.Exists() {
+		if a.FailureCode, err = failureCode(v); err != nil {
+			return Answer{}, err
+		}
+	}
 	if v := root.Get("cache_max_age_seconds"); v.Exists() {
 		n, err := count("cache_max_age_seconds", v)
 		if err != nil {
@@ -241,4 +282,16 @@ func policy(v gjson.Result) (Policy, error) {
 		return PolicyLocal, nil
 	}
 	return 0, malformed("unknown failure_policy")
+}
+
+// failureCode reads failure_code: an HTTP status a rejection can carry.
+func failureCode(v gjson.Result) (int, error) {
+	n, err := count("failure_code", v)
+	if err != nil {
+		return 0, err
+	}
+	if n < MinFailureCode || n > MaxFailureCode {
+		return 0, malformed("failure_code outside " + strconv.Itoa(MinFailureCode) + "-" + strconv.Itoa(MaxFailureCode))
+	}
+	return int(n), nil
 }

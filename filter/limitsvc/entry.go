@@ -35,7 +35,7 @@ type Entry struct {
 	Breaker breaker.Record
 }
 
-// Encoded layout, little endian, version 1:
+// Encoded layout, little endian, version 2 (1 had no failure code):
 //
 //	0       version (1)
 //	1       flags: bit 0 has answer, bit 1 failed, bit 2 unlimited
@@ -48,11 +48,12 @@ type Entry struct {
 //	39..47  rate
 //	47..55  period (ns)
 //	55..63  burst
-//	63..65  tenant key length n
-//	65..    tenant key (n bytes), then the breaker record
+//	63..65  failure code (0: none)
+//	65..67  tenant key length n
+//	67..    tenant key (n bytes), then the breaker record
 const (
-	entryVersion   = 1
-	entryHeaderLen = 65
+	entryVersion   = 2
+	entryHeaderLen = 67
 	flagHasAnswer  = 1 << 0
 	flagFailed     = 1 << 1
 	flagUnlimited  = 1 << 2
@@ -97,6 +98,7 @@ func (e *Entry) Encode(buf []byte) []byte {
 	for _, v := range [...]int64{e.Inflight, e.FreshUntil, e.StaleUntil, e.Answer.Rate, int64(e.Answer.Period), e.Answer.Burst} {
 		buf = le.AppendUint64(buf, uint64(v))
 	}
+	buf = le.AppendUint16(buf, uint16(e.Answer.FailureCode))
 	buf = le.AppendUint16(buf, uint16(len(e.Answer.TenantKey)))
 	buf = append(buf, e.Answer.TenantKey...)
 	return e.Breaker.Encode(buf)
@@ -118,7 +120,8 @@ func (e *Entry) Decode(b []byte) error {
 	for i := range v {
 		v[i] = int64(le.Uint64(b[15+8*i:]))
 	}
-	n := int(le.Uint16(b[63:]))
+	code := int(le.Uint16(b[63:]))
+	n := int(le.Uint16(b[65:]))
 	if n > MaxTenantKey || len(b) != entryHeaderLen+n+breakerLen {
 		return ErrCorrupt
 	}
@@ -131,15 +134,17 @@ func (e *Entry) Decode(b []byte) error {
 		FreshUntil: v[1],
 		StaleUntil: v[2],
 		Answer: Answer{
-			Unlimited: flags&flagUnlimited != 0,
-			Rate:      v[3],
-			Period:    time.Duration(v[4]),
-			Burst:     v[5],
-			TenantKey: string(b[entryHeaderLen : entryHeaderLen+n]),
-			Policy:    pol,
+			Unlimited:   flags&flagUnlimited != 0,
+			Rate:        v[3],
+			Period:      time.Duration(v[4]),
+			Burst:       v[5],
+			TenantKey:   string(b[entryHeaderLen : entryHeaderLen+n]),
+			Policy:      pol,
+			FailureCode: code,
 		},
 	}
-	if e.Inflight < 0 || e.FreshUntil < 0 || e.StaleUntil < e.FreshUntil {
+	if e.Inflight < 0 || e.FreshUntil < 0 || e.StaleUntil < e.FreshUntil ||
+		(code != 0 && (code < MinFailureCode || code > MaxFailureCode || !e.HasAnswer)) {
 		return ErrCorrupt
 	}
 	a := &e.Answer

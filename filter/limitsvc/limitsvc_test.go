@@ -32,7 +32,9 @@ func TestParseAnswers(t *testing.T) {
 		{"policy", `{"average":1,"period":"1s","failure_policy":"deny"}`, Answer{Rate: 1, Period: time.Second, Policy: PolicyDeny}},
 		{"policy alias", `{"average":1,"period":"1s","failure_policy":"inMemoryFallback"}`, Answer{Rate: 1, Period: time.Second, Policy: PolicyLocal}},
 		{"passthrough", `{"average":1,"period":"1s","failure_policy":"passthrough"}`, Answer{Rate: 1, Period: time.Second, Policy: PolicyAllow}},
-		{"unknown members ignored", `{"average":1,"period":"1s","backend_url":"http://x","failure_code":503}`, Answer{Rate: 1, Period: time.Second}},
+		{"unknown members ignored", `{"average":1,"period":"1s","backend_url":"http://x","x-own":[1]}`, Answer{Rate: 1, Period: time.Second}},
+		{"failure code", `{"average":1,"period":"1s","failure_policy":"failclosed","failure_code":503}`,
+			Answer{Rate: 1, Period: time.Second, Policy: PolicyDeny, FailureCode: 503}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -58,6 +60,10 @@ func TestParseRefuses(t *testing.T) {
 		{"404", 404, `not found`, backend.KindHTTPStatus},
 		{"204", 204, ``, backend.KindHTTPStatus},
 		{"html", 200, `<html>oops</html>`, backend.KindMalformed},
+		{"failure code 200", 200, `{"average":1,"period":"1s","failure_code":200}`, backend.KindMalformed},
+		{"failure code 600", 200, `{"average":1,"period":"1s","failure_code":600}`, backend.KindMalformed},
+		{"failure code string", 200, `{"average":1,"period":"1s","failure_code":"503"}`, backend.KindMalformed},
+		{"failure code fraction", 200, `{"average":1,"period":"1s","failure_code":503.5}`, backend.KindMalformed},
 		{"empty", 200, ``, backend.KindMalformed},
 		{"array", 200, `[1,2]`, backend.KindMalformed},
 		{"no rate", 200, `{"period":"1s","tenant_key":"t"}`, backend.KindMalformed},
@@ -128,7 +134,7 @@ func sampleEntries(t testing.TB) []Entry {
 		{FP: 1, Breaker: closed},
 		{FP: 2, Seq: 3, Inflight: ns, Breaker: closed},
 		{FP: 3, Seq: 9, HasAnswer: true, FreshUntil: ns + 60e9, StaleUntil: ns + 360e9,
-			Answer: Answer{Rate: 100, Period: time.Second, Burst: 50, TenantKey: "acme", Policy: PolicyLocal}, Breaker: closed},
+			Answer: Answer{Rate: 100, Period: time.Second, Burst: 50, TenantKey: "acme", Policy: PolicyLocal, FailureCode: 503}, Breaker: closed},
 		{FP: 4, HasAnswer: true, Failed: true, FreshUntil: ns, StaleUntil: ns,
 			Answer: Answer{Unlimited: true, TenantKey: strings.Repeat("x", MaxTenantKey)}, Breaker: open},
 	}
@@ -159,13 +165,14 @@ func TestEntryDecodeRefuses(t *testing.T) {
 	cases := map[string][]byte{
 		"empty":            nil,
 		"short":            good[:entryHeaderLen-1],
-		"version":          mutate(func(b []byte) []byte { b[0] = 2; return b }),
+		"version 1":        mutate(func(b []byte) []byte { b[0] = 1; return b }),
 		"flags":            mutate(func(b []byte) []byte { b[1] |= 0x80; return b }),
 		"policy":           mutate(func(b []byte) []byte { b[2] = 9; return b }),
 		"negative rate":    mutate(func(b []byte) []byte { b[46] = 0xff; return b }),
 		"zero period":      mutate(func(b []byte) []byte { clear(b[47:55]); return b }),
 		"stale before":     mutate(func(b []byte) []byte { clear(b[31:39]); return b }),
-		"tenant too long":  mutate(func(b []byte) []byte { b[63], b[64] = 0xff, 0xff; return b }),
+		"tenant too long":  mutate(func(b []byte) []byte { b[65], b[66] = 0xff, 0xff; return b }),
+		"failure code 1":   mutate(func(b []byte) []byte { b[63], b[64] = 1, 0; return b }),
 		"truncated record": good[:len(good)-1],
 		"trailing byte":    append(append([]byte(nil), good...), 0),
 		"bad record":       mutate(func(b []byte) []byte { b[len(b)-breakerLen] = 9; return b }),
@@ -204,7 +211,8 @@ func FuzzParse(f *testing.F) {
 		} else if err := a.Limit().Validate(); err != nil || a.Rate > MaxRate || a.Burst > MaxRate {
 			t.Fatalf("accepted an invalid limit %+v: %v", a, err)
 		}
-		if len(a.TenantKey) > MaxTenantKey || a.MaxAge < 0 || a.MaxAge > MaxAge || a.Policy > PolicyLocal {
+		if len(a.TenantKey) > MaxTenantKey || a.MaxAge < 0 || a.MaxAge > MaxAge || a.Policy > PolicyLocal ||
+			(a.FailureCode != 0 && (a.FailureCode < MinFailureCode || a.FailureCode > MaxFailureCode)) {
 			t.Fatalf("accepted out-of-range fields %+v", a)
 		}
 		// Whatever is accepted can be cached.
@@ -252,6 +260,7 @@ var parseSeeds = []struct {
 	{200, ``},
 	{503, `upstream connect error`},
 	{404, `{}`},
+	{200, `{"limit":60,"window":60,"failure_policy":"failclosed","failure_code":503}`},
 }
 
 // TestWriteFuzzCorpus regenerates testdata/fuzz from parseSeeds and

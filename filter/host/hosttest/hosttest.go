@@ -157,8 +157,17 @@ type Call struct {
 	Body    []byte
 	Timeout time.Duration
 	done    func(status int, body []byte, err error)
+	caller  *Caller
 	// Answered is set once Answer ran.
 	Answered bool
+}
+
+// AnswerWithHeaders delivers a reply with headers, readable through
+// Caller.ReplyHeader while the callback runs.
+func (c *Call) AnswerWithHeaders(status int, headers [][2]string, body []byte) {
+	c.caller.replyHeaders = headers
+	defer func() { c.caller.replyHeaders = nil }()
+	c.Answer(status, body, nil)
 }
 
 // Answer delivers the reply, as the host's callback would; once.
@@ -174,14 +183,19 @@ func (c *Call) Answer(status int, body []byte, err error) {
 type Caller struct {
 	Calls []*Call
 	Fail  error
+	// replyHeaders are the headers of the reply being delivered.
+	replyHeaders [][2]string
 }
+
+// ReplyHeader implements host.ReplyHeaders.
+func (c *Caller) ReplyHeader(name string) (string, bool) { return lookup(c.replyHeaders, name) }
 
 func (c *Caller) Call(cluster string, headers [][2]string, body []byte, timeout time.Duration,
 	done func(status int, body []byte, err error)) error {
 	if c.Fail != nil {
 		return c.Fail
 	}
-	c.Calls = append(c.Calls, &Call{Cluster: cluster, Headers: headers, Body: append([]byte(nil), body...), Timeout: timeout, done: done})
+	c.Calls = append(c.Calls, &Call{Cluster: cluster, Headers: headers, Body: append([]byte(nil), body...), Timeout: timeout, done: done, caller: c})
 	return nil
 }
 

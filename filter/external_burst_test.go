@@ -1,0 +1,20 @@
+package filter_test
+
+import "testing"
+
+// TestExternalAnswerBurstIsCapacity: a tenant answered burst N can send N
+// requests at once, whether N is above or below its rate (static limits
+// add burst to the rate; answers do not).
+func TestExternalAnswerBurstIsCapacity(t *testing.T) {
+	quotas := map[string]string{
+		"above": `{"average":2,"period":"1h","burst":5,"tenant_key":"above"}`,
+		"below": `{"average":5,"period":"1h","burst":2,"tenant_key":"below"}`,
+		"none":  `{"average":3,"period":"1h","tenant_key":"none"}`,
+	}
+	d, _ := newExtHarness(t, extConfig(""), quotas)
+	for tenant, want := range map[string]int{"above": 5, "below": 2, "none": 3} {
+		if got := admitted(t, d, tenant, 8); got != want {
+			t.Errorf("%s admitted %d of 8, want the bucket's capacity %d", tenant, got, want)
+		}
+	}
+}
