@@ -12,7 +12,7 @@ import (
 func BenchmarkEngineOneLimitOneBreaker(b *testing.B) {
 	p, f := newNativePlugin(b, `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}],"breakers":[{"name":"backend"}]}`)
 	f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "a"}}
-	f.Stream.Properties = map[string]string{"source.address": "10.0.0.1:5000", "cluster_name": "backend"}
+	f.Stream.Properties = map[string]string{"source.address": "10.0.0.1:5000", "xds.cluster_name": "backend"}
 	f.Stream.ResponseHeaderMap = [][2]string{{":status", "200"}}
 	s := &Stream{}
 	b.ReportAllocs()

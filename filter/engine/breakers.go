@@ -20,11 +20,25 @@ type breakerRuntime struct {
 	store     store.Store
 	log       host.Log
 	instances map[string]*breaker.Breaker
-	metrics   breakerMetrics
+	// first indexes the first instances by scope in a slice, which a
+	// request scans by comparing names rather than hashing its scope for
+	// the map; instances stays the registry of them all.
+	first   []breakerInstance
+	metrics breakerMetrics
 	// slowIsFailure makes a slow call count toward the consecutive-failure
 	// threshold when no failure rate is configured to weigh it against.
 	slowIsFailure bool
 }
+
+// breakerInstance is one instance of a breaker and its scope.
+type breakerInstance struct {
+	scope string
+	br    *breaker.Breaker
+}
+
+// indexedBreakerInstances is how many instances first holds: a breaker
+// per cluster usually guards a handful of clusters.
+const indexedBreakerInstances = 8
 
 // maxBreakerInstances bounds the shared-data keys one breaker can create;
 // cluster and route names come from configuration, so this is only hit by
@@ -46,6 +60,11 @@ func newBreakerRuntime(hc *host.Host, cfg *config.Breaker, index int) (*breakerR
 }
 
 func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
+	for i := range b.first {
+		if b.first[i].scope == scope {
+			return b.first[i].br
+		}
+	}
 	if br, ok := b.instances[scope]; ok {
 		return br
 	}
@@ -61,7 +80,11 @@ func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
 	}
 	// The map keeps scope past this callback, and scope views host memory
 	// (a property) that is only valid until the callback returns.
-	b.instances[strings.Clone(scope)] = br
+	scope = strings.Clone(scope)
+	b.instances[scope] = br
+	if len(b.first) < indexedBreakerInstances {
+		b.first = append(b.first, breakerInstance{scope, br})
+	}
 	return br
 }
 
