@@ -174,7 +174,7 @@ func (h *Stream) reportBreakers() {
 	if len(h.tickets) == 0 || h.localReply {
 		return
 	}
-	if h.responded.IsZero() {
+	if !h.gotResponse {
 		// No response reached the filter (the client went away first):
 		// nothing is known about the upstream. A probe's slot is freed by
 		// the breaker's probe timeout.
@@ -198,7 +198,10 @@ func (h *Stream) reportBreakers() {
 		if !known {
 			continue
 		}
-		dur := h.responded.Sub(h.start)
+		var dur time.Duration // unread for a quiet success, which Report ignores
+		if !h.responded.IsZero() {
+			dur = h.responded.Sub(h.start)
+		}
 		slow := t.b.cfg.SlowCall != nil && dur > t.b.cfg.SlowCall.Duration
 		if slow {
 			t.b.metrics.slowCalls.Increment(1)
@@ -217,6 +220,21 @@ func (h *Stream) reportBreakers() {
 		}
 		t.b.recordTransition(tr)
 	}
+}
+
+// outcomeNeedsTime reports whether reporting the response's status to
+// the breakers can use the time it arrived. A quiet ticket's fast success
+// is ignored by Report, and a status that is below 500 and no failure
+// status is a success without asking for details (reportBreakers); only
+// then is the clock left unread, so a request reads it once, at its start.
+func (h *Stream) outcomeNeedsTime() bool {
+	code := h.status
+	for _, t := range h.tickets {
+		if !t.ticket.Quiet() || t.b.cfg.SlowCall != nil || code >= 500 || code == 0 || t.b.cfg.IsFailureStatus(code) {
+			return true
+		}
+	}
+	return false
 }
 
 // classify turns Envoy's response code and details into a breaker outcome.

@@ -3,6 +3,10 @@ package engine
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/host/hosttest"
 )
 
 // Each cluster has its own breaker instance, found by its name whether it
@@ -43,5 +47,50 @@ func TestBreakerInstancesPerCluster(t *testing.T) {
 		if open := i == 2 || i == clusters-1; (v == Pause) != open {
 			t.Errorf("c%d: verdict %v, want open=%v", i, v, open)
 		}
+	}
+}
+
+// A request through a limit and a breaker reads the clock once when its
+// response is a quiet success, and reads it again at the response only
+// when the breaker records the outcome: a failure is still reported, at
+// the time it arrived.
+func TestBreakerOutcomeReadsTheClockOnlyWhenRecorded(t *testing.T) {
+	hc, f := hosttest.New(time.Unix(1_700_000_000, 0))
+	reads := 0
+	hc.Clock = func() time.Time { reads++; return f.Clock.Now }
+	p := NewVM(hc).NewPlugin()
+	cfg, err := config.Parse([]byte(`{"limits":[{"name":"l","key":[],"requests_per_second":1000}],
+		"breakers":[{"name":"b","failure_threshold":2}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.configure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "a"}}
+	f.Stream.Properties = map[string]string{"xds.cluster_name": "c"}
+	for i, status := range []string{"200", "503", "204"} {
+		f.Stream.ResponseHeaderMap = [][2]string{{":status", status}}
+		reads = 0
+		s := &Stream{}
+		p.Begin(s, uint32(i+1))
+		if v := s.RequestHeaders(); v != Continue {
+			t.Fatalf("request %d: %v", i, v)
+		}
+		f.Clock.Advance(time.Millisecond)
+		s.ResponseHeaders()
+		s.Done()
+		want := 1
+		if status == "503" || i > 1 {
+			// The failure, and a success after it (no longer quiet: it
+			// ends a failure streak), are recorded at the response.
+			want = 2
+		}
+		if reads != want {
+			t.Errorf("status %s after %d requests: %d clock reads, want %d", status, i, reads, want)
+		}
+	}
+	if got := f.Metrics.Values["sluice.breaker.b.failures"]; got != 1 {
+		t.Fatalf("breaker failures %d, want 1", got)
 	}
 }
