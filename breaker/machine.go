@@ -79,6 +79,12 @@ type Ticket struct {
 // Generation is the generation that admitted the request, 0 if untracked.
 func (t Ticket) Generation() uint32 { return t.gen }
 
+// Quiet reports a ticket whose success Report ignores: admitted by a
+// closed breaker with no failure streak and no window. Only a failure or,
+// with SlowCallDuration set, a slow call is recorded for it, so a caller
+// can skip measuring an outcome it knows is a fast success.
+func (t Ticket) Quiet() bool { return t.quiet }
+
 // Probe reports whether the request holds a half-open probe slot.
 func (t Ticket) Probe() bool { return t.probe }
 

@@ -348,10 +348,13 @@ func (k takeoverKind) placed() bool {
 	return k == newSlot || k == losslessTakeover || k == lossyTakeover
 }
 
-func (t *Table) readSlot(key string, fp uint64, now int64) (slotRead, error) {
-	r, corrupt, err := t.parseSlot(key, fp, now)
+// readSlot reads one slot into r, healing a corrupt value. Slots are read
+// in place, here and in lookup, because a slot or view returned by value
+// is a memory copy in the wasm guest on every request.
+func (t *Table) readSlot(r *slotRead, key string, fp uint64, now int64) error {
+	corrupt, err := t.parseSlot(r, key, fp, now)
 	if err != nil || !corrupt {
-		return r, err
+		return err
 	}
 	// Heal: a conservative state relative to now is only conservative if it
 	// is stored; recomputing Empty(now) on every read would keep the slot
@@ -364,29 +367,29 @@ func (t *Table) readSlot(key string, fp uint64, now int64) (slotRead, error) {
 	}
 	if err := t.store.Set(key, t.encode(owner, t.limit.Empty(now)), r.cas); err != nil &&
 		!errors.Is(err, store.ErrCASMismatch) {
-		return r, err
+		return err
 	}
-	r, corrupt, err = t.parseSlot(key, fp, now)
+	corrupt, err = t.parseSlot(r, key, fp, now)
 	if corrupt {
 		t.stats.CorruptStates++
 	}
-	return r, err
+	return err
 }
 
-// parseSlot reads one slot; corrupt reports a value that exists but is not
-// a possible record of this table.
-func (t *Table) parseSlot(key string, fp uint64, now int64) (r slotRead, corrupt bool, err error) {
-	r.key = key
+// parseSlot reads one slot into r; corrupt reports a value that exists
+// but is not a possible record of this table.
+func (t *Table) parseSlot(r *slotRead, key string, fp uint64, now int64) (corrupt bool, err error) {
+	*r = slotRead{key: key}
 	v, cas, err := t.store.Get(key)
 	if errors.Is(err, store.ErrNotFound) {
-		return r, false, nil
+		return false, nil
 	}
 	if err != nil {
-		return r, false, err
+		return false, err
 	}
 	r.value, r.cas, r.exists = v, cas, true
 	if len(v) < fingerprintLen {
-		return r, true, nil
+		return true, nil
 	}
 	r.mine = binary.LittleEndian.Uint64(v) == fp
 	alg, st, err := DecodeState(v[fingerprintLen:])
@@ -400,24 +403,24 @@ func (t *Table) parseSlot(key string, fp uint64, now int64) (r slotRead, corrupt
 		err = t.limit.CheckState(alg, st, now)
 	}
 	if err != nil {
-		return r, true, nil
+		return true, nil
 	}
 	r.valid, r.state = true, st
-	return r, false, nil
+	return false, nil
 }
 
 // read finds the key's slot, or chooses one to take over, or else its
 // overflow bucket, and the state to decide from. See the package doc,
 // "Bounded keys".
-func (t *Table) read(h uint64, now int64) (view, error) { return t.lookup(h, now, true) }
+func (t *Table) read(v *view, h uint64, now int64) error { return t.lookup(v, h, now, true) }
 
 // readOwn finds the key's own slot only: a view that is not ownSlot means
 // the key holds none.
-func (t *Table) readOwn(h uint64, now int64) (view, error) { return t.lookup(h, now, false) }
+func (t *Table) readOwn(v *view, h uint64, now int64) error { return t.lookup(v, h, now, false) }
 
-func (t *Table) lookup(h uint64, now int64, place bool) (view, error) {
+func (t *Table) lookup(v *view, h uint64, now int64, place bool) error {
 	var slots [MaxWays]slotRead
-	v := view{h: h, fp: h}
+	*v = view{h: h, fp: h}
 	stateOf := func(r *slotRead) State {
 		if r.valid {
 			return r.state
@@ -426,11 +429,10 @@ func (t *Table) lookup(h uint64, now int64, place bool) (view, error) {
 	}
 	owner := -1
 	for i := 0; i < t.ways; i++ {
-		r, err := t.readSlot(t.slotKey(t.candidate(h, i)), h, now)
-		if err != nil {
-			return v, err
+		r := &slots[i]
+		if err := t.readSlot(r, t.slotKey(t.candidate(h, i)), h, now); err != nil {
+			return err
 		}
-		slots[i] = r
 		if r.mine && owner < 0 {
 			owner = i
 		}
@@ -444,11 +446,11 @@ func (t *Table) lookup(h uint64, now int64, place bool) (view, error) {
 				break
 			}
 		}
-		return v, nil
+		return nil
 	}
 	if !place {
 		v.takeover = noSlot
-		return v, nil
+		return nil
 	}
 	chosen, kind := -1, ownSlot
 	for i := 0; i < t.ways && chosen < 0; i++ {
@@ -471,9 +473,9 @@ func (t *Table) lookup(h uint64, now int64, place bool) (view, error) {
 	// admitted at least everything this key was admitted while homeless:
 	// fresh in normal operation (the bucket is idle or absent), drained
 	// during a flood. See the package doc, "Bounded keys".
-	ov, err := t.readSlot(t.overflowKey(t.overflowIndex(h)), overflowFingerprint, now)
-	if err != nil {
-		return v, err
+	var ov slotRead
+	if err := t.readSlot(&ov, t.overflowKey(t.overflowIndex(h)), overflowFingerprint, now); err != nil {
+		return err
 	}
 	ovState := State{}
 	if ov.exists {
@@ -484,14 +486,14 @@ func (t *Table) lookup(h uint64, now int64, place bool) (view, error) {
 		// taken over: the key is homeless and decided on its overflow
 		// bucket, sharing that bucket's allowance.
 		v.slot, v.fp, v.state, v.takeover = ov, overflowFingerprint, ovState, overflowBucket
-		return v, nil
+		return nil
 	}
 	v.slot, v.state, v.takeover, v.ov = slots[chosen], ovState, kind, ov
 	v.inherits = ov.exists && !t.limit.Idle(ovState, now)
 	if kind == lossyTakeover {
 		v.state = t.limit.Merge(ovState, t.limit.Empty(now), now)
 	}
-	return v, nil
+	return nil
 }
 
 func (t *Table) encode(fp uint64, st State) []byte {
@@ -543,7 +545,8 @@ func (t *Table) commit(v *view, next State, now, n int64) error {
 // committed to the bucket after this read finds the key's slot in its own
 // settleOverflow.
 func (t *Table) settlePlacement(v *view, now int64) {
-	ov, err := t.readSlot(v.ov.key, overflowFingerprint, now)
+	var ov slotRead
+	err := t.readSlot(&ov, v.ov.key, overflowFingerprint, now)
 	if err == nil && ov.exists == v.ov.exists && ov.cas == v.ov.cas {
 		return
 	}
@@ -571,7 +574,8 @@ func (t *Table) settleOverflow(h uint64, now, n int64) {
 // state, retrying lost races up to MaxRetries times.
 func (t *Table) adjustOwn(h uint64, now int64, f func(State) State) {
 	for attempt := 0; attempt <= t.maxRetries; attempt++ {
-		v, err := t.readOwn(h, now)
+		var v view
+		err := t.readOwn(&v, h, now)
 		if err != nil || v.takeover != ownSlot {
 			return
 		}
@@ -606,8 +610,9 @@ func (t *Table) AllowN(key string, now int64, n int64) (Result, error) {
 // store failure other than a CAS mismatch.
 func (t *Table) update(key string, now, n int64, charge bool) (res Result, exhausted bool, err error) {
 	h := Hash(t.seed, key)
+	var v view
 	for attempt := 0; ; attempt++ {
-		v, err := t.read(h, now)
+		err := t.read(&v, h, now)
 		if err != nil {
 			return Result{}, false, err
 		}
@@ -651,8 +656,8 @@ func (t *Table) countOverflow(v *view, res Result) {
 // n = 0 it reports the key's current Remaining (Reason is then
 // ReasonInvalidCost).
 func (t *Table) Peek(key string, now int64, n int64) (Result, error) {
-	v, err := t.read(Hash(t.seed, key), now)
-	if err != nil {
+	var v view
+	if err := t.read(&v, Hash(t.seed, key), now); err != nil {
 		return t.storeFailure(err)
 	}
 	_, res := t.limit.Decide(v.state, now, n)
@@ -760,7 +765,8 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 		if r.Table == nil {
 			return false, fmt.Errorf("limiter: request %d has no table", i)
 		}
-		v, err := r.Table.read(Hash(r.Table.seed, r.Key), now)
+		var v view
+		err := r.Table.read(&v, Hash(r.Table.seed, r.Key), now)
 		if err != nil {
 			results[i], err = r.Table.storeFailure(err)
 			if !results[i].Allowed {
@@ -817,7 +823,7 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 				rollback(done)
 				return false, nil
 			}
-			v, err = t.read(v.h, now)
+			err = t.read(&v, v.h, now)
 			if err != nil {
 				results[i], err = t.storeFailure(err)
 				if results[i].Allowed {

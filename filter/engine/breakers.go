@@ -20,14 +20,28 @@ type breakerRuntime struct {
 	store     store.Store
 	log       host.Log
 	instances map[string]*breaker.Breaker
-	metrics   breakerMetrics
-	hm        host.Metrics
+	// first indexes the first instances by scope in a slice, which a
+	// request scans by comparing names rather than hashing its scope for
+	// the map; instances stays the registry of them all.
+	first   []indexedInstance
+	metrics breakerMetrics
+	hm      host.Metrics
 	// states are the per-instance state gauges and names (observe.go).
 	states map[*breaker.Breaker]breakerInstance
 	// slowIsFailure makes a slow call count toward the consecutive-failure
 	// threshold when no failure rate is configured to weigh it against.
 	slowIsFailure bool
 }
+
+// indexedInstance is one instance of a breaker and its scope.
+type indexedInstance struct {
+	scope string
+	br    *breaker.Breaker
+}
+
+// indexedBreakerInstances is how many instances first holds: a breaker
+// per cluster usually guards a handful of clusters.
+const indexedBreakerInstances = 8
 
 // maxBreakerInstances bounds the shared-data keys one breaker can create;
 // cluster and route names come from configuration, so this is only hit by
@@ -50,6 +64,11 @@ func newBreakerRuntime(hc *host.Host, cfg *config.Breaker, index int) (*breakerR
 }
 
 func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
+	for i := range b.first {
+		if b.first[i].scope == scope {
+			return b.first[i].br
+		}
+	}
 	if br, ok := b.instances[scope]; ok {
 		return br
 	}
@@ -68,6 +87,9 @@ func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
 	scope = strings.Clone(scope)
 	b.instances[scope] = br
 	b.states[br] = breakerInstance{name: scope, state: b.stateGauge(b.hm, scope)}
+	if len(b.first) < indexedBreakerInstances {
+		b.first = append(b.first, indexedInstance{scope, br})
+	}
 	return br
 }
 
@@ -170,7 +192,7 @@ func (h *Stream) reportBreakers() {
 	if len(h.tickets) == 0 || h.localReply {
 		return
 	}
-	if h.responded.IsZero() {
+	if !h.gotResponse {
 		// No response reached the filter (the client went away first):
 		// nothing is known about the upstream. A probe's slot is freed by
 		// the breaker's probe timeout.
@@ -194,7 +216,10 @@ func (h *Stream) reportBreakers() {
 		if !known {
 			continue
 		}
-		dur := h.responded.Sub(h.start)
+		var dur time.Duration // unread for a quiet success, which Report ignores
+		if !h.responded.IsZero() {
+			dur = h.responded.Sub(h.start)
+		}
 		slow := t.b.cfg.SlowCall != nil && dur > t.b.cfg.SlowCall.Duration
 		if slow {
 			t.b.metrics.slowCalls.Increment(1)
@@ -213,6 +238,21 @@ func (h *Stream) reportBreakers() {
 		}
 		t.b.recordTransition(t.br, tr)
 	}
+}
+
+// outcomeNeedsTime reports whether reporting the response's status to
+// the breakers can use the time it arrived. A quiet ticket's fast success
+// is ignored by Report, and a status that is below 500 and no failure
+// status is a success without asking for details (reportBreakers); only
+// then is the clock left unread, so a request reads it once, at its start.
+func (h *Stream) outcomeNeedsTime() bool {
+	code := h.status
+	for _, t := range h.tickets {
+		if !t.ticket.Quiet() || t.b.cfg.SlowCall != nil || code >= 500 || code == 0 || t.b.cfg.IsFailureStatus(code) {
+			return true
+		}
+	}
+	return false
 }
 
 // classify turns Envoy's response code and details into a breaker outcome.

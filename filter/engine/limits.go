@@ -53,6 +53,7 @@ func quotaOf(l *limitRuntime, res limiter.Result) quota {
 		remaining:  res.Remaining,
 		retryAfter: res.RetryAfter,
 		resetAfter: res.ResetAfter,
+		consts:     l.headerConsts,
 	}
 }
 

@@ -67,7 +67,11 @@ type Stream struct {
 	// ticketBuf backs tickets for the usual one or two breakers, so a
 	// request's tickets cost no allocation of their own.
 	ticketBuf [2]breakerTicket
-	responded time.Time
+	// responded is when the response arrived, read only when a breaker's
+	// outcome can depend on it (outcomeNeedsTime); gotResponse says that
+	// a response reached the filter at all.
+	responded   time.Time
+	gotResponse bool
 	// status is the response's :status, read when a breaker tracks it.
 	status int
 
@@ -385,15 +389,19 @@ func (h *Stream) respond() {
 		h.chargeResponse(headers)
 	}
 	if len(h.tickets) > 0 {
-		// The breaker outcome needs the status and, for slow calls, the
-		// time the upstream answered; read both only when it is tracked.
-		h.responded = p.host.Clock()
+		// The breaker outcome needs the status and, unless it is a quiet
+		// success, the time the upstream answered; read both only when it
+		// is tracked, and the time only when it is needed.
 		status, ok := firstValue(headers, ":status")
 		if headers == nil {
 			status, ok = p.host.Stream.ResponseHeader(":status")
 		}
 		if ok {
 			h.status = StatusCode(status)
+		}
+		h.gotResponse = true
+		if h.outcomeNeedsTime() {
+			h.responded = p.host.Clock()
 		}
 	}
 	if h.hasQuota && p.cfg.Response.HeadersOnAllowed {

@@ -247,6 +247,9 @@ type limitRuntime struct {
 	// tableSeen is what this worker's tables had counted at the last
 	// export, so only the delta is added to the shared counters.
 	tableSeen tableCounts
+	// headerConsts are the rate-limit header values that are the same on
+	// every response this limit decides at its configured rate.
+	headerConsts *quotaConsts
 }
 
 // newLimitRuntime builds limit index; ratePath is the configuration path of
@@ -274,6 +277,8 @@ func newLimitRuntime(hc *host.Host, cfg *config.Limit, index int, ratePath strin
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", ratePath, err)
 	}
+	def := l.def.Limit()
+	l.headerConsts = renderQuotaConsts(cfg.Name, def.Rate, def.Period)
 	if len(cfg.Overrides) > 0 {
 		l.overrides = make(map[string]overrideTable, len(cfg.Overrides))
 		for value, rate := range cfg.Overrides {

@@ -30,6 +30,44 @@ type quota struct {
 	remaining  int64
 	retryAfter time.Duration
 	resetAfter time.Duration
+	// consts are the limit's header values that do not change between
+	// requests, rendered at configure time; nil renders every value.
+	consts *quotaConsts
+}
+
+// quotaConsts are the header values of one limit at its configured rate:
+// x-ratelimit-limit, ratelimit-policy, and the name part of ratelimit.
+// They hold only while a decision reports that rate (an override with a
+// rate of its own reports another, and is rendered per request).
+type quotaConsts struct {
+	limit  int64
+	window time.Duration
+	// limitValue is x-ratelimit-limit, policy is ratelimit-policy, and
+	// ratelimitPrefix is ratelimit up to its remaining count.
+	limitValue, policy, ratelimitPrefix string
+}
+
+// renderQuotaConsts renders the constant header values of the named limit
+// at limit per window, with the same code that renders them per request.
+func renderQuotaConsts(name string, limit int64, window time.Duration) *quotaConsts {
+	c := &quotaConsts{limit: limit, window: window}
+	c.limitValue = string(appendInt(nil, limit))
+	c.policy = string(appendPolicy(nil, name, limit, window))
+	c.ratelimitPrefix = string(append(appendSFString(nil, name), ";r="...))
+	return c
+}
+
+// appendPolicy renders a RateLimit-Policy value.
+func appendPolicy(buf []byte, name string, limit int64, window time.Duration) []byte {
+	w := ceilSeconds(window)
+	if w < 1 {
+		w = 1
+	}
+	buf = appendSFString(buf, name)
+	buf = append(buf, ";q="...)
+	buf = appendInt(buf, limit)
+	buf = append(buf, ";w="...)
+	return appendInt(buf, w)
 }
 
 // retryAfterSeconds renders a wait as Retry-After wants it: whole seconds,
@@ -60,15 +98,25 @@ func appendRateLimitHeaders(dst [][2]string, buf []byte, families config.HeaderF
 	buf = buf[:0]
 	// Values are sliced out only after all are written: appending may move
 	// buf, and a view into the old array would then miss later writes.
+	// A span with a constant value names no bytes of buf.
 	type span struct {
 		name     string
 		from, to int
+		constant string
 	}
 	var spans [6]span
 	n := 0
 	mark := func(name string, from int) {
-		spans[n] = span{name, from, len(buf)}
+		spans[n] = span{name: name, from: from, to: len(buf)}
 		n++
+	}
+	markConstant := func(name, value string) {
+		spans[n] = span{name: name, constant: value}
+		n++
+	}
+	c := q.consts
+	if c != nil && (c.limit != q.limit || c.window != q.window) {
+		c = nil
 	}
 	if families.Has(config.HeadersRetryAfter) && rejected {
 		from := len(buf)
@@ -88,10 +136,14 @@ func appendRateLimitHeaders(dst [][2]string, buf []byte, families config.HeaderF
 		if resetNs%int64(time.Second) > 0 {
 			resetUnix++
 		}
+		if c != nil {
+			markConstant("x-ratelimit-limit", c.limitValue)
+		} else {
+			from := len(buf)
+			buf = appendInt(buf, q.limit)
+			mark("x-ratelimit-limit", from)
+		}
 		from := len(buf)
-		buf = appendInt(buf, q.limit)
-		mark("x-ratelimit-limit", from)
-		from = len(buf)
 		buf = appendInt(buf, q.remaining)
 		mark("x-ratelimit-remaining", from)
 		from = len(buf)
@@ -99,27 +151,24 @@ func appendRateLimitHeaders(dst [][2]string, buf []byte, families config.HeaderF
 		mark("x-ratelimit-reset", from)
 	}
 	if families.Has(config.HeadersRateLimit) {
-		w := ceilSeconds(q.window)
-		if w < 1 {
-			w = 1
-		}
 		from := len(buf)
-		buf = appendSFString(buf, q.name)
-		buf = append(buf, ";q="...)
-		buf = appendInt(buf, q.limit)
-		buf = append(buf, ";w="...)
-		buf = appendInt(buf, w)
-		mark("ratelimit-policy", from)
-		from = len(buf)
-		buf = appendSFString(buf, q.name)
-		buf = append(buf, ";r="...)
+		if c != nil {
+			markConstant("ratelimit-policy", c.policy)
+			buf = append(buf, c.ratelimitPrefix...)
+		} else {
+			buf = appendPolicy(buf, q.name, q.limit, q.window)
+			mark("ratelimit-policy", from)
+			from = len(buf)
+			buf = appendSFString(buf, q.name)
+			buf = append(buf, ";r="...)
+		}
 		buf = appendInt(buf, q.remaining)
 		buf = append(buf, ";t="...)
 		buf = appendInt(buf, ceilSeconds(q.resetAfter))
 		mark("ratelimit", from)
 	}
 	for _, sp := range spans[:n] {
-		v := ""
+		v := sp.constant
 		if sp.to > sp.from {
 			v = unsafe.String(&buf[sp.from], sp.to-sp.from)
 		}

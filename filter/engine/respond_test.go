@@ -128,3 +128,28 @@ func TestAppendIntMatchesStrconv(t *testing.T) {
 		}
 	}
 }
+
+// The values rendered at configure time are exactly the per-request ones,
+// and a decision at another rate (an override's) renders its own: a stale
+// constant would advertise the wrong quota.
+func TestRateLimitHeadersFromConstants(t *testing.T) {
+	now := time.Unix(1700000000, 250_000_000)
+	consts := renderQuotaConsts("api-per-ip", 100, time.Second)
+	for _, q := range []quota{
+		{name: "api-per-ip", limit: 100, window: time.Second, remaining: 7, retryAfter: time.Second, resetAfter: 1200 * time.Millisecond},
+		{name: "api-per-ip", limit: 5, window: time.Second, remaining: 3, resetAfter: 200 * time.Millisecond},
+		{name: "api-per-ip", limit: 100, window: time.Minute, remaining: 99, resetAfter: 600 * time.Millisecond},
+	} {
+		want, _ := appendRateLimitHeaders(nil, nil, config.AllHeaderFamilies, q, now, true)
+		q.consts = consts
+		got, _ := appendRateLimitHeaders(nil, nil, config.AllHeaderFamilies, q, now, true)
+		if len(got) != len(want) {
+			t.Fatalf("limit %d per %v: got %q, want %q", q.limit, q.window, got, want)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("limit %d per %v: header %d = %q, want %q", q.limit, q.window, i, got[i], want[i])
+			}
+		}
+	}
+}

@@ -10,7 +10,7 @@ import (
 
 // newNativePlugin configures a plugin over fakes of the host, natively:
 // the engine runs as the adapter drives it, without the SDK or its emulator.
-func newNativePlugin(t *testing.T, cfgJSON string) (*Plugin, *hosttest.Fakes) {
+func newNativePlugin(t testing.TB, cfgJSON string) (*Plugin, *hosttest.Fakes) {
 	t.Helper()
 	hc, fakes := hosttest.New(time.Unix(1_700_000_000, 0))
 	p := NewVM(hc).NewPlugin()
