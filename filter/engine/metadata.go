@@ -23,6 +23,14 @@ import (
 //
 // An 8-byte string of printable text is a string even if a double has
 // the same bytes; such doubles are far outside any claim's range.
+//
+// What real Envoy returns: for the scalar kinds above, as far as we know
+// from its wasm property serialization (CEL values: strings raw, doubles
+// as 8 bytes, bools as one byte). For a Struct or list we are not sure
+// whether it returns serialized protobuf, a serialized pair map or an
+// error; every one of those starts with a control byte (a protobuf field
+// tag, a length), so the rule above reads it as missing either way. Our
+// host (e2e/host) reports a Struct or list as absent.
 func appendMetadata(dst []byte, raw string) ([]byte, bool) {
 	if raw == "" {
 		return dst, false
