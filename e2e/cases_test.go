@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,6 +96,7 @@ func (w *wasmHarness) Start(t testing.TB, req filtertest.Request) (filtertest.Fl
 	hreq := &host.Request{
 		Worker: req.Worker, Headers: headers, SourceAddress: peer, DestinationAddress: "127.0.0.1:10000",
 		RouteName: route, ClusterName: cluster,
+		DynamicMetadata: dynamicMetadata(req.Metadata),
 		OnPark: func() {
 			select {
 			case parked <- struct{}{}:
@@ -213,4 +215,29 @@ func TestCasesWasm(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dynamicMetadata nests dotted paths into the Structs Envoy keeps.
+func dynamicMetadata(md []filtertest.Metadata) map[string]map[string]any {
+	if len(md) == 0 {
+		return nil
+	}
+	out := map[string]map[string]any{}
+	for _, m := range md {
+		if out[m.Namespace] == nil {
+			out[m.Namespace] = map[string]any{}
+		}
+		fields := out[m.Namespace]
+		elems := strings.Split(m.Path, ".")
+		for _, e := range elems[:len(elems)-1] {
+			next, ok := fields[e].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				fields[e] = next
+			}
+			fields = next
+		}
+		fields[elems[len(elems)-1]] = m.Value
+	}
+	return out
 }

@@ -56,7 +56,12 @@ func startExampleWith(t *testing.T, name string, handler http.Handler, upstreams
 		}
 	}
 	// The YAML names build/sluice.wasm relative to the repository root.
-	cfg.Listeners[0].HTTPFilters[0].Wasm.CodeFile = filepath.Join("..", "build", "sluice.wasm")
+	// Filters before the wasm one (header_to_metadata) come first.
+	for _, f := range cfg.Listeners[0].HTTPFilters {
+		if f.Wasm != nil {
+			f.Wasm.CodeFile = filepath.Join("..", "build", "sluice.wasm")
+		}
+	}
 	srv := envoy.NewServer(cfg, envoy.Options{Concurrency: 2, Logger: envoy.NewLogger(io.Discard, envoy.LevelOff)})
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)

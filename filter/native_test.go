@@ -2,6 +2,7 @@ package filter_test
 
 import (
 	"encoding/binary"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-proxy/sluice/filter"
+	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 )
 
@@ -20,6 +22,10 @@ import (
 type nativeHarness struct {
 	host proxytest.HostEmulator
 	now  time.Time
+	// metadata are the property paths the last request's dynamic
+	// metadata set; proxytest has one property map for all streams, so
+	// the next request clears them.
+	metadata [][]string
 }
 
 // tickStep is how far the clock moves per emulated tick while a request is
@@ -56,6 +62,7 @@ func (n *nativeHarness) Start(t testing.TB, req filtertest.Request) (filtertest.
 			t.Fatal(err)
 		}
 	}
+	n.setMetadata(t, req.Metadata)
 	id := n.host.InitializeHttpContext()
 	headers := [][2]string{{":method", req.Method}, {":path", req.Path}, {":authority", req.Host}, {":scheme", "http"}}
 	headers = append(headers, req.Headers...)
@@ -116,6 +123,37 @@ func (n *nativeHarness) complete(id uint32, status int, details string) {
 }
 
 func (n *nativeHarness) Tick(testing.TB) { n.host.Tick() }
+
+// setMetadata serves md as Envoy serves dynamic metadata to the wasm:
+// strings as their bytes, numbers as 8-byte little-endian doubles.
+// proxytest can neither delete a property nor hold an empty one, so the
+// last request's values are overwritten with a bool false (one zero
+// byte), which the filter reads as absent as it reads every bool; the
+// wasm harness serves true absence.
+func (n *nativeHarness) setMetadata(t testing.TB, md []filtertest.Metadata) {
+	for _, prop := range n.metadata {
+		if err := n.host.SetProperty(prop, []byte{0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.metadata = n.metadata[:0]
+	for _, m := range md {
+		prop := config.MetadataProperty(m.Namespace, m.Path)
+		var v []byte
+		switch x := m.Value.(type) {
+		case string:
+			v = []byte(x)
+		case float64:
+			v = binary.LittleEndian.AppendUint64(nil, math.Float64bits(x))
+		default:
+			t.Fatalf("metadata value %T: want string or float64", m.Value)
+		}
+		if err := n.host.SetProperty(prop, v); err != nil {
+			t.Fatal(err)
+		}
+		n.metadata = append(n.metadata, prop)
+	}
+}
 
 func splitPath(p string) []string {
 	for i := range p {

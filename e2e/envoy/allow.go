@@ -61,11 +61,17 @@ var supportedFields = map[protoreflect.FullName][]protoreflect.Name{
 	"envoy.config.core.v3.PathConfigSource": {"path", "watched_directory"},
 	"envoy.config.core.v3.WatchedDirectory": {"path"},
 	// The ECDS file: a DiscoveryResponse of TypedExtensionConfigs.
-	"envoy.service.discovery.v3.DiscoveryResponse":                           {"version_info", "resources"},
-	"envoy.config.core.v3.TypedExtensionConfig":                              {"name", "typed_config"},
-	"envoy.config.core.v3.DataSource":                                        {"filename", "inline_bytes", "inline_string"},
-	"envoy.extensions.filters.http.router.v3.Router":                         {},
-	"envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter": {"name", "typed_config", "config_discovery"},
+	"envoy.service.discovery.v3.DiscoveryResponse":   {"version_info", "resources"},
+	"envoy.config.core.v3.TypedExtensionConfig":      {"name", "typed_config"},
+	"envoy.config.core.v3.DataSource":                {"filename", "inline_bytes", "inline_string"},
+	"envoy.extensions.filters.http.router.v3.Router": {},
+	// header_to_metadata: request rules on headers only (see
+	// header_to_metadata.go); stat_prefix only names stats this server
+	// does not emit.
+	"envoy.extensions.filters.http.header_to_metadata.v3.Config":              {"request_rules", "stat_prefix"},
+	"envoy.extensions.filters.http.header_to_metadata.v3.Config.Rule":         {"header", "on_header_present", "on_header_missing", "remove"},
+	"envoy.extensions.filters.http.header_to_metadata.v3.Config.KeyValuePair": {"metadata_namespace", "key", "value", "type"},
+	"envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter":  {"name", "typed_config", "config_discovery"},
 	"envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager": {
 		"stat_prefix", "codec_type", "route_config", "http_filters",
 		"use_remote_address", "generate_request_id", "merge_slashes",
@@ -78,6 +84,7 @@ var supportedAnyTypes = map[protoreflect.FullName]bool{
 	"envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager": true,
 	"envoy.extensions.filters.http.wasm.v3.Wasm":                                        true,
 	"envoy.extensions.filters.http.router.v3.Router":                                    true,
+	"envoy.extensions.filters.http.header_to_metadata.v3.Config":                        true,
 	"envoy.config.core.v3.TypedExtensionConfig":                                         true,
 	"google.protobuf.StringValue":                                                       true,
 	"google.protobuf.BytesValue":                                                        true,

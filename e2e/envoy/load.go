@@ -23,6 +23,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	metricsv3 "github.com/envoyproxy/go-control-plane/envoy/config/metrics/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	h2mv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_to_metadata/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -121,13 +122,14 @@ type Route struct {
 	Timeout time.Duration
 }
 
-// HTTPFilter is one entry of http_filters; exactly one of Wasm and Router is
-// set.
+// HTTPFilter is one entry of http_filters; exactly one of Wasm,
+// HeaderToMetadata and Router is set.
 type HTTPFilter struct {
-	Name   string
-	Path   string
-	Wasm   *WasmFilter
-	Router bool
+	Name             string
+	Path             string
+	Wasm             *WasmFilter
+	HeaderToMetadata *HeaderToMetadata
+	Router           bool
 	// ConfigFile is the absolute path of the ECDS file the Wasm config came
 	// from (config_discovery with path_config_source), or "" when the
 	// config is inline in typed_config.
@@ -688,8 +690,21 @@ func buildHTTPFilters(list []*hcmv3.HttpFilter, path string, clusters map[string
 				return nil, err
 			}
 			hf.Wasm = wf
+		case tc.MessageIs(&h2mv3.Config{}):
+			if i == len(list)-1 {
+				return nil, &fieldError{Path: fpath, Msg: fmt.Sprintf("non-terminal filter named %s of type %s is the last filter in a http filter chain", f.GetName(), HeaderToMetadataFilterName)}
+			}
+			c := &h2mv3.Config{}
+			if err := tc.UnmarshalTo(c); err != nil {
+				return nil, &fieldError{Path: fpath + ".typed_config", Msg: err.Error()}
+			}
+			h, err := buildHeaderToMetadata(c, fpath+".typed_config")
+			if err != nil {
+				return nil, err
+			}
+			hf.HeaderToMetadata = h
 		default:
-			return nil, &fieldError{Path: fpath + ".typed_config", Msg: fmt.Sprintf("http filter type %s is not supported (only %s and %s)", tc.GetTypeUrl(), WasmFilterName, RouterFilterName)}
+			return nil, &fieldError{Path: fpath + ".typed_config", Msg: fmt.Sprintf("http filter type %s is not supported (only %s, %s and %s)", tc.GetTypeUrl(), WasmFilterName, HeaderToMetadataFilterName, RouterFilterName)}
 		}
 		out = append(out, hf)
 	}

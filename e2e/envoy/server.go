@@ -313,7 +313,18 @@ type listener struct {
 func (s *Server) newListener(ctx context.Context, lc *Listener) (*listener, error) {
 	l := &listener{s: s, cfg: lc}
 	var slots []*wasmSlot
+	// stages are the filters before the router, in chain order: a wasm
+	// slot or a header_to_metadata filter.
+	type stage struct {
+		slot *wasmSlot
+		h2m  *HeaderToMetadata
+	}
+	var stages []stage
 	for _, f := range lc.HTTPFilters {
+		if f.HeaderToMetadata != nil {
+			stages = append(stages, stage{h2m: f.HeaderToMetadata})
+			continue
+		}
 		if f.Wasm == nil {
 			continue
 		}
@@ -324,11 +335,16 @@ func (s *Server) newListener(ctx context.Context, lc *Listener) (*listener, erro
 		slot := &wasmSlot{listener: lc.Name, filter: f.Name, file: f.ConfigFile, loaded: f.configStat, wasm: f.Wasm, cur: &pluginRef{p: p}}
 		s.slots = append(s.slots, slot)
 		slots = append(slots, slot)
+		stages = append(stages, stage{slot: slot})
 	}
 	l.wasm = len(slots) > 0
 	next := host.Upstream(l.router)
-	for i := len(slots) - 1; i >= 0; i-- {
-		slot, n := slots[i], next
+	for i := len(stages) - 1; i >= 0; i-- {
+		if h := stages[i].h2m; h != nil {
+			next = h.filter(next)
+			continue
+		}
+		slot, n := stages[i].slot, next
 		next = func(ctx context.Context, req *host.Request) (*host.Response, error) {
 			ref := slot.acquire()
 			defer ref.inflight.Done()

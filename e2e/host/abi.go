@@ -676,7 +676,17 @@ func hGetProperty(v *vm, ctx context.Context, s []uint64) {
 		ok(s, StatusInvalidMemoryAccess)
 		return
 	}
-	val, found := v.property(strings.ReplaceAll(strings.TrimRight(string(pb), "\x00"), "\x00", "."))
+	raw := strings.TrimRight(string(pb), "\x00")
+	var val []byte
+	var found bool
+	if rest, isMeta := strings.CutPrefix(raw, "metadata\x00filter_metadata\x00"); isMeta {
+		// Segments are kept apart: a namespace holds dots of its own.
+		if st := v.stream(); st != nil {
+			val, found = metadataProperty(st.req.DynamicMetadata, strings.Split(rest, "\x00"))
+		}
+	} else {
+		val, found = v.property(strings.ReplaceAll(raw, "\x00", "."))
+	}
 	if !found {
 		ok(s, StatusNotFound)
 		return

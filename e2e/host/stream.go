@@ -19,7 +19,12 @@ type Request struct {
 	Trailers                          [][2]string
 	SourceAddress, DestinationAddress string // "ip:port"
 	RouteName, ClusterName            string // xds.route_name / xds.cluster_name
-	RequestID                         string
+	// DynamicMetadata is the stream's filter_metadata as filters before
+	// the wasm left it: namespace → field → value, a value being a string,
+	// a float64, a bool or a nested map[string]any (a Struct). The wasm
+	// reads it as the property metadata.filter_metadata.<namespace>.<field>….
+	DynamicMetadata map[string]map[string]any
+	RequestID       string
 	// OnPark, if set, is called on the worker's loop each time the stream
 	// pauses to wait for the plugin, before the loop moves on; it must not
 	// block, nor wait for the worker (Plugin.Tick). Tests use it to know

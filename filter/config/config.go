@@ -175,6 +175,9 @@ const (
 	// KeyClientIPMasked is the client address masked to KeyPart.V4Bits or
 	// KeyPart.V6Bits, as Envoy's masked_remote_address.
 	KeyClientIPMasked
+	// KeyMetadata is the dynamic metadata value at KeyPart.MetaPath in
+	// namespace KeyPart.Name.
+	KeyMetadata
 )
 
 func (k KeyKind) String() string {
@@ -201,6 +204,8 @@ func (k KeyKind) String() string {
 		return "path_segment"
 	case KeyClientIPMasked:
 		return "client_ip"
+	case KeyMetadata:
+		return "metadata"
 	}
 	return "unknown"
 }
@@ -218,6 +223,10 @@ type KeyPart struct {
 	// V4Bits and V6Bits are the prefix lengths when Kind is
 	// KeyClientIPMasked.
 	V4Bits, V6Bits uint8
+	// MetaPath is the dotted path within namespace Name when Kind is
+	// KeyMetadata, and Property the proxy-wasm property path it reads.
+	MetaPath string
+	Property []string
 }
 
 // String gives the part in config syntax, e.g. "client_ip" or "header:x-api-key".
@@ -229,6 +238,8 @@ func (p KeyPart) String() string {
 		return p.Kind.String() + ":" + p.Name
 	case KeyPathSegment:
 		return "path_segment:" + strconv.Itoa(p.Segment)
+	case KeyMetadata:
+		return "metadata:" + p.Name + ":" + p.MetaPath
 	case KeyClientIPMasked:
 		return "client_ip/" + strconv.Itoa(int(p.V4Bits)) + "/" + strconv.Itoa(int(p.V6Bits))
 	}
@@ -468,6 +479,8 @@ type Match struct {
 	PathRegex *Regex
 	// Not, when set, must not match.
 	Not *Match
+	// Metadata conditions on dynamic metadata must all hold.
+	Metadata []MetadataMatch
 }
 
 // HeaderMatch is a condition on one request header.

@@ -38,7 +38,7 @@ func parseRequestKeyPart(s string) (part KeyPart, err string, ok bool) {
 		}
 		return KeyPart{Kind: KeyClientIPMasked, V4Bits: uint8(v4), V6Bits: uint8(v6)}, "", true
 	}
-	return KeyPart{}, "", false
+	return parseMetadataKey(s)
 }
 
 // MaxPathSegment is the deepest path segment a key may name.

@@ -310,7 +310,7 @@ func (p *parser) overrides(o *object, l *Limit) {
 			break
 		}
 		for i, k := range l.Key {
-			if k == part {
+			if k.Same(part) {
 				l.OverrideBy = i
 			}
 		}
@@ -494,7 +494,7 @@ func (p *parser) key(path string, items []gjson.Result) []KeyPart {
 		}
 		dup := false
 		for _, q := range parts {
-			dup = dup || q == part
+			dup = dup || q.Same(part)
 		}
 		if dup {
 			p.errorf(ipath, item.Index, "duplicate key part %q", part.String())

@@ -9,7 +9,7 @@ import (
 const anyIfOmitted = "must not be empty; omit it to match any"
 
 var matchFields = []string{"path", "path_prefix", "methods", "hosts", "headers", "routes",
-	"client_cidrs", "query", "path_regex", "not"}
+	"client_cidrs", "query", "path_regex", "not", "metadata"}
 
 var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
 

@@ -2,10 +2,18 @@ package config
 
 // wireMatchExtra is the JSON of the conditions in match_more.go.
 type wireMatchExtra struct {
-	ClientCIDRs []string         `json:"client_cidrs,omitempty"`
-	Query       []wireQueryMatch `json:"query,omitempty"`
-	PathRegex   *string          `json:"path_regex,omitempty"`
-	Not         *wireMatch       `json:"not,omitempty"`
+	ClientCIDRs []string            `json:"client_cidrs,omitempty"`
+	Query       []wireQueryMatch    `json:"query,omitempty"`
+	PathRegex   *string             `json:"path_regex,omitempty"`
+	Not         *wireMatch          `json:"not,omitempty"`
+	Metadata    []wireMetadataMatch `json:"metadata,omitempty"`
+}
+
+type wireMetadataMatch struct {
+	Namespace string  `json:"namespace"`
+	Path      string  `json:"path"`
+	Value     *string `json:"value,omitempty"`
+	Present   *bool   `json:"present,omitempty"`
 }
 
 type wireQueryMatch struct {
@@ -46,6 +54,15 @@ func wireMatchMore(m *Match, w *wireMatch) {
 	if m.PathRegex != nil {
 		s := m.PathRegex.Source
 		w.PathRegex = &s
+	}
+	for _, c := range m.Metadata {
+		wm := wireMetadataMatch{Namespace: c.Namespace, Path: c.Path}
+		if c.HasValue {
+			wm.Value = &c.Value
+		} else {
+			wm.Present = &c.Present
+		}
+		w.Metadata = append(w.Metadata, wm)
 	}
 	if m.Not != nil {
 		w.Not = wireMatchOf(m.Not)

@@ -96,6 +96,9 @@ type QueryMatch struct {
 type RequestExtra interface {
 	ClientAddr() (netip.Addr, bool)
 	QueryValue(name string) (string, bool)
+	// Metadata gives the dynamic metadata value at property path prop as
+	// a key renders it; ok is false when it is absent or not a scalar.
+	Metadata(prop []string) (string, bool)
 }
 
 // matchesMore checks client_cidrs, query, path_regex and not. path is the
@@ -127,6 +130,21 @@ func (m *Match) matchesMore(r Request, path string) bool {
 				return false
 			}
 		} else if ok != q.Present {
+			return false
+		}
+	}
+	for i := range m.Metadata {
+		c := &m.Metadata[i]
+		var v string
+		var ok bool
+		if r.Extra != nil {
+			v, ok = r.Extra.Metadata(c.Property)
+		}
+		if c.HasValue {
+			if !ok || v != c.Value {
+				return false
+			}
+		} else if ok != c.Present {
 			return false
 		}
 	}
@@ -228,6 +246,7 @@ func (p *parser) matchMore(o *object, m *Match) {
 			m.PathRegex = re
 		}
 	}
+	p.matchMetadata(o, m)
 	if n := o.child("not", matchFields...); n != nil {
 		not := p.match(n)
 		m.Not = &not

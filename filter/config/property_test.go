@@ -52,6 +52,12 @@ func genConfig(r *rand.Rand) map[string]any {
 				[]any{map[string]any{"name": "a", "present": true}}, []any{map[string]any{"name": "a", "prefix": ""}},
 				[]any{map[string]any{"name": "a", "suffix": "x"}}, []any{map[string]any{"name": "a b", "value": "1"}})
 		})
+		maybe(m, "metadata", func() any {
+			return pick([]any{map[string]any{"namespace": "envoy.filters.http.jwt_authn", "path": "jwt_payload.sub", "value": "a"}},
+				[]any{map[string]any{"namespace": "n", "path": "p", "present": false}}, []any{map[string]any{"namespace": "n", "path": "a..b", "present": true}},
+				[]any{map[string]any{"namespace": "n", "path": "p"}}, []any{map[string]any{"path": "p", "value": "1"}},
+				[]any{map[string]any{"namespace": "n", "path": "p", "value": "1", "present": true}}, []any{})
+		})
 		maybe(m, "path_regex", func() any { return pick("/api/.*", "(", "") })
 		maybe(m, "headers", func() any {
 			return pick([]any{map[string]any{"name": "x", "prefix": "a"}}, []any{map[string]any{"name": "x", "regex": "a|b"}},
@@ -80,7 +86,8 @@ func genConfig(r *rand.Rand) map[string]any {
 		maybe(m, "key", func() any {
 			return pick([]any{}, []any{"client_ip"}, []any{"header:x", "path"}, []any{"route", "method", "host"}, []any{"cluster"}, []any{"bogus"}, []any{"path", "path"},
 				[]any{"query:user", "cookie:sid"}, []any{"path_segment:1", "client_ip/24/56"}, []any{"query:a&b"}, []any{"path_segment:0"},
-				[]any{"client_ip/33/64"}, []any{"cookie:"})
+				[]any{"client_ip/33/64"}, []any{"cookie:"},
+				[]any{"metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"}, []any{"metadata:ns:"}, []any{"metadata:ns:a..b"}, []any{"metadata:ns"})
 		})
 		maybe(m, "algorithm", func() any { return mostly([]any{"token_bucket", "fixed_window", "sliding_window"}, "leaky") })
 		maybe(m, "cost", func() any {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 )
@@ -70,6 +71,10 @@ func fuzzKeyParts(spec []byte, headerA, headerB string) []config.KeyPart {
 			p.Segment = int(mid) + 1
 		case config.KeyClientIPMasked:
 			p.V4Bits, p.V6Bits = mid*4+4, mid*16+16
+		case config.KeyMetadata:
+			// The source address doubles as the metadata value: arbitrary
+			// bytes, sometimes eight of them.
+			p.Name, p.MetaPath, p.Property = "ns", "a.b", config.MetadataProperty("ns", "a.b")
 		}
 		parts = append(parts, p)
 	}
@@ -89,13 +94,15 @@ func FuzzAppendKey(f *testing.F) {
 	f.Add(":path=/api/v1/users?id=a%2Cb&id=+c&x=%zz\ncookie=sid=\"s1\"; theme=dark\ncookie=sid=s2", "[fe80::1%eth0]:443", "",
 		[]byte{byte(config.KeyQuery), byte(config.KeyCookie), byte(config.KeyPathSegment) | 0x10, byte(config.KeyClientIPMasked) | 0x50},
 		"id", "sid", uint8(0), 1, 0)
+	f.Add("", "\x00\x00\x00\x00\x00\x00E@", "", []byte{byte(config.KeyMetadata), byte(config.KeyRoute)}, "", "", uint8(0), 1, 0)
 	f.Fuzz(func(t *testing.T, headerBlob, sourceAddress, route string, spec []byte,
 		headerA, headerB string, ipSource uint8, hops int, overrideBy int) {
 		host := &fakeHost{
 			headers: parseFuzzHeaders(headerBlob),
 			// The cluster is the route name reversed: a distinct value from the
 			// same input.
-			props: map[string]string{"source.address": sourceAddress, "xds.route_name": route, "xds.cluster_name": reverse(route)},
+			props: map[string]string{"source.address": sourceAddress, "xds.route_name": route, "xds.cluster_name": reverse(route),
+				"metadata.filter_metadata.ns.a.b": sourceAddress},
 		}
 		parts := fuzzKeyParts(spec, headerA, headerB)
 		clientCfg := &config.ClientIP{Source: config.ClientIPSource(ipSource % 4), TrustedHops: hops % 64, Header: headerA}
@@ -173,6 +180,10 @@ func FuzzAppendKey(f *testing.F) {
 			case config.KeyClientIPMasked:
 				if pfx, err := netip.ParsePrefix(v); err != nil || pfx.Masked() != pfx {
 					t.Fatalf("masked client part %q is not a masked prefix (%v)", v, err)
+				}
+			case config.KeyMetadata:
+				if strings.ContainsAny(v, "\x00") || !utf8.ValidString(v) {
+					t.Fatalf("metadata part %q holds NUL or is not text", v)
 				}
 			case config.KeyCluster:
 				if v != reverse(route) {

@@ -269,7 +269,7 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 			v, ok = r.cookie(p.Name)
 		case config.KeyPathSegment:
 			v, ok = pathSegment(r.pathOnly(), p.Segment)
-		case config.KeyQuery, config.KeyClientIPMasked:
+		case config.KeyQuery, config.KeyClientIPMasked, config.KeyMetadata:
 			// These decode or mask into dst rather than slicing a value.
 			start := len(dst)
 			if dst, ok = r.appendDerived(dst, p, clientCfg); !ok {
@@ -296,6 +296,9 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 // appendDerived appends the value of a query or masked client address
 // part, which exist only once decoded or masked.
 func (r *requestInfo) appendDerived(dst []byte, p config.KeyPart, clientCfg *config.ClientIP) ([]byte, bool) {
+	if p.Kind == config.KeyMetadata {
+		return appendMetadata(dst, r.host.Property(p.Property))
+	}
 	if p.Kind == config.KeyQuery {
 		q, ok := rawQuery(r.pseudo(needPath))
 		if !ok {

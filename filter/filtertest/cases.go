@@ -31,10 +31,20 @@ type Request struct {
 	// Cluster and Route are what the route table picked; defaults
 	// "backend" and "default".
 	Cluster, Route string
+	// Metadata is the request's dynamic metadata, as a filter before
+	// Sluice (jwt_authn, header_to_metadata) would have set it.
+	Metadata []Metadata
 	// UpstreamStatus is what the upstream answers; default 200.
 	UpstreamStatus int
 	// UpstreamResponseHeaders are added to the upstream's answer.
 	UpstreamResponseHeaders [][2]string
+}
+
+// Metadata is one dynamic metadata value: Path is dotted within
+// Namespace, Value a string or a float64.
+type Metadata struct {
+	Namespace, Path string
+	Value           any
 }
 
 // Response is what the client receives, after the filter's response
