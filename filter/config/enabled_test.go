@@ -1,7 +1,6 @@
 package config
 
 import (
-	"encoding/json"
 	"testing"
 )
 
@@ -43,21 +42,11 @@ func TestParseEnabled(t *testing.T) {
 // TestSchemaEnabledDefault keeps the schema's "enabled" default equal to
 // what Parse fills in when the field is absent.
 func TestSchemaEnabledDefault(t *testing.T) {
-	var s struct {
-		Defs map[string]struct {
-			Properties map[string]struct {
-				Default any `json:"default"`
-			} `json:"properties"`
-		} `json:"$defs"`
-	}
-	if err := json.Unmarshal(Schema(), &s); err != nil {
-		t.Fatal(err)
-	}
 	c := mustParse(t, `{"limits": [{"name": "a", "requests_per_second": 1}], "breakers": [{"name": "b"}],
 		"concurrency": [{"name": "c", "max_in_flight": 1}]}`)
 	parsed := map[string]bool{"limit": !c.Limits[0].Disabled, "breaker": !c.Breakers[0].Disabled, "concurrency": !c.Concurrency[0].Disabled}
 	for def, enabled := range parsed {
-		if got := s.Defs[def].Properties["enabled"].Default; got != enabled {
+		if got := schemaDefault(t, def, "enabled"); got != enabled {
 			t.Errorf("schema %s.enabled default %v, parser default %v", def, got, enabled)
 		}
 	}

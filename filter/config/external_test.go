@@ -1,7 +1,6 @@
 package config
 
 import (
-	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -189,17 +188,7 @@ func init() {
 }
 
 func TestSchemaMaxConcurrentDefault(t *testing.T) {
-	var s struct {
-		Defs map[string]struct {
-			Properties map[string]struct {
-				Default any `json:"default"`
-			} `json:"properties"`
-		} `json:"$defs"`
-	}
-	if err := json.Unmarshal(Schema(), &s); err != nil {
-		t.Fatal(err)
-	}
-	got := s.Defs["external"].Properties["max_concurrent_requests"].Default
+	got := schemaDefault(t, "external", "max_concurrent_requests")
 	if want := mustParse(t, ext("")).External.MaxConcurrentRequests; got != float64(want) {
 		t.Errorf("schema external.max_concurrent_requests default %v, parser default %d", got, want)
 	}

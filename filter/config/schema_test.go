@@ -146,9 +146,10 @@ func TestBadConfigsAgree(t *testing.T) {
 	}
 }
 
-// TestSchemaDefaultsMatchParser keeps the "default" annotations in
-// schema.json, which editors show to operators, equal to what Parse fills.
-func TestSchemaDefaultsMatchParser(t *testing.T) {
+// schemaDefault is the "default" annotation of property prop of the
+// schema's $defs entry def, as JSON decodes it (numbers are float64).
+func schemaDefault(t *testing.T, def, prop string) any {
+	t.Helper()
 	var s struct {
 		Defs map[string]struct {
 			Properties map[string]struct {
@@ -159,14 +160,20 @@ func TestSchemaDefaultsMatchParser(t *testing.T) {
 	if err := json.Unmarshal(Schema(), &s); err != nil {
 		t.Fatal(err)
 	}
+	return s.Defs[def].Properties[prop].Default
+}
+
+// TestSchemaDefaultsMatchParser keeps the "default" annotations in
+// schema.json, which editors show to operators, equal to what Parse fills.
+func TestSchemaDefaultsMatchParser(t *testing.T) {
 	def := func(d, p string) string {
-		b, _ := json.Marshal(s.Defs[d].Properties[p].Default)
+		b, _ := json.Marshal(schemaDefault(t, d, p))
 		return string(b)
 	}
 	// durDef normalises a duration default, which the schema spells as an
 	// operator would ("60s") and Go prints as "1m0s".
 	durDef := func(d, p string) string {
-		s, _ := s.Defs[d].Properties[p].Default.(string)
+		s, _ := schemaDefault(t, d, p).(string)
 		v, err := time.ParseDuration(s)
 		if err != nil {
 			return "not a duration: " + s
