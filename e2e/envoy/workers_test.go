@@ -260,15 +260,7 @@ func benchWorkers(b *testing.B, module string, workers int) {
 				}
 				left--
 				next.Unlock()
-				resp, err := client.Get(url)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					b.Errorf("status %d", resp.StatusCode)
+				if !getOK(b, client, url) {
 					return
 				}
 			}
