@@ -87,24 +87,11 @@ func peerIP(sourceAddress string) (string, bool) {
 // nearly every source.address, and netip's general parser is several
 // times slower in the wasm guest.
 func ipv4WithPort(s string) int {
-	i := 0
-	for octet := 0; octet < 4; octet++ {
-		start, v := i, 0
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' && i-start < 3 {
-			v = v*10 + int(s[i]-'0')
-			i++
-		}
-		if i == start || v > 255 || (s[start] == '0' && i-start > 1) {
-			return 0
-		}
-		if octet < 3 {
-			if i >= len(s) || s[i] != '.' {
-				return 0
-			}
-			i++
-		}
+	_, addrLen := ipv4Prefix(s)
+	if addrLen == 0 {
+		return 0
 	}
-	addrLen := i
+	i := addrLen
 	if i >= len(s) || s[i] != ':' {
 		return 0
 	}

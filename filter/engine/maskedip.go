@@ -45,6 +45,16 @@ func appendMaskedIP(dst []byte, ip string, v4Bits, v6Bits uint8) ([]byte, bool) 
 // prints (no leading zeros); it avoids netip's slower general parser for
 // the common case.
 func canonicalIPv4(s string) (a [4]byte, ok bool) {
+	a, n := ipv4Prefix(s)
+	return a, n > 0 && n == len(s)
+}
+
+// ipv4Prefix parses a canonical dotted-decimal IPv4 address (octets 0-255
+// without leading zeros, the forms netip accepts) at the start of s and
+// returns it and its length, or a length of 0. It is the one hand-written
+// IPv4 parser of the request path: source.address, client_ip keys and
+// CIDR matches all start here.
+func ipv4Prefix(s string) (a [4]byte, n int) {
 	i := 0
 	for octet := 0; octet < 4; octet++ {
 		start, v := i, 0
@@ -53,15 +63,15 @@ func canonicalIPv4(s string) (a [4]byte, ok bool) {
 			i++
 		}
 		if i == start || v > 255 || (s[start] == '0' && i-start > 1) {
-			return a, false
+			return a, 0
 		}
 		a[octet] = byte(v)
 		if octet < 3 {
 			if i >= len(s) || s[i] != '.' {
-				return a, false
+				return a, 0
 			}
 			i++
 		}
 	}
-	return a, i == len(s)
+	return a, i
 }
