@@ -234,7 +234,7 @@ func (p *parser) template(path string, at int, src string, kind ReplyKind, isJSO
 		if !json.Valid(sample) {
 			var v any
 			err := json.Unmarshal(sample, &v)
-			p.errorf(path, at, "is not valid JSON with sample values (%v): %s", err, sample)
+			p.errorf(path, at, "is not valid JSON with sample values (%v): %s", err, oneLine(string(sample)))
 			return nil
 		}
 	}
@@ -347,4 +347,24 @@ func (p *parser) responseContract(o *object, r *Response) {
 	if r.Body != BodyTemplate && o.has("templates") {
 		o.errorf("templates", `needs body "template"`)
 	}
+}
+
+// oneLine escapes the control characters of s (a newline as \n, others
+// as \xNN), so a config error quoting operator text stays one line.
+func oneLine(s string) string {
+	const hex = "0123456789abcdef"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\n':
+			b.WriteString(`\n`)
+		case c < 0x20 || c == 0x7f:
+			b.WriteString(`\x`)
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&0xf])
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
