@@ -208,7 +208,7 @@ func (p *parser) template(path string, at int, src string, kind ReplyKind, isJSO
 			name := src[i+1 : i+end]
 			ph, arg, err := placeholderOf(name, kind)
 			if err != "" {
-				p.errorf(path, at, "%s at byte %d", err, i)
+				p.errorf(path, at, "%s at byte %d", oneLine(err), i)
 				bad = true
 			}
 			if lit < i {
