@@ -53,6 +53,10 @@ type Stream struct {
 	// so the response phase neither decorates nor reports it.
 	localReply bool
 
+	// trace, when set, receives an account of the request's decisions
+	// (trace.go); nil on every stream the filter serves.
+	trace *Trace
+
 	// waitingFor is what the paused stream waits for in the plugin's
 	// registry of waiting streams; waitNone when it is not there.
 	waitingFor waitKind
@@ -195,6 +199,9 @@ func (h *Stream) matchLimits() {
 			p.applied[j] = false
 		}
 	}
+	if h.trace != nil {
+		h.trace.traceMatch(p, match)
+	}
 }
 
 // decideLimits decides the applying limits at now: keys and costs, then
@@ -231,15 +238,24 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 				continue
 			}
 			arena, t, rate, ok = h.appendExternal(arena)
+			if h.trace != nil {
+				h.trace.traceKey(i, shadow, arena[start:], ok, "")
+			}
 		} else {
 			arena, overrideValue, ok = info.appendKey(arena, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
 			if ok && l.cfg.OverrideCIDRs != nil {
 				overrideValue = l.cfg.OverrideCIDRs.Resolve(overrideValue)
 			}
+			if h.trace != nil {
+				h.trace.traceKey(i, shadow, arena[start:], ok, overrideValue)
+			}
 			if ok && l.cfg.OverrideActions != nil {
 				// Unlimited and blocked values have no table of their own,
 				// so they are settled before the value becomes a rate's.
 				if v, done := h.overrideAction(l, overrideValue, now); done {
+					if h.trace != nil {
+						h.trace.Limits[i].Action = l.cfg.OverrideActions[overrideValue].String()
+					}
 					arena = arena[:start]
 					if v != verdictAllow {
 						return v
@@ -273,6 +289,9 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 			}
 			return verdictReject
 		}
+		if h.trace != nil {
+			h.trace.Limits[i].OverrideValue, h.trace.Limits[i].Rate, h.trace.Limits[i].Cost = overrideValue, rate, cost
+		}
 		if l.cfg.CostFromResponse != nil {
 			h.noteCharge(l, t, rate, overrideValue, key)
 		}
@@ -280,6 +299,9 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 			lim := rate.Limiter(l.cfg.Algorithm)
 			// Key only hashes the value, so the arena's bytes need no copy.
 			k := l.remote.dl.Key(arenaString(key), lim)
+			if h.trace != nil {
+				h.trace.Limits[i].RedisKey = k.RKey
+			}
 			if shadow {
 				h.startShadowRemote(l, lim, k.RKey, cost, now)
 				continue
@@ -310,6 +332,9 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 		admitted, err := limiter.AllowAll(ns, p.reqs, results)
 		if err != nil {
 			h.plugin.log.Warnf("sluice: limiter store: %v", err)
+		}
+		if h.trace != nil {
+			h.trace.traceResults(p.reqLim, results)
 		}
 		for _, l := range p.reqLim {
 			l.exportTableStats()
