@@ -24,20 +24,20 @@ func (m *Match) Conditions() []MatchCondition {
 		b, _ := json.Marshal(wireMatchOf(&only))
 		out = append(out, MatchCondition{Path: path, JSON: string(b), Only: only})
 	}
-	if m.Path != "" {
-		add("path", Match{Path: m.Path})
-	}
-	if m.PathPrefix != "" {
-		add("path_prefix", Match{PathPrefix: m.PathPrefix})
-	}
-	if m.Methods != nil {
-		add("methods", Match{Methods: m.Methods})
-	}
-	if m.Hosts != nil {
-		add("hosts", Match{Hosts: m.Hosts})
-	}
-	if m.Routes != nil {
-		add("routes", Match{Routes: m.Routes})
+	for _, c := range []struct {
+		path string
+		set  bool
+		only Match
+	}{
+		{"path", m.Path != "", Match{Path: m.Path}},
+		{"path_prefix", m.PathPrefix != "", Match{PathPrefix: m.PathPrefix}},
+		{"methods", m.Methods != nil, Match{Methods: m.Methods}},
+		{"hosts", m.Hosts != nil, Match{Hosts: m.Hosts}},
+		{"routes", m.Routes != nil, Match{Routes: m.Routes}},
+	} {
+		if c.set {
+			add(c.path, c.only)
+		}
 	}
 	for i := range m.Headers {
 		add(IndexPath("headers", i), Match{Headers: m.Headers[i : i+1]})
