@@ -63,6 +63,12 @@ type served struct {
 func (w *wasmHarness) Do(t testing.TB, req filtertest.Request) filtertest.Response {
 	t.Helper()
 	f, resp := w.Start(t, req)
+	return finished(t, f, resp)
+}
+
+// finished runs a stream Start began to its end, as Harness.Do does.
+func finished(t testing.TB, f filtertest.Flight, resp filtertest.Response) filtertest.Response {
+	t.Helper()
 	if f == nil {
 		return resp
 	}
@@ -198,23 +204,30 @@ func TestCasesWasm(t *testing.T) {
 	code := wasmModule(t, "sluice")
 	for _, c := range filtertest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			h := &wasmHarness{now: filtertest.Epoch}
-			h.rt = host.NewRuntime(host.RuntimeOptions{Clock: h.clock, ManualTicks: true, Logger: func(host.LogLevel, string, string) {}})
-			defer h.rt.Close(context.Background())
-			p, err := h.rt.NewPlugin(context.Background(), host.PluginConfig{
-				Name: "sluice", RootID: "sluice", VMID: "sluice-" + strconv.Itoa(int(time.Now().UnixNano())),
-				Code: code, Configuration: []byte(c.Config), Concurrency: c.Workers,
-			})
-			if err != nil {
-				t.Fatalf("start: %v", err)
-			}
-			h.plugin = p
+			h := newWasmHarness(t, code, c)
 			c.Run(t, h)
-			if p.Traps() != 0 {
-				t.Fatalf("%d traps", p.Traps())
+			if n := h.plugin.Traps(); n != 0 {
+				t.Fatalf("%d traps", n)
 			}
 		})
 	}
+}
+
+// newWasmHarness serves case c's configuration on code, its clock at
+// filtertest.Epoch; the runtime closes when the test ends.
+func newWasmHarness(t *testing.T, code []byte, c filtertest.Case) *wasmHarness {
+	h := &wasmHarness{now: filtertest.Epoch}
+	h.rt = host.NewRuntime(host.RuntimeOptions{Clock: h.clock, ManualTicks: true, Logger: func(host.LogLevel, string, string) {}})
+	t.Cleanup(func() { h.rt.Close(context.Background()) })
+	p, err := h.rt.NewPlugin(context.Background(), host.PluginConfig{
+		Name: "sluice", RootID: "sluice", VMID: "sluice-" + strconv.Itoa(int(time.Now().UnixNano())),
+		Code: code, Configuration: []byte(c.Config), Concurrency: c.Workers,
+	})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	h.plugin = p
+	return h
 }
 
 // dynamicMetadata nests dotted paths into the Structs Envoy keeps.
