@@ -140,10 +140,13 @@ func Explain(cfgJSON []byte, req Request, now time.Time, showKeys bool) (*Explan
 	case verdict == engine.Continue:
 		ex.Outcome = "admitted"
 	default:
-		ex.Outcome, ex.WaitsFor = "waits", waitsFor(cfg, fakes.Caller.Calls)
+		ex.Outcome = "waits"
 	}
 	for i, lt := range tr.Limits {
 		ex.Limits = append(ex.Limits, explainLimit(cfg, i, lt, tr.Limits, showKeys))
+	}
+	if ex.Outcome == "waits" {
+		ex.WaitsFor = waitsFor(cfg, ex.Limits)
 	}
 	for _, b := range tr.Breakers {
 		ex.Breakers = append(ex.Breakers, BreakerExplanation{Name: b.Name, Instance: b.Instance, Allowed: b.Allowed})
@@ -158,15 +161,17 @@ func Explain(cfgJSON []byte, req Request, now time.Time, showKeys bool) (*Explan
 	return ex, nil
 }
 
-// waitsFor names what a paused request waits for, from the calls the
-// engine made: Redis (the backend's cluster), the limits service, or
-// nothing (a delay: on_limit delay holds it for a token).
-func waitsFor(cfg *config.Config, calls []*hosttest.Call) string {
-	for _, c := range calls {
-		if cfg.Backend != nil && c.Cluster == cfg.Backend.Cluster {
+// waitsFor names what a paused request waits for, from what the trace
+// says the engine started: a Redis decision of an enforcing global or
+// hybrid limit, a lookup of the external limit (which the engine makes
+// before any limit's key), or else a delay (on_limit delay holds the
+// request for a token).
+func waitsFor(cfg *config.Config, limits []LimitExplanation) string {
+	for i, l := range limits {
+		switch {
+		case l.RedisKey != "" && !l.Shadow:
 			return "redis"
-		}
-		if cfg.External != nil && c.Cluster == cfg.External.Cluster {
+		case i >= len(cfg.Limits) && l.State == "applies" && !l.Evaluated:
 			return "limits_service"
 		}
 	}
@@ -337,7 +342,7 @@ func writeExplanation(w io.Writer, req Request, ex *Explanation) {
 	case "rejected":
 		fmt.Fprintf(w, "outcome: rejected %d %s\n", ex.Status, strings.TrimSpace(ex.Body))
 	case "waits":
-		fmt.Fprintf(w, "outcome: waits for %s (explain does not call it; the limits below that decide there are marked)\n", strings.ReplaceAll(ex.WaitsFor, "_", " "))
+		fmt.Fprintf(w, "outcome: waits for %s (explain does not ask it, and local limits are committed only after it answers)\n", strings.ReplaceAll(ex.WaitsFor, "_", " "))
 	default:
 		fmt.Fprintln(w, "outcome: admitted")
 	}

@@ -160,6 +160,21 @@ func TestExplainRejections(t *testing.T) {
 					t.Fatalf("%s %+v", ex.WaitsFor, l)
 				}
 			}},
+		{name: "hybrid limit waits for its lease", cfg: `{"backend": {"cluster": "webdis"}, "limits": [{"name": "l", "key": [], "requests_per_second": 1},
+			{"name": "h", "key": ["header:x-k"], "requests_per_second": 5, "mode": "hybrid"}]}`,
+			args: []string{"-H", "x-k: bob", "/"}, outcome: "waits",
+			check: func(t *testing.T, ex *Explanation) {
+				if ex.WaitsFor != "redis" || ex.Limits[1].RedisKey != backend.Key("h", "bob") || ex.Limits[0].Decision != "" {
+					t.Fatalf("%s %+v", ex.WaitsFor, ex.Limits)
+				}
+			}},
+		{name: "external limit waits for the service", cfg: `{"external": {"cluster": "limits", "path": "/limits", "fallback": {"requests_per_second": 1}}}`,
+			args: []string{"/"}, outcome: "waits",
+			check: func(t *testing.T, ex *Explanation) {
+				if ex.WaitsFor != "limits_service" || len(ex.Limits) != 1 || ex.Limits[0].State != "applies" {
+					t.Fatalf("%s %+v", ex.WaitsFor, ex.Limits)
+				}
+			}},
 		{name: "metadata key and match", cfg: `{"limits": [{"name": "m", "key": ["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"], "requests_per_second": 1,
 			"match": {"metadata": [{"namespace": "envoy.filters.http.jwt_authn", "path": "jwt_payload.plan", "value": "free"}]}}]}`,
 			args:    []string{"--metadata", "envoy.filters.http.jwt_authn:jwt_payload.sub=alice", "--metadata", "envoy.filters.http.jwt_authn:jwt_payload.plan=free", "--show-keys", "/"},
