@@ -46,12 +46,13 @@ const (
 )
 
 // Check checks the plugin configurations in data, the content of file:
-// a JSON plugin configuration, or Envoy or Istio YAML holding Sluice
-// filters.
+// a JSON plugin configuration (a file named *.json, or any opening with
+// "{"; an empty one is valid, as Envoy passes it), or Envoy or Istio YAML
+// holding Sluice filters.
 func Check(file string, data []byte) CheckReport {
 	r := CheckReport{Configs: []ConfigRef{}, Errors: []Finding{}, Warnings: []Finding{}}
 	var found []pluginConfig
-	if isJSON(data) {
+	if isJSON(file, data) {
 		found = []pluginConfig{{File: file, Config: string(data)}}
 	} else {
 		var err error

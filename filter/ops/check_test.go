@@ -74,6 +74,8 @@ func TestCheck(t *testing.T) {
 		// absent must not appear in the output.
 		absent []string
 	}{
+		{name: "an empty JSON file is the empty configuration", files: map[string]string{"c.json": ""},
+			out: []string{"1 configuration(s) checked: 0 error(s)"}},
 		{name: "valid JSON", files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1}]}`},
 			out: []string{"1 configuration(s) checked: 0 error(s), 0 warning(s)"}},
 		{name: "every JSON error at once, with its path", exit: 1,

@@ -67,12 +67,13 @@ const (
 	maxECDSDepth = 4
 )
 
-// isJSON reports whether data is a JSON document rather than YAML: its
-// first non-space byte opens an object. (A JSON object is also YAML, but
-// a plugin configuration is never an Envoy bootstrap.)
-func isJSON(data []byte) bool {
+// isJSON reports whether file holds a plugin configuration in JSON
+// rather than YAML: it is named *.json, or its first non-space byte opens
+// an object. (A JSON object is also YAML, but a plugin configuration is
+// never an Envoy bootstrap.)
+func isJSON(file string, data []byte) bool {
 	t := bytes.TrimLeft(data, " \t\r\n")
-	return len(t) > 0 && t[0] == '{'
+	return strings.HasSuffix(file, ".json") || len(t) > 0 && t[0] == '{'
 }
 
 // findPluginConfigs finds every Sluice plugin configuration in the YAML of

@@ -248,10 +248,10 @@ func partNames(parts []config.KeyPart) []string {
 
 // keyValues splits a composite key into its parts (the engine joins them
 // with a NUL, which no part holds) and redacts each value unless
-// showKeys. An empty parts list is the limit's one bucket.
+// showKeys. An empty parts list is the limit's one bucket: no values.
 func keyValues(parts []string, key string, showKeys bool) []KeyValue {
 	if len(parts) == 0 {
-		return []KeyValue{{Part: "[]", Value: "(one bucket for all requests)"}}
+		return []KeyValue{} // "key": [], one bucket for every request
 	}
 	values := strings.Split(key, "\x00")
 	if len(values) != len(parts) {
@@ -319,7 +319,7 @@ func explainConfig(file string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if isJSON(data) {
+	if isJSON(file, data) {
 		return data, nil
 	}
 	found, err := findPluginConfigs(file, data)
@@ -429,6 +429,9 @@ func writeExplanation(w io.Writer, req Request, ex *Explanation) {
 }
 
 func keyText(kv []KeyValue) string {
+	if len(kv) == 0 {
+		return "[] (one bucket for every request)"
+	}
 	parts := make([]string, len(kv))
 	for i, p := range kv {
 		parts[i] = p.Part + "=" + p.Value
