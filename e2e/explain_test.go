@@ -51,11 +51,12 @@ func (e *explainingHarness) Start(t testing.TB, req filtertest.Request) (filtert
 	}
 	after := e.decisions(t)
 	for i, l := range ex.Limits {
-		// A limit explain says was evaluated for the request counted a
-		// decision in the wasm (allowed, limited, shadow, missing key,
-		// invalid cost); every other limit counted none.
-		if moved := after[i] > before[i]; moved != l.Evaluated {
-			t.Fatalf("limit %s: explain says evaluated=%v (state %s); the wasm counted %d decisions", l.Name, l.Evaluated, l.State, after[i]-before[i])
+		// A limit explain says decided the request (a decision, a missing
+		// key, an unlimited or blocked override, or an invalid cost: a key
+		// but no rate) counted one in the wasm; every other limit none.
+		decided := l.Decision != "" || l.MissingKey || l.Action != "" || l.Evaluated && l.Rate == nil
+		if moved := after[i] > before[i]; moved != decided {
+			t.Fatalf("limit %s: explain says decided=%v (%+v); the wasm counted %d decisions", l.Name, decided, l, after[i]-before[i])
 		}
 	}
 	*e.compared++

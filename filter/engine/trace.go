@@ -41,8 +41,10 @@ type LimitTrace struct {
 	// this one; Applied is Matched without such a limit.
 	ReplacedBy []int
 	Applied    bool
-	// Evaluated is set when the pipeline reached the limit's key: an
-	// earlier limit's rejection (a block, a missing key) stops it first.
+	// Evaluated is set when the pipeline built the limit's key. Keys are
+	// built for every applying limit before any is decided; a rejection
+	// while building them (a blocked override, a missing key denied, an
+	// invalid cost) leaves the later ones unbuilt.
 	Evaluated bool
 	// Shadow: the limit only observes this request (configured shadow, or
 	// not enforced by this request's rollout draw).

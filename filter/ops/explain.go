@@ -45,8 +45,9 @@ type LimitExplanation struct {
 	State      string      `json:"state"`
 	Conditions []Condition `json:"conditions"`
 	ReplacedBy []string    `json:"replaced_by,omitempty"`
-	// Evaluated is false for an applying limit the pipeline did not reach:
-	// an earlier limit rejected first.
+	// Evaluated is false for an applying limit whose key the pipeline did
+	// not build: an earlier limit rejected the request while keys were
+	// being built (a block, a missing key denied, an invalid cost).
 	Evaluated bool `json:"evaluated"`
 	Shadow    bool `json:"shadow,omitempty"`
 	// Key is the key's parts; values are digests unless --show-keys.
@@ -370,7 +371,7 @@ func writeExplanation(w io.Writer, req Request, ex *Explanation) {
 			fmt.Fprintf(w, "     match %s: %s\n", c.Condition, held)
 		}
 		if l.State == "applies" && !l.Evaluated {
-			fmt.Fprintln(w, "     not reached: an earlier limit rejected the request")
+			fmt.Fprintln(w, "     not reached: an earlier limit rejected the request first")
 		}
 		if !l.Evaluated {
 			continue
@@ -393,6 +394,9 @@ func writeExplanation(w io.Writer, req Request, ex *Explanation) {
 				fmt.Fprintf(w, " (override %q)", l.Override)
 			}
 			fmt.Fprintf(w, "; cost %d; mode %s\n", l.Cost, l.Mode)
+			if l.Decision == "" && l.RedisKey == "" && ex.Outcome == "rejected" {
+				fmt.Fprintln(w, "     not decided: the request was rejected first")
+			}
 		}
 		if l.RedisKey != "" {
 			fmt.Fprintf(w, "     redis key: %s (decided in Redis)\n", l.RedisKey)
