@@ -46,6 +46,20 @@ func inlineSluice(cfg string) string {
                             ` + cfg
 }
 
+// writeFiles writes name: content files into dir and returns their
+// paths, by name.
+func writeFiles(t *testing.T, dir string, files map[string]string) map[string]string {
+	t.Helper()
+	paths := map[string]string{}
+	for name, content := range files {
+		paths[name] = filepath.Join(dir, name)
+		if err := os.WriteFile(paths[name], []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return paths
+}
+
 const xffConfig = `{"client_ip": {"source": "xff", "trusted_hops": 1}, "limits": [{"name": "per-ip", "requests_per_second": 5}]}`
 
 const ecdsFile = `resources:
@@ -177,10 +191,7 @@ spec:
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			var args []string
-			for name, content := range c.files {
-				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-					t.Fatal(err)
-				}
+			for name := range writeFiles(t, dir, c.files) {
 				args = append(args, name)
 			}
 			if c.args != nil {
@@ -212,12 +223,8 @@ spec:
 
 // TestCheckJSON pins the --json shape CI scripts read.
 func TestCheckJSON(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "envoy.yaml")
 	cfg := `{"client_ip": {"source": "xff"}, "limits": [{"name": "a", "requests_per_second": 1, "burst": -1}]}`
-	if err := os.WriteFile(file, []byte(bootstrap(false, inlineSluice(cfg))+"---\n"+bootstrap(false, inlineSluice(xffConfig))), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := writeFiles(t, t.TempDir(), map[string]string{"envoy.yaml": bootstrap(false, inlineSluice(cfg)) + "---\n" + bootstrap(false, inlineSluice(xffConfig))})["envoy.yaml"]
 	var stdout, stderr bytes.Buffer
 	if code := Main([]string{"check", "--json", file}, &stdout, &stderr); code != 1 {
 		t.Fatalf("exit %d, want 1: %s", code, stderr.String())

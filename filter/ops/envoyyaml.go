@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -103,7 +102,7 @@ func (w *walker) documents(data []byte) error {
 	for {
 		var doc yaml.Node
 		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
+		if err == io.EOF { // yaml.v3 returns it unwrapped at the end of the stream
 			return nil
 		}
 		if err != nil {

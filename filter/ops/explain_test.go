@@ -3,8 +3,6 @@ package ops
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -68,10 +66,7 @@ func TestExplainReplacesAndConditions(t *testing.T) {
 func TestExplainRedactsKeys(t *testing.T) {
 	cfg := `{"limits": [{"name": "k", "key": ["header:x-api-key", "client_ip"], "requests_per_second": 1}]}`
 	var stdout, stderr bytes.Buffer
-	file := filepath.Join(t.TempDir(), "c.json")
-	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := writeFiles(t, t.TempDir(), map[string]string{"c.json": cfg})["c.json"]
 	args := []string{"explain", "--config", file, "-H", "x-api-key: s3cret", "--client", "203.0.113.9", "/"}
 	if code := Main(args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
@@ -214,18 +209,10 @@ func TestExplainRejections(t *testing.T) {
 }
 
 func TestExplainCommand(t *testing.T) {
-	dir := t.TempDir()
-	good := filepath.Join(dir, "c.json")
-	bad := filepath.Join(dir, "bad.json")
-	yamlFile := filepath.Join(dir, "envoy.yaml")
-	two := filepath.Join(dir, "two.yaml")
-	for name, content := range map[string]string{good: hierarchy, bad: `{"limits": 1}`,
-		yamlFile: bootstrap(true, inlineSluice(`{"limits": [{"name": "y", "requests_per_second": 1}]}`)),
-		two:      bootstrap(true, inlineSluice(`{}`)+"\n"+inlineSluice(`{}`))} {
-		if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f := writeFiles(t, t.TempDir(), map[string]string{"c.json": hierarchy, "bad.json": `{"limits": 1}`,
+		"envoy.yaml": bootstrap(true, inlineSluice(`{"limits": [{"name": "y", "requests_per_second": 1}]}`)),
+		"two.yaml":   bootstrap(true, inlineSluice(`{}`)+"\n"+inlineSluice(`{}`))})
+	good, bad, yamlFile, two := f["c.json"], f["bad.json"], f["envoy.yaml"], f["two.yaml"]
 	cases := []struct {
 		args []string
 		exit int

@@ -190,7 +190,8 @@ func metadatum(s string) (Metadatum, error) {
 // splitURL takes the :authority and :path of an absolute URL
 // (scheme://authority/path?query) or of a path ("/path?query"); a
 // fragment is the client's and never sent.
-func splitURL(u string) (authority, path string, err error) {
+func splitURL(url string) (authority, path string, err error) {
+	u := url
 	if i := strings.IndexByte(u, '#'); i >= 0 {
 		u = u[:i]
 	}
@@ -201,18 +202,18 @@ func splitURL(u string) (authority, path string, err error) {
 		}
 		authority, u = rest[:end], rest[end:]
 		if authority == "" || strings.ContainsAny(authority, "@ ") {
-			return "", "", fmt.Errorf("URL %q: want scheme://host[:port]/path", u)
+			return "", "", fmt.Errorf("URL %q: want scheme://host[:port]/path", url)
 		}
 		if u == "" || u[0] == '?' {
 			u = "/" + u
 		}
 	}
 	if !strings.HasPrefix(u, "/") {
-		return "", "", fmt.Errorf("URL %q: want http://host/path or /path", u)
+		return "", "", fmt.Errorf("URL %q: want http://host/path or /path", url)
 	}
 	for i := 0; i < len(u); i++ {
 		if c := u[i]; c <= ' ' || c == 0x7f {
-			return "", "", fmt.Errorf("URL %q: percent-encode spaces and control characters", u)
+			return "", "", fmt.Errorf("URL %q: percent-encode spaces and control characters", url)
 		}
 	}
 	return authority, u, nil
