@@ -260,11 +260,7 @@ func newLimitRuntime(hc *host.Host, cfg *config.Limit, index int, ratePath strin
 	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(hc.Metrics, cfg.Name), rollout: rolloutOf(cfg)}
 	l.metrics.cost = defineCostMetrics(hc.Metrics, cfg)
 	defineRateGauges(hc.Metrics, cfg)
-	kinds := make([]string, len(cfg.Key))
-	for i, k := range cfg.Key {
-		kinds[i] = k.String()
-	}
-	l.keyKinds = strings.Join(kinds, "+")
+	l.keyKinds = keyKindsOf(cfg)
 	var err error
 	if cfg.Mode != config.ModeLocal {
 		if l.remote, err = newRemoteLimit(cfg, ratePath); err != nil {
