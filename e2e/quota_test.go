@@ -1,0 +1,107 @@
+package e2e_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/filter/ops"
+)
+
+// quotaReply is the JSON sluicectl quota --json prints.
+type quotaReply struct {
+	Limit          string `json:"limit"`
+	Capacity       int64  `json:"capacity"`
+	RedisKey       string `json:"redis_key"`
+	Remaining      int64  `json:"remaining"`
+	ResetAfterMS   int64  `json:"reset_after_ms"`
+	LeasesReserved *int64 `json:"leases_reserved"`
+	Reset          *bool  `json:"reset"`
+}
+
+// sluicectl runs the command in-process and decodes its --json output.
+func sluicectl(t *testing.T, args ...string) quotaReply {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if code := ops.Main(append(args, "--json"), &out, &errOut); code != 0 {
+		t.Fatalf("sluicectl %q: exit %d: %s", args, code, errOut.String())
+	}
+	var r quotaReply
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("sluicectl %q printed %q: %v", args, out.String(), err)
+	}
+	return r
+}
+
+func writeConfig(t *testing.T, cfg string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sluice.json")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The runbook's "unblock a tenant": the wasm in our host spends a global
+// bucket in Redis, sluicectl quota get shows it empty under the key the
+// filter uses, reset fills it, and the filter admits again; a hybrid
+// limit's leases show in get and reset fills its bucket too.
+func TestQuotaGetResetThroughRedis(t *testing.T) {
+	forBothProtocols(t, func(t *testing.T, p distProtocol) {
+		be := startDistBackend(t, p)
+		cfg := `{"limits":[
+		  {"name":"g","match":{"path":"/g"},"key":["header:x-key"],"limit":3,"window":"1h","mode":"global","failure_policy":"deny"},
+		  {"name":"h","match":{"path":"/h"},"key":["header:x-key"],"limit":5,"window":"1h","mode":"hybrid","failure_policy":"deny"}
+		],` + be.backendBlock(`"timeout":"500ms","retries":1`) + `}`
+		insts := startDistInstances(t, 1, cfg, be.addr)
+		base := insts[0].base
+		file := writeConfig(t, cfg)
+		via := "--" + string(p)
+		url := "http://" + be.addr
+		t.Setenv("SLUICE_BACKEND_TOKEN", upstashToken)
+
+		tenant, other := uniqueKey("tenant"), uniqueKey("other")
+		for _, key := range []string{tenant, other} {
+			for i := range 3 {
+				if st, _ := hit(t, base+"/g", key); st != 200 {
+					t.Fatalf("request %d of %s: %d", i+1, key, st)
+				}
+			}
+		}
+		// The bucket holds 3: the other tenant's fourth is refused.
+		if st, _ := hit(t, base+"/g", other); st != 429 {
+			t.Fatalf("fourth request: %d, want 429", st)
+		}
+		got := sluicectl(t, "quota", "get", "--config", file, "--limit", "g", "--key", tenant, via, url)
+		if got.Remaining != 0 || got.Capacity != 3 || got.RedisKey != backend.Key("g", tenant) || got.ResetAfterMS <= 0 {
+			t.Fatalf("get after spending: %+v", got)
+		}
+		got = sluicectl(t, "quota", "reset", "--config", file, "--limit", "g", "--key", tenant, via, url)
+		if got.Reset == nil || !*got.Reset || got.Remaining != 3 {
+			t.Fatalf("reset: %+v", got)
+		}
+		for i := range 3 {
+			if st, _ := hit(t, base+"/g", tenant); st != 200 {
+				t.Fatalf("request %d after the reset: %d", i+1, st)
+			}
+		}
+		if st, _ := hit(t, base+"/g", other); st != 429 {
+			t.Fatalf("the other tenant after the reset: %d, want still 429", st)
+		}
+
+		if st, _ := hit(t, base+"/h", tenant); st != 200 {
+			t.Fatalf("hybrid request: %d", st)
+		}
+		got = sluicectl(t, "quota", "get", "--config", file, "--limit", "h", "--key", tenant, via, url)
+		if got.Remaining >= 5 || got.LeasesReserved == nil {
+			t.Fatalf("hybrid get after a lease: %+v", got)
+		}
+		got = sluicectl(t, "quota", "reset", "--config", file, "--limit", "h", "--key", tenant, via, url)
+		if got.Remaining != 5 || got.ResetAfterMS != 0 {
+			t.Fatalf("hybrid reset: %+v", got)
+		}
+	})
+}
