@@ -110,6 +110,14 @@ func (h *Stream) RequestHeaders() Verdict {
 	p := h.plugin
 	p.requests.Increment(1)
 	h.start = p.host.Clock()
+	if p.admin != nil {
+		// Before anything else: an admin request is answered here, never
+		// limited, never forwarded (admin.go).
+		if rest, ok := p.admin.route(h.info.pseudo(needPath)); ok {
+			h.serveAdmin(rest, h.start)
+			return Pause
+		}
+	}
 	if p.idle {
 		return Continue // nothing configured applies to any request
 	}

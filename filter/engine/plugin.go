@@ -68,6 +68,8 @@ type Plugin struct {
 	// external is nil without an external block; its limit is the last
 	// of limits.
 	external *externalRuntime
+	// admin is nil unless the admin route is configured (admin.go).
+	admin    *adminRuntime
 	requests host.Counter
 	deadline deadlineMetrics
 	// matchNeeds is what any match reads of the request: each
@@ -172,6 +174,9 @@ func (p *Plugin) configure(cfg *config.Config) error {
 		if err := p.configureExternal(cfg.External); err != nil {
 			return err
 		}
+	}
+	if cfg.Admin != nil {
+		p.admin = newAdminRuntime(p.host.Metrics, cfg.Admin)
 	}
 	for _, l := range p.limits {
 		l.nearLeft = perMillionAll - int64(config.PerMillion(100*cfg.Response.NearLimitRatio))
