@@ -2,11 +2,15 @@ package e2e_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/sluice-proxy/sluice/e2e/envoy"
 	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/ops"
 )
@@ -104,4 +108,56 @@ func TestQuotaGetResetThroughRedis(t *testing.T) {
 			t.Fatalf("hybrid reset: %+v", got)
 		}
 	})
+}
+
+// The runbook's admin route: sluicectl quota --envoy reads and resets a
+// local key in our host serving the wasm, and a wrong token gets only
+// the empty 404.
+func TestQuotaThroughAdminRoute(t *testing.T) {
+	const token = "e2e-admin-token"
+	sum := sha256.Sum256([]byte(token))
+	cfg := `{"limits":[{"name":"per-key","key":["header:x-key","method"],"limit":3,"window":"1h"}],
+	  "admin":{"client_cidrs":["127.0.0.1/32","::1"],"token_sha256":"` + hex.EncodeToString(sum[:]) + `"}}`
+	insts := startInstances(t, 1, func(wasm, backendAddr string) string {
+		return pluginYAML(wasm, cfg, backendAddr, nil)
+	}, envoy.Options{})
+	base := insts[0].base
+	file := writeConfig(t, cfg)
+	key := uniqueKey("tenant")
+	for i := range 3 {
+		if st, _ := hit(t, base+"/", key); st != 200 {
+			t.Fatalf("request %d: %d", i+1, st)
+		}
+	}
+	if st, _ := hit(t, base+"/", key); st != 429 {
+		t.Fatalf("fourth request: %d, want 429", st)
+	}
+	args := []string{"--config", file, "--limit", "per-key", "--key", key, "--key", "GET", "--envoy", base}
+
+	t.Setenv("SLUICE_ADMIN_TOKEN", token+"-wrong")
+	var out, errOut bytes.Buffer
+	if code := ops.Main(append([]string{"quota", "get"}, args...), &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "empty 404") {
+		t.Fatalf("a wrong token: exit %d, %q %q", code, out.String(), errOut.String())
+	}
+	if n := insts[0].metric("sluice.admin.denied"); n != 1 {
+		t.Fatalf("sluice.admin.denied = %d, want 1", n)
+	}
+
+	t.Setenv("SLUICE_ADMIN_TOKEN", token)
+	got := sluicectl(t, append([]string{"quota", "get"}, args...)...)
+	if got.Remaining != 0 || got.Capacity != 3 || got.ResetAfterMS <= 0 {
+		t.Fatalf("get after spending: %+v", got)
+	}
+	got = sluicectl(t, append([]string{"quota", "reset"}, args...)...)
+	if got.Reset == nil || !*got.Reset || got.Remaining != 3 {
+		t.Fatalf("reset: %+v", got)
+	}
+	for i := range 3 {
+		if st, _ := hit(t, base+"/", key); st != 200 {
+			t.Fatalf("request %d after the reset: %d", i+1, st)
+		}
+	}
+	if n := insts[0].metric("sluice.admin.calls"); n != 2 {
+		t.Fatalf("sluice.admin.calls = %d, want 2", n)
+	}
 }

@@ -143,22 +143,22 @@ func parseQuotaArgs(args []string, stderr io.Writer) (*quotaArgs, error) {
 
 // quotaLimit reads the configuration and finds the limit and its bucket
 // for the key values.
-func quotaLimit(a *quotaArgs) (*config.Limit, engine.QuotaKey, error) {
+func quotaLimit(a *quotaArgs) (*config.Config, *config.Limit, engine.QuotaKey, error) {
 	data, err := os.ReadFile(a.configFile)
 	if err != nil {
-		return nil, engine.QuotaKey{}, err
+		return nil, nil, engine.QuotaKey{}, err
 	}
 	cfg, err := config.Parse(data)
 	if err != nil {
-		return nil, engine.QuotaKey{}, fmt.Errorf("%s: %v", a.configFile, err)
+		return nil, nil, engine.QuotaKey{}, fmt.Errorf("%s: %v", a.configFile, err)
 	}
 	i := cfg.LimitIndex(a.limit)
 	if i < 0 {
-		return nil, engine.QuotaKey{}, fmt.Errorf("%s has no limit %q", a.configFile, a.limit)
+		return nil, nil, engine.QuotaKey{}, fmt.Errorf("%s has no limit %q", a.configFile, a.limit)
 	}
 	lim := &cfg.Limits[i]
 	q, err := engine.ResolveQuotaKey(lim, a.keys)
-	return lim, q, err
+	return cfg, lim, q, err
 }
 
 func printQuota(w io.Writer, st quotaState, asJSON bool) {

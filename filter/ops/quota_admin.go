@@ -1,7 +1,72 @@
 package ops
 
-import "errors"
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
 
+	"github.com/sluice-proxy/sluice/filter/config"
+)
+
+// adminQuota reads or resets a local limit's key in one Envoy through the
+// filter's admin route (engine/admin.go), under the admin.path_prefix of
+// the configuration given.
 func adminQuota(a *quotaArgs) (quotaState, error) {
-	return quotaState{}, errors.New("--envoy: not built yet")
+	cfg, lim, _, err := quotaLimit(a)
+	if err != nil {
+		return quotaState{}, err
+	}
+	if cfg.Admin == nil {
+		return quotaState{}, fmt.Errorf("%s has no admin block: the filter serves no admin route", a.configFile)
+	}
+	if lim.Mode != config.ModeLocal {
+		return quotaState{}, fmt.Errorf("limit %q is %s: its state is in Redis; ask it with --webdis or --upstash", lim.Name, lim.Mode)
+	}
+	token := os.Getenv(envAdminToken)
+	if token == "" {
+		return quotaState{}, fmt.Errorf("--envoy needs the admin route's bearer token in %s", envAdminToken)
+	}
+	base, err := url.Parse(a.envy)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return quotaState{}, fmt.Errorf("%q is not an http(s) URL", a.envy)
+	}
+	q := url.Values{"limit": {a.limit}, "key": a.keys}
+	method, route := http.MethodGet, "quota"
+	if a.action == "reset" {
+		method, route = http.MethodPost, "quota/reset"
+	}
+	u := base.Scheme + "://" + base.Host + cfg.Admin.PathPrefix + route + "?" + q.Encode()
+	req, err := http.NewRequest(method, u, nil)
+	if err != nil {
+		return quotaState{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return quotaState{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return quotaState{}, err
+	}
+	var st struct {
+		quotaState
+		Error string `json:"error"`
+	}
+	jsonErr := json.Unmarshal(body, &st)
+	switch {
+	case resp.StatusCode == http.StatusNotFound && len(body) == 0:
+		return quotaState{}, fmt.Errorf("%s answered an empty 404: the admin route refused the call (a token whose SHA-256 is not admin.token_sha256, "+
+			"a client address outside admin.client_cidrs), or that Envoy serves no admin route under %s", a.envy, cfg.Admin.PathPrefix)
+	case resp.StatusCode != http.StatusOK && st.Error != "":
+		return quotaState{}, fmt.Errorf("%s: HTTP %d: %s", a.envy, resp.StatusCode, st.Error)
+	case resp.StatusCode != http.StatusOK || jsonErr != nil:
+		return quotaState{}, fmt.Errorf("%s: HTTP %d: %q", a.envy, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	return st.quotaState, nil
 }

@@ -20,7 +20,7 @@ import (
 // with the filter's own key derivation and scripts (backend.Peek,
 // backend.Reset), over the same HTTP protocols.
 func redisQuota(a *quotaArgs) (quotaState, error) {
-	lim, q, err := quotaLimit(a)
+	_, lim, q, err := quotaLimit(a)
 	if err != nil {
 		return quotaState{}, err
 	}
