@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -73,12 +74,7 @@ func runQuota(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitUsage
 	}
-	var st quotaState
-	if a.envy != "" {
-		st, err = adminQuota(a)
-	} else {
-		st, err = redisQuota(a)
-	}
+	st, err := quota(a)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl quota: %v\n", err)
 		return exitUsage
@@ -141,8 +137,21 @@ func parseQuotaArgs(args []string, stderr io.Writer) (*quotaArgs, error) {
 	return a, nil
 }
 
+// quota runs get or reset where the limit's state lives.
+func quota(a *quotaArgs) (quotaState, error) {
+	cfg, lim, q, err := quotaLimit(a)
+	if err != nil {
+		return quotaState{}, err
+	}
+	if a.envy != "" {
+		return adminQuota(a, cfg)
+	}
+	return redisQuota(a, lim, q)
+}
+
 // quotaLimit reads the configuration and finds the limit and its bucket
-// for the key values.
+// for the key values. The limit's mode must suit the way asked: local
+// limits through an Envoy, global and hybrid ones in Redis.
 func quotaLimit(a *quotaArgs) (*config.Config, *config.Limit, engine.QuotaKey, error) {
 	data, err := os.ReadFile(a.configFile)
 	if err != nil {
@@ -157,8 +166,23 @@ func quotaLimit(a *quotaArgs) (*config.Config, *config.Limit, engine.QuotaKey, e
 		return nil, nil, engine.QuotaKey{}, fmt.Errorf("%s has no limit %q", a.configFile, a.limit)
 	}
 	lim := &cfg.Limits[i]
+	switch local := lim.Mode == config.ModeLocal; {
+	case local && a.envy == "":
+		return nil, nil, engine.QuotaKey{}, fmt.Errorf("limit %q is local: its state is in each Envoy's shared data; ask an Envoy with --envoy", lim.Name)
+	case !local && a.envy != "":
+		return nil, nil, engine.QuotaKey{}, fmt.Errorf("limit %q is %s: its state is in Redis; ask it with --webdis or --upstash", lim.Name, lim.Mode)
+	}
 	q, err := engine.ResolveQuotaKey(lim, a.keys)
 	return cfg, lim, q, err
+}
+
+// httpURL parses a server's URL given on the command line.
+func httpURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%q is not an http(s) URL", raw)
+	}
+	return u, nil
 }
 
 func printQuota(w io.Writer, st quotaState, asJSON bool) {

@@ -15,24 +15,17 @@ import (
 // adminQuota reads or resets a local limit's key in one Envoy through the
 // filter's admin route (engine/admin.go), under the admin.path_prefix of
 // the configuration given.
-func adminQuota(a *quotaArgs) (quotaState, error) {
-	cfg, lim, _, err := quotaLimit(a)
-	if err != nil {
-		return quotaState{}, err
-	}
+func adminQuota(a *quotaArgs, cfg *config.Config) (quotaState, error) {
 	if cfg.Admin == nil {
 		return quotaState{}, fmt.Errorf("%s has no admin block: the filter serves no admin route", a.configFile)
-	}
-	if lim.Mode != config.ModeLocal {
-		return quotaState{}, fmt.Errorf("limit %q is %s: its state is in Redis; ask it with --webdis or --upstash", lim.Name, lim.Mode)
 	}
 	token := os.Getenv(envAdminToken)
 	if token == "" {
 		return quotaState{}, fmt.Errorf("--envoy needs the admin route's bearer token in %s", envAdminToken)
 	}
-	base, err := url.Parse(a.envy)
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return quotaState{}, fmt.Errorf("%q is not an http(s) URL", a.envy)
+	base, err := httpURL(a.envy)
+	if err != nil {
+		return quotaState{}, err
 	}
 	q := url.Values{"limit": {a.limit}, "key": a.keys}
 	method, route := http.MethodGet, "quota"

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/engine"
 	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/limiter"
 )
@@ -19,14 +19,7 @@ import (
 // redisQuota reads or resets a global or hybrid limit's bucket in Redis
 // with the filter's own key derivation and scripts (backend.Peek,
 // backend.Reset), over the same HTTP protocols.
-func redisQuota(a *quotaArgs) (quotaState, error) {
-	_, lim, q, err := quotaLimit(a)
-	if err != nil {
-		return quotaState{}, err
-	}
-	if lim.Mode == config.ModeLocal {
-		return quotaState{}, fmt.Errorf("limit %q is local: its state is in each Envoy's shared data; ask an Envoy with --envoy", lim.Name)
-	}
+func redisQuota(a *quotaArgs, lim *config.Limit, q engine.QuotaKey) (quotaState, error) {
 	ep, base, err := redisEndpoint(a)
 	if err != nil {
 		return quotaState{}, err
@@ -67,9 +60,9 @@ func redisEndpoint(a *quotaArgs) (*backend.Endpoint, string, error) {
 	if a.upstash != "" {
 		raw, proto = a.upstash, backend.Upstash
 	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, "", fmt.Errorf("%q is not an http(s) URL", raw)
+	u, err := httpURL(raw)
+	if err != nil {
+		return nil, "", err
 	}
 	ep := &backend.Endpoint{Protocol: proto, Authority: u.Host, PathPrefix: u.EscapedPath()}
 	if proto == backend.Upstash {

@@ -45,3 +45,27 @@ func TestQuotaRefusesBadUsage(t *testing.T) {
 		}
 	}
 }
+
+// The text form is the one the README's runbook shows.
+func TestPrintQuotaText(t *testing.T) {
+	n := int64(20)
+	var out bytes.Buffer
+	printQuota(&out, quotaState{Limit: "checkout", Mode: "hybrid", Algorithm: "token_bucket", Capacity: 100,
+		RedisKey: "sluice:checkout:3b1f0c8e2d5a4f6b9c7e1d2a3b4c5d6e", ResetAfterMS: 12500, Reserved: &n}, false)
+	want := `limit:          checkout (hybrid, token_bucket)
+redis key:      sluice:checkout:3b1f0c8e2d5a4f6b9c7e1d2a3b4c5d6e
+remaining:      0 of 100 (used 100)
+full again in:  12.5s
+leases ahead:   20
+`
+	if out.String() != want {
+		t.Fatalf("printed\n%s\nwant\n%s", out.String(), want)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), want) {
+		t.Fatal("README.md's quota get sample is not what sluicectl prints")
+	}
+}
