@@ -108,3 +108,38 @@ func FuzzAdminRoute(f *testing.F) {
 		}
 	})
 }
+
+// Every admin request is logged with its source, never with key values,
+// and counted: refused ones at WARN with the failed check.
+func TestAdminCallsAreLoggedAndCounted(t *testing.T) {
+	sum := sha256.Sum256([]byte("tok"))
+	p, f := newNativePlugin(t, `{"limits":[{"name":"l","key":["header:x-k"],"requests_per_second":1}],
+		"admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"`+hex.EncodeToString(sum[:])+`"}}`)
+	call := func(peer, auth string) {
+		s := begin(p, f, 1)
+		f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/.sluice/quota?limit=l&key=secret-tenant"}, {"authorization", auth}}
+		f.Stream.Properties = map[string]string{"source.address": peer}
+		if s.RequestHeaders() != Pause {
+			t.Fatal("an admin request was let through")
+		}
+	}
+	call("10.9.0.7:1000", "Bearer tok")
+	call("10.9.0.8:1000", "Bearer nope")
+	call("192.0.2.1:1000", "Bearer tok")
+	want := []string{
+		`info {"sluice":"admin","source":"10.9.0.7","action":"get","status":200}`,
+		`warn {"sluice":"admin_denied","source":"10.9.0.8","reason":"token","status":404}`,
+		`warn {"sluice":"admin_denied","source":"192.0.2.1","reason":"address","status":404}`,
+	}
+	if len(f.Log.Lines) != len(want) {
+		t.Fatalf("log %q", f.Log.Lines)
+	}
+	for i, line := range f.Log.Lines {
+		if line != want[i] {
+			t.Errorf("log line %d: %s, want %s", i, line, want[i])
+		}
+	}
+	if f.Metrics.Values[metricAdminCalls] != 1 || f.Metrics.Values[metricAdminDenied] != 2 || f.Metrics.Values[metricRequests] != 3 {
+		t.Fatalf("metrics %v", f.Metrics.Values)
+	}
+}
