@@ -43,7 +43,7 @@ func TestQuotaGetResetThroughRedis(t *testing.T) {
 	forBothProtocols(t, func(t *testing.T, p distProtocol) {
 		be := startDistBackend(t, p)
 		cfg := `{"limits":[
-		  {"name":"g","match":{"path":"/g"},"key":["header:x-key"],"limit":3,"window":"1h","mode":"global","failure_policy":"deny"},
+		  {"name":"g","match":{"path":"/g"},"key":["header:x-key","method"],"limit":3,"window":"1h","mode":"global","failure_policy":"deny"},
 		  {"name":"h","match":{"path":"/h"},"key":["header:x-key"],"limit":5,"window":"1h","mode":"hybrid","failure_policy":"deny"}
 		],` + be.backendBlock(`"timeout":"500ms","retries":1`) + `}`
 		insts := startDistInstances(t, 1, cfg, be.addr)
@@ -65,11 +65,11 @@ func TestQuotaGetResetThroughRedis(t *testing.T) {
 		if st, _ := hit(t, base+"/g", other); st != 429 {
 			t.Fatalf("fourth request: %d, want 429", st)
 		}
-		got := sluicectl(t, "quota", "get", "--config", file, "--limit", "g", "--key", tenant, via, url)
-		if got["remaining"] != 0.0 || got["capacity"] != 3.0 || got["redis_key"] != backend.Key("g", tenant) || got["reset_after_ms"].(float64) <= 0 {
+		got := sluicectl(t, "quota", "get", "--config", file, "--limit", "g", "--key", tenant, "--key", "GET", via, url)
+		if got["remaining"] != 0.0 || got["capacity"] != 3.0 || got["redis_key"] != backend.Key("g", tenant+"\x00GET") || got["reset_after_ms"].(float64) <= 0 {
 			t.Fatalf("get after spending: %+v", got)
 		}
-		got = sluicectl(t, "quota", "reset", "--config", file, "--limit", "g", "--key", tenant, via, url)
+		got = sluicectl(t, "quota", "reset", "--config", file, "--limit", "g", "--key", tenant, "--key", "GET", via, url)
 		if got["reset"] != true || got["remaining"] != 3.0 {
 			t.Fatalf("reset: %+v", got)
 		}
