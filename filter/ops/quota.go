@@ -55,8 +55,11 @@ type quotaState struct {
 	// RedisKey is the bucket's key for global and hybrid limits.
 	RedisKey  string `json:"redis_key,omitempty"`
 	Remaining int64  `json:"remaining"`
-	// ResetAfterMS is when the key is back to its full allowance.
-	ResetAfterMS int64 `json:"reset_after_ms"`
+	// ResetAfterMS is when the key is back to its full allowance, and
+	// ResetAt that instant: by Redis's clock for global and hybrid
+	// limits, by this machine's for an Envoy's answer.
+	ResetAfterMS int64     `json:"reset_after_ms"`
+	ResetAt      time.Time `json:"reset_at"`
 	// Reserved is, for hybrid token buckets, the units leased beyond the
 	// empty bucket (see backend.Reserved).
 	Reserved *int64 `json:"leases_reserved,omitempty"`
@@ -206,7 +209,7 @@ func printQuota(w io.Writer, st quotaState, asJSON bool) {
 		used = "window count"
 	}
 	fmt.Fprintf(w, "remaining:      %d of %d (%s %d)\n", st.Remaining, st.Capacity, used, st.Capacity-st.Remaining)
-	fmt.Fprintf(w, "full again in:  %v\n", time.Duration(st.ResetAfterMS)*time.Millisecond)
+	fmt.Fprintf(w, "full again in:  %v (%s)\n", time.Duration(st.ResetAfterMS)*time.Millisecond, st.ResetAt.UTC().Format(time.RFC3339Nano))
 	if st.Reserved != nil {
 		fmt.Fprintf(w, "leases ahead:   %d\n", *st.Reserved)
 	}

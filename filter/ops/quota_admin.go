@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 )
@@ -61,5 +62,7 @@ func adminQuota(a *quotaArgs, cfg *config.Config) (quotaState, error) {
 	case resp.StatusCode != http.StatusOK || jsonErr != nil:
 		return quotaState{}, fmt.Errorf("%s: HTTP %d: %q", a.envy, resp.StatusCode, strings.TrimSpace(string(body)))
 	}
+	// The filter answers a duration; the instant is this machine's.
+	st.ResetAt = time.Now().Add(time.Duration(st.ResetAfterMS) * time.Millisecond)
 	return st.quotaState, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/config"
@@ -41,6 +42,7 @@ func redisQuota(a *quotaArgs, lim *config.Limit, q engine.QuotaKey) (quotaState,
 	st := quotaState{
 		Limit: lim.Name, Mode: lim.Mode.String(), Algorithm: lim.Algorithm.String(), Override: q.Override,
 		Capacity: l.Capacity(), RedisKey: rkey, Remaining: r.Remaining, ResetAfterMS: r.ResetAfter.Milliseconds(),
+		ResetAt: time.UnixMicro(r.ServerMicros).Add(r.ResetAfter),
 	}
 	if lim.Mode == config.ModeHybrid && l.Algorithm == limiter.TokenBucket {
 		n := backend.Reserved(l, r)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Usage and configuration mistakes are named before anything is sent,
@@ -51,11 +52,11 @@ func TestPrintQuotaText(t *testing.T) {
 	n := int64(20)
 	var out bytes.Buffer
 	printQuota(&out, quotaState{Limit: "checkout", Mode: "hybrid", Algorithm: "token_bucket", Capacity: 100,
-		RedisKey: "sluice:checkout:3b1f0c8e2d5a4f6b9c7e1d2a3b4c5d6e", ResetAfterMS: 12500, Reserved: &n}, false)
+		RedisKey: "sluice:checkout:3b1f0c8e2d5a4f6b9c7e1d2a3b4c5d6e", ResetAfterMS: 12500, ResetAt: time.Date(2026, 11, 26, 14, 40, 12, 500e6, time.UTC), Reserved: &n}, false)
 	want := `limit:          checkout (hybrid, token_bucket)
 redis key:      sluice:checkout:3b1f0c8e2d5a4f6b9c7e1d2a3b4c5d6e
 remaining:      0 of 100 (used 100)
-full again in:  12.5s
+full again in:  12.5s (2026-11-26T14:40:12.5Z)
 leases ahead:   20
 `
 	if out.String() != want {
