@@ -4,6 +4,8 @@ package engine
 // phase needs of a mechanism (a key, a cost, a lease, a lookup, a breaker,
 // a bulkhead) is in the file named after it.
 //
+//  0. the admin route, when configured: a request under its prefix is
+//     answered here and goes no further (admin.go);
 //  1. external lookup: when the external limit applies, which bucket it is
 //     (external.go, package external); the request may wait for it;
 //  2. limits: match once, drop the replaced ones, build keys and costs,
