@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"time"
 )
@@ -75,6 +76,12 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	}
 	if e := c.External; e != nil {
 		w.External = wireExternalOf(e)
+	}
+	if a := c.Admin; a != nil {
+		w.Admin = &wireAdmin{PathPrefix: a.PathPrefix, TokenSHA256: hex.EncodeToString(a.TokenSHA256[:])}
+		for _, p := range a.ClientCIDRs.Prefixes {
+			w.Admin.ClientCIDRs = append(w.Admin.ClientCIDRs, p.String())
+		}
 	}
 	return json.Marshal(w)
 }
@@ -235,6 +242,13 @@ type wireConfig struct {
 	Response    wireResponse      `json:"response"`
 	Backend     *wireBackend      `json:"backend,omitempty"`
 	External    *wireExternal     `json:"external,omitempty"`
+	Admin       *wireAdmin        `json:"admin,omitempty"`
+}
+
+type wireAdmin struct {
+	PathPrefix  string   `json:"path_prefix"`
+	ClientCIDRs []string `json:"client_cidrs"`
+	TokenSHA256 string   `json:"token_sha256"`
 }
 
 type wireConcurrency struct {
