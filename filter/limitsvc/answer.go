@@ -52,6 +52,10 @@ const (
 	MinFailureCode = 400
 	MaxFailureCode = 599
 	MaxPeriod      = 7 * 24 * time.Hour
+	// MaxBackendURL bounds backend_url in bytes, as the configuration
+	// bounds each of external.allowed_routes: it is stored in every cached
+	// entry, and a longer value could never be allowed.
+	MaxBackendURL = 256
 )
 
 // Answer is what the service said about one request.
@@ -72,6 +76,10 @@ type Answer struct {
 	// deny failure policy, 400-599; zero keeps the backend's
 	// failure_status.
 	FailureCode int
+	// BackendURL is the answer's backend_url, unchecked: only a value in
+	// external.allowed_routes may route the request (see
+	// config.External.RouteAllowed); empty when the answer has none.
+	BackendURL string
 	// MaxAge is how long the answer is fresh; zero means the configured
 	// cache_ttl.
 	MaxAge time.Duration
@@ -202,6 +210,17 @@ func Parse(status int, body []byte) (Answer, error) {
 		if a.FailureCode, err = failureCode(v); err != nil {
 			return Answer{}, err
 		}
+	}
+	if v := root.Get("backend_url"); v.Exists() {
+		switch {
+		case v.Type != gjson.String:
+			return Answer{}, malformed("backend_url is not a string")
+		case v.Str == "":
+			return Answer{}, malformed("backend_url is empty")
+		case len(v.Str) > MaxBackendURL:
+			return Answer{}, malformed("backend_url longer than " + strconv.Itoa(MaxBackendURL) + " bytes")
+		}
+		a.BackendURL = v.Str
 	}
 	if v := root.Get("cache_max_age_seconds"); v.Exists() {
 		n, err := count("cache_max_age_seconds", v)
