@@ -102,6 +102,12 @@ func (proxyStream) ReplaceRequestHeader(name, value string) error {
 	return proxywasm.ReplaceHttpRequestHeader(name, value)
 }
 
+// RemoveRequestHeader removes a request header the client sent (the
+// external limit's route_header).
+func (proxyStream) RemoveRequestHeader(name string) error {
+	return proxywasm.RemoveHttpRequestHeader(name)
+}
+
 func (proxyStream) ReplaceResponseHeader(name, value string) error {
 	return proxywasm.ReplaceHttpResponseHeader(name, value)
 }

@@ -82,6 +82,39 @@ func (h *Stream) resolveExternal(now time.Time) bool {
 	return false
 }
 
+// dropClientRoute removes the route_header a client sent, before anything
+// reads the request: only an allowed backend_url may route a request, and
+// a client that could set the header would pick its own cluster. Read
+// first, because Envoy clears the route cache on every removal, present
+// or not.
+func (h *Stream) dropClientRoute() {
+	rh := h.plugin.routeHeader
+	st := h.plugin.host.Stream
+	if _, ok := st.RequestHeader(rh); !ok {
+		return
+	}
+	if err := st.RemoveRequestHeader(rh); err != nil {
+		h.plugin.log.Warnf("sluice: removing the client's %s: %v", rh, err)
+	}
+}
+
+// routeTenant writes the resolved answer's backend_url into route_header.
+// Envoy's Wasm filter clears the route cache when it changes a request
+// header (proxy_replace_header_map_value), so the route, and with it a
+// cluster_header cluster, is chosen again from the new value. The value
+// was checked against allowed_routes when the answer arrived; it is
+// checked again because a cache entry may predate this configuration.
+func (h *Stream) routeTenant() {
+	x := h.plugin.external
+	r := h.ext.Route
+	if r == "" || !x.cfg.RouteAllowed(r) {
+		return
+	}
+	if err := h.plugin.host.Stream.ReplaceRequestHeader(x.cfg.RouteHeader, r); err != nil {
+		h.plugin.log.Warnf("sluice: setting %s: %v", x.cfg.RouteHeader, err)
+	}
+}
+
 // appendLookupKey appends the lookup key of the request to dst.
 func (x *externalRuntime) appendLookupKey(dst []byte, info *requestInfo) []byte {
 	for i := range x.cfg.CacheKey {
