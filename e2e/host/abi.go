@@ -212,6 +212,14 @@ func (v *vm) headerMap(t uint32) (m *[][2]string, writable bool) {
 	return nil, false
 }
 
+// headersWritten follows a write to header map t: a request header write
+// clears the stream's route cache, as in Envoy's Wasm filter.
+func (v *vm) headersWritten(t uint32) {
+	if st := v.stream(); st != nil && t == mapRequestHeaders {
+		st.clearRouteCache()
+	}
+}
+
 func (v *vm) buffer(t uint32) (*[]byte, bool) {
 	switch t {
 	case bufVMConfiguration:
@@ -437,6 +445,7 @@ func hAddHeader(v *vm, _ context.Context, s []uint64) {
 		return
 	}
 	*m = append(*m, [2]string{k, val})
+	v.headersWritten(uint32(s[0]))
 	ok(s, StatusOK)
 }
 
@@ -467,6 +476,7 @@ func hReplaceHeader(v *vm, _ context.Context, s []uint64) {
 		out = append(out, [2]string{k, val})
 	}
 	*m = out
+	v.headersWritten(uint32(s[0]))
 	ok(s, StatusOK)
 }
 
@@ -489,6 +499,7 @@ func hRemoveHeader(v *vm, _ context.Context, s []uint64) {
 		}
 	}
 	*m = out
+	v.headersWritten(uint32(s[0]))
 	ok(s, StatusOK)
 }
 
@@ -524,6 +535,7 @@ func hSetPairs(v *vm, _ context.Context, s []uint64) {
 	if *m == nil {
 		*m = [][2]string{}
 	}
+	v.headersWritten(uint32(s[0]))
 	ok(s, StatusOK)
 }
 
@@ -799,9 +811,11 @@ func (v *vm) property(path string) ([]byte, bool) {
 	case "response.code_details":
 		return str(st.details, st.hasResponse && st.details != "")
 	case "xds.cluster_name":
-		return str(st.req.ClusterName, st.req.ClusterName != "")
+		_, c := st.route()
+		return str(c, c != "")
 	case "xds.route_name":
-		return str(st.req.RouteName, st.req.RouteName != "")
+		r, _ := st.route()
+		return str(r, r != "")
 	}
 	return nil, false
 }
