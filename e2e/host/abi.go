@@ -308,7 +308,7 @@ func envFuncs() []hostFunc {
 			ok(s, StatusOK)
 		}},
 		{name: "proxy_done", params: nil, results: oneI32, fn: func(v *vm, _ context.Context, s []uint64) { ok(s, StatusNotFound) }},
-		{name: "proxy_call_foreign_function", params: sig(6), results: oneI32, fn: notFound},
+		{name: "proxy_call_foreign_function", params: sig(6), results: oneI32, fn: hForeignFunction},
 		// Registered by cpp-host for emscripten-built modules.
 		{name: "pthread_equal", params: sig(2), results: oneI32, fn: func(v *vm, _ context.Context, s []uint64) { s[0] = b2u(uint32(s[0]) == uint32(s[1])) }},
 		{name: "emscripten_notify_memory_growth", params: sig(1), fn: func(*vm, context.Context, []uint64) {}},
@@ -318,6 +318,26 @@ func envFuncs() []hostFunc {
 
 func badArg(v *vm, _ context.Context, s []uint64)   { ok(s, StatusBadArgument) }
 func notFound(v *vm, _ context.Context, s []uint64) { ok(s, StatusNotFound) }
+
+// hForeignFunction serves the one foreign function Sluice calls, Envoy's
+// clear_route_cache (source/extensions/common/wasm/foreign.cc): it clears
+// the route cache of the stream in context, returns nothing, and succeeds
+// in a root context too, where there is no route. Any other name is
+// NotFound, as for a function Envoy does not register.
+func hForeignFunction(v *vm, _ context.Context, s []uint64) {
+	name, good := v.readString(uint32(s[0]), uint32(s[1]))
+	switch {
+	case !good:
+		ok(s, StatusInvalidMemoryAccess)
+	case name != "clear_route_cache":
+		ok(s, StatusNotFound)
+	default:
+		if st := v.stream(); st != nil {
+			st.clearRouteCache()
+		}
+		ok(s, StatusOK)
+	}
+}
 
 func hLog(v *vm, _ context.Context, s []uint64) {
 	level, ptr, size := uint32(s[0]), uint32(s[1]), uint32(s[2])

@@ -28,7 +28,8 @@ func routeModule(t *testing.T, write string) []byte {
 		imports: `(import "env" "proxy_replace_header_map_value" (func $replace (param i32 i32 i32 i32 i32) (result i32)))
   (import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))
   (import "env" "proxy_remove_header_map_value" (func $remove (param i32 i32 i32) (result i32)))
-  (import "env" "proxy_get_property" (func $prop (param i32 i32 i32 i32) (result i32)))`,
+  (import "env" "proxy_get_property" (func $prop (param i32 i32 i32 i32) (result i32)))
+  (import "env" "proxy_call_foreign_function" (func $foreign (param i32 i32 i32 i32 i32 i32) (result i32)))`,
 		reqHdrs: write + `
 	(drop (call $prop (i32.const 9300) (i32.const 16) (i32.const 9200) (i32.const 9204)))
 	(call $say (i32.load (i32.const 9200)) (i32.load (i32.const 9204)))
@@ -40,8 +41,9 @@ func routeModule(t *testing.T, write string) []byte {
 }
 
 // TestHeaderWriteReselectsTheRoute: after the wasm writes a request
-// header (replace, add or remove), the route is selected again, as
-// Envoy's Wasm filter clears the route cache on those writes: both the
+// header (replace, add or remove) or calls the clear_route_cache foreign
+// function, the route is selected again, as Envoy's Wasm filter clears
+// the route cache then: both the
 // properties the wasm reads next and the names the router gets come from
 // the new headers. Without a write the names are the ones the request
 // came with, and the route is not selected again.
@@ -56,6 +58,12 @@ func TestHeaderWriteReselectsTheRoute(t *testing.T) {
 		{"add", `(drop (call $add (i32.const 0) {{"x-pick"}} {{"tenant_a"}}))`, nil, "picked", "tenant_a", 1},
 		{"remove", `(drop (call $remove (i32.const 0) {{"x-pick"}}))`, [][2]string{{"x-pick", "tenant_a"}}, "default", "backend", 1},
 		{"no write", ``, [][2]string{{"x-pick", "tenant_a"}}, "default", "backend", 0},
+		// The names the request came with are stale until the cache is
+		// cleared, here by the foreign function alone.
+		{"clear_route_cache", `(if (call $foreign {{"clear_route_cache"}} (i32.const 0) (i32.const 0) (i32.const 9208) (i32.const 9212)) (then unreachable))`,
+			[][2]string{{"x-pick", "tenant_a"}}, "picked", "tenant_a", 1},
+		{"another foreign function", `(if (i32.ne (call $foreign {{"clear_all"}} (i32.const 0) (i32.const 0) (i32.const 9208) (i32.const 9212)) (i32.const 1)) (then unreachable))`,
+			[][2]string{{"x-pick", "tenant_a"}}, "default", "backend", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

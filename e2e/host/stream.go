@@ -120,8 +120,9 @@ type stream struct {
 	routeCleared           bool
 }
 
-// clearRouteCache is Envoy's decoder_callbacks->clearRouteCache(), which
-// its Wasm filter calls after every write to the request headers.
+// clearRouteCache is Envoy's clearRouteCache(), which its Wasm filter calls
+// after a write to the request headers and from the clear_route_cache
+// foreign function.
 func (st *stream) clearRouteCache() { st.routeCleared = true }
 
 // route is the stream's route and cluster name, selected again from the

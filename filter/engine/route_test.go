@@ -69,6 +69,10 @@ func TestBackendURLRoutesTheRequest(t *testing.T) {
 	if got := routeValues(routed(t, p, f, 1, "/api/x", "acme", "backend_b", allowed)); len(got) != 1 || got[0] != "backend_a" {
 		t.Fatalf("allowed backend_url: route header %q, want [backend_a]", got)
 	}
+	// The route is selected again once the header is written.
+	if got := routeValues(f.Stream.RouteClearedAt); len(got) != 1 || got[0] != "backend_a" {
+		t.Fatalf("route cache last cleared with route header %q, want [backend_a]", got)
+	}
 	// It is cached with the answer: the next request of the tenant, a
 	// cache hit, is routed too.
 	if got := routeValues(routed(t, p, f, 2, "/api/y", "acme", "", "")); len(got) != 1 || got[0] != "backend_a" {
@@ -110,6 +114,17 @@ func TestAnswerWithoutBackendURLKeepsTheRouteAndDropsTheClientsHeader(t *testing
 	if vs := routeValues(got); len(vs) != 0 {
 		t.Fatalf("route header %q: a client routed itself", vs)
 	}
+	// Envoy chose the route from the client's header before the filter
+	// ran: it must choose again without it.
+	if f.Stream.RouteClears != 1 || len(routeValues(f.Stream.RouteClearedAt)) != 0 {
+		t.Fatalf("%d route cache clears, last with route header %q; want 1, without", f.Stream.RouteClears, routeValues(f.Stream.RouteClearedAt))
+	}
+	// Without a client header and a backend_url, the route stands and is
+	// not selected again.
+	routed(t, p, f, 3, "/api", "other", "", `{"limit":100,"window":"1h","tenant_key":"other"}`)
+	if f.Stream.RouteClears != 1 {
+		t.Fatalf("%d route cache clears, want no new one", f.Stream.RouteClears)
+	}
 	// A request the external limit does not match is not looked up, and
 	// still loses the client's header.
 	s := begin(p, f, 2)
@@ -117,7 +132,7 @@ func TestAnswerWithoutBackendURLKeepsTheRouteAndDropsTheClientsHeader(t *testing
 	if v := s.RequestHeaders(); v != Continue {
 		t.Fatalf("unmatched request: %v", v)
 	}
-	if vs := routeValues(f.Stream.Headers); len(vs) != 0 || len(f.Caller.Calls) != 1 {
+	if vs := routeValues(f.Stream.Headers); len(vs) != 0 || len(f.Caller.Calls) != 2 {
 		t.Fatalf("unmatched request: route header %q after %d lookups", vs, len(f.Caller.Calls))
 	}
 }

@@ -72,6 +72,17 @@ type Stream struct {
 	// Reads counts request header and property reads, ResponseReads
 	// response header reads: each is one hostcall in the adapter.
 	Reads, ResponseReads int
+	// RouteClears counts ClearRouteCache calls; RouteClearedAt is
+	// Headers as the last one saw them.
+	RouteClears    int
+	RouteClearedAt [][2]string
+}
+
+// ClearRouteCache records that the route would be selected again from
+// Headers as they are now.
+func (s *Stream) ClearRouteCache() {
+	s.RouteClears++
+	s.RouteClearedAt = append([][2]string(nil), s.Headers...)
 }
 
 func (s *Stream) RequestHeaders() [][2]string { s.Reads++; return s.Headers }
