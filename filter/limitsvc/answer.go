@@ -191,15 +191,9 @@ func Parse(status int, body []byte) (Answer, error) {
 		return Answer{}, malformed(err.Error())
 	}
 	if v := root.Get("tenant_key"); v.Exists() {
-		switch {
-		case v.Type != gjson.String:
-			return Answer{}, malformed("tenant_key is not a string")
-		case v.Str == "":
-			return Answer{}, malformed("tenant_key is empty")
-		case len(v.Str) > MaxTenantKey:
-			return Answer{}, malformed("tenant_key longer than " + strconv.Itoa(MaxTenantKey) + " bytes")
+		if a.TenantKey, err = text("tenant_key", v, MaxTenantKey); err != nil {
+			return Answer{}, err
 		}
-		a.TenantKey = v.Str
 	}
 	if v := root.Get("failure_policy"); v.Exists() {
 		if a.Policy, err = policy(v); err != nil {
@@ -212,15 +206,9 @@ func Parse(status int, body []byte) (Answer, error) {
 		}
 	}
 	if v := root.Get("backend_url"); v.Exists() {
-		switch {
-		case v.Type != gjson.String:
-			return Answer{}, malformed("backend_url is not a string")
-		case v.Str == "":
-			return Answer{}, malformed("backend_url is empty")
-		case len(v.Str) > MaxBackendURL:
-			return Answer{}, malformed("backend_url longer than " + strconv.Itoa(MaxBackendURL) + " bytes")
+		if a.BackendURL, err = text("backend_url", v, MaxBackendURL); err != nil {
+			return Answer{}, err
 		}
-		a.BackendURL = v.Str
 	}
 	if v := root.Get("cache_max_age_seconds"); v.Exists() {
 		n, err := count("cache_max_age_seconds", v)
@@ -257,6 +245,20 @@ func count(name string, v gjson.Result) (int64, error) {
 		return 0, malformed(name + " above " + strconv.Itoa(MaxRate))
 	}
 	return n, nil
+}
+
+// text reads a non-empty string of at most maxLen bytes: a value stored
+// in every cached entry.
+func text(name string, v gjson.Result, maxLen int) (string, error) {
+	switch {
+	case v.Type != gjson.String:
+		return "", malformed(name + " is not a string")
+	case v.Str == "":
+		return "", malformed(name + " is empty")
+	case len(v.Str) > maxLen:
+		return "", malformed(name + " longer than " + strconv.Itoa(maxLen) + " bytes")
+	}
+	return v.Str, nil
 }
 
 // duration reads a Go duration string ("1s", "1m30s") or whole seconds.
