@@ -37,6 +37,8 @@ func (p *parser) routes(o *object, e *External) {
 			o.errorf("route_header", "must be lower case, as Envoy's header maps and cluster_header are")
 		case contains(unroutableHeaders, s):
 			o.errorf("route_header", "%q cannot carry a route: it is hop-by-hop or the :authority", s)
+		case contains(e.ForwardHeaders, s):
+			o.errorf("route_header", "%q is also in forward_headers, which would always send it empty: the client's value is removed first", s)
 		default:
 			e.RouteHeader = s
 		}
