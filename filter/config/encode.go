@@ -102,6 +102,7 @@ func wireExternalOf(e *External) *wireExternal {
 		w.ForwardHeaders = append(w.ForwardHeaders, "*")
 		w.DenyHeaders = e.DenyHeaders
 	}
+	w.RouteHeader, w.AllowedRoutes = e.RouteHeader, e.AllowedRoutes
 	for _, k := range e.CacheKey {
 		w.CacheKey = append(w.CacheKey, k.String())
 	}
@@ -414,6 +415,8 @@ type wireExternal struct {
 	Timeout        string       `json:"timeout"`
 	ForwardHeaders []string     `json:"forward_headers"`
 	DenyHeaders    []string     `json:"deny_headers,omitempty"`
+	RouteHeader    string       `json:"route_header,omitempty"`
+	AllowedRoutes  []string     `json:"allowed_routes,omitempty"`
 	MaxConcurrent  int          `json:"max_concurrent_requests"`
 	CacheKey       []string     `json:"cache_key"`
 	CacheTTL       string       `json:"cache_ttl"`

@@ -120,6 +120,9 @@ func (h *Stream) RequestHeaders() Verdict {
 			return Pause
 		}
 	}
+	if p.routeHeader != "" {
+		h.dropClientRoute()
+	}
 	if p.idle {
 		return Continue // nothing configured applies to any request
 	}
@@ -147,8 +150,11 @@ func (h *Stream) evaluate(now time.Time) Verdict {
 	if len(p.limits) > 0 {
 		h.matchLimits()
 		// 1. External lookup.
-		if x := p.external; x != nil && p.applied[x.index] && !h.resolveExternal(now) {
-			return Pause
+		if x := p.external; x != nil && p.applied[x.index] {
+			if !h.resolveExternal(now) {
+				return Pause
+			}
+			h.routeTenant()
 		}
 		// 2. Limits; 3. remote wait (pending).
 		if h.decideLimits(now) != verdictAllow {

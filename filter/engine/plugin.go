@@ -106,6 +106,9 @@ type Plugin struct {
 	// idle is set when the configuration has no limit, breaker or
 	// concurrency limit: a request then skips the pipeline.
 	idle bool
+	// routeHeader is external.route_header: removed from every request
+	// the client sends it in, even an idle plugin's; "" when unset.
+	routeHeader string
 
 	// waiting is the registry of paused streams (waiting.go).
 	waiting     map[uint32]*Stream
@@ -180,6 +183,9 @@ func (p *Plugin) configure(cfg *config.Config) error {
 	}
 	for _, l := range p.limits {
 		l.nearLeft = perMillionAll - int64(config.PerMillion(100*cfg.Response.NearLimitRatio))
+	}
+	if cfg.External != nil {
+		p.routeHeader = cfg.External.RouteHeader
 	}
 	p.idle = enabledLimits(p.limits) == 0 && len(p.breakers) == 0 && len(p.concurrency) == 0
 	p.matched = make([]bool, len(p.limits))
