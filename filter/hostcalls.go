@@ -102,6 +102,20 @@ func (proxyStream) ReplaceRequestHeader(name, value string) error {
 	return proxywasm.ReplaceHttpRequestHeader(name, value)
 }
 
+// RemoveRequestHeader removes a request header the client sent (the
+// external limit's route_header).
+func (proxyStream) RemoveRequestHeader(name string) error {
+	return proxywasm.RemoveHttpRequestHeader(name)
+}
+
+// ClearRouteCache calls Envoy's clear_route_cache foreign function
+// (source/extensions/common/wasm/foreign.cc). Envoys that clear the route
+// cache on every request header write lack it or make it redundant; both
+// are fine, so its status is not looked at.
+func (proxyStream) ClearRouteCache() {
+	_, _ = proxywasm.CallForeignFunction("clear_route_cache", nil)
+}
+
 func (proxyStream) ReplaceResponseHeader(name, value string) error {
 	return proxywasm.ReplaceHttpResponseHeader(name, value)
 }

@@ -571,20 +571,32 @@ func (t *Table) settleOverflow(h uint64, now, n int64) {
 }
 
 // adjustOwn rewrites the key's own slot, if it has one, with f of its
-// state, retrying lost races up to MaxRetries times.
-func (t *Table) adjustOwn(h uint64, now int64, f func(State) State) {
+// state, retrying lost races up to MaxRetries times. found reports that
+// the key had a slot; err is a store failure, or store.ErrContended when
+// the retries ran out.
+func (t *Table) adjustOwn(h uint64, now int64, f func(State) State) (found bool, err error) {
 	for attempt := 0; attempt <= t.maxRetries; attempt++ {
 		var v view
-		err := t.readOwn(&v, h, now)
-		if err != nil || v.takeover != ownSlot {
-			return
+		if err := t.readOwn(&v, h, now); err != nil || v.takeover != ownSlot {
+			return false, err
 		}
-		err = t.commit(&v, f(v.state), now, 0)
+		err := t.commit(&v, f(v.state), now, 0)
 		if !errors.Is(err, store.ErrCASMismatch) {
-			return
+			return true, err
 		}
 		t.stats.CASMismatches++
 	}
+	return true, store.ErrContended
+}
+
+// Reset gives key its full allowance back at now (an operator unblocking
+// a client): its own slot, and a second slot a race left it, get the
+// fresh key's state, with the CAS loop of every decision. held is false
+// when the key holds no slot of its own: it is fresh already, or decided
+// on a shared overflow bucket, which Reset leaves alone because refilling
+// it would refill every key sharing it.
+func (t *Table) Reset(key string, now int64) (held bool, err error) {
+	return t.adjustOwn(Hash(t.seed, key), now, func(State) State { return State{} })
 }
 
 // AllowN decides n units for key at now (Unix ns) and, if granted, commits

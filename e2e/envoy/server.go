@@ -679,11 +679,38 @@ func (l *listener) request(r *http.Request, worker int, body []byte) *host.Reque
 	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
 		req.DestinationAddress = la.String()
 	}
-	if _, rt := l.match(hs); rt != nil {
-		req.RouteName = rt.Name
-		req.ClusterName = rt.Cluster
-	}
+	req.RouteName, req.ClusterName = l.routeNames(hs)
+	req.Route = l.routeNames
 	return req
+}
+
+// selectRoute is Envoy's route selection: the route matching the headers,
+// and the cluster it sends to, which for cluster_header is the first value
+// of that header (Envoy reads only the first: the header is untrusted), ""
+// when it is missing.
+func (l *listener) selectRoute(hs [][2]string) (*Route, string) {
+	_, rt := l.match(hs)
+	switch {
+	case rt == nil:
+		return nil, ""
+	case rt.ClusterHeader != "":
+		return rt, headerValue(hs, rt.ClusterHeader)
+	}
+	return rt, rt.Cluster
+}
+
+// routeNames are xds.route_name and xds.cluster_name of a request with
+// these headers. The host asks again after a Wasm filter changed the
+// request headers, because Envoy's Wasm filter then clears the route
+// cache (Context::replaceHeaderMapValue and the other header map writes
+// call clearRouteCache for the request headers:
+// source/extensions/common/wasm/context.cc, since envoyproxy/envoy#14318).
+func (l *listener) routeNames(hs [][2]string) (route, cluster string) {
+	rt, cluster := l.selectRoute(hs)
+	if rt == nil {
+		return "", ""
+	}
+	return rt.Name, cluster
 }
 
 // mergeSlashes is Envoy's PathUtil::mergeSlashes: in the path before any
@@ -759,11 +786,44 @@ func (l *listener) match(hs [][2]string) (*VirtualHost, *Route) {
 		noQuery = noQuery[:i]
 	}
 	for _, rt := range vh.Routes {
-		if routeMatches(rt, path, noQuery) {
+		if routeMatches(rt, path, noQuery) && headersMatch(rt.Headers, hs) {
 			return vh, rt
 		}
 	}
 	return vh, nil
+}
+
+// headersMatch is Envoy's HeaderUtility::matchHeaders for the matchers we
+// implement: every matcher must hold; a missing header matches only
+// present_match false (or present_match true inverted); values of a
+// repeated header are joined by "," before an exact comparison.
+func headersMatch(ms []HeaderMatch, hs [][2]string) bool {
+	for _, m := range ms {
+		var joined string
+		n := 0
+		for _, h := range hs {
+			if h[0] == m.Name {
+				if n > 0 {
+					joined += ","
+				}
+				joined += h[1]
+				n++
+			}
+		}
+		var ok bool
+		switch {
+		case !m.HasExact:
+			ok = (n > 0) == m.Present != m.Invert
+		case n == 0:
+			ok = false
+		default:
+			ok = (joined == m.Exact) != m.Invert
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func routeMatches(rt *Route, path, noQuery string) bool {
@@ -821,11 +881,18 @@ func (l *listener) virtualHost(authority string) *VirtualHost {
 // headers (filters may have changed them; Envoy clears the route cache when
 // wasm modifies request headers) and forwards to the cluster.
 func (l *listener) router(ctx context.Context, req *host.Request) (*host.Response, error) {
-	_, rt := l.match(req.Headers)
+	rt, cluster := l.selectRoute(req.Headers)
 	if rt == nil {
 		return nil, &host.UpstreamError{Status: 404, Details: "route_not_found", Body: []byte{}}
 	}
-	c := l.s.clusters.clusters[rt.Cluster]
+	c := l.s.clusters.clusters[cluster]
+	if c == nil {
+		// Only a cluster_header route gets here: Envoy's router counts
+		// no_cluster, flags the stream NC and answers
+		// cluster_not_found_response_code with an empty body.
+		l.s.log.Logf(LevelDebug, "router", "unknown cluster '%s'", cluster)
+		return nil, &host.UpstreamError{Status: rt.NotFoundStatus, Details: "cluster_not_found", Body: []byte{}}
+	}
 	hs := req.Headers
 	uctx := ctx
 	if rt.Timeout > 0 {
@@ -844,11 +911,11 @@ func (l *listener) router(ctx context.Context, req *host.Request) (*host.Respons
 		case errors.Is(uctx.Err(), context.DeadlineExceeded):
 			return nil, &host.UpstreamError{Status: 504, Details: "upstream_response_timeout", Body: []byte("upstream request timeout")}
 		case errors.As(err, &ce):
-			l.s.log.Logf(LevelDebug, "router", "upstream connect error on cluster %s: %v", rt.Cluster, err)
+			l.s.log.Logf(LevelDebug, "router", "upstream connect error on cluster %s: %v", cluster, err)
 			return nil, &host.UpstreamError{Status: 503, Details: "upstream_reset_before_response_started{connection_failure}",
 				Body: []byte("upstream connect error or disconnect/reset before headers. reset reason: connection failure")}
 		default:
-			l.s.log.Logf(LevelDebug, "router", "upstream reset on cluster %s: %v", rt.Cluster, err)
+			l.s.log.Logf(LevelDebug, "router", "upstream reset on cluster %s: %v", cluster, err)
 			return nil, &host.UpstreamError{Status: 503, Details: "upstream_reset_before_response_started{connection_termination}",
 				Body: []byte("upstream connect error or disconnect/reset before headers. reset reason: connection termination")}
 		}

@@ -19,6 +19,11 @@ type Request struct {
 	Trailers                          [][2]string
 	SourceAddress, DestinationAddress string // "ip:port"
 	RouteName, ClusterName            string // xds.route_name / xds.cluster_name
+	// Route, if set, selects the route again from the request headers:
+	// after the wasm changed them (any request header map write), the
+	// route and cluster names are read through it, as Envoy's Wasm filter
+	// clears the route cache on those writes. Nil keeps the names.
+	Route func(headers [][2]string) (routeName, clusterName string)
 	// DynamicMetadata is the stream's filter_metadata as filters before
 	// the wasm left it: namespace → field → value, a value being a string,
 	// a float64, a bool or a nested map[string]any (a Struct). The wasm
@@ -107,6 +112,27 @@ type stream struct {
 	props         map[string][]byte
 	vmCtx         context.Context
 	counted       bool // in vm.parked
+
+	// routeName and clusterName are the selected route's, until a request
+	// header write clears them (routeCleared) and the next read selects
+	// the route again (route).
+	routeName, clusterName string
+	routeCleared           bool
+}
+
+// clearRouteCache is Envoy's clearRouteCache(), which its Wasm filter calls
+// after a write to the request headers and from the clear_route_cache
+// foreign function.
+func (st *stream) clearRouteCache() { st.routeCleared = true }
+
+// route is the stream's route and cluster name, selected again from the
+// current request headers when a header write cleared the cache.
+func (st *stream) route() (routeName, clusterName string) {
+	if st.routeCleared && st.req.Route != nil {
+		st.routeName, st.clusterName = st.req.Route(st.reqHeaders)
+	}
+	st.routeCleared = false
+	return st.routeName, st.clusterName
 }
 
 func lower(s string) string {
@@ -328,7 +354,8 @@ func (sr *streamRun) begin() streamNeed {
 			return needNothing
 		}
 	}
-	st := &stream{req: req, resume: make(chan struct{}, 1), vmCtx: v.ctx}
+	st := &stream{req: req, resume: make(chan struct{}, 1), vmCtx: v.ctx,
+		routeName: req.RouteName, clusterName: req.ClusterName}
 	st.reqHeaders = requestHeaderMap(req)
 	st.reqBody = req.Body
 	st.reqTrailers = lowerPairs(req.Trailers)
@@ -483,10 +510,11 @@ func (sr *streamRun) request() streamNeed {
 			return sr.park(phaseRequest)
 		}
 	}
+	routeName, clusterName := st.route()
 	sr.up = &Request{
 		Worker: req.Worker, Headers: st.reqHeaders, Body: st.reqBody, Trailers: st.reqTrailers,
 		SourceAddress: req.SourceAddress, DestinationAddress: req.DestinationAddress,
-		RouteName: req.RouteName, ClusterName: req.ClusterName, RequestID: req.RequestID,
+		RouteName: routeName, ClusterName: clusterName, Route: req.Route, RequestID: req.RequestID,
 	}
 	sr.at = stageUpstream
 	return needUpstream

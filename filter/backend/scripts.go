@@ -322,6 +322,20 @@ end
 return {0, remaining(cur), retry, resetAfter(cur), reason, now}
 `
 
+// ARGV: capacity [now_us]. An operator's reset (sluicectl quota reset):
+// the key is deleted, which every script reads as a fresh key with its
+// full allowance, whatever the algorithm. The reply is the one a peek
+// (a decision of cost 0, see Peek) of that fresh key gives, so it is
+// parsed like every other reply.
+const resetBody = `
+local C = num(ARGV[1])
+if not C or C < 1 then return redis.error_reply('ERR sluice: bad reset arguments') end
+local now = clock(ARGV[2])
+if not now then return redis.error_reply('ERR sluice: bad time argument') end
+redis.call('DEL', KEYS[1])
+return {0, C, 0, 0, 3, now}
+`
+
 // The registered scripts. Their SHA1s are what EVALSHA sends.
 var (
 	TokenBucketScript   = newScript("token_bucket", tokenBucketBody)
@@ -329,11 +343,12 @@ var (
 	SlidingWindowScript = newScript("sliding_window", slidingWindowBody)
 	LeaseScript         = newScript("token_bucket_lease", leaseBody)
 	ChargeScript        = newScript("token_bucket_charge", chargeBody)
+	ResetScript         = newScript("reset", resetBody)
 )
 
 // Scripts lists every registered script, for loading them all at once.
 func Scripts() []*Script {
-	return []*Script{TokenBucketScript, FixedWindowScript, SlidingWindowScript, LeaseScript, ChargeScript}
+	return []*Script{TokenBucketScript, FixedWindowScript, SlidingWindowScript, LeaseScript, ChargeScript, ResetScript}
 }
 
 // ScriptBySHA1 finds a registered script by its digest, or nil.

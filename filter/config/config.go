@@ -41,6 +41,8 @@ type Config struct {
 	// External is the limits-service lookup; nil without an "external"
 	// block.
 	External *External
+	// Admin is the admin route; nil (off) without an "admin" block.
+	Admin *Admin
 }
 
 // LimitIndex returns the index in c.Limits of the limit with that name, or -1.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"time"
 )
@@ -76,6 +77,12 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	if e := c.External; e != nil {
 		w.External = wireExternalOf(e)
 	}
+	if a := c.Admin; a != nil {
+		w.Admin = &wireAdmin{PathPrefix: a.PathPrefix, TokenSHA256: hex.EncodeToString(a.TokenSHA256[:])}
+		for _, p := range a.ClientCIDRs.Prefixes {
+			w.Admin.ClientCIDRs = append(w.Admin.ClientCIDRs, p.String())
+		}
+	}
 	return json.Marshal(w)
 }
 
@@ -95,6 +102,7 @@ func wireExternalOf(e *External) *wireExternal {
 		w.ForwardHeaders = append(w.ForwardHeaders, "*")
 		w.DenyHeaders = e.DenyHeaders
 	}
+	w.RouteHeader, w.AllowedRoutes = e.RouteHeader, e.AllowedRoutes
 	for _, k := range e.CacheKey {
 		w.CacheKey = append(w.CacheKey, k.String())
 	}
@@ -235,6 +243,13 @@ type wireConfig struct {
 	Response    wireResponse      `json:"response"`
 	Backend     *wireBackend      `json:"backend,omitempty"`
 	External    *wireExternal     `json:"external,omitempty"`
+	Admin       *wireAdmin        `json:"admin,omitempty"`
+}
+
+type wireAdmin struct {
+	PathPrefix  string   `json:"path_prefix"`
+	ClientCIDRs []string `json:"client_cidrs"`
+	TokenSHA256 string   `json:"token_sha256"`
 }
 
 type wireConcurrency struct {
@@ -400,6 +415,8 @@ type wireExternal struct {
 	Timeout        string       `json:"timeout"`
 	ForwardHeaders []string     `json:"forward_headers"`
 	DenyHeaders    []string     `json:"deny_headers,omitempty"`
+	RouteHeader    string       `json:"route_header,omitempty"`
+	AllowedRoutes  []string     `json:"allowed_routes,omitempty"`
 	MaxConcurrent  int          `json:"max_concurrent_requests"`
 	CacheKey       []string     `json:"cache_key"`
 	CacheTTL       string       `json:"cache_ttl"`

@@ -4,6 +4,8 @@ package engine
 // phase needs of a mechanism (a key, a cost, a lease, a lookup, a breaker,
 // a bulkhead) is in the file named after it.
 //
+//  0. the admin route, when configured: a request under its prefix is
+//     answered here and goes no further (admin.go);
 //  1. external lookup: when the external limit applies, which bucket it is
 //     (external.go, package external); the request may wait for it;
 //  2. limits: match once, drop the replaced ones, build keys and costs,
@@ -114,6 +116,17 @@ func (h *Stream) RequestHeaders() Verdict {
 	p := h.plugin
 	p.requests.Increment(1)
 	h.start = p.host.Clock()
+	if p.admin != nil {
+		// Before anything else: an admin request is answered here, never
+		// limited, never forwarded (admin.go).
+		if rest, ok := p.admin.route(h.info.pseudo(needPath)); ok {
+			h.serveAdmin(rest, h.start)
+			return Pause
+		}
+	}
+	if p.routeHeader != "" {
+		h.dropClientRoute()
+	}
 	if p.idle {
 		return Continue // nothing configured applies to any request
 	}
@@ -141,8 +154,11 @@ func (h *Stream) evaluate(now time.Time) Verdict {
 	if len(p.limits) > 0 {
 		h.matchLimits()
 		// 1. External lookup.
-		if x := p.external; x != nil && p.applied[x.index] && !h.resolveExternal(now) {
-			return Pause
+		if x := p.external; x != nil && p.applied[x.index] {
+			if !h.resolveExternal(now) {
+				return Pause
+			}
+			h.routeTenant()
 		}
 		// 2. Limits; 3. remote wait (pending).
 		if h.decideLimits(now) != verdictAllow {

@@ -59,6 +59,12 @@ type Stream interface {
 	// ReplaceRequestHeader sets a request header before the request goes
 	// upstream, replacing any value the client sent.
 	ReplaceRequestHeader(name, value string) error
+	// RemoveRequestHeader removes every value of a request header before
+	// the request goes upstream.
+	RemoveRequestHeader(name string) error
+	// ClearRouteCache asks the proxy to select the route again from the
+	// request headers, after they were changed to route the request.
+	ClearRouteCache()
 	// Reply answers the request with a local response.
 	Reply(status int, headers [][2]string, body []byte) error
 	// Resume lets a paused request continue to the upstream.

@@ -22,8 +22,10 @@ import (
 // ever added.
 type Explanation struct {
 	// Outcome is "admitted" (the request goes upstream), "rejected" (the
-	// filter answers it: Status and Body) or "waits" (WaitsFor says for
-	// what; explain does not call Redis or the limits service).
+	// filter answers it with an error: Status and Body), "answered" (the
+	// filter answers it otherwise: an admin call on fresh state) or
+	// "waits" (WaitsFor says for what; explain does not call Redis or the
+	// limits service).
 	Outcome  string `json:"outcome"`
 	Status   int    `json:"status,omitempty"`
 	Body     string `json:"body,omitempty"`
@@ -138,6 +140,9 @@ func Explain(cfgJSON []byte, req Request, now time.Time, showKeys bool) (*Explan
 	case len(fakes.Stream.Replies) > 0:
 		r := fakes.Stream.Replies[0]
 		ex.Outcome, ex.Status, ex.Body = "rejected", r.Status, string(r.Body)
+		if r.Status < 400 {
+			ex.Outcome = "answered" // by the filter itself: its admin route
+		}
 	case verdict == engine.Continue:
 		ex.Outcome = "admitted"
 	default:
@@ -155,7 +160,7 @@ func Explain(cfgJSON []byte, req Request, now time.Time, showKeys bool) (*Explan
 	for _, c := range tr.Concurrency {
 		ce := ConcurrencyExplanation{Name: c.Name, MissingKey: !c.KeyOK, Allowed: c.Allowed}
 		if c.KeyOK {
-			ce.Key = keyValues(concurrencyParts(cfg, c.Name), c.Key, showKeys)
+			ce.Key = explainKey(concurrencyParts(cfg, c.Name), c.Key, showKeys)
 		}
 		ex.Concurrency = append(ex.Concurrency, ce)
 	}
@@ -202,7 +207,7 @@ func explainLimit(cfg *config.Config, i int, lt engine.LimitTrace, all []engine.
 	}
 	le.MissingKey = !lt.KeyOK
 	if lt.KeyOK {
-		le.Key = keyValues(limitParts(cfg, i), lt.Key, showKeys)
+		le.Key = explainKey(limitParts(cfg, i), lt.Key, showKeys)
 	}
 	le.Override, le.Action = lt.OverrideValue, lt.Action
 	if lt.Rate.Limit > 0 {
@@ -247,10 +252,10 @@ func partNames(parts []config.KeyPart) []string {
 	return names
 }
 
-// keyValues splits a composite key into its parts (the engine joins them
+// explainKey splits a composite key into its parts (the engine joins them
 // with a NUL, which no part holds) and redacts each value unless
 // showKeys. An empty parts list is the limit's one bucket: no values.
-func keyValues(parts []string, key string, showKeys bool) []KeyValue {
+func explainKey(parts []string, key string, showKeys bool) []KeyValue {
 	if len(parts) == 0 {
 		return []KeyValue{} // "key": [], one bucket for every request
 	}
@@ -340,8 +345,8 @@ func explainConfig(file string) ([]byte, error) {
 func writeExplanation(w io.Writer, req Request, ex *Explanation) {
 	fmt.Fprintf(w, "request: %s http://%s%s from %s, route %q, cluster %q\n", req.Method, req.Authority, req.Path, req.Client, req.Route, req.Cluster)
 	switch ex.Outcome {
-	case "rejected":
-		fmt.Fprintf(w, "outcome: rejected %d %s\n", ex.Status, strings.TrimSpace(ex.Body))
+	case "rejected", "answered":
+		fmt.Fprintf(w, "outcome: %s %d %s\n", ex.Outcome, ex.Status, strings.TrimSpace(ex.Body))
 	case "waits":
 		fmt.Fprintf(w, "outcome: waits for %s (explain does not ask it, and local limits are committed only after it answers)\n", strings.ReplaceAll(ex.WaitsFor, "_", " "))
 	default:

@@ -170,6 +170,14 @@ func TestExplainRejections(t *testing.T) {
 					t.Fatalf("%s %+v", ex.WaitsFor, ex.Limits)
 				}
 			}},
+		{name: "an admin call is answered by the filter", cfg: `{"admin": {"path_prefix": "/.sluice/", "client_cidrs": ["10.0.0.0/8"],
+			"token_sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}, "limits": [{"name": "t", "key": ["header:x-t"], "requests_per_second": 1}]}`,
+			args: []string{"-H", "authorization: Bearer test", "/.sluice/quota?limit=t&key=a"}, outcome: "answered", status: 200,
+			check: func(t *testing.T, ex *Explanation) {
+				if !strings.Contains(ex.Body, `"remaining":1`) {
+					t.Fatalf("body %s", ex.Body)
+				}
+			}},
 		{name: "metadata key and match", cfg: `{"limits": [{"name": "m", "key": ["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"], "requests_per_second": 1,
 			"match": {"metadata": [{"namespace": "envoy.filters.http.jwt_authn", "path": "jwt_payload.plan", "value": "free"}]}}]}`,
 			args:    []string{"--metadata", "envoy.filters.http.jwt_authn:jwt_payload.sub=alice", "--metadata", "envoy.filters.http.jwt_authn:jwt_payload.plan=free", "--show-keys", "/"},
