@@ -53,6 +53,15 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	return types.ActionContinue
 }
 
+// OnHttpResponseBody is called per body chunk. The engine returns at
+// once, reading nothing, unless a limit charges usage from the body; then
+// it either scans the chunk and lets it go on (server-sent events), or
+// has Envoy buffer the body up to the limit's bound (Pause here is
+// StopIterationAndBuffer) and reads it whole at the end of the stream.
+func (h *httpContext) OnHttpResponseBody(size int, endOfStream bool) types.Action {
+	return action(h.Stream.ResponseBody(size, endOfStream))
+}
+
 func (h *httpContext) OnHttpStreamDone() {
 	h.Stream.Done()
 	if p := h.plugin; len(p.freeContexts) < maxFreeContexts {

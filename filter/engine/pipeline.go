@@ -34,6 +34,8 @@ const (
 	// Continue lets the request go on to the upstream.
 	Continue Verdict = iota
 	// Pause holds it: the engine has answered it, or resumes it later.
+	// From a body callback it asks the host to buffer the body and call
+	// again with everything so far (StopIterationAndBuffer).
 	Pause
 )
 
@@ -96,8 +98,11 @@ type Stream struct {
 	cc    []ccHold
 	ccBuf [2]ccHold
 	// charges are the cost_from_response limits that admitted the request,
-	// charged from the response headers (cost.go).
+	// charged from the response headers (cost.go), or at the end of the
+	// body (body.go).
 	charges []pendingCharge
+	// body is the scan of a response body some charge reads usage from.
+	body bodyScan
 	// ext is this request's lookup of the external limit (external.go).
 	ext external.Request
 	// roll are the request's rollout draws by limit index, drawn once
@@ -417,7 +422,7 @@ func (h *Stream) respond() {
 // back, and an admitted request's outcome goes to its breakers. A stream
 // that holds nothing costs the adapter no call: this inlines.
 func (h *Stream) Done() {
-	if h.waitingFor != waitNone || len(h.remote) > 0 || len(h.cc) > 0 || len(h.tickets) > 0 {
+	if h.waitingFor != waitNone || len(h.remote) > 0 || len(h.cc) > 0 || len(h.tickets) > 0 || h.body.mode != bodyOff {
 		h.release()
 	}
 	// Replies to calls of this stream still to come are ignored from now.
@@ -441,6 +446,11 @@ func (h *Stream) release() {
 	}
 	if len(h.tickets) > 0 {
 		h.reportBreakers()
+	}
+	if h.body.mode != bodyOff {
+		// The stream ended before its body did (a reset, or no body at
+		// all): charge what it reported so far, or default.
+		h.chargeBody(p.host.Clock())
 	}
 }
 
