@@ -48,6 +48,13 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	return action(h.Stream.RequestHeaders())
 }
 
+// OnHttpRequestBody keeps the body of a request the engine holds
+// buffered (Pause is StopIterationAndBuffer here): a Continue would let
+// the request go upstream before it was decided.
+func (h *httpContext) OnHttpRequestBody(int, bool) types.Action {
+	return action(h.Stream.RequestBody())
+}
+
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	h.Stream.ResponseHeaders()
 	return types.ActionContinue

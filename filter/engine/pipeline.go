@@ -54,6 +54,9 @@ type Stream struct {
 	// localReply is set once this filter has answered the request itself,
 	// so the response phase neither decorates nor reports it.
 	localReply bool
+	// held is set while the request is paused for the engine to decide
+	// or resume it (a delay, a lookup, a remote decision).
+	held bool
 
 	// waitingFor is what the paused stream waits for in the plugin's
 	// registry of waiting streams; waitNone when it is not there.
@@ -128,10 +131,22 @@ func (h *Stream) RequestHeaders() Verdict {
 // keep what it read of the request, which it needs again in the callback
 // that resumes it.
 func (h *Stream) pause(v Verdict) Verdict {
-	if v == Pause && !h.localReply && !h.done {
+	h.held = v == Pause && !h.localReply && !h.done
+	if h.held {
 		h.info.retain()
 	}
 	return v
+}
+
+// RequestBody is a request body callback. A request the engine holds
+// keeps its body buffered in the proxy: as in Envoy, a Continue from a body
+// callback would resume a stream its headers callback paused, and send the
+// request upstream before its limits had decided it.
+func (h *Stream) RequestBody() Verdict {
+	if h.held {
+		return Pause
+	}
+	return Continue
 }
 
 // evaluate runs the request path at now. It runs again after a delay or a
@@ -366,6 +381,7 @@ func (p *Plugin) resume(h *Stream, now time.Time, afterRemote bool) {
 	}
 	h.pause(v)
 	if v == Continue && h.applyDeadline(now) {
+		h.held = false
 		if err := p.host.Stream.Resume(); err != nil {
 			p.log.Warnf("sluice: resuming a request: %v", err)
 		}
