@@ -1,14 +1,10 @@
 package e2e_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"strconv"
 	"testing"
-	"time"
-
-	"github.com/sluice-proxy/sluice/filter/backend"
 )
 
 // TestDistributedCostFromResponse runs a global token budget over two
@@ -39,27 +35,11 @@ func TestDistributedCostFromResponse(t *testing.T) {
 			resp.Body.Close()
 			return resp.StatusCode, resp.Header
 		}
-		// Loaded up front, the scripts answer every call the first time,
-		// so Redis's call count is exactly the filter's decisions and
-		// charges.
-		for _, s := range backend.Scripts() {
-			if err := be.redis.Client().ScriptLoad(context.Background(), s.Source).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		be.preloadScripts(t)
 		// Charges are sent from the tick after the response: wait for
 		// Redis to have run them.
 		before := be.evalCalls(t)
-		waitCalls := func(n int64) {
-			t.Helper()
-			deadline := time.Now().Add(10 * time.Second)
-			for be.evalCalls(t)-before < n {
-				if time.Now().After(deadline) {
-					t.Fatalf("Redis ran %d script calls, want %d", be.evalCalls(t)-before, n)
-				}
-				time.Sleep(5 * time.Millisecond) // polling a real condition with a deadline
-			}
-		}
+		waitCalls := func(n int64) { t.Helper(); be.waitEvalCalls(t, before, n) }
 		if st, _ := send(insts[0], "60"); st != 200 {
 			t.Fatalf("first: %d", st)
 		}
