@@ -9,11 +9,12 @@ package engine
 //     answered with 400 invalid_cost before any limit consumes, because a
 //     cost the client cannot state is not one to guess; a shadow limit only
 //     counts it and skips the request.
-//   - Response header: the request takes one unit at admission, so it is
-//     admitted only while its bucket has at least one unit, and the rest of
-//     the reported cost is charged in on_response_headers through the same
-//     limiter (limiter.Table.Charge locally, the token_bucket_charge script
-//     for global and hybrid limits), which may leave the bucket up to one
+//   - Response header or body: the request takes one unit at admission, so
+//     it is admitted only while its bucket has at least one unit, and the
+//     rest of the reported cost is charged in on_response_headers, or at
+//     the end of the body (body.go), through the same limiter
+//     (limiter.Table.Charge locally, the token_bucket_charge script for
+//     global and hybrid limits), which may leave the bucket up to one
 //     full bucket in debt: later requests wait until it is repaid. The
 //     overshoot this allows is at most one response's cost (less the unit
 //     taken) per request admitted while the bucket still had a unit; and
