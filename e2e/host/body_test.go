@@ -47,14 +47,22 @@ func serveStreamed(t *testing.T, probe string, body chanBody) (*Plugin, *Respons
 	return p, resp
 }
 
-// next reads the next chunk the client gets.
-func next(t *testing.T, resp *Response) string {
+// sendAll has the upstream send chunks, in order, in the background.
+func sendAll(body chanBody, chunks ...chunk) {
+	go func() {
+		for _, c := range chunks {
+			body <- c
+		}
+	}()
+}
+
+// wantNext checks the next chunk the client gets.
+func wantNext(t *testing.T, what string, resp *Response, want string) {
 	t.Helper()
 	b, err := resp.BodyStream.Next(context.Background())
-	if err != nil {
-		t.Fatalf("body: %v", err)
+	if err != nil || string(b) != want {
+		t.Fatalf("%s: %q %v, want %q", what, b, err, want)
 	}
-	return string(b)
 }
 
 func wantEOF(t *testing.T, resp *Response) {
@@ -71,21 +79,12 @@ func wantEOF(t *testing.T, resp *Response) {
 func TestStreamedBodyChunksPassAsTheyCome(t *testing.T) {
 	body := make(chanBody)
 	_, resp := serveStreamed(t, "stream-body", body)
-	go func() { body <- chunk{b: []byte("first")} }()
-	if got := next(t, resp); got != "first" {
-		t.Fatalf("first chunk %q", got)
-	}
+	sendAll(body, chunk{b: []byte("first")})
+	wantNext(t, "first chunk", resp, "first")
 	// Only now does the upstream send the rest.
-	go func() {
-		body <- chunk{b: []byte("second")}
-		body <- chunk{err: io.EOF}
-	}()
-	if got := next(t, resp); got != "second" {
-		t.Fatalf("second chunk %q", got)
-	}
-	if got := next(t, resp); got != "|5/false;6/false;0/true;" {
-		t.Fatalf("the filter saw %q", got)
-	}
+	sendAll(body, chunk{b: []byte("second")}, chunk{err: io.EOF})
+	wantNext(t, "second chunk", resp, "second")
+	wantNext(t, "what the filter saw", resp, "|5/false;6/false;0/true;")
 	wantEOF(t, resp)
 }
 
@@ -95,14 +94,8 @@ func TestStreamedBodyChunksPassAsTheyCome(t *testing.T) {
 func TestStreamedBodyBufferedWhenTheFilterAsks(t *testing.T) {
 	body := make(chanBody)
 	_, resp := serveStreamed(t, "buffer-body", body)
-	go func() {
-		body <- chunk{b: []byte("ab")}
-		body <- chunk{b: []byte("cd")}
-		body <- chunk{b: []byte("ef"), err: io.EOF}
-	}()
-	if got := next(t, resp); got != "abcdef|2/false;4/false;6/true;" {
-		t.Fatalf("client got %q", got)
-	}
+	sendAll(body, chunk{b: []byte("ab")}, chunk{b: []byte("cd")}, chunk{b: []byte("ef"), err: io.EOF})
+	wantNext(t, "the whole body", resp, "abcdef|2/false;4/false;6/true;")
 	wantEOF(t, resp)
 }
 
@@ -112,13 +105,8 @@ func TestStreamedBodyUpstreamResetEndsTheStream(t *testing.T) {
 	body := make(chanBody)
 	p, resp := serveStreamed(t, "stream-body", body)
 	reset := errors.New("connection reset")
-	go func() {
-		body <- chunk{b: []byte("part")}
-		body <- chunk{err: reset}
-	}()
-	if got := next(t, resp); got != "part" {
-		t.Fatalf("first chunk %q", got)
-	}
+	sendAll(body, chunk{b: []byte("part")}, chunk{err: reset})
+	wantNext(t, "first chunk", resp, "part")
 	if _, err := resp.BodyStream.Next(context.Background()); !errors.Is(err, reset) {
 		t.Fatalf("after the reset: %v", err)
 	}

@@ -3,11 +3,10 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
-
-var totalTokens = []string{"usage", "total_tokens"}
 
 func TestJSONUsage(t *testing.T) {
 	deep := strings.Repeat("[", 10_000) + strings.Repeat("]", 10_000)
@@ -53,6 +52,9 @@ func TestJSONUsage(t *testing.T) {
 	}
 }
 
+// totalTokens is the path OpenAI-style answers report their usage at.
+var totalTokens = []string{"usage", "total_tokens"}
+
 // sseEvents frames a stream fed in the given chunks.
 func sseEvents(chunks ...string) (events []string, dropped int) {
 	var f sseFramer
@@ -82,7 +84,7 @@ func TestSSEFramer(t *testing.T) {
 		{"overlong across lines", "data: " + long[:maxSSEEvent/2] + "\ndata: " + long[:maxSSEEvent/2] + "\n\ndata: ok\n\n", []string{"ok"}, 1},
 	} {
 		events, dropped := sseEvents(tc.stream)
-		if !equalStrings(events, tc.want) || dropped != tc.dropped {
+		if !slices.Equal(events, tc.want) || dropped != tc.dropped {
 			t.Errorf("%s: got %q dropped %d, want %q dropped %d", tc.name, events, dropped, tc.want, tc.dropped)
 		}
 		// The same events however the stream is cut into chunks.
@@ -95,23 +97,11 @@ func TestSSEFramer(t *testing.T) {
 				n := min(size, len(s))
 				chunks, s = append(chunks, s[:n]), s[n:]
 			}
-			if got, d := sseEvents(chunks...); !equalStrings(got, tc.want) || d != tc.dropped {
+			if got, d := sseEvents(chunks...); !slices.Equal(got, tc.want) || d != tc.dropped {
 				t.Errorf("%s in %d-byte chunks: got %q dropped %d", tc.name, size, got, d)
 			}
 		}
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // The framer's memory is bounded however long the stream's lines are.
@@ -179,7 +169,7 @@ func FuzzSSEFramer(f *testing.F) {
 		whole, wholeDropped := sseEvents(string(stream))
 		at := int(cut) % (len(stream) + 1)
 		split, splitDropped := sseEvents(string(stream[:at]), string(stream[at:]))
-		if !equalStrings(whole, split) || wholeDropped != splitDropped {
+		if !slices.Equal(whole, split) || wholeDropped != splitDropped {
 			t.Fatalf("cut at %d: %q (%d dropped), whole: %q (%d dropped)", at, split, splitDropped, whole, wholeDropped)
 		}
 		for _, e := range whole {
