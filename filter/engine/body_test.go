@@ -174,3 +174,38 @@ func TestBodyCallbackWithoutScanDoesNotAllocate(t *testing.T) {
 		t.Fatalf("%v allocs", n)
 	}
 }
+
+// The body callback of a stream no limit reads usage for, and the
+// parsers on a typical answer.
+func BenchmarkResponseBodyWithoutScan(b *testing.B) {
+	h := &Stream{}
+	for b.Loop() {
+		h.ResponseBody(16<<10, false)
+	}
+}
+
+func BenchmarkJSONUsage(b *testing.B) {
+	doc := []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("lorem ipsum ", 300) + `"}}],"usage":{"prompt_tokens":12,"completion_tokens":900,"total_tokens":912}}`)
+	b.SetBytes(int64(len(doc)))
+	for b.Loop() {
+		if n, _ := jsonUsage(doc, totalTokens); n != 912 {
+			b.Fatal(n)
+		}
+	}
+}
+
+func BenchmarkSSEFramer(b *testing.B) {
+	event := "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"delta\":{\"content\":\"lorem ipsum\"}}],\"usage\":null}\n\n"
+	chunk := []byte(strings.Repeat(event, 100))
+	var f sseFramer
+	n := 0
+	b.SetBytes(int64(len(chunk)))
+	for b.Loop() {
+		f.feed(chunk, func(data []byte) {
+			if _, fault := jsonUsage(data, totalTokens); fault == usageMissing {
+				n++
+			}
+		})
+	}
+}
