@@ -52,7 +52,12 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 // buffered (Pause is StopIterationAndBuffer here): a Continue would let
 // the request go upstream before it was decided.
 func (h *httpContext) OnHttpRequestBody(int, bool) types.Action {
-	return action(h.Stream.RequestBody())
+	return action(h.Stream.AfterRequestHeaders())
+}
+
+// OnHttpRequestTrailers holds the trailers of a held request likewise.
+func (h *httpContext) OnHttpRequestTrailers(int) types.Action {
+	return action(h.Stream.AfterRequestHeaders())
 }
 
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {

@@ -138,11 +138,12 @@ func (h *Stream) pause(v Verdict) Verdict {
 	return v
 }
 
-// RequestBody is a request body callback. A request the engine holds
-// keeps its body buffered in the proxy: as in Envoy, a Continue from a body
-// callback would resume a stream its headers callback paused, and send the
-// request upstream before its limits had decided it.
-func (h *Stream) RequestBody() Verdict {
+// AfterRequestHeaders is a request body or trailers callback. A request
+// the engine holds keeps its body and trailers buffered in the proxy: as
+// in Envoy, a Continue from either callback would resume a stream its
+// headers callback paused, and send the request upstream before its
+// limits had decided it.
+func (h *Stream) AfterRequestHeaders() Verdict {
 	if h.held {
 		return Pause
 	}

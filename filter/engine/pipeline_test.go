@@ -132,19 +132,19 @@ func TestRequestBodyIsHeldWhileTheRequestWaits(t *testing.T) {
 	fakes.Stream.Headers = [][2]string{{":method", "POST"}, {":path", "/"}, {":authority", "a"}}
 	first, second := &Stream{}, &Stream{}
 	p.Begin(first, 2)
-	if v := first.RequestHeaders(); v != Continue || first.RequestBody() != Continue {
+	if v := first.RequestHeaders(); v != Continue || first.AfterRequestHeaders() != Continue {
 		t.Fatal("an admitted request's body is held")
 	}
 	p.Begin(second, 3)
 	if v := second.RequestHeaders(); v != Pause {
 		t.Fatalf("second request: %v, want it delayed", v)
 	}
-	if v := second.RequestBody(); v != Pause {
+	if v := second.AfterRequestHeaders(); v != Pause {
 		t.Fatal("the body of a delayed request continued it")
 	}
 	fakes.Clock.Advance(time.Second)
 	p.Tick()
-	if len(fakes.Stream.Resumed) != 1 || second.RequestBody() != Continue {
+	if len(fakes.Stream.Resumed) != 1 || second.AfterRequestHeaders() != Continue {
 		t.Fatalf("resumed %v; the body is still held after the request was let go", fakes.Stream.Resumed)
 	}
 }
