@@ -239,14 +239,22 @@ func (b *upstreamBody) Next(context.Context) ([]byte, error) {
 	for {
 		n, err := b.r.Read(buf)
 		if err != nil {
-			_ = b.r.Close()
-			if b.done != nil {
-				b.done()
-			}
+			_ = b.Close()
 			return buf[:n], err
 		}
 		if n > 0 {
 			return buf[:n], nil
 		}
 	}
+}
+
+// Close drops the upstream response, as Envoy resets an upstream request
+// whose downstream stream ended first.
+func (b *upstreamBody) Close() error {
+	err := b.r.Close()
+	if b.done != nil {
+		b.done()
+		b.done = nil
+	}
+	return err
 }

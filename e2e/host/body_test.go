@@ -114,3 +114,31 @@ func TestStreamedBodyUpstreamResetEndsTheStream(t *testing.T) {
 		t.Fatalf("%d streams left parked", n)
 	}
 }
+
+// closingBody is a chanBody that records being closed.
+type closingBody struct {
+	chanBody
+	closed chan struct{}
+}
+
+func (c closingBody) Close() error { close(c.closed); return nil }
+
+// A local reply to a streamed response ends the stream before its body:
+// the upstream's body is closed, as Envoy resets the upstream request.
+func TestStreamedBodyClosedWhenTheStreamEndsFirst(t *testing.T) {
+	r, _ := newRT(t, "")
+	p := probePlugin(t, r, PluginConfig{Configuration: []byte("x")})
+	body := closingBody{make(chanBody), make(chan struct{})}
+	up := func(context.Context, *Request) (*Response, error) {
+		return &Response{Status: 200, BodyStream: body}, nil
+	}
+	resp, err := p.Serve(context.Background(), probeReq(0, "local-resp"), up)
+	if err != nil || resp.Status != 502 || resp.BodyStream != nil {
+		t.Fatalf("%v %+v, want the local 502", err, resp)
+	}
+	select {
+	case <-body.closed:
+	default:
+		t.Fatal("the upstream body was left open")
+	}
+}

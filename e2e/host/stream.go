@@ -55,7 +55,9 @@ type Response struct {
 
 // BodyStream is a response body that arrives in chunks. Next returns the
 // next chunk; io.EOF, possibly with a last chunk, ends the body; any other
-// error is a reset of the stream.
+// error is a reset of the stream. An upstream's BodyStream that is also an
+// io.Closer is closed when the stream ends before its body did (a local
+// reply, a reset, a failed VM), as Envoy resets the upstream request.
 type BodyStream interface {
 	Next(ctx context.Context) ([]byte, error)
 }
@@ -282,6 +284,7 @@ type streamRun struct {
 	fwd         []byte
 	headersSent bool
 	over        bool
+	upEnded     bool // upBody returned its end or an error
 
 	// What a turn leaves for Serve.
 	need streamNeed
@@ -443,6 +446,9 @@ func (sr *streamRun) end(resp *Response, err error) streamNeed {
 // onDelete) and forgets it.
 func (sr *streamRun) finish() streamNeed {
 	w, v, st := sr.w, sr.v, sr.st
+	if c, ok := sr.upBody.(io.Closer); ok && !sr.upEnded {
+		_ = c.Close()
+	}
 	if w.vm == v && !v.failed && !v.closed {
 		v.call(st.id, v.fnLog, uint64(st.id))
 		v.call(st.id, v.fnDone, uint64(st.id))
@@ -769,6 +775,7 @@ func (sr *streamRun) body() streamNeed {
 		chunk, err := sr.chunk, sr.chunkErr
 		sr.chunk, sr.chunkErr = nil, nil
 		eos = errors.Is(err, io.EOF)
+		sr.upEnded = err != nil
 		if err != nil && !eos {
 			return sr.end(nil, err)
 		}
