@@ -246,31 +246,53 @@ func (f *sseFramer) feed(chunk []byte, dispatch func(data []byte)) {
 		for j < len(chunk) && chunk[j] != '\n' && chunk[j] != '\r' {
 			j++
 		}
-		f.appendLine(chunk[i:j])
 		if j == len(chunk) {
-			return // the line goes on in the next chunk
+			f.keepLine(chunk[i:j]) // the line goes on in the next chunk
+			return
 		}
 		f.afterCR = chunk[j] == '\r'
+		f.endLine(f.completeLine(chunk[i:j]), dispatch)
 		i = j + 1
-		f.endLine(dispatch)
 	}
 }
 
-func (f *sseFramer) appendLine(b []byte) {
-	f.lineBytes += len(b)
+// fits counts n more bytes of the current line and tells whether the
+// event still fits the bound; past it, the event is dropped.
+func (f *sseFramer) fits(n int) bool {
+	f.lineBytes += n
 	if f.overlong {
-		return
+		return false
 	}
-	if len(f.line)+len(f.data)+len(b) > maxSSEEvent {
+	if len(f.line)+len(f.data)+n > maxSSEEvent {
 		f.overlong = true
 		f.line, f.data = f.line[:0], f.data[:0]
-		return
+		return false
 	}
-	f.line = append(f.line, b...)
+	return true
 }
 
-func (f *sseFramer) endLine(dispatch func(data []byte)) {
-	line, empty := f.line, f.lineBytes == 0
+// keepLine keeps the start of a line the chunk ends in the middle of.
+func (f *sseFramer) keepLine(b []byte) {
+	if f.fits(len(b)) {
+		f.line = append(f.line, b...)
+	}
+}
+
+// completeLine is the line b ends: b itself when the whole line is in
+// this chunk, which is the usual case and needs no copy.
+func (f *sseFramer) completeLine(b []byte) []byte {
+	if !f.fits(len(b)) {
+		return nil
+	}
+	if len(f.line) == 0 {
+		return b
+	}
+	f.line = append(f.line, b...)
+	return f.line
+}
+
+func (f *sseFramer) endLine(line []byte, dispatch func(data []byte)) {
+	empty := f.lineBytes == 0
 	f.line, f.lineBytes = f.line[:0], 0
 	if f.overlong {
 		if empty {
@@ -280,7 +302,7 @@ func (f *sseFramer) endLine(dispatch func(data []byte)) {
 		}
 		return
 	}
-	if len(line) == 0 {
+	if empty {
 		if f.hasData {
 			dispatch(f.data)
 		}
