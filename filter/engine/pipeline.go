@@ -436,8 +436,10 @@ func (h *Stream) respond() {
 }
 
 // Done is the end of the stream: whatever it waits for or holds is given
-// back, and an admitted request's outcome goes to its breakers. A stream
-// that holds nothing costs the adapter no call: this inlines.
+// back, and an admitted request's outcome goes to its breakers, and a
+// body still owed a charge is charged. A stream that holds nothing costs
+// only the checks. (It is over the compiler's inlining budget, as it was
+// before the body check: cost 96 and 90 of 80.)
 func (h *Stream) Done() {
 	if h.waitingFor != waitNone || len(h.remote) > 0 || len(h.cc) > 0 || len(h.tickets) > 0 || h.body.mode != bodyOff {
 		h.release()
