@@ -2,6 +2,8 @@ package e2e_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -123,6 +125,10 @@ func (w *wasmHarness) Start(t testing.TB, req filtertest.Request) (filtertest.Fl
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+		if req.UpstreamBody != nil {
+			body := chunkedBody(req.UpstreamBody)
+			return &host.Response{Status: status, Headers: req.UpstreamResponseHeaders, BodyStream: &body}, nil
+		}
 		hs := append([][2]string{{"content-type", "text/plain"}}, req.UpstreamResponseHeaders...)
 		return &host.Response{Status: status, Headers: hs, Body: []byte("ok")}, nil
 	}
@@ -170,10 +176,37 @@ func (f *wasmFlight) response(t testing.TB, out served) filtertest.Response {
 		Body:    out.resp.Body,
 		Waited:  f.w.clock().Sub(f.start),
 	}
+	if bs := out.resp.BodyStream; bs != nil {
+		for {
+			b, err := bs.Next(context.Background())
+			resp.Body = append(resp.Body, b...)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("body: %v", err)
+			}
+		}
+	}
 	if !out.resp.Local {
 		resp.UpstreamHeaders = f.upstreamHeaders
 	}
 	return resp
+}
+
+// chunkedBody is an upstream body sent in the given chunks.
+type chunkedBody []string
+
+func (c *chunkedBody) Next(context.Context) ([]byte, error) {
+	if len(*c) == 0 {
+		return nil, io.EOF
+	}
+	b := (*c)[0]
+	*c = (*c)[1:]
+	if len(*c) == 0 {
+		return []byte(b), io.EOF
+	}
+	return []byte(b), nil
 }
 
 func (w *wasmHarness) Tick(testing.TB) {

@@ -96,6 +96,19 @@ func (proxyStream) ResponseHeader(name string) (string, bool) {
 	return v, err == nil
 }
 
+// ResponseBody reads the body the current proxy_on_response_body was
+// given; like every value here it lives until the callback returns.
+func (proxyStream) ResponseBody(size int) []byte {
+	if size <= 0 {
+		return nil
+	}
+	b, err := proxywasm.GetHttpResponseBody(0, size)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
 // ReplaceRequestHeader sets a request header before the request goes
 // upstream (deadline propagation, upstream_headers_when_limited).
 func (proxyStream) ReplaceRequestHeader(name, value string) error {

@@ -894,15 +894,20 @@ func (l *listener) router(ctx context.Context, req *host.Request) (*host.Respons
 		return nil, &host.UpstreamError{Status: rt.NotFoundStatus, Details: "cluster_not_found", Body: []byte{}}
 	}
 	hs := req.Headers
-	uctx := ctx
+	uctx, cancel := ctx, context.CancelFunc(func() {})
 	if rt.Timeout > 0 {
-		var cancel context.CancelFunc
+		// The route timeout covers the whole response, a streamed body
+		// included, so it is cancelled only when the body has ended.
 		uctx, cancel = context.WithTimeout(ctx, rt.Timeout)
-		defer cancel()
 		hs = append(hs[:len(hs):len(hs)], [2]string{"x-envoy-expected-rq-timeout-ms", strconv.FormatInt(rt.Timeout.Milliseconds(), 10)})
 	}
 	start := time.Now()
-	resp, err := c.roundTrip(uctx, hs, req.Body)
+	resp, err := c.roundTrip(uctx, hs, req.Body, true)
+	if ub, ok := respBodyStream(resp); ok {
+		ub.done = cancel
+	} else {
+		defer cancel()
+	}
 	if err != nil {
 		var ce *errConnect
 		switch {
@@ -923,6 +928,15 @@ func (l *listener) router(ctx context.Context, req *host.Request) (*host.Respons
 	resp.Headers = append(resp.Headers, [2]string{"x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10)})
 	resp.Details = "via_upstream"
 	return resp, nil
+}
+
+// respBodyStream is resp's streamed upstream body, if it has one.
+func respBodyStream(resp *host.Response) (*upstreamBody, bool) {
+	if resp == nil {
+		return nil, false
+	}
+	ub, ok := resp.BodyStream.(*upstreamBody)
+	return ub, ok
 }
 
 func localReply(status int, details string, body []byte) *host.Response {
@@ -962,12 +976,44 @@ func writeResponse(w http.ResponseWriter, r *http.Request, resp *host.Response) 
 	switch {
 	case r.Method == http.MethodHead && upstreamLength != "":
 		h.Set("Content-Length", upstreamLength)
-	case bodyAllowed:
+	case bodyAllowed && resp.BodyStream == nil:
 		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	}
 	w.WriteHeader(status)
+	if resp.BodyStream != nil {
+		writeStreamed(w, r, resp.BodyStream)
+		return
+	}
 	if bodyAllowed && r.Method != http.MethodHead {
 		_, _ = w.Write(resp.Body)
+	}
+}
+
+// writeStreamed sends a streamed body chunk by chunk, flushing each, as
+// Envoy sends each data frame the filters let through. The stream is
+// read to its end even when the client has gone, so the filters see the
+// stream end; a reset (any error but io.EOF) drops the connection.
+func writeStreamed(w http.ResponseWriter, r *http.Request, body host.BodyStream) {
+	flusher, _ := w.(http.Flusher)
+	if flusher != nil {
+		flusher.Flush() // the headers go now, ahead of the first chunk
+	}
+	gone := false
+	for {
+		b, err := body.Next(r.Context())
+		if len(b) > 0 && !gone {
+			if _, werr := w.Write(b); werr != nil {
+				gone = true
+			} else if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			panic(http.ErrAbortHandler)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -145,7 +146,8 @@ func (c *Config) wireLimit(l *Limit) wireLimit {
 	if rc := l.CostFromResponse; rc != nil {
 		// cost is implied (one unit at admission) and may not be written.
 		w.Cost = nil
-		w.CostFromResponse = &wireResponseCost{Header: rc.Header, Default: rc.Default}
+		w.CostFromResponse = &wireResponseCost{Header: rc.Header, JSON: strings.Join(rc.JSON, "."),
+			Default: rc.Default, MaxBodyBytes: rc.MaxBodyBytes}
 	}
 	for _, k := range l.Key {
 		w.Key = append(w.Key, k.String())
@@ -314,8 +316,10 @@ type wireCost struct {
 }
 
 type wireResponseCost struct {
-	Header  string `json:"header"`
-	Default int64  `json:"default"`
+	Header       string `json:"header,omitempty"`
+	JSON         string `json:"json,omitempty"`
+	Default      int64  `json:"default"`
+	MaxBodyBytes int64  `json:"max_body_bytes,omitempty"`
 }
 
 type wireOnLimit struct {

@@ -405,9 +405,10 @@ func (p *parser) cost(o *object, l *Limit) (path string, at int) {
 	return path, at
 }
 
-// costFromResponse reads cost_from_response: {header, default}.
+// costFromResponse reads cost_from_response: {header | json, default,
+// max_body_bytes}.
 func (p *parser) costFromResponse(o *object, l *Limit) {
-	c := o.child("cost_from_response", "header", "default")
+	c := o.child("cost_from_response", "header", "json", "default", "max_body_bytes")
 	if c == nil {
 		return
 	}
@@ -418,11 +419,32 @@ func (p *parser) costFromResponse(o *object, l *Limit) {
 		} else {
 			c.errorf("header", "invalid header name %q", s)
 		}
-	} else if !c.has("header") {
-		c.errorf("header", "required")
+	}
+	if s, ok := c.str("json"); ok {
+		if path, valid := usagePath(s); valid {
+			rc.JSON = path
+		} else {
+			c.errorf("json", "invalid path %q: member names joined with dots, none empty", s)
+		}
+	}
+	switch {
+	case c.has("header") && c.has("json"):
+		c.errorf("json", "cannot be combined with header: the cost is read from one place")
+	case !c.has("header") && !c.has("json"):
+		c.errorf("header", "required, or json")
 	}
 	if n, ok := c.integer("default", 1, maxCount); ok {
 		rc.Default = n
+	}
+	if c.has("max_body_bytes") {
+		if !c.has("json") {
+			c.errorf("max_body_bytes", "only valid with json")
+		}
+		if n, ok := c.integer("max_body_bytes", 1, MaxResponseBodyBytes); ok {
+			rc.MaxBodyBytes = n
+		}
+	} else if c.has("json") {
+		rc.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	l.CostFromResponse = rc
 	switch {
@@ -431,6 +453,17 @@ func (p *parser) costFromResponse(o *object, l *Limit) {
 	case l.Algorithm != TokenBucket:
 		o.errorf("cost_from_response", `only valid with algorithm "token_bucket": a window cannot carry the debt a response's cost can leave`)
 	}
+}
+
+// usagePath splits a dotted path into its member names.
+func usagePath(s string) ([]string, bool) {
+	path := strings.Split(s, ".")
+	for _, name := range path {
+		if name == "" {
+			return nil, false
+		}
+	}
+	return path, true
 }
 
 // maxCost is the largest cost one request of l can take at admission.

@@ -36,6 +36,8 @@ const (
 	// Continue lets the request go on to the upstream.
 	Continue Verdict = iota
 	// Pause holds it: the engine has answered it, or resumes it later.
+	// From a body callback it asks the host to buffer the body and call
+	// again with everything so far (StopIterationAndBuffer).
 	Pause
 )
 
@@ -54,6 +56,9 @@ type Stream struct {
 	// localReply is set once this filter has answered the request itself,
 	// so the response phase neither decorates nor reports it.
 	localReply bool
+	// held is set while the request is paused for the engine to decide
+	// or resume it (a delay, a lookup, a remote decision).
+	held bool
 
 	// trace, when set, receives an account of the request's decisions
 	// (trace.go); nil on every stream the filter serves.
@@ -102,8 +107,11 @@ type Stream struct {
 	cc    []ccHold
 	ccBuf [2]ccHold
 	// charges are the cost_from_response limits that admitted the request,
-	// charged from the response headers (cost.go).
+	// charged from the response headers (cost.go), or at the end of the
+	// body (body.go).
 	charges []pendingCharge
+	// body is the scan of a response body some charge reads usage from.
+	body bodyScan
 	// ext is this request's lookup of the external limit (external.go).
 	ext external.Request
 	// roll are the request's rollout draws by limit index, drawn once
@@ -140,10 +148,23 @@ func (h *Stream) RequestHeaders() Verdict {
 // keep what it read of the request, which it needs again in the callback
 // that resumes it.
 func (h *Stream) pause(v Verdict) Verdict {
-	if v == Pause && !h.localReply && !h.done {
+	h.held = v == Pause && !h.localReply && !h.done
+	if h.held {
 		h.info.retain()
 	}
 	return v
+}
+
+// AfterRequestHeaders is a request body or trailers callback. A request
+// the engine holds keeps its body and trailers buffered in the proxy: as
+// in Envoy, a Continue from either callback would resume a stream its
+// headers callback paused, and send the request upstream before its
+// limits had decided it.
+func (h *Stream) AfterRequestHeaders() Verdict {
+	if h.held {
+		return Pause
+	}
+	return Continue
 }
 
 // evaluate runs the request path at now. It runs again after a delay or a
@@ -402,6 +423,7 @@ func (p *Plugin) resume(h *Stream, now time.Time, afterRemote bool) {
 	}
 	h.pause(v)
 	if v == Continue && h.applyDeadline(now) {
+		h.held = false
 		if err := p.host.Stream.Resume(); err != nil {
 			p.log.Warnf("sluice: resuming a request: %v", err)
 		}
@@ -455,10 +477,12 @@ func (h *Stream) respond() {
 }
 
 // Done is the end of the stream: whatever it waits for or holds is given
-// back, and an admitted request's outcome goes to its breakers. A stream
-// that holds nothing costs the adapter no call: this inlines.
+// back, and an admitted request's outcome goes to its breakers, and a
+// body still owed a charge is charged. A stream that holds nothing costs
+// only the checks. (It is over the compiler's inlining budget, as it was
+// before the body check: cost 96 and 90 of 80.)
 func (h *Stream) Done() {
-	if h.waitingFor != waitNone || len(h.remote) > 0 || len(h.cc) > 0 || len(h.tickets) > 0 {
+	if h.waitingFor != waitNone || len(h.remote) > 0 || len(h.cc) > 0 || len(h.tickets) > 0 || h.body.mode != bodyOff {
 		h.release()
 	}
 	// Replies to calls of this stream still to come are ignored from now.
@@ -482,6 +506,11 @@ func (h *Stream) release() {
 	}
 	if len(h.tickets) > 0 {
 		h.reportBreakers()
+	}
+	if h.body.mode != bodyOff {
+		// The stream ended before its body did (a reset, or no body at
+		// all): charge what it reported so far, or default.
+		h.chargeBody(p.host.Clock())
 	}
 }
 

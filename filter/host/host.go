@@ -54,6 +54,10 @@ type Stream interface {
 	ResponseHeaders() [][2]string
 	// ResponseHeader returns one response header's first value.
 	ResponseHeader(name string) (string, bool)
+	// ResponseBody returns the first size bytes of the response body the
+	// current body callback was given: the chunk, or everything buffered
+	// so far when the filter asked the host to buffer.
+	ResponseBody(size int) []byte
 	// ReplaceResponseHeader sets a response header, replacing any value.
 	ReplaceResponseHeader(name, value string) error
 	// ReplaceRequestHeader sets a request header before the request goes

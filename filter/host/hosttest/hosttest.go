@@ -65,13 +65,16 @@ type Stream struct {
 	Headers           [][2]string
 	Properties        map[string]string
 	ResponseHeaderMap [][2]string
+	// ResponseBodyBytes is what the current body callback may read.
+	ResponseBodyBytes []byte
 	Current           uint32
 	Gone              map[uint32]bool
 	Replies           []Reply
 	Resumed           []uint32
 	// Reads counts request header and property reads, ResponseReads
-	// response header reads: each is one hostcall in the adapter.
-	Reads, ResponseReads int
+	// response header reads, BodyReads body reads: each is one hostcall
+	// in the adapter.
+	Reads, ResponseReads, BodyReads int
 	// RouteClears counts ClearRouteCache calls; RouteClearedAt is
 	// Headers as the last one saw them.
 	RouteClears    int
@@ -105,6 +108,12 @@ func (s *Stream) Property(path []string) string {
 }
 
 func (s *Stream) ResponseHeaders() [][2]string { s.ResponseReads++; return s.ResponseHeaderMap }
+
+// ResponseBody returns the start of ResponseBodyBytes and counts the read.
+func (s *Stream) ResponseBody(size int) []byte {
+	s.BodyReads++
+	return s.ResponseBodyBytes[:min(size, len(s.ResponseBodyBytes))]
+}
 
 func (s *Stream) ResponseHeader(name string) (string, bool) {
 	s.ResponseReads++
