@@ -249,6 +249,7 @@ func TestTableFloodNeverOverAdmitsModel(t *testing.T) {
 		{Rate: 5, Period: time.Second, Burst: 2},
 		{Algorithm: FixedWindow, Rate: 5, Period: time.Second},
 		{Algorithm: SlidingWindow, Rate: 5, Period: time.Second},
+		{Algorithm: SlidingLog, Rate: 5, Period: time.Second},
 	} {
 		for seed := int64(1); seed <= 6; seed++ {
 			t.Run(fmt.Sprintf("%v/seed=%d", l.Algorithm, seed), func(t *testing.T) {
