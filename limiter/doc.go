@@ -146,8 +146,16 @@
 // of L units at ⌈now⌉. Charge adds min(n, L) units at ⌈now⌉ and keeps the
 // newest L; Merge keeps the newest L units of both logs, which at every
 // later instant holds at least as many as either. Burst is a config
-// error. Unlike the other algorithms a decision allocates (the new log,
-// one string, which keeps State comparable and a decision's input intact).
+// error. Limit.Decide on a log allocates the new log (one string, which
+// keeps State comparable and a decision's input intact); a Table's
+// AllowN and Charge build it in a buffer the table reuses and decide from
+// the scan its read of the slot made, so a decision near the limit costs
+// one pass over the log and no allocation (the lifecycle benchmark's
+// "sliding log at limit 100" case).
+//
+// A decoded log shares the bytes the store returned (DecodeState checks
+// only its length; its order and counts are checked with the Limit, in
+// the pass that finds the live entries).
 //
 // For both windows, if the state's window is later than now's window (the
 // clock went back), the decision is evaluated at the start of the state's
@@ -164,8 +172,8 @@
 //	token_bucket   13 bytes: hdr, At int64 (TAT ns), N uint32 (TAT remainder, < L)
 //	fixed_window   13 bytes: hdr, At int64 (window ≥ 0), N uint32 (≤ L)
 //	sliding_window 16 bytes: hdr, At int56 (window ≥ 0), N uint32 (≤ L), Prev uint32 (≤ L)
-//	sliding_log    1 + 8k bytes (k ≤ L ≤ 1,000, so at most 8,001): hdr, k entries
-//	               uint64 µs<<10 | units (1..1,000), strictly increasing in time
+//	sliding_log    1 + 8k bytes (k ≤ 1,000, so at most 8,001): hdr, k entries
+//	               uint64 µs<<10 | units, strictly increasing in time, at most L live units
 //
 // DecodeState rejects bad length, unknown version or algorithm and negative
 // windows (ErrMalformed); Limit.DecodeState additionally rejects states this

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 // The sliding log keeps the admission times themselves, so that it can
@@ -30,12 +31,18 @@ const (
 	nanosPerMicro = uint64(time.Microsecond)
 )
 
+// logEntry is entry i of a log: one 8-byte load through a read-only
+// view of the string's bytes, not eight byte loads (a log of 100 entries
+// is read several times per decision).
 func logEntry(log string, i int) uint64 {
-	var e uint64
-	for j := logEntryLen - 1; j >= 0; j-- {
-		e = e<<8 | uint64(log[i*logEntryLen+j])
-	}
-	return e
+	return binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(log[i*logEntryLen:]), logEntryLen))
+}
+
+// oneEntry is the 8-byte encoding of an entry, for concatenation.
+func oneEntry(at, n uint64) [logEntryLen]byte {
+	var b [logEntryLen]byte
+	binary.LittleEndian.PutUint64(b[:], at<<logCountBits|n)
+	return b
 }
 
 func appendLogEntry(b *strings.Builder, at, n uint64) {
@@ -73,25 +80,33 @@ func (l Limit) scanLog(log string, now int64) (live string, used uint64, ok bool
 		return "", 0, false
 	}
 	_, floor, ceil := logClock(now)
-	p := l.periodMicros()
-	start, last := 0, uint64(0)
-	for i := 0; i < len(log)/logEntryLen; i++ {
-		e := logEntry(log, i)
-		at, n := e>>logCountBits, e&logCountMask
-		if n == 0 || (i > 0 && at <= last) {
+	// An entry below this (time and count together, as stored) has left
+	// the window: its time plus Period is at most floor.
+	expired := uint64(0)
+	if p := l.periodMicros(); floor >= p {
+		expired = (floor - p + 1) << logCountBits
+	}
+	// One pass, over the bytes in place: this runs on every decision of
+	// a log that may hold a thousand entries.
+	b := unsafe.Slice(unsafe.StringData(log), len(log))
+	start, prev := 0, uint64(0)
+	for off := 0; off+logEntryLen <= len(b); off += logEntryLen {
+		e := binary.LittleEndian.Uint64(b[off:])
+		if e&logCountMask == 0 || (off > 0 && e>>logCountBits <= prev>>logCountBits) {
 			return "", 0, false
 		}
-		last = at
-		if at+p <= floor {
-			start, used = i+1, 0
+		prev = e
+		if e < expired {
+			start, used = off+logEntryLen, 0
 			continue
 		}
-		used += n
+		used += e & logCountMask
 	}
+	last := prev >> logCountBits
 	if used > uint64(l.Rate) || last > ceil+logTolerance {
 		return "", 0, false
 	}
-	return log[start*logEntryLen:], used, true
+	return log[start:], used, true
 }
 
 // liveLog is scanLog with an impossible log replaced by Empty's.
@@ -117,12 +132,7 @@ func (l Limit) emptyLog(now int64) string {
 // leave a log oldest first, so at every later instant the result holds
 // min(most, units of both), never fewer than either.
 func mergeLogs(a, b string, most uint64) string {
-	total := uint64(0)
-	for _, log := range [2]string{a, b} {
-		for i := 0; i < len(log)/logEntryLen; i++ {
-			total += logEntry(log, i) & logCountMask
-		}
-	}
+	total := logUnits(a) + logUnits(b)
 	drop := total - min(total, most)
 	var out strings.Builder
 	out.Grow(len(a) + len(b))
@@ -152,15 +162,47 @@ func mergeLogs(a, b string, most uint64) string {
 	return out.String()
 }
 
-// addToLog records n units at now (its microsecond rounded up), keeping
-// the newest Rate units.
-func (l Limit) addToLog(live string, now int64, n uint64) string {
+// addToLog records n units at now (its microsecond rounded up) in a live
+// log holding used units, keeping the newest Rate units. A clock that
+// moved forward only appends, or adds to the newest entry: one copy, no
+// pass over the log. With into, that copy is built in *into and the
+// string shares its bytes, which the caller must not change while it
+// uses the log: a Table's decision then allocates nothing, where a new
+// string per admission (up to 8 KB) would make the guest's garbage
+// collector the largest cost of a decision.
+func (l Limit) addToLog(live string, used uint64, now int64, n uint64, into *[]byte) string {
 	_, _, ceil := logClock(now)
-	var one [logEntryLen]byte
-	binary.LittleEndian.PutUint64(one[:], ceil<<logCountBits|min(n, uint64(l.Rate)))
+	n = min(n, uint64(l.Rate))
+	if k := len(live) / logEntryLen; used+n <= uint64(l.Rate) {
+		keep, e := live, oneEntry(ceil, n)
+		if k > 0 {
+			switch last := logEntry(live, k-1); {
+			case last>>logCountBits == ceil:
+				keep, e = live[:len(live)-logEntryLen], oneEntry(ceil, last&logCountMask+n)
+			case last>>logCountBits > ceil:
+				// The clock went back: the entry goes before newer ones.
+				return mergeLogs(live, string(e[:]), uint64(l.Rate))
+			}
+		}
+		if into == nil {
+			return keep + string(e[:])
+		}
+		*into = append(append((*into)[:0], keep...), e[:]...)
+		return unsafe.String(unsafe.SliceData(*into), len(*into))
+	}
+	e := oneEntry(ceil, n)
 	// mergeLogs only reads its arguments, so this conversion stays on the
-	// stack: an admission costs one allocation, the new log.
-	return mergeLogs(live, string(one[:]), uint64(l.Rate))
+	// stack.
+	return mergeLogs(live, string(e[:]), uint64(l.Rate))
+}
+
+// logUnits is the units in a log.
+func logUnits(log string) uint64 {
+	total := uint64(0)
+	for i := 0; i < len(log)/logEntryLen; i++ {
+		total += logEntry(log, i) & logCountMask
+	}
+	return total
 }
 
 // logUntil is how long from now until the entry at index i of a live log
@@ -184,12 +226,19 @@ func (l Limit) logReset(live string, now int64) time.Duration {
 // RetryAfter is when enough of the oldest entries have left for n to fit.
 func (l Limit) decideLog(st State, now int64, n int64) (State, Result) {
 	live, used := l.liveLog(st.Log, now)
+	return l.decideScannedLog(st, live, used, now, n, nil)
+}
+
+// decideScannedLog is decideLog on st's live log and units as liveLog
+// found them at now, building an admission's log in into if not nil (see
+// addToLog).
+func (l Limit) decideScannedLog(st State, live string, used uint64, now int64, n int64, into *[]byte) (State, Result) {
 	limit := uint64(l.Rate)
 	res := Result{Limit: l.Rate, Period: l.Period}
 	reason, ok := l.costReason(n)
 	if ok {
 		if used+uint64(n) <= limit {
-			next := l.addToLog(live, now, uint64(n))
+			next := l.addToLog(live, used, now, uint64(n), into)
 			res.Allowed, res.Reason = true, ReasonAllowed
 			res.Remaining = int64(limit - used - uint64(n))
 			res.ResetAfter = l.logReset(next, now)
@@ -213,6 +262,6 @@ func (l Limit) decideLog(st State, now int64, n int64) (State, Result) {
 // Rate units: a log cannot carry debt, so it fills up and forgets the
 // excess as its entries leave the window.
 func (l Limit) chargeLog(st State, now int64, n int64) State {
-	live, _ := l.liveLog(st.Log, now)
-	return State{Log: l.addToLog(live, now, uint64(n))}
+	live, used := l.liveLog(st.Log, now)
+	return State{Log: l.addToLog(live, used, now, uint64(n), nil)}
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/limiter/store"
 )
 
 func TestSlidingLogSteps(t *testing.T) {
@@ -159,10 +161,10 @@ func TestSlidingLogDecodeRejects(t *testing.T) {
 		want error
 	}{
 		{"partial entry", entries(entry(us, 1))[:5], ErrMalformed},
-		{"zero count", entries(entry(us, 0)), ErrMalformed},
-		{"count above the cap", entries(entry(us, MaxLogLimit+1)), ErrMalformed},
-		{"out of order", entries(entry(us, 1), entry(us-1, 1)), ErrMalformed},
-		{"repeated microsecond", entries(entry(us, 1), entry(us, 1)), ErrMalformed},
+		{"zero count", entries(entry(us, 0)), ErrImpossible},
+		{"count above the cap", entries(entry(us, MaxLogLimit+1)), ErrImpossible},
+		{"out of order", entries(entry(us, 1), entry(us-1, 1)), ErrImpossible},
+		{"repeated microsecond", entries(entry(us, 1), entry(us, 1)), ErrImpossible},
 		{"too many entries", entries(make([]uint64, MaxLogLimit+1)...), ErrMalformed},
 		{"more units than the limit", entries(entry(us-10, 2), entry(us, 2)), ErrImpossible},
 		{"beyond the clock tolerance", entries(entry(us+logTolerance+1, 1)), ErrImpossible},
@@ -204,6 +206,83 @@ func TestSlidingLogHostileStates(t *testing.T) {
 			}
 			l.Merge(st, next, now)
 			l.Idle(st, now)
+		}
+	}
+}
+
+// arenaStore hands out values the way the wasm bridge does: copied into
+// one buffer, bumped per read and started over at every callback (reset),
+// so a later callback sees its values at the addresses of earlier ones.
+type arenaStore struct {
+	*store.Memory
+	arena []byte
+	used  int
+}
+
+func (a *arenaStore) Get(key string) ([]byte, uint32, error) {
+	v, cas, err := a.Memory.Get(key)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := a.arena[a.used : a.used+len(v) : a.used+len(v)]
+	copy(out, v)
+	a.used += len(v)
+	return out, cas, nil
+}
+
+func (a *arenaStore) reset() { a.used = 0 }
+
+// A log shares the bytes the store handed out, and the table reuses the
+// scan its read made: neither may carry over to a later callback whose
+// log lands at the same address with the same length at the same instant.
+// Without the table forgetting its scans at each read, b would be decided
+// with a's three units.
+func TestTableLogSurvivesReusedReadMemory(t *testing.T) {
+	l := Limit{Algorithm: SlidingLog, Rate: 4, Period: time.Second}
+	s := &arenaStore{Memory: store.NewMemory(), arena: make([]byte, 1<<16)}
+	tab := newTable(t, s, l, TableConfig{Slots: 64, Ways: 1})
+	pure := map[string]State{}
+	for i, op := range []struct {
+		key  string
+		at   time.Duration
+		cost int64
+	}{
+		{"a", 0, 3}, {"b", 0, 1}, // one entry each: logs of the same length
+		{"a", 500 * ms, 1}, {"b", 500 * ms, 3}, // the same instant, the same address
+		{"a", 700 * ms, 1}, {"b", 700 * ms, 1},
+	} {
+		s.reset()
+		got, err := tab.AllowN(op.key, t0+int64(op.at), op.cost)
+		var want Result
+		pure[op.key], want = l.Decide(pure[op.key], t0+int64(op.at), op.cost)
+		if err != nil || got != want {
+			t.Fatalf("step %d (%s): table %+v (%v), pure %+v", i, op.key, got, err, want)
+		}
+	}
+}
+
+// A table's decision on a log builds the new log in a buffer it reuses:
+// an admission allocates no more than the sliding window's (the in-memory
+// store's two copies), where a new string per admission made the guest's
+// garbage collector the largest cost of a decision.
+func TestTableLogAdmissionAllocates(t *testing.T) {
+	for _, l := range []Limit{
+		{Algorithm: SlidingWindow, Rate: 100, Period: time.Second},
+		{Algorithm: SlidingLog, Rate: 100, Period: time.Second},
+	} {
+		tab := newTable(t, store.NewMemory(), l, TableConfig{Slots: 64})
+		now := t0
+		step := func() {
+			now += int64(10500 * time.Microsecond)
+			if r, err := tab.AllowN("k", now, 1); err != nil || !r.Allowed {
+				t.Fatalf("%v: %+v %v", l.Algorithm, r, err)
+			}
+		}
+		for range 200 { // 95 entries in the log from here on
+			step()
+		}
+		if a := testing.AllocsPerRun(500, step); a > 2 {
+			t.Errorf("%v: AllowN %v allocs/op, want the store's 2", l.Algorithm, a)
 		}
 	}
 }
