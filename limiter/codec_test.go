@@ -147,6 +147,13 @@ func FuzzDecodeState(f *testing.F) {
 		f.Add(l.AppendState(nil, l.Empty(t0)), int64(time.Second), int64(2))
 	}
 	f.Add([]byte{0x11, 0xff}, int64(-1), int64(math.MaxInt64))
+	// A log of several entries, some about to leave the window.
+	logLimit := codecLimits[3]
+	var st State
+	for i := range 6 {
+		st, _ = logLimit.Decide(st, t0-int64(time.Second)+int64(i)*int64(300*ms), 1+int64(i%2))
+	}
+	f.Add(logLimit.AppendState(nil, st), int64(0), int64(2))
 	f.Fuzz(func(t *testing.T, b []byte, offset int64, n int64) {
 		now := t0 + offset%int64(24*time.Hour)
 		alg, raw, rawErr := DecodeState(b)

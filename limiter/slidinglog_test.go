@@ -286,3 +286,51 @@ func TestTableLogAdmissionAllocates(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSlidingLog feeds arbitrary bytes as a log to every operation on it:
+// none may panic, every log they leave is one the codec accepts, a
+// decision never admits beyond the units the log leaves free, and a merge
+// is at least as used as either side, now and a window later.
+func FuzzSlidingLog(f *testing.F) {
+	l := Limit{Algorithm: SlidingLog, Rate: 5, Period: time.Second}
+	var st State
+	for i := range 4 {
+		st, _ = l.Decide(st, t0+int64(i)*int64(400*ms), 1+int64(i%2))
+	}
+	f.Add([]byte(st.Log), []byte(l.Empty(t0).Log), int64(0), int64(2))
+	f.Fuzz(func(t *testing.T, a, b []byte, offset, n int64) {
+		now := t0 + offset%int64(time.Hour)
+		sa, sb := State{Log: string(a)}, State{Log: string(b)}
+		_, used, ok := l.scanLog(sa.Log, now)
+		if !ok {
+			used = uint64(l.Rate)
+		}
+		next, r := l.Decide(sa, now, n)
+		if r.Allowed && (n < 1 || uint64(n) > uint64(l.Rate)-used) {
+			t.Fatalf("admitted %d with %d of %d used", n, used, l.Rate)
+		}
+		if r.Remaining < 0 || r.Remaining > l.Rate || (!r.Allowed && next != sa) {
+			t.Fatalf("result %+v", r)
+		}
+		charged, _ := l.Charge(sa, now, max(n, 1))
+		merged := l.Merge(sa, sb, now)
+		left := []State{charged, merged}
+		if r.Allowed {
+			left = append(left, next) // a denial leaves the input as it was
+		}
+		for _, s := range left {
+			if err := l.CheckState(SlidingLog, s, now); err != nil {
+				t.Fatalf("left %x: %v", s.Log, err)
+			}
+		}
+		for _, at := range []int64{now, now + int64(l.Period)/2} {
+			_, rm := l.Decide(merged, at, 0)
+			for _, s := range []State{sa, sb} {
+				if _, rs := l.Decide(s, at, 0); rm.Remaining > rs.Remaining {
+					t.Fatalf("merge leaves %d at +%v, a side %d", rm.Remaining, time.Duration(at-now), rs.Remaining)
+				}
+			}
+		}
+		l.Idle(sa, now)
+	})
+}
