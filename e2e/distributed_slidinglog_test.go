@@ -5,17 +5,17 @@ import (
 	"testing"
 )
 
+// globalLog is the limit TestDistributedSlidingLog shares: an hour's
+// window, so nothing leaves the log during the test.
+const globalLog = `{"name":"log","key":["header:x-key"],"limit":40,"window":"1h","algorithm":"sliding_log","mode":"global","failure_policy":"deny"}`
+
 // TestDistributedSlidingLog runs a global sliding_log on 3 instances of
 // our host against one real Redis: a concurrent burst admits exactly the
 // limit, and the sorted set holds one member per admitted request.
 func TestDistributedSlidingLog(t *testing.T) {
 	forBothProtocols(t, func(t *testing.T, p distProtocol) {
 		be := startDistBackend(t, p)
-		// An hour's window: nothing leaves the log during the test.
-		cfg := `{"limits":[{"name":"log","key":["header:x-key"],"limit":40,"window":"1h","algorithm":"sliding_log",
-		  "mode":"global","failure_policy":"deny"}],` + be.backendBlock(`"timeout":"500ms","retries":1`) + `}`
-		insts := startDistInstances(t, 3, cfg, be.addr)
-
+		insts := startDistInstances(t, 3, `{"limits":[`+globalLog+`],`+be.backendBlock(`"timeout":"500ms","retries":1`)+`}`, be.addr)
 		ta := burst(t, insts, "/", uniqueKey("log"), 120)
 		checkStrictBurst(t, ta, 40, 120, sumMetric(insts, "sluice.backend.errors.timeout"))
 		ctx := context.Background()
