@@ -30,7 +30,8 @@ func pureDrain(l Limit, st State, now int64) int {
 // table. The key must get exactly what its own bucket has left, not the
 // drained state of whoever took its slot over.
 func TestTableActiveKeyKeepsStateUnderFlood(t *testing.T) {
-	for _, l := range []Limit{perMinute5, {Algorithm: FixedWindow, Rate: 5, Period: time.Minute}, {Algorithm: SlidingWindow, Rate: 5, Period: time.Minute}} {
+	for _, l := range []Limit{perMinute5, {Algorithm: FixedWindow, Rate: 5, Period: time.Minute}, {Algorithm: SlidingWindow, Rate: 5, Period: time.Minute},
+		{Algorithm: SlidingLog, Rate: 5, Period: time.Minute}} {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			s := store.NewMemory()
 			// A tiny one-way table, so that flood keys keep arriving on the

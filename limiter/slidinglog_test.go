@@ -334,3 +334,32 @@ func FuzzSlidingLog(f *testing.F) {
 		l.Idle(sa, now)
 	})
 }
+
+// A log whose newest entry left the window a window ago is idle: its slot
+// goes to a newcomer without loss, as any idle slot does, and until then
+// the newcomer is decided on the overflow bucket.
+func TestTableReclaimsIdleLog(t *testing.T) {
+	l := Limit{Algorithm: SlidingLog, Rate: 3, Period: time.Second}
+	s := store.NewMemory()
+	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
+	for _, at := range []time.Duration{0, 300 * ms} {
+		if r, _ := tab.AllowN("a", t0+int64(at), 1); !r.Allowed {
+			t.Fatal("a denied")
+		}
+	}
+	// a's entries leave at +1.3s; the slot is a's until +2.3s.
+	if r, _ := tab.AllowN("b", t0+int64(2200*ms), 1); !r.Allowed || tab.Stats().Overflow != 1 {
+		t.Fatalf("b at +2.2s: %+v, stats %+v: want it decided on the overflow bucket", r, tab.Stats())
+	}
+	// Placed, b starts from the overflow bucket, which holds its unit of
+	// +2.2s: two are left.
+	if r, _ := tab.AllowN("b", t0+int64(2300*ms), 3); r.Allowed {
+		t.Fatalf("b at +2.3s admitted 3 after its unit on the overflow bucket: %+v", r)
+	}
+	if r, _ := tab.AllowN("b", t0+int64(2300*ms), 2); !r.Allowed || tab.Stats().LosslessTakeovers != 1 {
+		t.Fatalf("b at +2.3s: %+v, stats %+v: want a's slot taken over", r, tab.Stats())
+	}
+	if got := s.Len(); got != 2 {
+		t.Fatalf("%d shared-data keys, want the slot and one overflow bucket", got)
+	}
+}
