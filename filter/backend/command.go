@@ -68,6 +68,10 @@ func Decide(l limiter.Limit, key string, cost int64) (Command, error) {
 			s = SlidingWindowScript
 		}
 		return Command{Script: s, Key: key, Args: [6]int64{l.Rate, p, clampCost(cost)}, NArgs: 3}, nil
+	case limiter.SlidingLog:
+		// Validate keeps the log's numbers small: L ≤ 1,000 members, P
+		// whole µs of at most a year.
+		return Command{Script: SlidingLogScript, Key: key, Args: [6]int64{l.Rate, int64(l.Period / time.Microsecond), clampCost(cost)}, NArgs: 3}, nil
 	}
 	return Command{}, fmt.Errorf("backend: unsupported algorithm %v", l.Algorithm)
 }

@@ -111,6 +111,10 @@ const (
 	// SlidingWindow admits Rate.Limit requests per window, weighting the
 	// previous window's count by its remaining overlap.
 	SlidingWindow = limiter.SlidingWindow
+	// SlidingLog admits at most Rate.Limit requests in any window of
+	// length Rate.Window, exactly, keeping each admission's time;
+	// Rate.Limit is at most limiter.MaxLogLimit.
+	SlidingLog = limiter.SlidingLog
 )
 
 // Rate is an allowance: Limit requests per Window, plus Burst extra for
@@ -144,6 +148,8 @@ func (r Rate) Limiter(a Algorithm) limiter.Limit {
 		lim.Algorithm = limiter.FixedWindow
 	case SlidingWindow:
 		lim.Algorithm = limiter.SlidingWindow
+	case SlidingLog:
+		lim.Algorithm = limiter.SlidingLog
 	default:
 		lim.Algorithm = limiter.TokenBucket
 	}

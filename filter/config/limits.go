@@ -83,7 +83,7 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 	if items, ok := o.array("key", ""); ok {
 		l.Key = p.key(o.path1("key"), items)
 	}
-	if i, ok := o.enum("algorithm", "token_bucket", "fixed_window", "sliding_window"); ok {
+	if i, ok := o.enum("algorithm", "token_bucket", "fixed_window", "sliding_window", "sliding_log"); ok {
 		l.Algorithm = Algorithm(i)
 	}
 	// The mode is read before the rates, which are checked against it.
@@ -262,6 +262,18 @@ func (p *parser) rate(o *object, alg Algorithm) (Rate, bool) {
 // exactly. The filter builds its tables and commands from the same
 // limiter.Limit, so a config Parse accepts never fails at plugin start.
 func (p *parser) rateFits(o *object, mode Mode, alg Algorithm, r Rate) {
+	if alg == SlidingLog && r.Limit > limiter.MaxLogLimit {
+		field := "limit"
+		if o.has("requests_per_second") {
+			field = "requests_per_second"
+		}
+		o.errorf(field, `must be at most %d with algorithm "sliding_log": the log keeps one entry per request admitted within the window, in one shared-data value`, limiter.MaxLogLimit)
+		return
+	}
+	if alg == SlidingLog && r.Window%time.Microsecond != 0 {
+		o.errorf("window", `must be a whole number of microseconds with algorithm "sliding_log"`)
+		return
+	}
 	lim := r.Limiter(alg)
 	if err := lim.Validate(); err != nil {
 		p.errorf(o.path, o.at, "%s", strings.TrimPrefix(err.Error(), "limiter: "))

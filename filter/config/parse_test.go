@@ -373,7 +373,7 @@ var badCases = []badCase{
 	{name: "burst with fixed window", in: lim(`, "algorithm": "fixed_window", "burst": 1`), want: []string{`limits[0].burst: only valid with algorithm "token_bucket"`}},
 	{name: "burst with sliding window", in: lim(`, "algorithm": "sliding_window", "burst": 0`), want: []string{`limits[0].burst: only valid with algorithm "token_bucket"`}},
 	{name: "unknown algorithm", in: lim(`, "algorithm": "leaky_bucket"`),
-		want: []string{`limits[0].algorithm: unknown value "leaky_bucket"; want one of token_bucket, fixed_window, sliding_window`}},
+		want: []string{`limits[0].algorithm: unknown value "leaky_bucket"; want one of token_bucket, fixed_window, sliding_window, sliding_log`}},
 	{name: "window zero", in: `{"limits": [{"name": "a", "limit": 1, "window": "0s"}]}`, want: []string{"limits[0].window: must be >= 1ms"}, schemaAccepts: true},
 	{name: "window negative", in: `{"limits": [{"name": "a", "limit": 1, "window": "-1s"}]}`,
 		want: []string{`limits[0].window: must be a duration string such as "500ms", "60s" or "1m"`}},
