@@ -104,7 +104,7 @@ func TestDistributedRefusedCallsKeepBreakerClosed(t *testing.T) {
 		be := startDistBackend(t, p)
 		mallory, bob := uniqueKey("mallory"), uniqueKey("bob")
 		// The value itself too: before keys were digests it was in the call.
-		front := refusingFront(t, be, backend.Key("api", mallory), mallory)
+		front := refusingFront(t, be, backend.Key("api", limiter.TokenBucket, mallory), mallory)
 		cfg := `{"limits":[{"name":"api","key":["header:x-key"],"limit":5,"window":"1h","mode":"global","failure_policy":"allow"}],` +
 			be.backendBlock(`"timeout":"500ms","retries":1,"breaker":{"failure_threshold":3,"window":"10s","open_timeout":"1s","half_open_max_requests":1}`) + `}`
 		in := startDistInstances(t, 1, cfg, front)[0]
@@ -143,8 +143,8 @@ func TestDistributedBinaryKeyOwnBucket(t *testing.T) {
 		}
 		c := be.redis.Client()
 		for _, k := range []string{binary, plain} {
-			if n, err := c.Exists(context.Background(), backend.Key("bin", k)).Result(); err != nil || n != 1 {
-				t.Fatalf("Redis bucket %s of %q: exists %d, %v", backend.Key("bin", k), k, n, err)
+			if n, err := c.Exists(context.Background(), backend.Key("bin", limiter.TokenBucket, k)).Result(); err != nil || n != 1 {
+				t.Fatalf("Redis bucket %s of %q: exists %d, %v", backend.Key("bin", limiter.TokenBucket, k), k, n, err)
 			}
 		}
 	})

@@ -20,7 +20,7 @@ func TestDistributedSlidingLog(t *testing.T) {
 		checkStrictBurst(t, ta, 40, 120, sumMetric(insts, "sluice.backend.errors.timeout"))
 		ctx := context.Background()
 		rdb := be.redis.Client()
-		keys, err := rdb.Keys(ctx, "sluice:log:*").Result()
+		keys, err := rdb.Keys(ctx, "sluice:log.log:*").Result()
 		if err != nil || len(keys) != 1 {
 			t.Fatalf("redis keys %q (%v), want the one log", keys, err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/e2e/envoy"
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/filter/ops"
 )
 
@@ -66,7 +67,7 @@ func TestQuotaGetResetThroughRedis(t *testing.T) {
 			t.Fatalf("fourth request: %d, want 429", st)
 		}
 		got := sluicectl(t, "quota", "get", "--config", file, "--limit", "g", "--key", tenant, "--key", "GET", via, url)
-		if got["remaining"] != 0.0 || got["capacity"] != 3.0 || got["redis_key"] != backend.Key("g", tenant+"\x00GET") || got["reset_after_ms"].(float64) <= 0 || got["reset_at"] == nil {
+		if got["remaining"] != 0.0 || got["capacity"] != 3.0 || got["redis_key"] != backend.Key("g", limiter.TokenBucket, tenant+"\x00GET") || got["reset_after_ms"].(float64) <= 0 || got["reset_at"] == nil {
 			t.Fatalf("get after spending: %+v", got)
 		}
 		got = sluicectl(t, "quota", "reset", "--config", file, "--limit", "g", "--key", tenant, "--key", "GET", via, url)

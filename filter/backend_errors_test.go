@@ -8,6 +8,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 // TestRequestRefusalIsThatRequestsError: a backend that refuses the calls
@@ -22,7 +23,7 @@ func TestRequestRefusalIsThatRequestsError(t *testing.T) {
 			t.Run(proto.String()+"/"+strconv.Itoa(status), func(t *testing.T) {
 				fake := newFakeRedis(tenPerSecond, proto)
 				d := newDistHarness(t, distConfig("global", "allow", proto.String(), ""), fake)
-				refused := backend.Key("api", "mallory")
+				refused := backend.Key("api", limiter.TokenBucket, "mallory")
 				d.reply = func(c proxytest.HttpCalloutAttribute) (int, []byte, bool) {
 					if args := fake.command(t, c); len(args) > 3 && args[3] == refused {
 						return status, []byte("<html>refused</html>"), true

@@ -8,6 +8,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 // chargeConfig is distConfig's limit (10/s per x-key, 2 instances) with its
@@ -37,7 +38,7 @@ func TestGlobalChargesTheResponseCost(t *testing.T) {
 		t.Fatalf("%d charge calls, want 1", got)
 	}
 	// One unit at admission and 7 charged: 2 of 10 left.
-	if _, res := fake.lim.Decide(fake.state[backend.Key("api", "alice")], d.now.UnixNano(), 0); res.Remaining != 2 {
+	if _, res := fake.lim.Decide(fake.state[backend.Key("api", limiter.TokenBucket, "alice")], d.now.UnixNano(), 0); res.Remaining != 2 {
 		t.Fatalf("Redis holds %d units, want 2", res.Remaining)
 	}
 	// Admitted on one of the 2, then 15 charged: 14 past the 1 left, capped

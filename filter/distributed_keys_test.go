@@ -25,8 +25,8 @@ func TestRedisKeysAreDigests(t *testing.T) {
 		}
 	}
 	for _, k := range []string{binary, plain} {
-		if _, ok := fake.state[backend.Key("api", k)]; !ok {
-			t.Fatalf("no Redis bucket %s for %q; buckets %v", backend.Key("api", k), k, fake.state)
+		if _, ok := fake.state[backend.Key("api", limiter.TokenBucket, k)]; !ok {
+			t.Fatalf("no Redis bucket %s for %q; buckets %v", backend.Key("api", limiter.TokenBucket, k), k, fake.state)
 		}
 	}
 }

@@ -521,7 +521,7 @@ func TestMixedLocalAndGlobalConsumeFromNone(t *testing.T) {
 	}
 	// Now the global limit denies while the local one would admit: the
 	// local limit must not be consumed.
-	fake.state[backend.Key("api", "bob")] = fake.lim.Empty(d.now.UnixNano()) // bob's global bucket is drained
+	fake.state[backend.Key("api", limiter.TokenBucket, "bob")] = fake.lim.Empty(d.now.UnixNano()) // bob's global bucket is drained
 	if o := d.do("bob"); o.status != 429 || o.calls != 1 {
 		t.Fatalf("global denial: status %d after %d calls", o.status, o.calls)
 	}

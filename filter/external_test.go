@@ -12,6 +12,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/filter/limitsvc"
 )
 
@@ -445,7 +446,7 @@ func TestExternalGlobalMode(t *testing.T) {
 	if o := d.doHeaders(tenantHeaders("acme")); o.status != 503 {
 		t.Fatalf("acme: %d, want the answer's deny policy (503)", o.status)
 	}
-	if len(keys) != 1 || !strings.Contains(keys[0], "/1/"+backend.Key("external", "tacme")+"/") {
+	if len(keys) != 1 || !strings.Contains(keys[0], "/1/"+backend.Key("external", limiter.TokenBucket, "tacme")+"/") {
 		t.Fatalf("Redis calls %q, want one for the tenant's key", keys)
 	}
 	// local: the answer's 4 per hour divided by instances 2.

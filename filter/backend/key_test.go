@@ -13,7 +13,7 @@ import (
 func TestKey(t *testing.T) {
 	long := strings.Repeat("!/%+. ", 7<<10) // 42 KiB that Webdis percent-encodes
 	for _, v := range []string{"", "alice", "\xff\xfe", "h:11cde7ce472e39c1", long} {
-		got := Key("api", v)
+		got := Key("api", limiter.TokenBucket, v)
 		sum := sha256.Sum256([]byte(v))
 		if want := "sluice:api:" + hex.EncodeToString(sum[:16]); got != want {
 			t.Fatalf("Key(api, %.20q) = %q, want %q", v, got, want)
@@ -21,15 +21,26 @@ func TestKey(t *testing.T) {
 		if len(got) != len("sluice:api:")+KeyDigestLen {
 			t.Fatalf("Key(api, %.20q) has length %d", v, len(got))
 		}
-		if string(AppendKey([]byte("x"), "api", v)) != "x"+got {
+		if string(AppendKey([]byte("x"), "api", limiter.TokenBucket, v)) != "x"+got {
 			t.Fatal("AppendKey differs from Key")
 		}
 	}
-	if Key("api", "\xff\xfe") == Key("api", "h:"+Key("api", "\xff\xfe")[len("sluice:api:"):]) {
+	if Key("api", limiter.TokenBucket, "\xff\xfe") == Key("api", limiter.TokenBucket, "h:"+Key("api", limiter.TokenBucket, "\xff\xfe")[len("sluice:api:"):]) {
 		t.Fatal("a plain text spelling a digest shares its bucket")
 	}
-	if Key("a", "b:c") == Key("a:b", "c") {
+	if Key("a", limiter.TokenBucket, "b:c") == Key("a:b", limiter.TokenBucket, "c") {
 		t.Fatal("limit name and key value run together")
+	}
+	// A sliding log's sorted set never shares a key with a hash bucket of
+	// the same limit and value, whichever hash algorithm it had.
+	sum := sha256.Sum256([]byte("alice"))
+	if got, want := Key("api", limiter.SlidingLog, "alice"), "sluice:api.log:"+hex.EncodeToString(sum[:16]); got != want {
+		t.Fatalf("sliding_log key %q, want %q", got, want)
+	}
+	for _, alg := range []limiter.Algorithm{limiter.TokenBucket, limiter.FixedWindow, limiter.SlidingWindow} {
+		if got := Key("api", alg, "alice"); got != "sluice:api:"+hex.EncodeToString(sum[:16]) {
+			t.Fatalf("%v key %q", alg, got)
+		}
 	}
 }
 
@@ -38,11 +49,11 @@ func TestKey(t *testing.T) {
 func TestKeyAllocs(t *testing.T) {
 	v := strings.Repeat("\x80", 40<<10)
 	name := strings.Repeat("n", 64) // the longest name the config accepts
-	if n := testing.AllocsPerRun(100, func() { _ = Key(name, v) }); n > 1 {
+	if n := testing.AllocsPerRun(100, func() { _ = Key(name, limiter.SlidingLog, v) }); n > 1 {
 		t.Fatalf("Key allocates %v times, want 1", n)
 	}
 	buf := make([]byte, 0, 128)
-	if n := testing.AllocsPerRun(100, func() { buf = AppendKey(buf[:0], name, v) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { buf = AppendKey(buf[:0], name, limiter.SlidingLog, v) }); n != 0 {
 		t.Fatalf("AppendKey into a large enough buffer allocates %v times", n)
 	}
 }
@@ -53,7 +64,7 @@ func TestWebdisURLIsBounded(t *testing.T) {
 	e := Endpoint{}
 	var want int
 	for i, v := range []string{"a", strings.Repeat("\x00/%", 20<<10)} {
-		cmd, err := Decide(limiter.Limit{Algorithm: limiter.TokenBucket, Rate: 10, Period: time.Second}, Key(strings.Repeat("n", 64), v), 1)
+		cmd, err := Decide(limiter.Limit{Algorithm: limiter.TokenBucket, Rate: 10, Period: time.Second}, Key(strings.Repeat("n", 64), limiter.SlidingLog, v), 1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,7 +57,7 @@ func NewLimit(name string) *Limit {
 // backend.Key, the one place every global, hybrid, charge and shadow call
 // gets its key from.
 func (l *Limit) Key(key string, lim limiter.Limit) Key {
-	rkey := backend.Key(l.name, key)
+	rkey := backend.Key(l.name, lim.Algorithm, key)
 	fp := limiter.Hash(0, rkey)
 	return Key{RKey: rkey, FP: fp, Slot: l.slots.Name(fp % Slots), Lim: lim}
 }

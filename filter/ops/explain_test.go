@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 var explainNow = time.Unix(1_800_000_000, 0)
@@ -151,7 +152,7 @@ func TestExplainRejections(t *testing.T) {
 		{name: "global limit waits for Redis, with its key", cfg: `{"backend": {"cluster": "webdis"}, "limits": [{"name": "g", "key": ["header:x-k"], "requests_per_second": 5, "mode": "global"}]}`,
 			args: []string{"-H", "x-k: alice", "/"}, outcome: "waits",
 			check: func(t *testing.T, ex *Explanation) {
-				if l := ex.Limits[0]; ex.WaitsFor != "redis" || l.RedisKey != backend.Key("g", "alice") || l.Mode != "global" || l.Decision != "" {
+				if l := ex.Limits[0]; ex.WaitsFor != "redis" || l.RedisKey != backend.Key("g", limiter.TokenBucket, "alice") || l.Mode != "global" || l.Decision != "" {
 					t.Fatalf("%s %+v", ex.WaitsFor, l)
 				}
 			}},
@@ -159,7 +160,7 @@ func TestExplainRejections(t *testing.T) {
 			{"name": "h", "key": ["header:x-k"], "requests_per_second": 5, "mode": "hybrid"}]}`,
 			args: []string{"-H", "x-k: bob", "/"}, outcome: "waits",
 			check: func(t *testing.T, ex *Explanation) {
-				if ex.WaitsFor != "redis" || ex.Limits[1].RedisKey != backend.Key("h", "bob") || ex.Limits[0].Decision != "" {
+				if ex.WaitsFor != "redis" || ex.Limits[1].RedisKey != backend.Key("h", limiter.TokenBucket, "bob") || ex.Limits[0].Decision != "" {
 					t.Fatalf("%s %+v", ex.WaitsFor, ex.Limits)
 				}
 			}},

@@ -26,7 +26,7 @@ func redisQuota(a *quotaArgs, lim *config.Limit, q engine.QuotaKey) (quotaState,
 		return quotaState{}, err
 	}
 	l := q.Rate.Limiter(lim.Algorithm)
-	rkey := backend.Key(lim.Name, q.Key)
+	rkey := backend.Key(lim.Name, l.Algorithm, q.Key)
 	build := backend.Peek
 	if a.action == "reset" {
 		build = backend.Reset
