@@ -11,8 +11,8 @@ import (
 
 	"github.com/sluice-proxy/sluice/e2e/envoy"
 	"github.com/sluice-proxy/sluice/filter/backend"
-	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/filter/ops"
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 // sluicectl runs the command in-process and decodes its --json output.

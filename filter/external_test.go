@@ -12,8 +12,8 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
-	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/filter/limitsvc"
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 // fakeLimits plays the limits service for the proxytest harness: it reads
