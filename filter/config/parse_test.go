@@ -283,6 +283,13 @@ type badCase struct {
 	schemaAccepts bool
 }
 
+// addCases joins a file's documents to the shared tables, so the parser and
+// schema agreement, rejection, round-trip and fuzz tests cover them.
+func addCases(good []string, bad []badCase) {
+	goodConfigs = append(goodConfigs, good...)
+	badCases = append(badCases, bad...)
+}
+
 func lim(fields string) string {
 	return `{"limits": [{"name": "a", "requests_per_second": 5` + fields + `}]}`
 }
