@@ -5,7 +5,7 @@ import "github.com/tidwall/gjson"
 var concurrencyFields = []string{"name", "match", "key", "max_in_flight", "status", "shadow", "enabled"}
 
 func (p *parser) concurrency(cfg *Config, path string, items []gjson.Result) {
-	firstByName := map[string]string{}
+	names := uniqueNames{}
 	for i, item := range items {
 		ipath := IndexPath(path, i)
 		o := p.object(ipath, item, concurrencyFields...)
@@ -14,13 +14,7 @@ func (p *parser) concurrency(cfg *Config, path string, items []gjson.Result) {
 			continue
 		}
 		c := p.concurrencyLimit(o)
-		if c.Name != "" {
-			if prev, dup := firstByName[c.Name]; dup {
-				o.errorf("name", "duplicate name %q (also %s)", c.Name, prev)
-			} else {
-				firstByName[c.Name] = ipath
-			}
-		}
+		names.check(o, c.Name, ipath)
 		cfg.Concurrency = append(cfg.Concurrency, c)
 	}
 }

@@ -27,7 +27,7 @@ type replacesRef struct {
 
 func (p *parser) limits(cfg *Config, path string, items []gjson.Result) {
 	refs := make([][]replacesRef, len(items))
-	firstByName := map[string]string{}
+	names := uniqueNames{}
 	for i, item := range items {
 		ipath := IndexPath(path, i)
 		o := p.object(ipath, item, limitFields...)
@@ -37,13 +37,7 @@ func (p *parser) limits(cfg *Config, path string, items []gjson.Result) {
 		}
 		l, r := p.limit(o, cfg.Backend)
 		refs[i] = r
-		if l.Name != "" {
-			if prev, dup := firstByName[l.Name]; dup {
-				o.errorf("name", "duplicate name %q (also %s)", l.Name, prev)
-			} else {
-				firstByName[l.Name] = ipath
-			}
-		}
+		names.check(o, l.Name, ipath)
 		cfg.Limits = append(cfg.Limits, l)
 	}
 	p.resolveReplaces(cfg, path, refs)
@@ -380,15 +374,7 @@ func (p *parser) cost(o *object, l *Limit) (path string, at int) {
 	}
 	c := o.child("cost", "header", "default", "max")
 	ch := &CostHeader{Default: 1}
-	if s, ok := c.str("header"); ok {
-		if headerToken(s) {
-			ch.Header = strings.ToLower(s)
-		} else {
-			c.errorf("header", "invalid header name %q", s)
-		}
-	} else if !c.has("header") {
-		c.errorf("header", "required")
-	}
+	ch.Header = c.headerName("header", "required")
 	if n, ok := c.integer("default", 1, maxCount); ok {
 		ch.Default = n
 	}
@@ -412,15 +398,7 @@ func (p *parser) costFromResponse(o *object, l *Limit) {
 		return
 	}
 	rc := &ResponseCost{Default: 1}
-	if s, ok := c.str("header"); ok {
-		if headerToken(s) {
-			rc.Header = strings.ToLower(s)
-		} else {
-			c.errorf("header", "invalid header name %q", s)
-		}
-	} else if !c.has("header") {
-		c.errorf("header", "required")
-	}
+	rc.Header = c.headerName("header", "required")
 	if n, ok := c.integer("default", 1, maxCount); ok {
 		rc.Default = n
 	}

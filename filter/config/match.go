@@ -68,15 +68,7 @@ func (p *parser) match(o *object) Match {
 				continue
 			}
 			var hm HeaderMatch
-			if s, ok := h.str("name"); ok {
-				if headerToken(s) {
-					hm.Name = strings.ToLower(s)
-				} else {
-					h.errorf("name", "invalid header name %q", s)
-				}
-			} else if !h.has("name") {
-				h.errorf("name", "required")
-			}
+			hm.Name = h.headerName("name", "required")
 			hm.Op, hm.Value, hm.Regex, hm.HasValue, hm.Present = p.valueCondition(h, headerConditionFields...)
 			m.Headers = append(m.Headers, hm)
 		}

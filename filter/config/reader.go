@@ -71,6 +71,36 @@ func (o *object) str(name string) (string, bool) {
 	return v.Str, true
 }
 
+// headerName reads a member naming a header, lower-cased, or "" after an
+// error; missing is the error for an absent member.
+func (o *object) headerName(name, missing string) string {
+	s, ok := o.str(name)
+	switch {
+	case ok && headerToken(s):
+		return strings.ToLower(s)
+	case ok:
+		o.errorf(name, "invalid header name %q", s)
+	case !o.has(name):
+		o.errorf(name, "%s", missing)
+	}
+	return ""
+}
+
+// uniqueNames maps each name of a list to the path of its first entry, so a
+// duplicate's error can point at both.
+type uniqueNames map[string]string
+
+func (u uniqueNames) check(o *object, name, path string) {
+	if name == "" {
+		return
+	}
+	if prev, dup := u[name]; dup {
+		o.errorf("name", "duplicate name %q (also %s)", name, prev)
+	} else {
+		u[name] = path
+	}
+}
+
 func (o *object) boolean(name string) (bool, bool) {
 	v, ok := o.fields[name]
 	if !ok {

@@ -28,15 +28,7 @@ func (p *parser) clientIP(o *object) ClientIP {
 		o.onlyWith("trusted_hops", `source "xff" or sources with "xff"`)
 	}
 	if c.Source == ClientIPHeader {
-		if h, ok := o.str("header"); ok {
-			if headerToken(h) {
-				c.Header = strings.ToLower(h)
-			} else {
-				o.errorf("header", "invalid header name %q", h)
-			}
-		} else if !o.has("header") {
-			o.errorf("header", `required with source "header"`)
-		}
+		c.Header = o.headerName("header", `required with source "header"`)
 	} else {
 		o.onlyWith("header", `source "header"`)
 	}
@@ -152,7 +144,7 @@ var breakerFields = []string{"name", "match", "per", "failure_statuses", "failur
 	"failure_rate", "slow_call", "success_threshold", "open_timeout", "half_open_max_requests", "mode", "status", "enabled"}
 
 func (p *parser) breakers(cfg *Config, path string, items []gjson.Result) {
-	firstByName := map[string]string{}
+	names := uniqueNames{}
 	for i, item := range items {
 		ipath := IndexPath(path, i)
 		o := p.object(ipath, item, breakerFields...)
@@ -160,13 +152,7 @@ func (p *parser) breakers(cfg *Config, path string, items []gjson.Result) {
 			continue
 		}
 		b := p.breaker(o)
-		if b.Name != "" {
-			if prev, dup := firstByName[b.Name]; dup {
-				o.errorf("name", "duplicate name %q (also %s)", b.Name, prev)
-			} else {
-				firstByName[b.Name] = ipath
-			}
-		}
+		names.check(o, b.Name, ipath)
 		cfg.Breakers = append(cfg.Breakers, b)
 	}
 }
