@@ -389,6 +389,26 @@ func lifecycleIndex(t testing.TB, module string) int {
 	return -1
 }
 
+// benchSize is how long a `make bench` harness measures: rounds of dur
+// after warm of warm-up.
+type benchSize struct {
+	rounds    int
+	dur, warm time.Duration
+}
+
+// benchHarness skips a `make bench` harness test unless SLUICE_BENCH=1 and
+// returns its quick size under BENCH_QUICK=1, its full size otherwise.
+func benchHarness(t *testing.T, full, quick benchSize) benchSize {
+	t.Helper()
+	if os.Getenv("SLUICE_BENCH") != "1" {
+		t.Skip("benchmark harness: set SLUICE_BENCH=1 (make bench)")
+	}
+	if os.Getenv("BENCH_QUICK") == "1" {
+		return quick
+	}
+	return full
+}
+
 func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
