@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -368,7 +369,7 @@ func TestLifecycleReport(t *testing.T) {
 	fmt.Fprintf(&out, "| case | ns/request (median of %d) | spread | ÷ no-op | ÷ WAT floor | guest allocs/request |\n|---|---:|---:|---:|---:|---:|\n", rounds)
 	for i, c := range lifecycleCases {
 		m := median(ns[i])
-		fmt.Fprintf(&out, "| %s | %.0f | %.0f–%.0f | %.2f× | %.2f× | %s |\n", c.name, m, minOf(ns[i]), maxOf(ns[i]), m/base, m/floor, allocs[i])
+		fmt.Fprintf(&out, "| %s | %.0f | %.0f–%.0f | %.2f× | %.2f× | %s |\n", c.name, m, slices.Min(ns[i]), slices.Max(ns[i]), m/base, m/floor, allocs[i])
 	}
 	t.Log("\n" + out.String())
 	if path := os.Getenv("SLUICE_BENCH_OUT"); path != "" {
@@ -413,20 +414,4 @@ func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
 	return s[len(s)/2]
-}
-
-func minOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs {
-		m = min(m, x)
-	}
-	return m
-}
-
-func maxOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs {
-		m = max(m, x)
-	}
-	return m
 }
