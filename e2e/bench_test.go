@@ -1,11 +1,8 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +17,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/e2e/host"
 	"github.com/sluice-proxy/sluice/internal/fixtures/redistest"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 	"github.com/sluice-proxy/sluice/internal/fixtures/wabt"
 )
 
@@ -226,39 +224,19 @@ func (w *webdisCaller) HasCluster(name string) bool { return name == "redis" }
 
 func (w *webdisCaller) Call(ctx context.Context, _ string, headers [][2]string, body []byte, _ [][2]string, _ time.Duration) (*host.Response, error) {
 	method, path := "GET", "/"
-	hdr := http.Header{}
 	for _, h := range headers {
 		switch h[0] {
 		case ":method":
 			method = h[1]
 		case ":path":
 			path = h[1]
-		case ":authority", ":scheme":
-		default:
-			hdr.Add(h[0], h[1])
 		}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+w.addr+path, bytes.NewReader(body))
+	status, hs, rb, err := testkit.RoundTrip(ctx, method, "http://"+w.addr+path, headers, body)
 	if err != nil {
 		return nil, err
 	}
-	req.Header = hdr
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	rb, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	out := &host.Response{Status: resp.StatusCode, Body: rb}
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			out.Headers = append(out.Headers, [2]string{strings.ToLower(k), v})
-		}
-	}
-	return out, nil
+	return &host.Response{Status: status, Headers: hs, Body: rb}, nil
 }
 
 // mallocCounter counts calls to runtime.mallocgc, the Go runtime's one

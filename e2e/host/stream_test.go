@@ -401,31 +401,11 @@ type testCaller struct {
 func (c *testCaller) HasCluster(name string) bool { _, ok := c.clusters[name]; return ok }
 
 func (c *testCaller) Call(ctx context.Context, cluster string, headers [][2]string, body []byte, trailers [][2]string, timeout time.Duration) (*Response, error) {
-	req, err := http.NewRequestWithContext(ctx, hv(headers, ":method"), c.clusters[cluster]+hv(headers, ":path"), strings.NewReader(string(body)))
+	status, hs, b, err := testkit.RoundTrip(ctx, hv(headers, ":method"), c.clusters[cluster]+hv(headers, ":path"), headers, body)
 	if err != nil {
 		return nil, err
 	}
-	for _, h := range headers {
-		if !strings.HasPrefix(h[0], ":") {
-			req.Header.Add(h[0], h[1])
-		}
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	out := &Response{Status: resp.StatusCode, Body: b}
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			out.Headers = append(out.Headers, [2]string{strings.ToLower(k), v})
-		}
-	}
-	return out, nil
+	return &Response{Status: status, Headers: hs, Body: b}, nil
 }
 
 func TestHTTPCall(t *testing.T) {
