@@ -17,14 +17,6 @@ func chargeConfig(mode, policy string) string {
 		`"instances":2,"cost_from_response":{"header":"x-tokens-used"}}`, 1)
 }
 
-// settle lets the tick send the charges the last responses queued, and
-// answers them.
-func (d *distHarness) settle() {
-	d.now = d.now.Add(5 * time.Millisecond)
-	d.host.Tick()
-	d.pump()
-}
-
 func TestGlobalChargesTheResponseCost(t *testing.T) {
 	fake := newFakeRedis(tenPerSecond, backend.Webdis)
 	d := newDistHarness(t, chargeConfig("global", "deny"), fake)

@@ -230,6 +230,14 @@ func (d *distHarness) pump() int {
 	}
 }
 
+// settle steps the clock 5ms and ticks, so the tick sends what waits for
+// it (charges, renewals, retries), and answers those calls.
+func (d *distHarness) settle() {
+	d.now = d.now.Add(5 * time.Millisecond)
+	d.host.Tick()
+	d.pump()
+}
+
 type outcome struct {
 	status int
 	local  bool
@@ -283,6 +291,12 @@ func (d *distHarness) counter(name string) uint64 {
 	v, _ := d.host.GetCounterMetric(name)
 	return v
 }
+
+// silentBudget bounds how long a request waits on distConfig's backend
+// when it fails or never answers: the 50ms timeout × (retries+1) + 10ms
+// backoff, plus the watchdog's slack and one tick of granularity per
+// attempt.
+const silentBudget = 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond
 
 func distConfig(mode, policy, protocol string, extraLimit string) string {
 	token := ""
@@ -359,14 +373,19 @@ func TestGlobalRecoversFromNoScript(t *testing.T) {
 	}
 }
 
-// badReplies are what a broken or wrong backend might send.
-var badReplies = []struct {
+// badReply is one broken answer from a backend (Redis or the limits
+// service): its status and body, or ok false for none at all, and the
+// error kind it must be counted as.
+type badReply struct {
 	name   string
 	status int
 	body   string
 	ok     bool
 	kind   string
-}{
+}
+
+// badReplies are what a broken or wrong backend might send.
+var badReplies = []badReply{
 	{"timeout", 0, "", false, "timeout"},
 	{"redis down", 503, "", true, "unavailable"},
 	{"html", 200, "<html><body>Bad gateway</body></html>", true, "malformed"},
@@ -397,10 +416,8 @@ func TestFailurePolicies(t *testing.T) {
 				if o.calls != 1+retries {
 					t.Fatalf("%d calls, want %d", o.calls, 1+retries)
 				}
-				// timeout × (retries+1) + 10ms backoff, plus the watchdog's
-				// slack and one tick of granularity per attempt
-				if budget := 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond; o.waited > budget {
-					t.Fatalf("held %v, budget %v", o.waited, budget)
+				if o.waited > silentBudget {
+					t.Fatalf("held %v, budget %v", o.waited, silentBudget)
 				}
 				if got := d.counter("sluice.backend.errors." + bad.kind); got != uint64(o.calls) {
 					t.Fatalf("errors.%s = %d, want %d", bad.kind, got, o.calls)
@@ -474,8 +491,8 @@ func TestSilentBackendIsBoundedByBudget(t *testing.T) {
 	if o.status != 200 || o.calls != 2 {
 		t.Fatalf("status %d after %d calls", o.status, o.calls)
 	}
-	if budget := 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond; o.waited > budget {
-		t.Fatalf("held %v, budget %v", o.waited, budget)
+	if o.waited > silentBudget {
+		t.Fatalf("held %v, budget %v", o.waited, silentBudget)
 	}
 	// A reply arriving after the watchdog gave up must be ignored safely.
 	for _, ctx := range d.ctxs {
@@ -496,8 +513,8 @@ func TestHybridSilentBackendIsBoundedByBudget(t *testing.T) {
 	if o.status != 503 || o.calls != 2 {
 		t.Fatalf("status %d after %d calls, want the deny policy's 503 after a retry", o.status, o.calls)
 	}
-	if budget := 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond; o.waited > budget {
-		t.Fatalf("held %v, budget %v", o.waited, budget)
+	if o.waited > silentBudget {
+		t.Fatalf("held %v, budget %v", o.waited, silentBudget)
 	}
 }
 
@@ -551,9 +568,7 @@ func TestHybridServesFromLeases(t *testing.T) {
 		if bound := 200 + 200*d.now.Sub(start).Seconds(); float64(ok) > bound {
 			t.Fatalf("admitted %d after %v, more than the bucket's %.0f", ok, d.now.Sub(start), bound)
 		}
-		d.now = d.now.Add(5 * time.Millisecond)
-		d.host.Tick()
-		d.pump()
+		d.settle()
 	}
 	elapsed := d.now.Sub(start)
 	ideal := 200 + int(200*elapsed.Seconds())
@@ -607,9 +622,7 @@ func TestStreamEndingCancelsItsCall(t *testing.T) {
 	d.pump()
 	d.host.CompleteHttpContext(id) // the client went away
 	for range 60 {
-		d.now = d.now.Add(5 * time.Millisecond)
-		d.host.Tick()
-		d.pump()
+		d.settle()
 	}
 	if d.callouts != 1 {
 		t.Fatalf("%d callouts: the call of a finished stream was retried", d.callouts)
@@ -679,9 +692,7 @@ func TestHybridOneLeaseCallInFlightPerKey(t *testing.T) {
 	if d.pump(); d.callouts != 0 {
 		t.Fatalf("%d lease calls sent from stream contexts; they must go from the tick", d.callouts)
 	}
-	d.now = d.now.Add(5 * time.Millisecond)
-	d.host.Tick()
-	d.pump()
+	d.settle()
 	if d.callouts != 1 {
 		t.Fatalf("%d lease calls for one key, want exactly 1 in flight", d.callouts)
 	}
@@ -733,8 +744,8 @@ func TestHybridWaitsForEveryLimitsLease(t *testing.T) {
 	if o.status != 200 || o.calls != 1 {
 		t.Fatalf("bob: status %d after %d calls, want 200 after one lease call", o.status, o.calls)
 	}
-	if budget := 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond; o.waited > budget {
-		t.Fatalf("bob held %v, beyond the budget %v", o.waited, budget)
+	if o.waited > silentBudget {
+		t.Fatalf("bob held %v, beyond the budget %v", o.waited, silentBudget)
 	}
 }
 
