@@ -62,11 +62,7 @@ type served struct {
 
 func (w *wasmHarness) Do(t testing.TB, req filtertest.Request) filtertest.Response {
 	t.Helper()
-	f, resp := w.Start(t, req)
-	if f == nil {
-		return resp
-	}
-	return f.Finish(t)
+	return filtertest.StartAndFinish(t, w, req)
 }
 
 // wasmFlight is a stream whose upstream holds the request until Finish.
@@ -80,16 +76,8 @@ type wasmFlight struct {
 
 func (w *wasmHarness) Start(t testing.TB, req filtertest.Request) (filtertest.Flight, filtertest.Response) {
 	t.Helper()
+	req = req.WithDefaults()
 	peer, cluster, route := req.Peer, req.Cluster, req.Route
-	if peer == "" {
-		peer = "10.0.0.1:40000"
-	}
-	if cluster == "" {
-		cluster = "backend"
-	}
-	if route == "" {
-		route = "default"
-	}
 	headers := [][2]string{{":method", req.Method}, {":path", req.Path}, {":authority", req.Host}, {":scheme", "http"}}
 	headers = append(headers, req.Headers...)
 	parked := make(chan struct{}, 1)

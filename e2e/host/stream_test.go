@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,15 +20,9 @@ import (
 func probePlugin(t *testing.T, r *Runtime, cfg PluginConfig) *Plugin {
 	t.Helper()
 	cfg.Code = probe(t)
-	if cfg.Name == "" {
-		cfg.Name = "probe"
-	}
-	if cfg.RootID == "" {
-		cfg.RootID = "probe-root"
-	}
-	if cfg.VMID == "" {
-		cfg.VMID = "probe-vm"
-	}
+	cfg.Name = cmp.Or(cfg.Name, "probe")
+	cfg.RootID = cmp.Or(cfg.RootID, "probe-root")
+	cfg.VMID = cmp.Or(cfg.VMID, "probe-vm")
 	p, err := r.NewPlugin(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

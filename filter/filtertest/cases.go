@@ -6,6 +6,7 @@
 package filtertest
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -38,6 +39,15 @@ type Request struct {
 	UpstreamStatus int
 	// UpstreamResponseHeaders are added to the upstream's answer.
 	UpstreamResponseHeaders [][2]string
+}
+
+// WithDefaults fills in the documented defaults of Peer, Cluster and Route,
+// so each harness reads the same values.
+func (r Request) WithDefaults() Request {
+	r.Peer = cmp.Or(r.Peer, "10.0.0.1:40000")
+	r.Cluster = cmp.Or(r.Cluster, "backend")
+	r.Route = cmp.Or(r.Route, "default")
+	return r
 }
 
 // Metadata is one dynamic metadata value: Path is dotted within
@@ -103,6 +113,17 @@ type Harness interface {
 type Flight interface {
 	// Finish lets the upstream answer and runs the stream to its end.
 	Finish(t testing.TB) Response
+}
+
+// StartAndFinish is Harness.Do for a harness whose Start does the work:
+// it starts req and, unless the filter answered it, finishes it.
+func StartAndFinish(t testing.TB, h Harness, req Request) Response {
+	t.Helper()
+	f, resp := h.Start(t, req)
+	if f == nil {
+		return resp
+	}
+	return f.Finish(t)
 }
 
 // MaxHold bounds how long a harness drives a paused request.
