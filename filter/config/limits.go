@@ -58,9 +58,11 @@ func (p *parser) name(o *object) string {
 	return s
 }
 
-func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
-	l := Limit{
-		Key:        []KeyPart{{Kind: KeyClientIP}},
+// defaultLimit is a limit named name with every default a limit entry and
+// the external block share.
+func defaultLimit(name string) Limit {
+	return Limit{
+		Name:       name,
 		Cost:       1,
 		OverrideBy: -1,
 		Instances:  1,
@@ -68,7 +70,11 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 		Slots:      limiter.DefaultSlots,
 		Rollout:    FullRollout,
 	}
-	l.Name = p.name(o)
+}
+
+func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
+	l := defaultLimit(p.name(o))
+	l.Key = []KeyPart{{Kind: KeyClientIP}}
 	l.Disabled = p.disabled(o)
 	p.slots(o, &l)
 	if m := o.child("match", matchFields...); m != nil {

@@ -86,6 +86,27 @@ func (o *object) headerName(name, missing string) string {
 	return ""
 }
 
+// clusterAuthority reads the required Envoy cluster a block calls and the
+// :authority it sends, by default the cluster's name.
+func (o *object) clusterAuthority() (cluster, authority string) {
+	if s, ok := o.str("cluster"); ok {
+		if s == "" {
+			o.errorf("cluster", "must not be empty")
+		}
+		cluster = s
+	} else if !o.has("cluster") {
+		o.errorf("cluster", "required")
+	}
+	authority = cluster
+	if s, ok := o.str("authority"); ok {
+		if s == "" {
+			o.errorf("authority", "must not be empty; omit it to use the cluster name")
+		}
+		authority = s
+	}
+	return cluster, authority
+}
+
 // uniqueNames maps each name of a list to the path of its first entry, so a
 // duplicate's error can point at both.
 type uniqueNames map[string]string

@@ -54,21 +54,7 @@ func (p *parser) backend(o *object) *Backend {
 			JitterPercent:       DefaultBackendJitterPercent,
 		},
 	}
-	if s, ok := o.str("cluster"); ok {
-		if s == "" {
-			o.errorf("cluster", "must not be empty")
-		}
-		b.Cluster = s
-	} else if !o.has("cluster") {
-		o.errorf("cluster", "required")
-	}
-	b.Authority = b.Cluster
-	if s, ok := o.str("authority"); ok {
-		if s == "" {
-			o.errorf("authority", "must not be empty; omit it to use the cluster name")
-		}
-		b.Authority = s
-	}
+	b.Cluster, b.Authority = o.clusterAuthority()
 	protocolOK := true
 	if i, ok := o.enum("protocol", "webdis", "upstash"); ok {
 		b.Protocol = Protocol(i)
