@@ -59,16 +59,23 @@ func (o *object) errorf(name string, format string, args ...any) {
 	o.p.errorf(o.path1(name), o.offset(name), format, args...)
 }
 
-func (o *object) str(name string) (string, bool) {
+// typed is member name when it is present and of JSON type t; a member of
+// another type is reported with wrongType.
+func (o *object) typed(name string, t gjson.Type, wrongType string) (gjson.Result, bool) {
 	v, ok := o.fields[name]
 	if !ok {
-		return "", false
+		return v, false
 	}
-	if v.Type != gjson.String {
-		o.errorf(name, "must be a string")
-		return "", false
+	if v.Type != t {
+		o.errorf(name, "%s", wrongType)
+		return v, false
 	}
-	return v.Str, true
+	return v, true
+}
+
+func (o *object) str(name string) (string, bool) {
+	v, ok := o.typed(name, gjson.String, "must be a string")
+	return v.Str, ok
 }
 
 // headerName reads a member naming a header, lower-cased, or "" after an
