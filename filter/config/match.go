@@ -69,7 +69,7 @@ func (p *parser) match(o *object) Match {
 			}
 			var hm HeaderMatch
 			hm.Name = h.headerName("name", "required")
-			hm.Op, hm.Value, hm.Regex, hm.HasValue, hm.Present = p.valueCondition(h, headerConditionFields...)
+			hm.ValueCondition = p.valueCondition(h, headerConditionFields...)
 			m.Headers = append(m.Headers, hm)
 		}
 	}

@@ -12,11 +12,9 @@ type MetadataMatch struct {
 	// Property is the proxy-wasm property path of the value, built once
 	// here so that reading it allocates nothing per request.
 	Property []string
-	// HasValue says Value must equal the value as a key renders it;
-	// otherwise Present says whether the value must be present or absent.
-	HasValue bool
-	Value    string
-	Present  bool
+	// ValueCondition compares exactly (Op is OpExact) with the value as a
+	// key renders it.
+	ValueCondition
 }
 
 // MetadataProperty is the proxy-wasm property path of a dynamic metadata
