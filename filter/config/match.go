@@ -61,18 +61,12 @@ func (p *parser) match(o *object) Match {
 			m.Hosts = append(m.Hosts, strings.ToLower(item.Str))
 		}
 	}
-	if items, ok := o.array("headers", anyIfOmitted); ok {
-		for i, item := range items {
-			h := p.object(IndexPath(o.path1("headers"), i), item, append([]string{"name"}, headerConditionFields...)...)
-			if h == nil {
-				continue
-			}
-			var hm HeaderMatch
-			hm.Name = h.headerName("name", "required")
-			hm.ValueCondition = p.valueCondition(h, headerConditionFields...)
-			m.Headers = append(m.Headers, hm)
-		}
-	}
+	p.objects(o, "headers", append([]string{"name"}, headerConditionFields...), func(h *object) {
+		var hm HeaderMatch
+		hm.Name = h.headerName("name", "required")
+		hm.ValueCondition = p.valueCondition(h, headerConditionFields...)
+		m.Headers = append(m.Headers, hm)
+	})
 	if items, ok := o.array("routes", anyIfOmitted); ok {
 		for i, item := range items {
 			ipath := IndexPath(o.path1("routes"), i)

@@ -196,26 +196,20 @@ func (p *parser) matchMore(o *object, m *Match) {
 			m.ClientCIDRs = NewCIDRSet(prefixes)
 		}
 	}
-	if items, ok := o.array("query", anyIfOmitted); ok {
-		for i, item := range items {
-			q := p.object(IndexPath(o.path1("query"), i), item, append([]string{"name"}, queryConditionFields...)...)
-			if q == nil {
-				continue
+	p.objects(o, "query", append([]string{"name"}, queryConditionFields...), func(q *object) {
+		var qm QueryMatch
+		if s, ok := q.str("name"); ok {
+			if queryName(s) {
+				qm.Name = s
+			} else {
+				q.errorf("name", "invalid query parameter name %q: want printable ASCII without space, & or =", s)
 			}
-			var qm QueryMatch
-			if s, ok := q.str("name"); ok {
-				if queryName(s) {
-					qm.Name = s
-				} else {
-					q.errorf("name", "invalid query parameter name %q: want printable ASCII without space, & or =", s)
-				}
-			} else if !q.has("name") {
-				q.errorf("name", "required")
-			}
-			qm.ValueCondition = p.valueCondition(q, queryConditionFields...)
-			m.Query = append(m.Query, qm)
+		} else if !q.has("name") {
+			q.errorf("name", "required")
 		}
-	}
+		qm.ValueCondition = p.valueCondition(q, queryConditionFields...)
+		m.Query = append(m.Query, qm)
+	})
 	if s, ok := o.str("path_regex"); ok {
 		if re, err := CompileRegex(s); err != nil {
 			o.errorf("path_regex", "%v", err)

@@ -114,6 +114,20 @@ func (o *object) clusterAuthority() (cluster, authority string) {
 	return cluster, authority
 }
 
+// objects parses each entry of the optional array member name as an object
+// with fields, and hands those that are objects to each.
+func (p *parser) objects(o *object, name string, fields []string, each func(e *object)) {
+	items, ok := o.array(name, anyIfOmitted)
+	if !ok {
+		return
+	}
+	for i, item := range items {
+		if e := p.object(IndexPath(o.path1(name), i), item, fields...); e != nil {
+			each(e)
+		}
+	}
+}
+
 // uniqueNames maps each name of a list to the path of its first entry, so a
 // duplicate's error can point at both.
 type uniqueNames map[string]string
