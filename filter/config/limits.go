@@ -27,19 +27,14 @@ type replacesRef struct {
 
 func (p *parser) limits(cfg *Config, path string, items []gjson.Result) {
 	refs := make([][]replacesRef, len(items))
-	names := uniqueNames{}
-	for i, item := range items {
-		ipath := IndexPath(path, i)
-		o := p.object(ipath, item, limitFields...)
-		if o == nil {
-			cfg.Limits = append(cfg.Limits, Limit{OverrideBy: -1})
-			continue
-		}
+	p.namedEntries(path, items, limitFields, func(i int, o *object) string {
 		l, r := p.limit(o, cfg.Backend)
 		refs[i] = r
-		names.check(o, l.Name, ipath)
 		cfg.Limits = append(cfg.Limits, l)
-	}
+		return l.Name
+	}, func() {
+		cfg.Limits = append(cfg.Limits, Limit{OverrideBy: -1})
+	})
 	p.resolveReplaces(cfg, path, refs)
 }
 

@@ -128,18 +128,28 @@ func (p *parser) objects(o *object, name string, fields []string, each func(e *o
 	}
 }
 
-// uniqueNames maps each name of a list to the path of its first entry, so a
-// duplicate's error can point at both.
-type uniqueNames map[string]string
-
-func (u uniqueNames) check(o *object, name, path string) {
-	if name == "" {
-		return
-	}
-	if prev, dup := u[name]; dup {
-		o.errorf("name", "duplicate name %q (also %s)", name, prev)
-	} else {
-		u[name] = path
+// namedEntries walks a list of named entries (limits, breakers,
+// concurrency): parse reads entry i when it is an object and returns its
+// name, which must be unique in the list, naming the first entry that has
+// it; invalid stands in for an entry that is not an object.
+func (p *parser) namedEntries(path string, items []gjson.Result, fields []string, parse func(i int, o *object) string, invalid func()) {
+	first := map[string]string{}
+	for i, item := range items {
+		ipath := IndexPath(path, i)
+		o := p.object(ipath, item, fields...)
+		if o == nil {
+			invalid()
+			continue
+		}
+		name := parse(i, o)
+		if name == "" {
+			continue
+		}
+		if prev, dup := first[name]; dup {
+			o.errorf("name", "duplicate name %q (also %s)", name, prev)
+		} else {
+			first[name] = ipath
+		}
 	}
 }
 

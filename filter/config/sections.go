@@ -130,17 +130,11 @@ var breakerFields = []string{"name", "match", "per", "failure_statuses", "failur
 	"failure_rate", "slow_call", "success_threshold", "open_timeout", "half_open_max_requests", "mode", "status", "enabled"}
 
 func (p *parser) breakers(cfg *Config, path string, items []gjson.Result) {
-	names := uniqueNames{}
-	for i, item := range items {
-		ipath := IndexPath(path, i)
-		o := p.object(ipath, item, breakerFields...)
-		if o == nil {
-			continue
-		}
+	p.namedEntries(path, items, breakerFields, func(_ int, o *object) string {
 		b := p.breaker(o)
-		names.check(o, b.Name, ipath)
 		cfg.Breakers = append(cfg.Breakers, b)
-	}
+		return b.Name
+	}, func() {})
 }
 
 func (p *parser) breaker(o *object) Breaker {
