@@ -378,15 +378,15 @@ func validName(s string) bool {
 
 // headerToken reports whether s is an RFC 9110 token, i.e. a valid header name.
 func headerToken(s string) bool {
-	if s == "" {
-		return false
-	}
+	return s != "" && alnumOr(s, "!#$%&'*+-.^_`|~")
+}
+
+// alnumOr reports whether every byte of s is an ASCII letter or digit or
+// one of the bytes of extra.
+func alnumOr(s, extra string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(extra, c) >= 0) {
 			return false
 		}
 	}
