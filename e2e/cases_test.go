@@ -13,18 +13,16 @@ import (
 
 	"github.com/sluice-proxy/sluice/e2e/host"
 	"github.com/sluice-proxy/sluice/filter/filtertest"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
 // wasmModule reads build/<name>.wasm. Under CI a missing module fails the
 // test: the wasm is what ships, so its tests are never optional there.
 func wasmModule(t testing.TB, name string) []byte {
 	t.Helper()
-	code, err := os.ReadFile(filepath.Join("..", "build", name+".wasm"))
+	code, err := os.ReadFile(testkit.Built(t, filepath.Join("..", "build", name+".wasm")))
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and build/%s.wasm is missing: run make build (%v)", name, err)
-		}
-		t.Skipf("build/%s.wasm is missing; run make build", name)
+		t.Fatal(err)
 	}
 	return code
 }

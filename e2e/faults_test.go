@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/host"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
 // Fault-matrix rows that need no Redis (the Redis ones are in
@@ -379,16 +380,7 @@ func TestFaultCASStorm(t *testing.T) {
 // that makes the guest panic, since the filter itself never traps.
 func trapGuest(t *testing.T) []byte {
 	t.Helper()
-	mod, err := filepath.Abs(filepath.Join("..", "build", "go.wasm.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(mod); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and %s is missing: run make build", mod)
-		}
-		t.Skipf("%s is missing; run make build", mod)
-	}
+	mod := testkit.Built(t, filepath.Join("..", "build", "go.wasm.mod"))
 	out := filepath.Join(t.TempDir(), "trapguest.wasm")
 	cmd := exec.Command("go", "build", "-modfile="+mod, "-tags", "sluice_bridge", "-buildmode=c-shared", "-trimpath",
 		"-o", out, "./e2e/testdata/trapguest")

@@ -23,17 +23,7 @@ import (
 // tests prove nothing: in CI that is a failure, locally a skip.
 func builtWasm(t *testing.T) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "build", "sluice.wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing (run make build): %v", p, err)
-		}
-		t.Skipf("%s is missing (run make build)", p)
-	}
-	return p
+	return testkit.Built(t, filepath.Join("..", "build", "sluice.wasm"))
 }
 
 // echoBackend starts an echo server and returns its host:port.

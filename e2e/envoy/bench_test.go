@@ -6,8 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -26,14 +24,7 @@ func BenchmarkServe(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			r := routerOnly{aPort: port, bPort: port, downPort: port}
 			if tc.module != "" {
-				p, _ := filepath.Abs(filepath.Join("..", "..", "build", tc.module))
-				if _, err := os.Stat(p); err != nil {
-					if os.Getenv("CI") == "true" {
-						b.Fatalf("%s missing: %v", p, err)
-					}
-					b.Skipf("%s missing", p)
-				}
-				r.wasm = p
+				r.wasm = wasmModule(b, tc.module)
 			}
 			cfg, err := Load([]byte(r.yaml()))
 			if err != nil {

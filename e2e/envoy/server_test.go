@@ -86,19 +86,9 @@ func backend(t *testing.T, name string) string {
 
 // wasmModule finds a module built by `make build`. Without it the test
 // cannot prove anything: in CI that is a failure, locally a skip.
-func wasmModule(t *testing.T, name string) string {
+func wasmModule(t testing.TB, name string) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", "build", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing (run make build): %v", p, err)
-		}
-		t.Skipf("%s is missing (run make build)", p)
-	}
-	return p
+	return testkit.Built(t, filepath.Join("..", "..", "build", name))
 }
 
 func startEnv(t *testing.T, r routerOnly, concurrency int) *testEnv {

@@ -27,6 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 	"github.com/sluice-proxy/sluice/tools/ocibuild/wasmimage"
 )
 
@@ -39,14 +40,8 @@ func inCI() bool { return os.Getenv("CI") == "true" }
 func requireTool(t *testing.T, path string) string {
 	t.Helper()
 	p, err := exec.LookPath(path)
-	if err == nil {
-		return p
-	}
-	if inCI() {
-		t.Fatalf("%s not found (CI=true, so this fails instead of skipping): %v", path, err)
-	}
-	t.Skipf("%s not found; install it to run this test: %v", path, err)
-	return ""
+	testkit.Need(t, err == nil, path)
+	return p
 }
 
 func repoRoot(t *testing.T) string {
