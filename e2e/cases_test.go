@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,22 +32,10 @@ func wasmModule(t testing.TB, name string) []byte {
 type wasmHarness struct {
 	rt     *host.Runtime
 	plugin *host.Plugin
-
-	mu  sync.Mutex
-	now time.Time
+	steppedClock
 }
 
-func (w *wasmHarness) clock() time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.now
-}
-
-func (w *wasmHarness) Advance(_ testing.TB, d time.Duration) {
-	w.mu.Lock()
-	w.now = w.now.Add(d)
-	w.mu.Unlock()
-}
+func (w *wasmHarness) Advance(_ testing.TB, d time.Duration) { w.advance(d) }
 
 // tickStep matches the filter's delay tick.
 const tickStep = 5 * time.Millisecond
@@ -184,7 +171,7 @@ func TestCasesWasm(t *testing.T) {
 	code := wasmModule(t, "sluice")
 	for _, c := range filtertest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			h := &wasmHarness{now: filtertest.Epoch}
+			h := &wasmHarness{steppedClock: steppedClock{now: filtertest.Epoch}}
 			h.rt = host.NewRuntime(host.RuntimeOptions{Clock: h.clock, ManualTicks: true, Logger: func(host.LogLevel, string, string) {}})
 			defer h.rt.Close(context.Background())
 			p, err := h.rt.NewPlugin(context.Background(), host.PluginConfig{

@@ -58,29 +58,35 @@ func startLimits(t *testing.T, svc *limits.Service) *limitsFront {
 type extEnv struct {
 	insts []*distInstance
 
-	mu  sync.Mutex
-	now time.Time
+	steppedClock
 }
 
 func startExternal(t *testing.T, n int, pluginJSON string, clusters map[string]string) *extEnv {
 	t.Helper()
-	e := &extEnv{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	e := &extEnv{steppedClock: steppedClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	e.insts = startInstances(t, n, func(wasm, backendAddr string) string {
 		return pluginYAML(wasm, pluginJSON, backendAddr, clusters)
 	}, envoy.Options{Clock: e.clock, ManualTicks: true})
 	return e
 }
 
-func (e *extEnv) clock() time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.now
+// steppedClock is the plugins' clock in tests that step time themselves;
+// the host's goroutines read it.
+type steppedClock struct {
+	mu  sync.Mutex
+	now time.Time
 }
 
-func (e *extEnv) advance(d time.Duration) {
-	e.mu.Lock()
-	e.now = e.now.Add(d)
-	e.mu.Unlock()
+func (c *steppedClock) clock() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *steppedClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }
 
 // tick fires the tick on every worker of every instance, as Envoy's timer

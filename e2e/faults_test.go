@@ -64,14 +64,12 @@ func recordFault(t *testing.T, r faultRow) {
 type faultHost struct {
 	rt *host.Runtime
 	p  *host.Plugin
-
-	mu  sync.Mutex
-	now time.Time
+	steppedClock
 }
 
 func newFaultHost(t *testing.T, code []byte, config string, workers int, policy string) *faultHost {
 	t.Helper()
-	f := &faultHost{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	f := &faultHost{steppedClock: steppedClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	// A trap's panic arrives as many short log writes; they are worth
 	// reading only when the test fails.
 	logs := newLogCapture(host.LogWarn, 64<<10)
@@ -90,18 +88,6 @@ func newFaultHost(t *testing.T, code []byte, config string, workers int, policy 
 		t.Fatal(err)
 	}
 	return f
-}
-
-func (f *faultHost) clock() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.now
-}
-
-func (f *faultHost) advance(d time.Duration) {
-	f.mu.Lock()
-	f.now = f.now.Add(d)
-	f.mu.Unlock()
 }
 
 func (f *faultHost) do(t *testing.T, worker int, key string, extra [][2]string, up host.Upstream) *host.Response {
