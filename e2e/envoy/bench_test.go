@@ -1,13 +1,11 @@
 package envoy
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 )
 
 // BenchmarkServe measures a full request through sluice-envoy (HTTP in,
@@ -30,15 +28,7 @@ func BenchmarkServe(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			srv := NewServer(cfg, Options{Concurrency: 2, Logger: NewLogger(io.Discard, LevelOff)})
-			if err := srv.Start(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				srv.Shutdown(ctx)
-			}()
+			srv := startServer(b, cfg, Options{Concurrency: 2, Logger: NewLogger(io.Discard, LevelOff)})
 			url := "http://" + srv.ListenerAddr("main") + "/a/bench"
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 			b.ResetTimer()

@@ -137,6 +137,22 @@ func startEnvProfile(t *testing.T, r routerOnly, concurrency int, profile host.P
 	return env
 }
 
+// startServer starts cfg with opts and shuts the server down when the
+// test ends.
+func startServer(tb testing.TB, cfg *Config, opts Options) *Server {
+	tb.Helper()
+	srv := NewServer(cfg, opts)
+	if err := srv.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	return srv
+}
+
 // waitReady polls /ready until it says LIVE.
 func waitReady(t *testing.T, admin string) {
 	t.Helper()
@@ -486,15 +502,7 @@ func TestRepoEnvoyYAMLServes(t *testing.T) {
 	}
 	// The file names build/sluice.wasm relative to the repository root.
 	cfg.Listeners[0].HTTPFilters[0].Wasm.CodeFile = wasm
-	srv := NewServer(cfg, Options{Concurrency: 2, Logger: NewLogger(io.Discard, LevelOff)})
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
+	srv := startServer(t, cfg, Options{Concurrency: 2, Logger: NewLogger(io.Discard, LevelOff)})
 	base, admin := "http://"+srv.ListenerAddr(cfg.Listeners[0].Name), "http://"+srv.AdminAddr()
 	waitReady(t, admin)
 	r := do(t, nil, "GET", base+"/hello", map[string]string{"X-Forwarded-For": "203.0.113.9"}, "")
