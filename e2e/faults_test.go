@@ -101,6 +101,20 @@ func (f *faultHost) do(t *testing.T, worker int, key string, extra [][2]string, 
 	return resp
 }
 
+// startPlugin runs code as plugin name (its root and VM id too) on rt with
+// config on workers workers, until the test ends.
+func startPlugin(t *testing.T, rt *host.Runtime, name string, code []byte, config string, workers int) *host.Plugin {
+	t.Helper()
+	p, err := rt.NewPlugin(context.Background(), host.PluginConfig{Name: name, RootID: name, VMID: name,
+		Code: code, Configuration: []byte(config), Concurrency: workers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p
+}
+
+// okUpstream answers 200 "ok" and counts the requests in calls.
 func okUpstream(calls *atomic.Int64) host.Upstream {
 	return func(context.Context, *host.Request) (*host.Response, error) {
 		calls.Add(1)
