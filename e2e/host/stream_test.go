@@ -105,13 +105,24 @@ func TestStreamUpstreamResponseReachesOnResponseHeaders(t *testing.T) {
 	}
 }
 
-func TestStreamBodies(t *testing.T) {
+// serveBody serves one probe request of mode with body to a recorded
+// upstream. The timeout turns a stream that is never resumed into a
+// failure rather than a hang.
+func serveBody(t *testing.T, mode, body string) (*Response, *recorder, error) {
+	t.Helper()
 	r, _ := newRT(t, "")
 	p := probePlugin(t, r, PluginConfig{Configuration: []byte("x")})
 	rc := &recorder{}
-	req := probeReq(0, "body")
-	req.Body = []byte("hello")
-	resp, err := p.Serve(context.Background(), req, rc.up)
+	req := probeReq(0, mode)
+	req.Body = []byte(body)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := p.Serve(ctx, req, rc.up)
+	return resp, rc, err
+}
+
+func TestStreamBodies(t *testing.T) {
+	resp, rc, err := serveBody(t, "body", "hello")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,14 +140,7 @@ func TestStreamBodies(t *testing.T) {
 // As in Envoy, StopIteration on headers still delivers the body to the
 // filter, and a Continue from the body callback resumes the stream.
 func TestPausedHeadersContinuedByBody(t *testing.T) {
-	r, _ := newRT(t, "")
-	p := probePlugin(t, r, PluginConfig{Configuration: []byte("x")})
-	rc := &recorder{}
-	req := probeReq(0, "pause-headers")
-	req.Body = []byte("payload")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := p.Serve(ctx, req, rc.up)
+	resp, rc, err := serveBody(t, "pause-headers", "payload")
 	if err != nil || resp.Status != 200 || string(rc.last().Body) != "payload" {
 		t.Fatalf("%v %+v", err, resp)
 	}
