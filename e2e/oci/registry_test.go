@@ -183,14 +183,31 @@ func fetchLikeIstio(t *testing.T, ref string) v1.Image {
 	return img
 }
 
-// compatModule applies Istio's compat reading by hand, independently of
-// wasmimage.ExtractWasm: the last layer must be tar+gzip and hold plugin.wasm.
-func compatModule(t *testing.T, img v1.Image) []byte {
+func imageLayers(t *testing.T, img v1.Image) []v1.Layer {
 	t.Helper()
 	layers, err := img.Layers()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return layers
+}
+
+// compressedBlob is a layer's blob as the registry stores it.
+func compressedBlob(t *testing.T, l v1.Layer) []byte {
+	t.Helper()
+	rc, err := l.Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	return testkit.ReadAll(t, rc)
+}
+
+// compatModule applies Istio's compat reading by hand, independently of
+// wasmimage.ExtractWasm: the last layer must be tar+gzip and hold plugin.wasm.
+func compatModule(t *testing.T, img v1.Image) []byte {
+	t.Helper()
+	layers := imageLayers(t, img)
 	if len(layers) == 0 {
 		t.Fatal("compat image has no layers")
 	}
@@ -198,12 +215,7 @@ func compatModule(t *testing.T, img v1.Image) []byte {
 	if mt, err := last.MediaType(); err != nil || mt != types.OCILayer {
 		t.Fatalf("last layer media type %s (%v), want %s", mt, err, types.OCILayer)
 	}
-	rc, err := last.Compressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	zr, err := gzip.NewReader(rc)
+	zr, err := gzip.NewReader(bytes.NewReader(compressedBlob(t, last)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,11 +229,7 @@ func compatModule(t *testing.T, img v1.Image) []byte {
 			t.Fatal(err)
 		}
 		if filepath.Base(h.Name) == "plugin.wasm" {
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
+			return testkit.ReadAll(t, tr)
 		}
 	}
 }
@@ -230,10 +238,7 @@ func compatModule(t *testing.T, img v1.Image) []byte {
 // them the wasm content type, whose blob is the module.
 func ociModule(t *testing.T, img v1.Image) []byte {
 	t.Helper()
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
+	layers := imageLayers(t, img)
 	if len(layers) != 2 {
 		t.Fatalf("oci image has %d layers, want 2", len(layers))
 	}
@@ -248,15 +253,7 @@ func ociModule(t *testing.T, img v1.Image) []byte {
 		if mt != wasmimage.WasmLayerMediaType {
 			continue
 		}
-		rc, err := l.Compressed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		found, err = io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		found = compressedBlob(t, l)
 	}
 	if found == nil {
 		t.Fatalf("no %s layer among %q", wasmimage.WasmLayerMediaType, mediaTypes)

@@ -24,6 +24,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
 var testModule = moduleWithExports("proxy_abi_version_0_2_1", "proxy_on_memory_allocate")
@@ -72,15 +74,6 @@ func openLayer(t *testing.T, img v1.Image, i int, open func(v1.Layer) (io.ReadCl
 	}
 	t.Cleanup(func() { rc.Close() })
 	return rc
-}
-
-func readAll(t *testing.T, r io.Reader) []byte {
-	t.Helper()
-	b, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func mustBuild(t *testing.T, wasm []byte, v Variant, opts Options) v1.Image {
@@ -147,7 +140,7 @@ func TestBuildCompat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	content := readAll(t, tr)
+	content := testkit.ReadAll(t, tr)
 	if h.Name != PluginFileName || !bytes.Equal(content, testModule) {
 		t.Fatalf("tar entry %q with %d bytes, want %s with the module", h.Name, len(content), PluginFileName)
 	}
@@ -164,7 +157,7 @@ func TestBuildCompat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := readAll(t, openLayer(t, img, 0, (v1.Layer).Uncompressed))
+	raw := testkit.ReadAll(t, openLayer(t, img, 0, (v1.Layer).Uncompressed))
 	if want := sha256Hash(raw); len(cf.RootFS.DiffIDs) != 1 || cf.RootFS.DiffIDs[0] != want {
 		t.Fatalf("diff_ids %v, want [%v]", cf.RootFS.DiffIDs, want)
 	}
@@ -217,7 +210,7 @@ func TestBuildOCI(t *testing.T) {
 
 func TestBuildABIVersionsOverride(t *testing.T) {
 	img := mustBuild(t, testModule, OCI, Options{ABIVersions: []string{}})
-	b := readAll(t, openLayer(t, img, 0, (v1.Layer).Compressed))
+	b := testkit.ReadAll(t, openLayer(t, img, 0, (v1.Layer).Compressed))
 	if string(b) != `{"type":"envoy_proxy","config":{}}` {
 		t.Fatalf("runtime config %s, want no abiVersions", b)
 	}
