@@ -86,7 +86,8 @@ run: build
 	$(GO) build -o $(BUILD)/limits-server ./e2e/cmd/limits-server
 	$(BUILD)/echo-backend -addr 127.0.0.1:8081 & backend=$$!; \
 	$(BUILD)/limits-server -addr 127.0.0.1:8082 & limits=$$!; \
-	trap 'kill $$backend $$limits' EXIT; \
+	$(BUILD)/echo-backend -llm -addr 127.0.0.1:8083 & llm=$$!; \
+	trap 'kill $$backend $$limits $$llm' EXIT; \
 	$(BUILD)/sluice-envoy -c $(RUN_CONFIG) --concurrency $(CONCURRENCY) --wasm-profile $(PROFILE)
 
 # The packages that decide without proxy-wasm: none may depend on the SDK,

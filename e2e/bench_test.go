@@ -36,6 +36,10 @@ type lifecycleCase struct {
 	lease bool
 	// caller, when set, serves the plugin's proxy_http_calls in-process.
 	caller host.Caller
+	// clockStep, when set, stops the guest's clock and moves it by this
+	// much before each request, so that a window's state is the same in
+	// every run whatever the machine's speed.
+	clockStep time.Duration
 	// floorCounts, for the floor modules, is how much each request adds
 	// to their noop.floor counter: warm-up checks it, so a module whose
 	// hostcalls fail cannot pass for a fast one.
@@ -76,6 +80,14 @@ var lifecycleCases = []lifecycleCase{
 	{name: "one local limit with a regex header match", module: "sluice", config: `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000,
 		"match":{"headers":[{"name":"x-tenant","regex":"t[0-9]+"}]}}]}`},
 	{name: "one local limit keyed by query:user", module: "sluice", config: `{"limits":[{"name":"per-user","key":["query:user"],"requests_per_second":1000000000}]}`},
+	// Issue 18: the sliding log costs at most 1.5× the sliding window at
+	// limit 100. One request per 10.5ms of a 1s window keeps 95 requests
+	// in the log, every one admitted: the log's steady state near its
+	// limit, and the same traffic for the counter.
+	{name: "one local sliding window at limit 100", module: "sluice", clockStep: 10500 * time.Microsecond,
+		config: `{"limits":[{"name":"per-ip","key":["client_ip"],"limit":100,"window":"1s","algorithm":"sliding_window"}]}`},
+	{name: "one local sliding log at limit 100", module: "sluice", clockStep: 10500 * time.Microsecond,
+		config: `{"limits":[{"name":"per-ip","key":["client_ip"],"limit":100,"window":"1s","algorithm":"sliding_log"}]}`},
 }
 
 // benchCIDRs lists n /24 prefixes of 172.16.0.0/12 as JSON strings.
@@ -143,11 +155,19 @@ func benchUpstream(context.Context, *host.Request) (*host.Response, error) { ret
 // first requests create slots and grow the heap (and, for the lease case,
 // take the lease). ctx reaches compilation, which is where a function
 // listener is attached.
-func startLifecycle(tb testing.TB, ctx context.Context, c lifecycleCase, env *lifecycleEnv) (*host.Runtime, *host.Plugin) {
+func startLifecycle(tb testing.TB, ctx context.Context, c lifecycleCase, env *lifecycleEnv) (*host.Runtime, *host.Plugin, func()) {
 	tb.Helper()
 	opts := host.RuntimeOptions{Logger: func(host.LogLevel, string, string) {}}
 	var stopped atomic.Bool
 	frozenAt := time.Now()
+	var stepped atomic.Int64
+	// step is called before each request: it moves a stepped clock.
+	step := func() {}
+	if c.clockStep > 0 {
+		stepped.Store(frozenAt.UnixNano())
+		opts.Clock = func() time.Time { return time.Unix(0, stepped.Load()) }
+		step = func() { stepped.Add(int64(c.clockStep)) }
+	}
 	if c.lease {
 		opts.Clock = func() time.Time {
 			if stopped.Load() {
@@ -183,6 +203,7 @@ func startLifecycle(tb testing.TB, ctx context.Context, c lifecycleCase, env *li
 	counted, _ := rt.Stats().Lookup(floorCounter)
 	const warmUp = 1000
 	for range warmUp {
+		step()
 		if r, err := p.Serve(ctx, benchRequest, benchUpstream); err != nil || r.Status != 200 {
 			tb.Fatalf("warm-up: response %+v, err %v", r, err)
 		}
@@ -192,16 +213,17 @@ func startLifecycle(tb testing.TB, ctx context.Context, c lifecycleCase, env *li
 			tb.Fatalf("%s: %s went up by %d over %d requests, want %d each: its hostcalls did not all run", c.name, floorCounter, after-counted, warmUp, c.floorCounts)
 		}
 	}
-	return rt, p
+	return rt, p, step
 }
 
 func benchLifecycle(b *testing.B, c lifecycleCase, env *lifecycleEnv) {
 	ctx := context.Background()
-	rt, p := startLifecycle(b, ctx, c, env)
+	rt, p, step := startLifecycle(b, ctx, c, env)
 	calls, _ := rt.Stats().Lookup("sluice.backend.calls")
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
+		step()
 		r, err := p.Serve(ctx, benchRequest, benchUpstream)
 		if err != nil || r.Status != 200 {
 			b.Fatalf("status %v err %v", r, err)
@@ -277,7 +299,7 @@ func guestAllocs(t testing.TB, c lifecycleCase, env *lifecycleEnv, n int) float6
 	counter := guestMallocs
 	ctx := experimental.WithFunctionListenerFactory(context.Background(), counter)
 	before := counter.n.Load()
-	_, p := startLifecycle(t, ctx, c, env)
+	_, p, step := startLifecycle(t, ctx, c, env)
 	start := counter.n.Load()
 	if start == before {
 		// Start-up allocates, so nothing counted means nothing listened:
@@ -285,6 +307,7 @@ func guestAllocs(t testing.TB, c lifecycleCase, env *lifecycleEnv, n int) float6
 		t.Fatalf("%s: no runtime.mallocgc calls during start-up and warm-up: the listener is not attached", c.name)
 	}
 	for range n {
+		step()
 		if r, err := p.Serve(ctx, benchRequest, benchUpstream); err != nil || r.Status != 200 {
 			t.Fatalf("%s: response %+v, err %v", c.name, r, err)
 		}

@@ -2,6 +2,8 @@ package e2e_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -90,6 +92,10 @@ func (w *wasmHarness) Start(t testing.TB, req filtertest.Request) (filtertest.Fl
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+		if req.UpstreamBody != nil {
+			body := chunkedBody(req.UpstreamBody)
+			return &host.Response{Status: status, Headers: req.UpstreamResponseHeaders, BodyStream: &body}, nil
+		}
 		hs := append([][2]string{{"content-type", "text/plain"}}, req.UpstreamResponseHeaders...)
 		return &host.Response{Status: status, Headers: hs, Body: []byte("ok")}, nil
 	}
@@ -137,10 +143,37 @@ func (f *wasmFlight) response(t testing.TB, out served) filtertest.Response {
 		Body:    out.resp.Body,
 		Waited:  f.w.clock().Sub(f.start),
 	}
+	if bs := out.resp.BodyStream; bs != nil {
+		for {
+			b, err := bs.Next(context.Background())
+			resp.Body = append(resp.Body, b...)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("body: %v", err)
+			}
+		}
+	}
 	if !out.resp.Local {
 		resp.UpstreamHeaders = f.upstreamHeaders
 	}
 	return resp
+}
+
+// chunkedBody is an upstream body sent in the given chunks.
+type chunkedBody []string
+
+func (c *chunkedBody) Next(context.Context) ([]byte, error) {
+	if len(*c) == 0 {
+		return nil, io.EOF
+	}
+	b := (*c)[0]
+	*c = (*c)[1:]
+	if len(*c) == 0 {
+		return []byte(b), io.EOF
+	}
+	return []byte(b), nil
 }
 
 func (w *wasmHarness) Tick(testing.TB) {
@@ -171,23 +204,30 @@ func TestCasesWasm(t *testing.T) {
 	code := wasmModule(t, "sluice")
 	for _, c := range filtertest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			h := &wasmHarness{steppedClock: steppedClock{now: filtertest.Epoch}}
-			h.rt = host.NewRuntime(host.RuntimeOptions{Clock: h.clock, ManualTicks: true, Logger: func(host.LogLevel, string, string) {}})
-			defer h.rt.Close(context.Background())
-			p, err := h.rt.NewPlugin(context.Background(), host.PluginConfig{
-				Name: "sluice", RootID: "sluice", VMID: "sluice-" + strconv.Itoa(int(time.Now().UnixNano())),
-				Code: code, Configuration: []byte(c.Config), Concurrency: c.Workers,
-			})
-			if err != nil {
-				t.Fatalf("start: %v", err)
-			}
-			h.plugin = p
+			h := newWasmHarness(t, code, c)
 			c.Run(t, h)
-			if p.Traps() != 0 {
-				t.Fatalf("%d traps", p.Traps())
+			if n := h.plugin.Traps(); n != 0 {
+				t.Fatalf("%d traps", n)
 			}
 		})
 	}
+}
+
+// newWasmHarness serves case c's configuration on code, its clock at
+// filtertest.Epoch; the runtime closes when the test ends.
+func newWasmHarness(t *testing.T, code []byte, c filtertest.Case) *wasmHarness {
+	h := &wasmHarness{steppedClock: steppedClock{now: filtertest.Epoch}}
+	h.rt = host.NewRuntime(host.RuntimeOptions{Clock: h.clock, ManualTicks: true, Logger: func(host.LogLevel, string, string) {}})
+	t.Cleanup(func() { h.rt.Close(context.Background()) })
+	p, err := h.rt.NewPlugin(context.Background(), host.PluginConfig{
+		Name: "sluice", RootID: "sluice", VMID: "sluice-" + strconv.Itoa(int(time.Now().UnixNano())),
+		Code: code, Configuration: []byte(c.Config), Concurrency: c.Workers,
+	})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	h.plugin = p
+	return h
 }
 
 // dynamicMetadata nests dotted paths into the Structs Envoy keeps.

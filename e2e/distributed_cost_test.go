@@ -1,14 +1,16 @@
 package e2e_test
 
 import (
-	"context"
+	"bufio"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
-	"time"
 
-	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/e2e/envoy"
+	"github.com/sluice-proxy/sluice/internal/fixtures/llm"
 )
 
 // TestDistributedCostFromResponse runs a global token budget over two
@@ -39,27 +41,11 @@ func TestDistributedCostFromResponse(t *testing.T) {
 			resp.Body.Close()
 			return resp.StatusCode, resp.Header
 		}
-		// Loaded up front, the scripts answer every call the first time,
-		// so Redis's call count is exactly the filter's decisions and
-		// charges.
-		for _, s := range backend.Scripts() {
-			if err := be.redis.Client().ScriptLoad(context.Background(), s.Source).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		be.preloadScripts(t)
 		// Charges are sent from the tick after the response: wait for
 		// Redis to have run them.
 		before := be.evalCalls(t)
-		waitCalls := func(n int64) {
-			t.Helper()
-			deadline := time.Now().Add(10 * time.Second)
-			for be.evalCalls(t)-before < n {
-				if time.Now().After(deadline) {
-					t.Fatalf("Redis ran %d script calls, want %d", be.evalCalls(t)-before, n)
-				}
-				time.Sleep(5 * time.Millisecond) // polling a real condition with a deadline
-			}
-		}
+		waitCalls := func(n int64) { t.Helper(); be.waitEvalCalls(t, before, n) }
 		if st, _ := send(insts[0], "60"); st != 200 {
 			t.Fatalf("first: %d", st)
 		}
@@ -89,6 +75,96 @@ func TestDistributedCostFromResponse(t *testing.T) {
 		}
 		if got := sumMetric(insts, "sluice.limit.tokens.response_cost"); got != 120 {
 			t.Fatalf("response_cost %d, want 120", got)
+		}
+	})
+}
+
+// TestDistributedUsageFromBody runs a global token budget over two
+// instances, a real Redis and a real streaming LLM stand-in: one answer
+// streams its usage in its last server-sent event, the other reports it
+// in its JSON body. The stream reaches the client as the backend flushes
+// it (the first event before the backend sends its usage), and each
+// usage is charged in Redis once the body ends.
+func TestDistributedUsageFromBody(t *testing.T) {
+	forBothProtocols(t, func(t *testing.T, p distProtocol) {
+		// The backend sends a stream's usage event only once the client
+		// has read the first event through the proxy.
+		firstRead := make(chan struct{})
+		backend := httptest.NewServer(llm.Handler(llm.Options{BeforeUsage: func(r *http.Request) bool {
+			if r.Header.Get("x-wait-for-client") == "" {
+				return true
+			}
+			select {
+			case <-firstRead:
+				return true
+			case <-r.Context().Done():
+				return false
+			}
+		}}))
+		t.Cleanup(backend.Close)
+		be := startDistBackend(t, p)
+		// 1000 per hour: nothing refills during the test.
+		cfg := `{"limits":[{"name":"tokens","key":["header:x-key"],"limit":1000,"window":"1h","mode":"global",
+		  "failure_policy":"deny","cost_from_response":{"json":"usage.total_tokens"}}],` +
+			be.backendBlock(`"timeout":"500ms","retries":1`) + `}`
+		insts := startInstances(t, 2, func(wasm, _ string) string {
+			return distYAML(wasm, cfg, backend.Listener.Addr().String(), be.addr)
+		}, envoy.Options{})
+		key := uniqueKey("usage")
+		chat := func(in *distInstance, body string, wait bool) *http.Response {
+			t.Helper()
+			req, _ := http.NewRequest("POST", in.base+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("x-key", key)
+			if wait {
+				req.Header.Set("x-wait-for-client", "1")
+			}
+			resp, err := distClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { resp.Body.Close() })
+			return resp
+		}
+		be.preloadScripts(t)
+		before := be.evalCalls(t)
+
+		resp := chat(insts[0], `{"max_tokens":600,"stream":true}`, true)
+		if resp.StatusCode != 200 || resp.Header.Get("content-type") != "text/event-stream" {
+			t.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("content-type"))
+		}
+		events := bufio.NewReader(resp.Body)
+		first, err := events.ReadString('\n')
+		if err != nil || !strings.Contains(first, `"content":"part 0"`) {
+			t.Fatalf("first event %q: %v", first, err)
+		}
+		close(firstRead) // only now does the backend send its usage
+		rest, err := io.ReadAll(events)
+		if err != nil || !strings.Contains(string(rest), `"total_tokens":600`) || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+			t.Fatalf("rest of the stream %q: %v", rest, err)
+		}
+		be.waitEvalCalls(t, before, 2) // its decision and its charge
+
+		// 400 left: admitted on one unit, then charged 499: 100 past empty.
+		resp = chat(insts[1], `{"max_tokens":500}`, false)
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"total_tokens":500`) {
+			t.Fatalf("JSON answer: %d %s", resp.StatusCode, body)
+		}
+		be.waitEvalCalls(t, before, 4)
+
+		resp = chat(insts[0], `{"max_tokens":1}`, false)
+		if resp.StatusCode != 429 {
+			t.Fatalf("in debt: %d", resp.StatusCode)
+		}
+		// 101 units at 1000 per hour: 363.6s.
+		if ra, _ := strconv.Atoi(resp.Header.Get("retry-after")); ra < 360 || ra > 368 {
+			t.Fatalf("retry-after %q, want about 364s", resp.Header.Get("retry-after"))
+		}
+		if got := sumMetric(insts, "sluice.limit.tokens.response_cost"); got != 1100 {
+			t.Fatalf("response_cost %d, want 1100", got)
+		}
+		if got := sumMetric(insts, "sluice.limit.tokens.response_usage_missing"); got != 0 {
+			t.Fatalf("response_usage_missing %d", got)
 		}
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/envoy"
+	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/internal/fixtures/bootstrap"
 	"github.com/sluice-proxy/sluice/internal/fixtures/redistest"
 	"github.com/sluice-proxy/sluice/internal/fixtures/upstash"
@@ -140,6 +141,31 @@ func (b *distBackend) evalCalls(t *testing.T) int64 {
 		t.Fatalf("INFO commandstats: %v", err)
 	}
 	return st["evalsha"] + st["eval"]
+}
+
+// preloadScripts loads the filter's scripts up front, so they answer
+// every call the first time and Redis's call count is exactly the
+// filter's decisions and charges.
+func (b *distBackend) preloadScripts(t *testing.T) {
+	t.Helper()
+	for _, s := range backend.Scripts() {
+		if err := b.redis.Client().ScriptLoad(context.Background(), s.Source).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitEvalCalls waits for Redis to have run n script calls since it had
+// run before: charges are sent from the tick after the response.
+func (b *distBackend) waitEvalCalls(t *testing.T, before, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.evalCalls(t)-before < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis ran %d script calls, want %d", b.evalCalls(t)-before, n)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a real condition with a deadline
+	}
 }
 
 // backendBlock is the plugin's "backend" JSON for b, with extra fields

@@ -2,14 +2,26 @@ package e2e_test
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/sluice-proxy/sluice/internal/fixtures/echo"
+	"github.com/sluice-proxy/sluice/internal/fixtures/llm"
 )
 
 // TestExampleLLMTokenBudget serves examples/llm-token-budget: the echo
-// backend plays an LLM API that reports the tokens each answer used.
+// backend plays an LLM API that reports the tokens each answer used in a
+// header, and the OpenAI-style stand-in one that reports them in its JSON
+// body or its event stream.
 func TestExampleLLMTokenBudget(t *testing.T) {
-	env := startExample(t, "llm-token-budget")
+	llmServer := httptest.NewServer(llm.Handler(llm.Options{}))
+	t.Cleanup(llmServer.Close)
+	env := startExampleWith(t, "llm-token-budget", echo.Handler("llm-token-budget"),
+		map[string]string{"llm": llmServer.Listener.Addr().String()})
 	c := clientFrom("127.0.0.1")
 	chat := func(key, tokens string) result {
 		h := map[string]string{}
@@ -69,7 +81,41 @@ func TestExampleLLMTokenBudget(t *testing.T) {
 			t.Fatalf("batch size %q: %d %s", bad, r.status, r.body)
 		}
 	}
+	// Usage from the body, JSON or streamed.
+	complete := func(body string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", env.base+"/llm/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("x-api-key", "k3")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	if resp, b := complete(`{"max_tokens":6000}`); resp.StatusCode != 200 || !strings.Contains(b, `"total_tokens":6000`) {
+		t.Fatalf("JSON answer: %d %s", resp.StatusCode, b)
+	}
+	resp, b := complete(`{"max_tokens":3000,"stream":true}`)
+	if resp.StatusCode != 200 || resp.Header.Get("content-type") != "text/event-stream" ||
+		!strings.Contains(b, `"total_tokens":3000`) || !strings.HasSuffix(b, "data: [DONE]\n\n") {
+		t.Fatalf("streamed answer: %d %q", resp.StatusCode, b)
+	}
+	// About 1000 left: admitted on one unit, then about 4000 in debt.
+	if resp, b = complete(`{"max_tokens":5000}`); resp.StatusCode != 200 {
+		t.Fatalf("third answer: %d %s", resp.StatusCode, b)
+	}
+	if resp, b = complete(`{"max_tokens":1}`); resp.StatusCode != 429 || !strings.Contains(b, "llm-tokens-per-minute") {
+		t.Fatalf("in debt: %d %s", resp.StatusCode, b)
+	}
 	prom := env.prometheus(t)
+	if got := metric(t, prom, `sluice_limit_response_cost{sluice_limit="llm-tokens-per-minute"}`); got != 6000+3000+5000 {
+		t.Fatalf("response_cost %v, want the 14000 tokens the bodies reported", got)
+	}
+	if got := metric(t, prom, `sluice_limit_response_usage_missing{sluice_limit="llm-tokens-per-minute"}`); got != 0 {
+		t.Fatalf("response_usage_missing %v", got)
+	}
 	if got := metric(t, prom, `sluice_limit_response_cost{sluice_limit="tokens-per-minute"}`); got != 6000+6000+10 {
 		t.Fatalf("response_cost %v, want the 12010 tokens the answers reported", got)
 	}

@@ -432,9 +432,25 @@ func TestExampleExternalLimits(t *testing.T) {
 	svc := limits.Demo()
 	ls := httptest.NewServer(svc)
 	t.Cleanup(ls.Close)
-	env := startExampleWith(t, "external-limits", echo.Handler("external-limits"), map[string]string{"limits": strings.TrimPrefix(ls.URL, "http://")})
+	premium := httptest.NewServer(echo.Handler("premium"))
+	t.Cleanup(premium.Close)
+	env := startExampleWith(t, "external-limits", echo.Handler("external-limits"), map[string]string{
+		"limits": strings.TrimPrefix(ls.URL, "http://"), "premium": strings.TrimPrefix(premium.URL, "http://")})
 	c := clientFrom("127.0.0.1")
 	tenant := func(id string) map[string]string { return map[string]string{"x-tenant-id": id, "x-plan": "any"} }
+	// umbrella's answer routes it to the premium cluster; mallory's names
+	// a backend the example does not allow, and a client cannot pick one.
+	for id, want := range map[string]string{"umbrella": "premium", "mallory": "external-limits", "hooli": "external-limits"} {
+		h := tenant(id)
+		if id == "hooli" {
+			h["x-sluice-backend"] = "premium"
+		}
+		r := env.send(t, c, "GET", "/", h)
+		var rep echo.Reply
+		if err := json.Unmarshal(r.body, &rep); r.status != 200 || err != nil || rep.Name != want {
+			t.Fatalf("%s: %d %s, want it served by %s", id, r.status, r.body, want)
+		}
+	}
 	got, el := env.burst(t, c, 40, "GET", "/", tenant("acme"))
 	wantWithinBucket(t, "acme (gold)", got, 30, 20, el)
 	got, el = env.burst(t, c, 12, "GET", "/", tenant("initech"))

@@ -394,6 +394,12 @@ func BenchmarkExternalLifecycle(b *testing.B) {
 			config: `{"limits":[{"name":"tenant","key":["header:x-tenant"],"requests_per_second":1000000000}]}`},
 		{name: "external limit, cache hit", module: "sluice", caller: static,
 			config: `{"external":{"cluster":"limits","forward_headers":["x-tenant"],"fallback":{"requests_per_second":2}}}`},
+		// The answer's backend_url is written into route_header on every
+		// request: one header read, one header write, one foreign call.
+		{name: "external limit, cache hit, routed", module: "sluice",
+			caller: staticLimits{answer: []byte(`{"requests_per_second":1000000000,"tenant_key":"t1","backend_url":"b1"}`)},
+			config: `{"external":{"cluster":"limits","forward_headers":["x-tenant"],"route_header":"x-backend","allowed_routes":["b1"],` +
+				`"fallback":{"requests_per_second":2}}}`},
 	}
 	for _, c := range cases {
 		b.Run(strings.ReplaceAll(c.name, " ", "_"), func(b *testing.B) { benchLifecycle(b, c, env) })

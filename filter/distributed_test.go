@@ -107,7 +107,7 @@ func (f *fakeRedis) answer(t testing.TB, c proxytest.HttpCalloutAttribute, now t
 	f.calls[s.Name]++
 	key := args[3]
 	n, _ := strconv.ParseInt(args[7], 10, 64)
-	if s == backend.FixedWindowScript || s == backend.SlidingWindowScript {
+	if s == backend.FixedWindowScript || s == backend.SlidingWindowScript || s == backend.SlidingLogScript {
 		n, _ = strconv.ParseInt(args[6], 10, 64)
 	}
 	ns := now.UnixNano()

@@ -97,10 +97,37 @@ func (proxyStream) ResponseHeader(name string) (string, bool) {
 	return found(proxywasm.GetHttpResponseHeader(name))
 }
 
+// ResponseBody reads the body the current proxy_on_response_body was
+// given; like every value here it lives until the callback returns.
+func (proxyStream) ResponseBody(size int) []byte {
+	if size <= 0 {
+		return nil
+	}
+	b, err := proxywasm.GetHttpResponseBody(0, size)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
 // ReplaceRequestHeader sets a request header before the request goes
 // upstream (deadline propagation, upstream_headers_when_limited).
 func (proxyStream) ReplaceRequestHeader(name, value string) error {
 	return proxywasm.ReplaceHttpRequestHeader(name, value)
+}
+
+// RemoveRequestHeader removes a request header the client sent (the
+// external limit's route_header).
+func (proxyStream) RemoveRequestHeader(name string) error {
+	return proxywasm.RemoveHttpRequestHeader(name)
+}
+
+// ClearRouteCache calls Envoy's clear_route_cache foreign function
+// (source/extensions/common/wasm/foreign.cc). Envoys that clear the route
+// cache on every request header write lack it or make it redundant; both
+// are fine, so its status is not looked at.
+func (proxyStream) ClearRouteCache() {
+	_, _ = proxywasm.CallForeignFunction("clear_route_cache", nil)
 }
 
 func (proxyStream) ReplaceResponseHeader(name, value string) error {

@@ -48,9 +48,30 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	return action(h.Stream.RequestHeaders())
 }
 
+// OnHttpRequestBody keeps the body of a request the engine holds
+// buffered (Pause is StopIterationAndBuffer here): a Continue would let
+// the request go upstream before it was decided.
+func (h *httpContext) OnHttpRequestBody(int, bool) types.Action {
+	return action(h.Stream.AfterRequestHeaders())
+}
+
+// OnHttpRequestTrailers holds the trailers of a held request likewise.
+func (h *httpContext) OnHttpRequestTrailers(int) types.Action {
+	return action(h.Stream.AfterRequestHeaders())
+}
+
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	h.Stream.ResponseHeaders()
 	return types.ActionContinue
+}
+
+// OnHttpResponseBody is called per body chunk. The engine returns at
+// once, reading nothing, unless a limit charges usage from the body; then
+// it either scans the chunk and lets it go on (server-sent events), or
+// has Envoy buffer the body up to the limit's bound (Pause here is
+// StopIterationAndBuffer) and reads it whole at the end of the stream.
+func (h *httpContext) OnHttpResponseBody(size int, endOfStream bool) types.Action {
+	return action(h.Stream.ResponseBody(size, endOfStream))
 }
 
 func (h *httpContext) OnHttpStreamDone() {

@@ -94,8 +94,16 @@ func (f *nativeFlight) Finish(t testing.TB) filtertest.Response {
 		status = f.req.UpstreamStatus
 	}
 	resp := filtertest.Response{Status: status, UpstreamHeaders: f.upstreamHeaders, Waited: f.waited}
-	n.host.CallOnResponseHeaders(f.id, append([][2]string{{":status", strconv.Itoa(status)}}, f.req.UpstreamResponseHeaders...), true)
+	chunks := f.req.UpstreamBody
+	n.host.CallOnResponseHeaders(f.id, append([][2]string{{":status", strconv.Itoa(status)}}, f.req.UpstreamResponseHeaders...), chunks == nil)
 	resp.Headers = filtertest.ToHeader(n.host.GetCurrentResponseHeaders(f.id))
+	// proxytest buffers on Pause and hands the filter everything so far,
+	// as Envoy does; a Continue lets what it holds through.
+	for i, c := range chunks {
+		if n.host.CallOnResponseBody(f.id, []byte(c), i == len(chunks)-1) == types.ActionContinue {
+			resp.Body = append(resp.Body, n.host.GetCurrentResponseBody(f.id)...)
+		}
+	}
 	n.complete(f.id, status, "via_upstream")
 	return resp
 }

@@ -100,3 +100,30 @@ func BenchmarkTableAllowN(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkSlidingLog decides on a log kept near its limit: one request
+// per 10.5ms of a 1s window holds 95 entries, every request admitted
+// (the lifecycle benchmark's sliding-log case).
+func BenchmarkSlidingLog(b *testing.B) {
+	benchTableOneKey(b, Limit{Algorithm: SlidingLog, Rate: 100, Period: time.Second})
+}
+
+// BenchmarkSlidingWindowTable is the same traffic on the counter.
+func BenchmarkSlidingWindowTable(b *testing.B) {
+	benchTableOneKey(b, Limit{Algorithm: SlidingWindow, Rate: 100, Period: time.Second})
+}
+
+func benchTableOneKey(b *testing.B, l Limit) {
+	tab, err := NewTable(store.NewMemory(), l, TableConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		now += int64(10500 * time.Microsecond)
+		if r, err := tab.AllowN("198.51.100.7", now, 1); err != nil || !r.Allowed {
+			b.Fatal(r, err)
+		}
+	}
+}

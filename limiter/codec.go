@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 )
 
 // Codec layout, little-endian. Byte 0 is version<<4 | algorithm.
@@ -11,6 +12,8 @@ import (
 //	TokenBucket   (13 bytes): hdr, TAT int64, N uint32
 //	FixedWindow   (13 bytes): hdr, window int64, N uint32
 //	SlidingWindow (16 bytes): hdr, window int56, N uint32, Prev uint32
+//	SlidingLog    (1 + 8k bytes, k ≤ Rate ≤ MaxLogLimit): hdr, k entries
+//	              of uint64 µs<<10 | units, strictly increasing in time
 //
 // The sliding window index is stored in 7 bytes to keep the value at 16;
 // MinPeriod (1µs) bounds any real window index below 2^44.
@@ -19,7 +22,7 @@ const (
 	bucketLen      = 13
 	fixedLen       = 13
 	slidingLen     = 16
-	MaxStateLen    = slidingLen // longest encoded State
+	MaxStateLen    = slidingLen // longest encoded State but a sliding log's (MaxLogStateLen)
 	maxWindowIndex = 1<<55 - 1
 )
 
@@ -34,6 +37,8 @@ var (
 func (l Limit) AppendState(dst []byte, st State) []byte {
 	hdr := byte(codecVersion<<4) | byte(l.Algorithm&0x0f)
 	switch l.Algorithm {
+	case SlidingLog:
+		return append(append(dst, hdr), st.Log...)
 	case SlidingWindow:
 		var b [slidingLen]byte
 		b[0] = hdr
@@ -55,6 +60,7 @@ func (l Limit) AppendState(dst []byte, st State) []byte {
 
 // DecodeState parses an encoded State without knowing its Limit: it checks
 // version, algorithm and length, and that window indexes are not negative.
+// A sliding log's State shares b's bytes (see decodeLog).
 // Use Limit.DecodeState to also reject values that are impossible for a
 // particular Limit.
 func DecodeState(b []byte) (Algorithm, State, error) {
@@ -70,6 +76,8 @@ func DecodeState(b []byte) (Algorithm, State, error) {
 	case TokenBucket, FixedWindow:
 	case SlidingWindow:
 		want = slidingLen
+	case SlidingLog:
+		return decodeLog(b)
 	default:
 		return 0, State{}, fmt.Errorf("%w: algorithm %d", ErrMalformed, alg)
 	}
@@ -94,6 +102,23 @@ func DecodeState(b []byte) (Algorithm, State, error) {
 		return 0, State{}, fmt.Errorf("%w: negative window index %d", ErrMalformed, st.At)
 	}
 	return alg, st, nil
+}
+
+// decodeLog checks a sliding log's length: whole entries, at most
+// MaxLogLimit of them. Their order and counts are checked with the limit
+// (CheckState), in the same pass that finds the live ones.
+//
+// The log shares b's bytes instead of copying up to 8 KB per read: a
+// store hands out a value that is the reader's own (a copy, or host
+// memory that stays put until the callback returns), and a decision keeps
+// its State no longer than that. So b must not change while the State is
+// in use.
+func decodeLog(b []byte) (Algorithm, State, error) {
+	entries := b[1:]
+	if len(entries)%logEntryLen != 0 || len(entries) > MaxLogStateLen-1 {
+		return 0, State{}, fmt.Errorf("%w: sliding_log state is %d bytes", ErrMalformed, len(b))
+	}
+	return SlidingLog, State{Log: unsafe.String(unsafe.SliceData(entries), len(entries))}, nil
 }
 
 // DecodeState decodes b and checks it is a state l could have produced by
@@ -124,6 +149,10 @@ func (l Limit) CheckState(alg Algorithm, st State, now int64) error {
 	}
 	limit := uint64(l.Rate)
 	switch alg {
+	case SlidingLog:
+		if _, _, ok := l.scanLog(st.Log, now); !ok || st != (State{Log: st.Log}) {
+			return fmt.Errorf("%w: sliding log out of order, beyond its limit or ahead of now %d", ErrImpossible, now)
+		}
 	case TokenBucket:
 		if uint64(st.N) >= limit {
 			return fmt.Errorf("%w: TAT remainder %d not below rate %d", ErrImpossible, st.N, l.Rate)
@@ -164,6 +193,8 @@ func (l Limit) Empty(now int64) State {
 			st = State{At: 1<<63 - 1}
 		}
 		return st
+	case SlidingLog:
+		return State{Log: l.emptyLog(now)}
 	default:
 		return State{At: max(now, 0) / int64(l.Period), N: uint32(l.Rate)}
 	}
@@ -179,6 +210,9 @@ func (l Limit) Idle(st State, now int64) bool {
 	switch l.Algorithm {
 	case TokenBucket:
 		return st.At < now || (st.At == now && st.N == 0)
+	case SlidingLog:
+		live, _, ok := l.scanLog(st.Log, now)
+		return ok && live == ""
 	default:
 		win, _, _, plausible := l.window(st, now)
 		if !plausible {
@@ -218,6 +252,11 @@ func (l Limit) Merge(a, b State, now int64) State {
 			sum = most
 		}
 		return l.bucketState(now, sum)
+	}
+	if l.Algorithm == SlidingLog {
+		la, _ := l.liveLog(a.Log, now)
+		lb, _ := l.liveLog(b.Log, now)
+		return State{Log: mergeLogs(la, lb, uint64(l.Rate))}
 	}
 	wa, _, _, okA := l.window(a, now)
 	wb, _, _, okB := l.window(b, now)

@@ -25,6 +25,8 @@ func (l Limit) Decide(st State, now int64, n int64) (State, Result) {
 		return l.decideFixed(st, now, n)
 	case SlidingWindow:
 		return l.decideSliding(st, now, n)
+	case SlidingLog:
+		return l.decideLog(st, now, n)
 	default:
 		return l.decideBucket(st, now, n)
 	}
@@ -117,6 +119,8 @@ func (l Limit) Charge(st State, now int64, n int64) (State, Result) {
 	}
 	var next State
 	switch l.Algorithm {
+	case SlidingLog:
+		next = l.chargeLog(st, now, n)
 	case FixedWindow, SlidingWindow:
 		limit := uint64(l.Rate)
 		win, _, _, plausible := l.window(st, now)

@@ -123,6 +123,40 @@
 // ResetAfter is the end of window k+1 when cur > 0, the end of window k
 // when only prev > 0, else 0. Burst is a config error.
 //
+// # sliding_log
+//
+// At most L units in any window of length P, exactly (the sliding
+// window's counter only approximates that). State.Log holds the
+// admissions, oldest first, one entry per microsecond: its time in Unix
+// µs and the units admitted then. Times are recorded at the end of their
+// microsecond and decided at its start (f = ⌊max(now,0)/1µs⌋), so an
+// entry stays up to 1µs longer than the nanosecond rule would keep it,
+// never shorter; P must be a whole number of microseconds. An entry at a
+// is live while a + P > f, including entries ahead of the clock after it
+// went back (a backwards step releases nothing). With used = live units:
+//
+//	allowed   ⇔ used + n ≤ L;  on allow the live entries are kept and n is added at ⌈now⌉
+//	Remaining = L − used (− n when allowed)
+//	RetryAfter= until the entry whose departure frees the last needed unit leaves: (a+P)·1µs − now
+//	ResetAfter= until the newest live entry leaves (0 when none is live)
+//
+// L ≤ MaxLogLimit (1,000): a log has at most L entries. A log with more
+// than L live units, entries out of order or one more than
+// ClockStepTolerance ahead is implausible and decided as Empty: one entry
+// of L units at ⌈now⌉. Charge adds min(n, L) units at ⌈now⌉ and keeps the
+// newest L; Merge keeps the newest L units of both logs, which at every
+// later instant holds at least as many as either. Burst is a config
+// error. Limit.Decide on a log allocates the new log (one string, which
+// keeps State comparable and a decision's input intact); a Table's
+// AllowN and Charge build it in a buffer the table reuses and decide from
+// the scan its read of the slot made, so a decision near the limit costs
+// one pass over the log and no allocation (the lifecycle benchmark's
+// "sliding log at limit 100" case).
+//
+// A decoded log shares the bytes the store returned (DecodeState checks
+// only its length; its order and counts are checked with the Limit, in
+// the pass that finds the live entries).
+//
 // For both windows, if the state's window is later than now's window (the
 // clock went back), the decision is evaluated at the start of the state's
 // window and durations include the wait until then: no units are released
@@ -131,12 +165,15 @@
 //
 // # Codec
 //
-// One value per state, at most MaxStateLen (16) bytes, little-endian, byte
+// One value per state, at most MaxStateLen (16) bytes except a sliding
+// log (MaxLogStateLen), little-endian, byte
 // 0 = version(1)<<4 | algorithm:
 //
 //	token_bucket   13 bytes: hdr, At int64 (TAT ns), N uint32 (TAT remainder, < L)
 //	fixed_window   13 bytes: hdr, At int64 (window ≥ 0), N uint32 (≤ L)
 //	sliding_window 16 bytes: hdr, At int56 (window ≥ 0), N uint32 (≤ L), Prev uint32 (≤ L)
+//	sliding_log    1 + 8k bytes (k ≤ 1,000, so at most 8,001): hdr, k entries
+//	               uint64 µs<<10 | units, strictly increasing in time, at most L live units
 //
 // DecodeState rejects bad length, unknown version or algorithm and negative
 // windows (ErrMalformed); Limit.DecodeState additionally rejects states this

@@ -30,7 +30,8 @@ func pureDrain(l Limit, st State, now int64) int {
 // table. The key must get exactly what its own bucket has left, not the
 // drained state of whoever took its slot over.
 func TestTableActiveKeyKeepsStateUnderFlood(t *testing.T) {
-	for _, l := range []Limit{perMinute5, {Algorithm: FixedWindow, Rate: 5, Period: time.Minute}, {Algorithm: SlidingWindow, Rate: 5, Period: time.Minute}} {
+	for _, l := range []Limit{perMinute5, {Algorithm: FixedWindow, Rate: 5, Period: time.Minute}, {Algorithm: SlidingWindow, Rate: 5, Period: time.Minute},
+		{Algorithm: SlidingLog, Rate: 5, Period: time.Minute}} {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			s := store.NewMemory()
 			// A tiny one-way table, so that flood keys keep arriving on the
@@ -249,6 +250,7 @@ func TestTableFloodNeverOverAdmitsModel(t *testing.T) {
 		{Rate: 5, Period: time.Second, Burst: 2},
 		{Algorithm: FixedWindow, Rate: 5, Period: time.Second},
 		{Algorithm: SlidingWindow, Rate: 5, Period: time.Second},
+		{Algorithm: SlidingLog, Rate: 5, Period: time.Second},
 	} {
 		for seed := int64(1); seed <= 6; seed++ {
 			t.Run(fmt.Sprintf("%v/seed=%d", l.Algorithm, seed), func(t *testing.T) {

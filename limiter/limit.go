@@ -17,6 +17,9 @@ const (
 	FixedWindow
 	// SlidingWindow is the weighted two-window counter.
 	SlidingWindow
+	// SlidingLog keeps each admission's time: at most Rate units in any
+	// window of length Period, exactly. Rate is at most MaxLogLimit.
+	SlidingLog
 
 	numAlgorithms
 )
@@ -29,6 +32,8 @@ func (a Algorithm) String() string {
 		return "fixed_window"
 	case SlidingWindow:
 		return "sliding_window"
+	case SlidingLog:
+		return "sliding_log"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
@@ -43,8 +48,10 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 		return FixedWindow, nil
 	case "sliding_window":
 		return SlidingWindow, nil
+	case "sliding_log":
+		return SlidingLog, nil
 	}
-	return 0, fmt.Errorf("limiter: unknown algorithm %q (want token_bucket, fixed_window or sliding_window)", name)
+	return 0, fmt.Errorf("limiter: unknown algorithm %q (want token_bucket, fixed_window, sliding_window or sliding_log)", name)
 }
 
 // Bounds on Limit fields. They exist so that every product in the decision
@@ -111,6 +118,10 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("limiter: burst is only valid for token_bucket, not %v", l.Algorithm)
 	case l.Burst > MaxRate:
 		return fmt.Errorf("limiter: burst %d exceeds %d", l.Burst, int64(MaxRate))
+	case l.Algorithm == SlidingLog && l.Rate > MaxLogLimit:
+		return fmt.Errorf("limiter: a sliding_log limit is at most %d (one entry per admission is kept), got %d", MaxLogLimit, l.Rate)
+	case l.Algorithm == SlidingLog && l.Period%time.Microsecond != 0:
+		return fmt.Errorf("limiter: a sliding_log window must be a whole number of microseconds, got %v", l.Period)
 	case !l.spanFits():
 		return errors.New("limiter: capacity×period/rate (time to refill an empty bucket) exceeds 146 years")
 	}
@@ -125,6 +136,7 @@ func (l Limit) valid() bool {
 		l.Period >= MinPeriod && l.Period <= MaxPeriod &&
 		l.Burst >= 0 && l.Burst <= MaxRate &&
 		(l.Burst == 0 || l.Algorithm == TokenBucket) &&
+		(l.Algorithm != SlidingLog || (l.Rate <= MaxLogLimit && l.Period%time.Microsecond == 0)) &&
 		l.spanFits()
 }
 
@@ -209,8 +221,11 @@ type Result struct {
 //	FixedWindow:   At = window index floor(t/Period); N = units used in that window.
 //	SlidingWindow: At = window index; N = units used in window At;
 //	               Prev = units used in window At-1.
+//	SlidingLog:    Log = the admissions, oldest first (see slidinglog.go);
+//	               At, N and Prev are zero.
 type State struct {
 	At   int64
 	N    uint32
 	Prev uint32
+	Log  string
 }

@@ -93,8 +93,11 @@ func (m *windowModel) idle(now int64) bool { return m.weighted(now).Sign() == 0 
 func (m *windowModel) commit(now, n int64) { m.counts[now/int64(m.l.Period)] += n }
 
 func newModel(l Limit) model {
-	if l.Algorithm == TokenBucket {
+	switch l.Algorithm {
+	case TokenBucket:
 		return newBucketModel(l)
+	case SlidingLog:
+		return &logModel{l: l}
 	}
 	return &windowModel{l: l, counts: map[int64]int64{}}
 }
@@ -148,6 +151,10 @@ func TestDecideMatchesModel(t *testing.T) {
 		{Algorithm: SlidingWindow, Rate: 10, Period: time.Second},
 		{Algorithm: SlidingWindow, Rate: 3, Period: 7 * ms},
 		{Algorithm: SlidingWindow, Rate: 100, Period: time.Minute},
+		{Algorithm: SlidingLog, Rate: 10, Period: time.Second},
+		{Algorithm: SlidingLog, Rate: 3, Period: 7 * ms},
+		{Algorithm: SlidingLog, Rate: 100, Period: time.Minute},
+		{Algorithm: SlidingLog, Rate: 1, Period: MinPeriod},
 	}
 	for _, l := range limits {
 		for seed := int64(1); seed <= 3; seed++ {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/sluice-proxy/sluice/limiter/store"
 )
@@ -155,6 +156,26 @@ type Table struct {
 	// stats is shared with the tables WithLimit derives, which count
 	// into the same slots.
 	stats *Stats
+	// scanned are the sliding logs this table last checked when reading
+	// slots (a decision reads every candidate and the overflow bucket):
+	// the decision that follows would scan its log again.
+	scanned     [MaxWays + 1]logScan
+	nextScanned int
+	// logBuf holds the log an AllowN or Charge of a sliding log is about
+	// to write (see addToLog), reused from one decision to the next.
+	logBuf []byte
+}
+
+// logScan is what scanLog found in one log at one instant. The log is
+// named by its bytes' address and length, which within one read of the
+// slots (lookup clears the scans) can only be the same log.
+type logScan struct {
+	data *byte
+	size int
+	now  int64
+	live string
+	used uint64
+	ok   bool
 }
 
 // NewTable validates l and cfg and returns a Table over s.
@@ -218,6 +239,8 @@ func (t *Table) WithLimit(l Limit) (*Table, error) {
 	d := *t
 	d.limit = l
 	d.hold = refillSpan(l)
+	d.scanned = [MaxWays + 1]logScan{} // scanned under t's limit
+	d.logBuf = nil                     // d's decisions must not overwrite t's
 	d.buf = make([]byte, 0, fingerprintLen+MaxStateLen)
 	return &d, nil
 }
@@ -378,7 +401,14 @@ func (t *Table) parseSlot(r *slotRead, key string, fp uint64, now int64) (corrup
 		// to the next nanosecond keeps the debt without ever shrinking it.
 		st = State{At: st.At + 1}
 	}
-	if err == nil {
+	if err == nil && alg == SlidingLog && t.limit.Algorithm == SlidingLog {
+		live, used, ok := t.limit.scanLog(st.Log, now)
+		t.scanned[t.nextScanned] = logScan{data: unsafe.StringData(st.Log), size: len(st.Log), now: now, live: live, used: used, ok: ok}
+		t.nextScanned = (t.nextScanned + 1) % len(t.scanned)
+		if !ok {
+			return true, nil
+		}
+	} else if err == nil {
 		err = t.limit.CheckState(alg, st, now)
 	}
 	if err != nil {
@@ -398,6 +428,12 @@ func (t *Table) read(v *view, h uint64, now int64) error { return t.lookup(v, h,
 func (t *Table) readOwn(v *view, h uint64, now int64) error { return t.lookup(v, h, now, false) }
 
 func (t *Table) lookup(v *view, h uint64, now int64, place bool) error {
+	if t.limit.Algorithm == SlidingLog {
+		// Only this read's scans may be reused: a log shares the bytes
+		// the store handed out, and the host may reuse that memory once
+		// the callback returns.
+		t.scanned, t.nextScanned = [MaxWays + 1]logScan{}, 0
+	}
 	var slots [MaxWays]slotRead
 	*v = view{h: h, fp: h}
 	stateOf := func(r *slotRead) State {
@@ -550,20 +586,32 @@ func (t *Table) settleOverflow(h uint64, now, n int64) {
 }
 
 // adjustOwn rewrites the key's own slot, if it has one, with f of its
-// state, retrying lost races up to MaxRetries times.
-func (t *Table) adjustOwn(h uint64, now int64, f func(State) State) {
+// state, retrying lost races up to MaxRetries times. found reports that
+// the key had a slot; err is a store failure, or store.ErrContended when
+// the retries ran out.
+func (t *Table) adjustOwn(h uint64, now int64, f func(State) State) (found bool, err error) {
 	for attempt := 0; attempt <= t.maxRetries; attempt++ {
 		var v view
-		err := t.readOwn(&v, h, now)
-		if err != nil || v.takeover != ownSlot {
-			return
+		if err := t.readOwn(&v, h, now); err != nil || v.takeover != ownSlot {
+			return false, err
 		}
-		err = t.commit(&v, f(v.state), now, 0)
+		err := t.commit(&v, f(v.state), now, 0)
 		if !errors.Is(err, store.ErrCASMismatch) {
-			return
+			return true, err
 		}
 		t.stats.CASMismatches++
 	}
+	return true, store.ErrContended
+}
+
+// Reset gives key its full allowance back at now (an operator unblocking
+// a client): its own slot, and a second slot a race left it, get the
+// fresh key's state, with the CAS loop of every decision. held is false
+// when the key holds no slot of its own: it is fresh already, or decided
+// on a shared overflow bucket, which Reset leaves alone because refilling
+// it would refill every key sharing it.
+func (t *Table) Reset(key string, now int64) (held bool, err error) {
+	return t.adjustOwn(Hash(t.seed, key), now, func(State) State { return State{} })
 }
 
 // AllowN decides n units for key at now (Unix ns) and, if granted, commits
@@ -599,7 +647,7 @@ func (t *Table) update(key string, now, n int64, charge bool) (res Result, exhau
 		if charge {
 			next, res = t.limit.Charge(v.state, now, n)
 		} else {
-			next, res = t.limit.Decide(v.state, now, n)
+			next, res = t.decide(v.state, now, n, true)
 		}
 		if !res.Allowed {
 			t.countOverflow(&v, res)
@@ -621,6 +669,26 @@ func (t *Table) update(key string, now, n int64, charge bool) (res Result, exhau
 	}
 }
 
+// decide is t.limit.Decide, reusing the scan of a sliding log that
+// reading its slot just made. With reuse, an admitted log is built in
+// t.logBuf: the State returned is only good until the table's next
+// decision, so only a caller that writes it before deciding again (the
+// CAS loop of AllowN and Charge, Peek) may ask for that.
+func (t *Table) decide(st State, now, n int64, reuse bool) (State, Result) {
+	if t.limit.Algorithm == SlidingLog && t.limit.valid() {
+		var into *[]byte
+		if reuse {
+			into = &t.logBuf
+		}
+		for i := range t.scanned {
+			if c := &t.scanned[i]; c.ok && c.now == now && c.size == len(st.Log) && c.data == unsafe.StringData(st.Log) {
+				return t.limit.decideScannedLog(st, c.live, c.used, now, n, into)
+			}
+		}
+	}
+	return t.limit.Decide(st, now, n)
+}
+
 // countOverflow counts a final decision made on an overflow bucket's state.
 func (t *Table) countOverflow(v *view, res Result) {
 	if v.takeover == overflowBucket || v.inherits {
@@ -639,7 +707,7 @@ func (t *Table) Peek(key string, now int64, n int64) (Result, error) {
 	if err := t.read(&v, Hash(t.seed, key), now); err != nil {
 		return t.storeFailure(err)
 	}
-	_, res := t.limit.Decide(v.state, now, n)
+	_, res := t.decide(v.state, now, n, true)
 	return res, nil
 }
 
@@ -757,7 +825,7 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 			views, nexts = append(views, v), append(nexts, State{})
 			continue
 		}
-		next, res := r.Table.limit.Decide(v.state, now, r.Cost)
+		next, res := r.Table.decide(v.state, now, r.Cost, false)
 		results[i] = res
 		r.Table.countOverflow(&v, res)
 		if !res.Allowed {
@@ -813,7 +881,7 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 				return false, err
 			}
 			var res Result
-			next, res = t.limit.Decide(v.state, now, r.Cost)
+			next, res = t.decide(v.state, now, r.Cost, false)
 			results[i] = res
 			if !res.Allowed {
 				rollback(done)

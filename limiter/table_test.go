@@ -484,9 +484,15 @@ func FuzzSlotTable(f *testing.F) {
 	f.Add([]byte("garbage"), []byte{0, 1, 2, 3, 0, 0, 0}, uint8(2), uint8(2))
 	f.Add([]byte{}, []byte{5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5}, uint8(0), uint8(1))
 	f.Add(Limit{Rate: 3, Period: time.Second}.AppendState(make([]byte, 8), State{At: 1 << 62}), []byte{1, 2, 1, 2}, uint8(1), uint8(4))
+	f.Add(Limit{Algorithm: SlidingLog, Rate: 4, Period: time.Second}.AppendState(make([]byte, 8), State{Log: "\x01\x04\x00\x00\x00\x00\x00\x00"}), []byte{9, 17, 1, 2}, uint8(2), uint8(0x81))
 	f.Fuzz(func(t *testing.T, garbage []byte, ops []byte, slotsLog, ways uint8) {
 		s := store.NewMemory()
 		l := Limit{Rate: 3, Period: time.Second, Burst: 1}
+		if ways&0x80 != 0 {
+			// The same capacity in a sliding log, whose variable-length
+			// state the garbage must not break either.
+			l = Limit{Algorithm: SlidingLog, Rate: 4, Period: time.Second}
+		}
 		slots := 1 << (slotsLog % 4)
 		tab, err := NewTable(s, l, TableConfig{Slots: slots, Ways: 1 + int(ways)%MaxWays, OverflowSlots: 1 + int(ways>>2)%slots})
 		if err != nil {

@@ -16,10 +16,14 @@ import (
 	"github.com/sluice-proxy/sluice/e2e/host"
 )
 
-// maxUpstreamBody caps a buffered upstream response. The host hands bodies
-// to filters whole, so something has to stop a runaway upstream from
-// exhausting memory.
+// maxUpstreamBody caps a buffered upstream response: one with a
+// Content-Length, or a callout's reply. Something has to stop a runaway
+// upstream from exhausting memory; a streamed body is never held whole.
 const maxUpstreamBody = 64 << 20
+
+// upstreamReadSize is the most one read of a streamed body takes, the
+// size of the slices Envoy reads a connection into (16 KiB).
+const upstreamReadSize = 16 << 10
 
 // errConnect marks a failure to open the upstream connection, which Envoy
 // reports differently from a failure on an open one.
@@ -99,7 +103,7 @@ func (cm *clusterManager) Call(ctx context.Context, cluster string, headers [][2
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	return c.roundTrip(ctx, headers, body)
+	return c.roundTrip(ctx, headers, body, false)
 }
 
 // hopByHop are connection-level headers that Envoy never forwards.
@@ -133,8 +137,10 @@ func upstreamURL(host, path string) (*url.URL, error) {
 
 // roundTrip sends one buffered request to the next endpoint in round-robin
 // order. headers carry the pseudo headers; they become the request line and
-// Host and are never sent as headers.
-func (c *upstreamCluster) roundTrip(ctx context.Context, headers [][2]string, body []byte) (*host.Response, error) {
+// Host and are never sent as headers. With stream, a response body sent
+// without a Content-Length (chunked: server-sent events, a streamed LLM
+// answer) comes back as a host.BodyStream, read as it arrives.
+func (c *upstreamCluster) roundTrip(ctx context.Context, headers [][2]string, body []byte, stream bool) (*host.Response, error) {
 	if len(c.pools) == 0 {
 		return nil, &errConnect{errors.New("no healthy upstream")}
 	}
@@ -185,15 +191,20 @@ func (c *upstreamCluster) roundTrip(ctx context.Context, headers [][2]string, bo
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	rb, err := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody+1))
-	if err != nil {
-		return nil, err
+	out := &host.Response{Status: resp.StatusCode}
+	if stream && resp.ContentLength < 0 {
+		out.BodyStream = &upstreamBody{r: resp.Body}
+	} else {
+		defer resp.Body.Close()
+		rb, err := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody+1))
+		if err != nil {
+			return nil, err
+		}
+		if len(rb) > maxUpstreamBody {
+			return nil, fmt.Errorf("upstream response body larger than %d bytes", maxUpstreamBody)
+		}
+		out.Body = rb
 	}
-	if len(rb) > maxUpstreamBody {
-		return nil, fmt.Errorf("upstream response body larger than %d bytes", maxUpstreamBody)
-	}
-	out := &host.Response{Status: resp.StatusCode, Body: rb}
 	for k, vs := range resp.Header {
 		lk := strings.ToLower(k)
 		if hopByHop[lk] {
@@ -213,4 +224,37 @@ func (c *upstreamCluster) roundTrip(ctx context.Context, headers [][2]string, bo
 	}
 	sortPairs(out.Headers)
 	return out, nil
+}
+
+// upstreamBody is a streamed upstream body, one read at a time: each read
+// off the connection is one chunk, as Envoy hands each read to the filter
+// chain. done runs once, when the body ends or fails.
+type upstreamBody struct {
+	r    io.ReadCloser
+	done func()
+}
+
+func (b *upstreamBody) Next(context.Context) ([]byte, error) {
+	buf := make([]byte, upstreamReadSize)
+	for {
+		n, err := b.r.Read(buf)
+		if err != nil {
+			_ = b.Close()
+			return buf[:n], err
+		}
+		if n > 0 {
+			return buf[:n], nil
+		}
+	}
+}
+
+// Close drops the upstream response, as Envoy resets an upstream request
+// whose downstream stream ended first.
+func (b *upstreamBody) Close() error {
+	err := b.r.Close()
+	if b.done != nil {
+		b.done()
+		b.done = nil
+	}
+	return err
 }

@@ -28,6 +28,7 @@ import (
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -117,9 +118,34 @@ type Route struct {
 	SeparatedPrefix string
 	Regex           *regexp.Regexp
 	CaseSensitive   bool
-	Cluster         string
+	// Headers are match.headers: the route matches only when every one
+	// holds. Only present_match and string_match.exact are implemented.
+	Headers []HeaderMatch
+	// Cluster is route.cluster; "" when ClusterHeader names the cluster.
+	Cluster string
+	// ClusterHeader is route.cluster_header (lower case): the cluster is
+	// the one the first value of this request header names, read each time
+	// the route is selected, after filters changed the headers too.
+	ClusterHeader string
+	// NotFoundStatus is route.cluster_not_found_response_code: the router's
+	// answer when the cluster to use does not exist, as when
+	// cluster_header's header is missing (503 unless configured).
+	NotFoundStatus int
 	// Timeout is the whole-response timeout; 0 disables it, as in Envoy.
 	Timeout time.Duration
+}
+
+// HeaderMatch is one of a route's match.headers.
+type HeaderMatch struct {
+	Name string
+	// Present is present_match: the header's presence (true) or absence
+	// (false) matches; unused when Exact is set.
+	Present bool
+	// Exact is string_match.exact, compared with the header's values
+	// joined by ",", as Envoy joins them; HasExact says it is set.
+	Exact    string
+	HasExact bool
+	Invert   bool
 }
 
 // HTTPFilter is one entry of http_filters; exactly one of Wasm,
@@ -631,20 +657,78 @@ func buildRoute(r *routev3.Route, path string, clusters map[string]*Cluster) (*R
 		rt.Path = strings.ToLower(rt.Path)
 		rt.SeparatedPrefix = strings.ToLower(rt.SeparatedPrefix)
 	}
+	for j, h := range m.GetHeaders() {
+		hm, err := buildHeaderMatch(h, fmt.Sprintf("%s.match.headers[%d]", path, j))
+		if err != nil {
+			return nil, err
+		}
+		rt.Headers = append(rt.Headers, hm)
+	}
 	action := r.GetRoute()
 	if action == nil {
 		return nil, &fieldError{Path: path, Msg: "a route action (route.cluster) is required"}
 	}
 	rt.Cluster = action.GetCluster()
-	if rt.Cluster == "" {
+	rt.ClusterHeader = strings.ToLower(action.GetClusterHeader())
+	switch {
+	case rt.ClusterHeader != "":
+		// Envoy validates the name as a header name and cannot check the
+		// clusters it will name.
+		if !validHeaderName(rt.ClusterHeader) {
+			return nil, &fieldError{Path: path + ".route.cluster_header", Msg: "not a valid header name"}
+		}
+	case rt.Cluster == "":
 		return nil, &fieldError{Path: path + ".route.cluster", Msg: "a cluster is required"}
-	}
-	// validate_clusters defaults to true for inline route configs.
-	if clusters[rt.Cluster] == nil {
+	case clusters[rt.Cluster] == nil:
+		// validate_clusters defaults to true for inline route configs.
 		return nil, &fieldError{Path: path + ".route.cluster", Msg: fmt.Sprintf("route: unknown cluster '%s'", rt.Cluster)}
+	}
+	switch action.GetClusterNotFoundResponseCode() {
+	case routev3.RouteAction_NOT_FOUND:
+		rt.NotFoundStatus = 404
+	case routev3.RouteAction_INTERNAL_SERVER_ERROR:
+		rt.NotFoundStatus = 500
+	default:
+		rt.NotFoundStatus = 503
 	}
 	rt.Timeout = durationOr(action.GetTimeout(), DefaultRouteTimeout)
 	return rt, nil
+}
+
+// buildHeaderMatch reads one of match.headers; the allow list already
+// refused every matcher but present_match and string_match.exact.
+func buildHeaderMatch(h *routev3.HeaderMatcher, path string) (HeaderMatch, error) {
+	hm := HeaderMatch{Name: strings.ToLower(h.GetName()), Invert: h.GetInvertMatch()}
+	if !validHeaderName(hm.Name) {
+		return hm, &fieldError{Path: path + ".name", Msg: "not a valid header name"}
+	}
+	switch spec := h.GetHeaderMatchSpecifier().(type) {
+	case *routev3.HeaderMatcher_PresentMatch:
+		hm.Present = spec.PresentMatch
+	case *routev3.HeaderMatcher_StringMatch:
+		e, ok := spec.StringMatch.GetMatchPattern().(*matcherv3.StringMatcher_Exact)
+		if !ok {
+			return hm, &fieldError{Path: path + ".string_match", Msg: "only exact is supported"}
+		}
+		hm.Exact, hm.HasExact = e.Exact, true
+	default:
+		return hm, &fieldError{Path: path, Msg: "one of present_match or string_match is required"}
+	}
+	return hm, nil
+}
+
+// validHeaderName reports whether s is a lower-case HTTP token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 func buildHTTPFilters(list []*hcmv3.HttpFilter, path string, clusters map[string]*Cluster) ([]*HTTPFilter, error) {

@@ -178,6 +178,21 @@ func TestLoadErrors(t *testing.T) {
 			wantErr: []string{"routes[0].route.cluster", "unknown cluster 'nowhere'"},
 		},
 		{
+			name: "cluster_header that is no header name",
+			old:  "route: { cluster: backend, timeout: 2s }", new: `route: { cluster_header: "x pick" }`,
+			wantErr: []string{"routes[0].route.cluster_header", "not a valid header name"},
+		},
+		{
+			name: "header matcher we do not implement",
+			old:  `match: { prefix: "/api" }`, new: `match: { prefix: "/api", headers: [{ name: x-a, prefix_match: b }] }`,
+			wantErr: []string{"headers[0].prefix_match", "not supported"},
+		},
+		{
+			name: "string_match other than exact",
+			old:  `match: { prefix: "/api" }`, new: `match: { prefix: "/api", headers: [{ name: x-a, string_match: { prefix: b } }] }`,
+			wantErr: []string{"string_match.prefix", "not supported"},
+		},
+		{
 			name: "router not last",
 			old: `          - name: envoy.filters.http.wasm
             typed_config:

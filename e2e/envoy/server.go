@@ -679,11 +679,38 @@ func (l *listener) request(r *http.Request, worker int, body []byte) *host.Reque
 	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
 		req.DestinationAddress = la.String()
 	}
-	if _, rt := l.match(hs); rt != nil {
-		req.RouteName = rt.Name
-		req.ClusterName = rt.Cluster
-	}
+	req.RouteName, req.ClusterName = l.routeNames(hs)
+	req.Route = l.routeNames
 	return req
+}
+
+// selectRoute is Envoy's route selection: the route matching the headers,
+// and the cluster it sends to, which for cluster_header is the first value
+// of that header (Envoy reads only the first: the header is untrusted), ""
+// when it is missing.
+func (l *listener) selectRoute(hs [][2]string) (*Route, string) {
+	_, rt := l.match(hs)
+	switch {
+	case rt == nil:
+		return nil, ""
+	case rt.ClusterHeader != "":
+		return rt, headerValue(hs, rt.ClusterHeader)
+	}
+	return rt, rt.Cluster
+}
+
+// routeNames are xds.route_name and xds.cluster_name of a request with
+// these headers. The host asks again after a Wasm filter changed the
+// request headers, because Envoy's Wasm filter then clears the route
+// cache (Context::replaceHeaderMapValue and the other header map writes
+// call clearRouteCache for the request headers:
+// source/extensions/common/wasm/context.cc, since envoyproxy/envoy#14318).
+func (l *listener) routeNames(hs [][2]string) (route, cluster string) {
+	rt, cluster := l.selectRoute(hs)
+	if rt == nil {
+		return "", ""
+	}
+	return rt.Name, cluster
 }
 
 // mergeSlashes is Envoy's PathUtil::mergeSlashes: in the path before any
@@ -759,11 +786,44 @@ func (l *listener) match(hs [][2]string) (*VirtualHost, *Route) {
 		noQuery = noQuery[:i]
 	}
 	for _, rt := range vh.Routes {
-		if routeMatches(rt, path, noQuery) {
+		if routeMatches(rt, path, noQuery) && headersMatch(rt.Headers, hs) {
 			return vh, rt
 		}
 	}
 	return vh, nil
+}
+
+// headersMatch is Envoy's HeaderUtility::matchHeaders for the matchers we
+// implement: every matcher must hold; a missing header matches only
+// present_match false (or present_match true inverted); values of a
+// repeated header are joined by "," before an exact comparison.
+func headersMatch(ms []HeaderMatch, hs [][2]string) bool {
+	for _, m := range ms {
+		var joined string
+		n := 0
+		for _, h := range hs {
+			if h[0] == m.Name {
+				if n > 0 {
+					joined += ","
+				}
+				joined += h[1]
+				n++
+			}
+		}
+		var ok bool
+		switch {
+		case !m.HasExact:
+			ok = (n > 0) == m.Present != m.Invert
+		case n == 0:
+			ok = false
+		default:
+			ok = (joined == m.Exact) != m.Invert
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func routeMatches(rt *Route, path, noQuery string) bool {
@@ -821,21 +881,33 @@ func (l *listener) virtualHost(authority string) *VirtualHost {
 // headers (filters may have changed them; Envoy clears the route cache when
 // wasm modifies request headers) and forwards to the cluster.
 func (l *listener) router(ctx context.Context, req *host.Request) (*host.Response, error) {
-	_, rt := l.match(req.Headers)
+	rt, cluster := l.selectRoute(req.Headers)
 	if rt == nil {
 		return nil, &host.UpstreamError{Status: 404, Details: "route_not_found", Body: []byte{}}
 	}
-	c := l.s.clusters.clusters[rt.Cluster]
+	c := l.s.clusters.clusters[cluster]
+	if c == nil {
+		// Only a cluster_header route gets here: Envoy's router counts
+		// no_cluster, flags the stream NC and answers
+		// cluster_not_found_response_code with an empty body.
+		l.s.log.Logf(LevelDebug, "router", "unknown cluster '%s'", cluster)
+		return nil, &host.UpstreamError{Status: rt.NotFoundStatus, Details: "cluster_not_found", Body: []byte{}}
+	}
 	hs := req.Headers
-	uctx := ctx
+	uctx, cancel := ctx, context.CancelFunc(func() {})
 	if rt.Timeout > 0 {
-		var cancel context.CancelFunc
+		// The route timeout covers the whole response, a streamed body
+		// included, so it is cancelled only when the body has ended.
 		uctx, cancel = context.WithTimeout(ctx, rt.Timeout)
-		defer cancel()
 		hs = append(hs[:len(hs):len(hs)], [2]string{"x-envoy-expected-rq-timeout-ms", strconv.FormatInt(rt.Timeout.Milliseconds(), 10)})
 	}
 	start := time.Now()
-	resp, err := c.roundTrip(uctx, hs, req.Body)
+	resp, err := c.roundTrip(uctx, hs, req.Body, true)
+	if ub, ok := respBodyStream(resp); ok {
+		ub.done = cancel
+	} else {
+		defer cancel()
+	}
 	if err != nil {
 		var ce *errConnect
 		switch {
@@ -844,11 +916,11 @@ func (l *listener) router(ctx context.Context, req *host.Request) (*host.Respons
 		case errors.Is(uctx.Err(), context.DeadlineExceeded):
 			return nil, &host.UpstreamError{Status: 504, Details: "upstream_response_timeout", Body: []byte("upstream request timeout")}
 		case errors.As(err, &ce):
-			l.s.log.Logf(LevelDebug, "router", "upstream connect error on cluster %s: %v", rt.Cluster, err)
+			l.s.log.Logf(LevelDebug, "router", "upstream connect error on cluster %s: %v", cluster, err)
 			return nil, &host.UpstreamError{Status: 503, Details: "upstream_reset_before_response_started{connection_failure}",
 				Body: []byte("upstream connect error or disconnect/reset before headers. reset reason: connection failure")}
 		default:
-			l.s.log.Logf(LevelDebug, "router", "upstream reset on cluster %s: %v", rt.Cluster, err)
+			l.s.log.Logf(LevelDebug, "router", "upstream reset on cluster %s: %v", cluster, err)
 			return nil, &host.UpstreamError{Status: 503, Details: "upstream_reset_before_response_started{connection_termination}",
 				Body: []byte("upstream connect error or disconnect/reset before headers. reset reason: connection termination")}
 		}
@@ -856,6 +928,15 @@ func (l *listener) router(ctx context.Context, req *host.Request) (*host.Respons
 	resp.Headers = append(resp.Headers, [2]string{"x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10)})
 	resp.Details = "via_upstream"
 	return resp, nil
+}
+
+// respBodyStream is resp's streamed upstream body, if it has one.
+func respBodyStream(resp *host.Response) (*upstreamBody, bool) {
+	if resp == nil {
+		return nil, false
+	}
+	ub, ok := resp.BodyStream.(*upstreamBody)
+	return ub, ok
 }
 
 func localReply(status int, details string, body []byte) *host.Response {
@@ -895,12 +976,44 @@ func writeResponse(w http.ResponseWriter, r *http.Request, resp *host.Response) 
 	switch {
 	case r.Method == http.MethodHead && upstreamLength != "":
 		h.Set("Content-Length", upstreamLength)
-	case bodyAllowed:
+	case bodyAllowed && resp.BodyStream == nil:
 		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	}
 	w.WriteHeader(status)
+	if resp.BodyStream != nil {
+		writeStreamed(w, r, resp.BodyStream)
+		return
+	}
 	if bodyAllowed && r.Method != http.MethodHead {
 		_, _ = w.Write(resp.Body)
+	}
+}
+
+// writeStreamed sends a streamed body chunk by chunk, flushing each, as
+// Envoy sends each data frame the filters let through. The stream is
+// read to its end even when the client has gone, so the filters see the
+// stream end; a reset (any error but io.EOF) drops the connection.
+func writeStreamed(w http.ResponseWriter, r *http.Request, body host.BodyStream) {
+	flusher, _ := w.(http.Flusher)
+	if flusher != nil {
+		flusher.Flush() // the headers go now, ahead of the first chunk
+	}
+	gone := false
+	for {
+		b, err := body.Next(r.Context())
+		if len(b) > 0 && !gone {
+			if _, werr := w.Write(b); werr != nil {
+				gone = true
+			} else if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			panic(http.ErrAbortHandler)
+		}
 	}
 }
 

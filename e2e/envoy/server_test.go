@@ -50,6 +50,12 @@ func (r routerOnly) yaml() string {
 				}},
 				{Name: "all", Domains: []string{"*"}, Routes: []bootstrap.Route{
 					{Name: "exact", Match: `path: "/exact"`, Action: "cluster: b"},
+					{Name: "pick", Match: `prefix: "/pick", headers: [{name: X-Pick, present_match: true}]`, Action: "cluster_header: X-Pick"},
+					{Name: "pick-default", Match: `prefix: "/pick"`, Action: "cluster: a"},
+					{Name: "nc", Match: `prefix: "/nc"`, Action: "cluster_header: x-pick"},
+					{Name: "nc-404", Match: `prefix: "/nf"`, Action: "cluster_header: x-pick, cluster_not_found_response_code: NOT_FOUND"},
+					{Name: "canary", Match: `prefix: "/env", headers: [{name: x-env, string_match: {exact: canary}}]`, Action: "cluster: b"},
+					{Name: "not-canary", Match: `prefix: "/env", headers: [{name: x-env, string_match: {exact: canary}, invert_match: true}]`, Action: "cluster: a"},
 					{Match: `prefix: "/rr"`, Action: "cluster: rr"},
 					{Match: `prefix: "/down"`, Action: "cluster: down"},
 					{Name: "slow", Match: `safe_regex: { regex: "/delay/.*" }`, Action: "cluster: a, timeout: 0.2s"},

@@ -224,6 +224,14 @@ func (v *vm) headerMap(t uint32) (m *[][2]string, writable bool) {
 	return nil, false
 }
 
+// headersWritten follows a write to header map t: a request header write
+// clears the stream's route cache, as in Envoy's Wasm filter.
+func (v *vm) headersWritten(t uint32) {
+	if st := v.stream(); st != nil && t == mapRequestHeaders {
+		st.clearRouteCache()
+	}
+}
+
 func (v *vm) buffer(t uint32) (*[]byte, bool) {
 	switch t {
 	case bufVMConfiguration:
@@ -304,7 +312,7 @@ func envFuncs() []hostFunc {
 			ok(s, StatusOK)
 		}},
 		{name: "proxy_done", params: nil, results: oneI32, fn: func(v *vm, _ context.Context, s []uint64) { ok(s, StatusNotFound) }},
-		{name: "proxy_call_foreign_function", params: sig(6), results: oneI32, fn: notFound},
+		{name: "proxy_call_foreign_function", params: sig(6), results: oneI32, fn: hForeignFunction},
 		// Registered by cpp-host for emscripten-built modules.
 		{name: "pthread_equal", params: sig(2), results: oneI32, fn: func(v *vm, _ context.Context, s []uint64) { s[0] = b2u(uint32(s[0]) == uint32(s[1])) }},
 		{name: "emscripten_notify_memory_growth", params: sig(1), fn: func(*vm, context.Context, []uint64) {}},
@@ -314,6 +322,26 @@ func envFuncs() []hostFunc {
 
 func badArg(v *vm, _ context.Context, s []uint64)   { ok(s, StatusBadArgument) }
 func notFound(v *vm, _ context.Context, s []uint64) { ok(s, StatusNotFound) }
+
+// hForeignFunction serves the one foreign function Sluice calls, Envoy's
+// clear_route_cache (source/extensions/common/wasm/foreign.cc): it clears
+// the route cache of the stream in context, returns nothing, and succeeds
+// in a root context too, where there is no route. Any other name is
+// NotFound, as for a function Envoy does not register.
+func hForeignFunction(v *vm, _ context.Context, s []uint64) {
+	name, good := v.readString(uint32(s[0]), uint32(s[1]))
+	switch {
+	case !good:
+		ok(s, StatusInvalidMemoryAccess)
+	case name != "clear_route_cache":
+		ok(s, StatusNotFound)
+	default:
+		if st := v.stream(); st != nil {
+			st.clearRouteCache()
+		}
+		ok(s, StatusOK)
+	}
+}
 
 func hLog(v *vm, _ context.Context, s []uint64) {
 	level, ptr, size := uint32(s[0]), uint32(s[1]), uint32(s[2])
@@ -438,6 +466,7 @@ func hAddHeader(v *vm, _ context.Context, s []uint64) {
 		return
 	}
 	*m = append(*m, [2]string{k, val})
+	v.headersWritten(uint32(s[0]))
 	ok(s, StatusOK)
 }
 
@@ -468,6 +497,7 @@ func hReplaceHeader(v *vm, _ context.Context, s []uint64) {
 		out = append(out, [2]string{k, val})
 	}
 	*m = out
+	v.headersWritten(uint32(s[0]))
 	ok(s, StatusOK)
 }
 
@@ -490,6 +520,7 @@ func hRemoveHeader(v *vm, _ context.Context, s []uint64) {
 		}
 	}
 	*m = out
+	v.headersWritten(uint32(s[0]))
 	ok(s, StatusOK)
 }
 
@@ -525,6 +556,7 @@ func hSetPairs(v *vm, _ context.Context, s []uint64) {
 	if *m == nil {
 		*m = [][2]string{}
 	}
+	v.headersWritten(uint32(s[0]))
 	ok(s, StatusOK)
 }
 
@@ -787,9 +819,11 @@ func (v *vm) property(path string) ([]byte, bool) {
 	case "response.code_details":
 		return str(st.details, st.hasResponse && st.details != "")
 	case "xds.cluster_name":
-		return str(st.req.ClusterName, st.req.ClusterName != "")
+		_, c := st.route()
+		return str(c, c != "")
 	case "xds.route_name":
-		return str(st.req.RouteName, st.req.RouteName != "")
+		r, _ := st.route()
+		return str(r, r != "")
 	}
 	return nil, false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 )
@@ -19,6 +20,11 @@ type Request struct {
 	Trailers                          [][2]string
 	SourceAddress, DestinationAddress string // "ip:port"
 	RouteName, ClusterName            string // xds.route_name / xds.cluster_name
+	// Route, if set, selects the route again from the request headers:
+	// after the wasm changed them (any request header map write), the
+	// route and cluster names are read through it, as Envoy's Wasm filter
+	// clears the route cache on those writes. Nil keeps the names.
+	Route func(headers [][2]string) (routeName, clusterName string)
 	// DynamicMetadata is the stream's filter_metadata as filters before
 	// the wasm left it: namespace → field → value, a value being a string,
 	// a float64, a bool or a nested map[string]any (a Struct). The wasm
@@ -44,6 +50,21 @@ type Response struct {
 	// Local is true for a local reply: the filter's send_local_response, the
 	// router's error reply or a wasm failure.
 	Local bool
+	// BodyStream, when not nil, is a body that arrives in chunks (Body is
+	// then empty). An upstream sets it for a body it sends as it goes;
+	// Serve then runs proxy_on_response_body once per chunk, as Envoy
+	// runs it per data frame, and returns as soon as the response headers
+	// go downstream, with a BodyStream of what the filter lets through.
+	BodyStream BodyStream
+}
+
+// BodyStream is a response body that arrives in chunks. Next returns the
+// next chunk; io.EOF, possibly with a last chunk, ends the body; any other
+// error is a reset of the stream. An upstream's BodyStream that is also an
+// io.Closer is closed when the stream ends before its body did (a local
+// reply, a reset, a failed VM), as Envoy resets the upstream request.
+type BodyStream interface {
+	Next(ctx context.Context) ([]byte, error)
 }
 
 // Upstream is the rest of the filter chain (next filter / router).
@@ -93,6 +114,8 @@ type stream struct {
 	reqBody, respBody         []byte
 	hasResponse               bool
 	details                   string
+	// respStreamed: the response body arrives in chunks (BodyStream).
+	respStreamed bool
 
 	// Which body is readable: bodies are only buffers during their callback.
 	reqBodyReadable, respBodyReadable bool
@@ -107,6 +130,27 @@ type stream struct {
 	props         map[string][]byte
 	vmCtx         context.Context
 	counted       bool // in vm.parked
+
+	// routeName and clusterName are the selected route's, until a request
+	// header write clears them (routeCleared) and the next read selects
+	// the route again (route).
+	routeName, clusterName string
+	routeCleared           bool
+}
+
+// clearRouteCache is Envoy's clearRouteCache(), which its Wasm filter calls
+// after a write to the request headers and from the clear_route_cache
+// foreign function.
+func (st *stream) clearRouteCache() { st.routeCleared = true }
+
+// route is the stream's route and cluster name, selected again from the
+// current request headers when a header write cleared the cache.
+func (st *stream) route() (routeName, clusterName string) {
+	if st.routeCleared && st.req.Route != nil {
+		st.routeName, st.clusterName = st.req.Route(st.reqHeaders)
+	}
+	st.routeCleared = false
+	return st.routeName, st.clusterName
 }
 
 func lower(s string) string {
@@ -150,26 +194,78 @@ func (p *Plugin) Serve(ctx context.Context, req *Request, next Upstream) (*Respo
 	if p.closed.Load() {
 		return nil, errors.New("plugin is closed")
 	}
-	sr := &streamRun{p: p, w: p.workers[req.Worker], ctx: ctx, req: req, done: make(chan struct{}, 1)}
-	for {
-		if !sr.w.loop.post(sr) {
-			return nil, ErrPluginClosed
+	sr := &streamRun{p: p, w: p.workers[req.Worker], ctx: ctx, req: req, next: next, done: make(chan struct{}, 1)}
+	for !sr.step() {
+	}
+	return sr.resp, sr.err
+}
+
+// step posts one turn of the stream to its worker's loop, waits for it,
+// and gets off the loop what the turn said the stream needs next. It
+// reports true when the stream is over (resp, err are the answer) or
+// when its response headers went downstream ahead of a streamed body.
+func (sr *streamRun) step() bool {
+	if !sr.w.loop.post(sr) {
+		sr.resp, sr.err, sr.need = nil, ErrPluginClosed, needNothing
+		return true
+	}
+	<-sr.done
+	switch sr.need {
+	case needNothing, needHeaders:
+		return true
+	case needResume:
+		sr.parkErr = sr.st.waitResume(sr.ctx)
+		sr.resumed = sr.parkErr == nil
+	case needUpstream:
+		sr.upResp, sr.upErr = sr.next(sr.ctx, sr.up)
+	case needChunk:
+		if len(sr.fwd) > 0 {
+			// The client takes what passed first; the next chunk is
+			// fetched on its next read.
+			return true
 		}
-		<-sr.done
-		switch sr.need {
-		case needNothing:
-			return sr.resp, sr.err
-		case needResume:
-			sr.parkErr = sr.st.waitResume(ctx)
-			sr.resumed = sr.parkErr == nil
-		case needUpstream:
-			sr.upResp, sr.upErr = next(ctx, sr.up)
-		case needPassThrough:
-			resp, err := p.passThrough(ctx, sr.up, next)
-			if sr.st == nil {
-				return resp, err
+		sr.fetchChunk()
+	case needPassThrough:
+		resp, err := sr.p.passThrough(sr.ctx, sr.up, sr.next)
+		sr.resp, sr.err = resp, err
+		if sr.st == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// fetchChunk reads the upstream's next chunk, off the loop, for the next
+// turn.
+func (sr *streamRun) fetchChunk() {
+	sr.chunk, sr.chunkErr = sr.upBody.Next(sr.ctx)
+	sr.need = needTurn
+}
+
+// downstreamBody is the body of a streamed response as the filter lets it
+// through: each Next runs the stream's turns until the filter forwards
+// data or the stream ends.
+type downstreamBody struct{ sr *streamRun }
+
+func (d downstreamBody) Next(context.Context) ([]byte, error) {
+	sr := d.sr
+	for {
+		if len(sr.fwd) > 0 {
+			b := sr.fwd
+			sr.fwd = nil
+			return b, nil
+		}
+		if sr.over {
+			if sr.err != nil {
+				return nil, sr.err
 			}
-			sr.resp, sr.err = resp, err
+			return nil, io.EOF
+		}
+		if sr.need == needHeaders || sr.need == needChunk {
+			sr.fetchChunk()
+		}
+		if sr.step() && sr.need == needNothing {
+			sr.over = true
 		}
 	}
 }
@@ -184,6 +280,7 @@ type streamRun struct {
 	w    *worker
 	ctx  context.Context
 	req  *Request
+	next Upstream
 	done chan struct{} // a turn ended (capacity 1, so the loop never waits)
 
 	// Set by the first turn: the VM and the stream (nil when the stream
@@ -201,6 +298,20 @@ type streamRun struct {
 	upResp  *Response
 	upErr   error
 
+	// A streamed response body: upBody is the upstream's, chunk and
+	// chunkErr what its last Next returned; buffered is what the filter
+	// had the host buffer (StopIterationAndBuffer), fwd what it let
+	// through and the client has yet to read; headersSent says the
+	// response headers went downstream; over that the stream ended.
+	upBody      BodyStream
+	chunk       []byte
+	chunkErr    error
+	buffered    []byte
+	fwd         []byte
+	headersSent bool
+	over        bool
+	upEnded     bool // upBody returned its end or an error
+
 	// What a turn leaves for Serve.
 	need streamNeed
 	up   *Request // for needUpstream and needPassThrough
@@ -215,6 +326,7 @@ const (
 	stageRequest        // request callbacks from idx
 	stageUpstream       // the upstream answered with upResp, upErr
 	stageResponse       // response callbacks from idx
+	stageBody           // a chunk of a streamed response body arrived
 	stageFinish         // resp, err are final; end the stream in the VM
 )
 
@@ -225,6 +337,9 @@ const (
 	needResume                        // parked: wait for the plugin
 	needUpstream                      // send up to the next filter
 	needPassThrough                   // fail open: send up without the plugin; its answer is final
+	needChunk                         // the next chunk of the upstream's streamed body
+	needHeaders                       // the response headers went downstream; the body streams
+	needTurn                          // nothing: what the next turn needs is there
 )
 
 func (sr *streamRun) run() {
@@ -237,6 +352,8 @@ func (sr *streamRun) run() {
 		sr.need = sr.upstream()
 	case stageResponse:
 		sr.need = sr.response()
+	case stageBody:
+		sr.need = sr.body()
 	default:
 		sr.need = sr.finish()
 	}
@@ -328,7 +445,8 @@ func (sr *streamRun) begin() streamNeed {
 			return needNothing
 		}
 	}
-	st := &stream{req: req, resume: make(chan struct{}, 1), vmCtx: v.ctx}
+	st := &stream{req: req, resume: make(chan struct{}, 1), vmCtx: v.ctx,
+		routeName: req.RouteName, clusterName: req.ClusterName}
 	st.reqHeaders = requestHeaderMap(req)
 	st.reqBody = req.Body
 	st.reqTrailers = lowerPairs(req.Trailers)
@@ -355,6 +473,9 @@ func (sr *streamRun) end(resp *Response, err error) streamNeed {
 // onDelete) and forgets it.
 func (sr *streamRun) finish() streamNeed {
 	w, v, st := sr.w, sr.v, sr.st
+	if c, ok := sr.upBody.(io.Closer); ok && !sr.upEnded {
+		_ = c.Close()
+	}
 	if w.vm == v && !v.failed && !v.closed {
 		v.call(st.id, v.fnLog, uint64(st.id))
 		v.call(st.id, v.fnDone, uint64(st.id))
@@ -483,10 +604,11 @@ func (sr *streamRun) request() streamNeed {
 			return sr.park(phaseRequest)
 		}
 	}
+	routeName, clusterName := st.route()
 	sr.up = &Request{
 		Worker: req.Worker, Headers: st.reqHeaders, Body: st.reqBody, Trailers: st.reqTrailers,
 		SourceAddress: req.SourceAddress, DestinationAddress: req.DestinationAddress,
-		RouteName: req.RouteName, ClusterName: req.ClusterName, RequestID: req.RequestID,
+		RouteName: routeName, ClusterName: clusterName, Route: req.Route, RequestID: req.RequestID,
 	}
 	sr.at = stageUpstream
 	return needUpstream
@@ -557,6 +679,8 @@ func (sr *streamRun) respond(resp *Response) streamNeed {
 	}
 	st.respBody = resp.Body
 	st.respTrailers = lowerPairs(resp.Trailers)
+	st.respStreamed = resp.BodyStream != nil
+	sr.upBody = resp.BodyStream
 	sr.local = resp.Local
 	sr.idx = 0
 	sr.at = stageResponse
@@ -578,7 +702,7 @@ func (sr *streamRun) response() streamNeed {
 		} else {
 			switch sr.idx {
 			case 0:
-				eos := len(st.respBody) == 0 && len(st.respTrailers) == 0
+				eos := len(st.respBody) == 0 && len(st.respTrailers) == 0 && !st.respStreamed
 				more = !eos
 				act = v.call(st.id, v.fnRespHeaders, uint64(st.id), uint64(len(st.respHeaders)), b2u(eos))
 			case 1:
@@ -603,15 +727,10 @@ func (sr *streamRun) response() streamNeed {
 			return sr.end(nil, ErrStreamReset)
 		}
 		if st.local != nil {
-			// A local reply after response headers replaces the response;
-			// it does not run the response callbacks again.
-			lr := st.local
-			st.local = nil
-			r := &Response{Status: lr.status, Body: lr.body, Details: lr.details, Local: true}
-			for _, h := range lr.headers {
-				r.Headers = append(r.Headers, [2]string{lower(h[0]), h[1]})
-			}
-			return sr.end(r, nil)
+			return sr.replaceWithLocal()
+		}
+		if st.respStreamed {
+			return sr.afterStreamedHeaders(act)
 		}
 		if uint32(act) == actionPause && !more {
 			if st.pendingResume {
@@ -625,6 +744,116 @@ func (sr *streamRun) response() streamNeed {
 	out.Local = sr.local
 	return sr.end(out, nil)
 }
+
+// replaceWithLocal ends the stream with the local reply a response
+// callback sent: it replaces the response, and does not run the response
+// callbacks again.
+func (sr *streamRun) replaceWithLocal() streamNeed {
+	st := sr.st
+	lr := st.local
+	st.local = nil
+	r := &Response{Status: lr.status, Body: lr.body, Details: lr.details, Local: true}
+	for _, h := range lr.headers {
+		r.Headers = append(r.Headers, [2]string{lower(h[0]), h[1]})
+	}
+	return sr.end(r, nil)
+}
+
+// afterStreamedHeaders follows proxy_on_response_headers of a response
+// whose body streams. Continue sends the headers downstream now; Pause
+// holds them until a body callback continues (Envoy's StopIteration on
+// headers with more data to come), so the first chunk is fetched first.
+func (sr *streamRun) afterStreamedHeaders(act uint64) streamNeed {
+	st := sr.st
+	sr.at = stageBody
+	if uint32(act) == actionPause && !st.pendingResume {
+		return needChunk
+	}
+	st.pendingResume = false
+	return sr.sendHeaders()
+}
+
+// sendHeaders hands the response headers downstream, with the body to
+// stream behind them.
+func (sr *streamRun) sendHeaders() streamNeed {
+	sr.headersSent = true
+	sr.resp = sr.st.buildResponse()
+	sr.resp.Body = nil
+	sr.resp.Local = sr.local
+	sr.resp.BodyStream = downstreamBody{sr}
+	return needHeaders
+}
+
+// body runs proxy_on_response_body on the chunk the upstream sent (sr.chunk),
+// as Envoy runs it per data frame: the callback sees what the host buffered
+// for it so far followed by the chunk, with end_of_stream on the last one.
+// Continue forwards all of it; Pause (StopIterationAndBuffer) keeps it
+// buffered for the next callback. An upstream reset ends the stream.
+func (sr *streamRun) body() streamNeed {
+	if n, over := sr.unparkFailed(); over {
+		return n
+	}
+	w, v, st := sr.w, sr.v, sr.st
+	eos := false
+	if sr.resumed {
+		// proxy_continue_stream after a Pause at the end of the stream.
+		sr.resumed = false
+		eos = true
+	} else {
+		chunk, err := sr.chunk, sr.chunkErr
+		sr.chunk, sr.chunkErr = nil, nil
+		eos = errors.Is(err, io.EOF)
+		sr.upEnded = err != nil
+		if err != nil && !eos {
+			return sr.end(nil, err)
+		}
+		st.respBody = append(sr.buffered, chunk...)
+		st.respBodyReadable = true
+		act := v.call(st.id, v.fnRespBody, uint64(st.id), uint64(len(st.respBody)), b2u(eos))
+		st.respBodyReadable = false
+		if v.failed || w.vm != v {
+			if sr.headersSent {
+				return sr.end(nil, errFailedMidBody)
+			}
+			return sr.failedMidStream()
+		}
+		if st.reset || (st.local != nil && sr.headersSent) {
+			// A local reply after the headers went out can only reset.
+			return sr.end(nil, ErrStreamReset)
+		}
+		if st.local != nil {
+			return sr.replaceWithLocal()
+		}
+		if uint32(act) == actionPause && !st.pendingResume {
+			sr.buffered = st.respBody
+			if eos {
+				return sr.park(phaseResponse)
+			}
+			return needChunk
+		}
+		st.pendingResume = false
+	}
+	sr.fwd = append(sr.fwd, st.respBody...)
+	sr.buffered, st.respBody = nil, nil
+	if !eos {
+		if !sr.headersSent {
+			return sr.sendHeaders()
+		}
+		return needChunk
+	}
+	if !sr.headersSent {
+		// The filter held everything: the client gets one whole response.
+		out := st.buildResponse()
+		out.Body, sr.fwd = sr.fwd, nil
+		out.Local = sr.local
+		return sr.end(out, nil)
+	}
+	return sr.end(nil, nil)
+}
+
+// errFailedMidBody resets a stream whose VM failed after its response
+// headers went downstream: Envoy can no longer answer it with a 503.
+var errFailedMidBody = errors.New("wasm VM failed in the middle of a streamed response body")
 
 // syncParked keeps v.parked equal to the number of v's streams waiting for
 // the plugin to continue or answer them. Loop only; called after st.paused,

@@ -3,6 +3,7 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sluice-proxy/sluice/limiter"
@@ -67,6 +68,10 @@ func Decide(l limiter.Limit, key string, cost int64) (Command, error) {
 			s = SlidingWindowScript
 		}
 		return Command{Script: s, Key: key, Args: [6]int64{l.Rate, p, clampCost(cost)}, NArgs: 3}, nil
+	case limiter.SlidingLog:
+		// Validate keeps the log's numbers small: L ≤ 1,000 members, P
+		// whole µs of at most a year.
+		return Command{Script: SlidingLogScript, Key: key, Args: [6]int64{l.Rate, int64(l.Period / time.Microsecond), clampCost(cost)}, NArgs: 3}, nil
 	}
 	return Command{}, fmt.Errorf("backend: unsupported algorithm %v", l.Algorithm)
 }
@@ -176,4 +181,40 @@ func gcd(a, b int64) int64 {
 		a, b = b, a%b
 	}
 	return a
+}
+
+// Peek builds the command that reads key's state without changing it:
+// the decision script of l with cost 0, which Redis answers as an invalid
+// cost and writes nothing, reporting the units Remaining and ResetAfter
+// (limiter.Table.Peek does the same locally). It is the filter's own
+// script, so an operator reads exactly what the next decision sees.
+func Peek(l limiter.Limit, key string) (Command, error) { return Decide(l, key, 0) }
+
+// Reset builds the command that gives key its full allowance back, for any
+// algorithm: the key is deleted, which every script reads as a fresh key.
+// Its reply is a Peek of that fresh key.
+func Reset(l limiter.Limit, key string) (Command, error) {
+	if err := l.Validate(); err != nil {
+		return Command{}, err
+	}
+	return Command{Script: ResetScript, Key: key, Args: [6]int64{l.Capacity()}, NArgs: 1}, nil
+}
+
+// Reserved is how many units of token bucket l a Peek reply shows taken
+// beyond an empty bucket: hybrid leases that reserved future refill and
+// are not spendable yet, or a charged debt. Redis keeps no record of
+// leases other than the bucket, so that is all it can tell of them;
+// tokens a lease took within the bucket read as spent. It is derived from
+// the reply's reset time, rounded up to the millisecond, so the
+// millisecond of rounding is taken off first: never more than the truth.
+func Reserved(l limiter.Limit, r Reply) int64 {
+	if l.Algorithm != limiter.TokenBucket || l.Rate < 1 || l.Period <= 0 {
+		return 0
+	}
+	refill := time.Duration(float64(l.Capacity()) * float64(l.Period) / float64(l.Rate))
+	beyond := r.ResetAfter - time.Millisecond - refill
+	if beyond <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(float64(beyond) * float64(l.Rate) / float64(l.Period)))
 }

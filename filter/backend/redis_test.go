@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,6 +162,13 @@ var compared = []limiter.Limit{
 	{Algorithm: limiter.TokenBucket, Rate: 999_983, Period: time.Hour, Burst: 17},
 	{Algorithm: limiter.SlidingWindow, Rate: (1 << 53) / (4 * 86_400_000_000), Period: 24 * time.Hour},
 	{Algorithm: limiter.FixedWindow, Rate: 4_000_000_000, Period: time.Millisecond},
+	// Sliding logs are sorted sets, which holdKey cannot hold, so their
+	// windows are long instead: a script sets a TTL of at least its
+	// window, in real time, which no run of this test reaches.
+	{Algorithm: limiter.SlidingLog, Rate: 10, Period: time.Minute},
+	{Algorithm: limiter.SlidingLog, Rate: 3, Period: 2 * time.Minute},
+	{Algorithm: limiter.SlidingLog, Rate: 100, Period: 10 * time.Minute},
+	{Algorithm: limiter.SlidingLog, Rate: limiter.MaxLogLimit, Period: time.Hour},
 }
 
 // TestScriptsMatchLimiter drives every script step by step with explicit
@@ -174,7 +182,9 @@ func TestScriptsMatchLimiter(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%v_%d_per_%v_burst_%d", rm.name, l.Algorithm, l.Rate, l.Period, l.Burst), func(t *testing.T) {
 				rng := rand.New(rand.NewSource(int64(li) + 1))
 				key := fmt.Sprintf("cmp:%s:%d", rm.name, li)
-				holdKey(t, fx.rdb, key)
+				if l.Algorithm != limiter.SlidingLog {
+					holdKey(t, fx.rdb, key)
+				}
 				var st limiter.State
 				now := time.Unix(1_700_000_000, 0).Add(time.Duration(rng.Int63n(int64(l.Period))) / time.Microsecond * time.Microsecond)
 				allowed, denied, charges := 0, 0, 0
@@ -258,6 +268,7 @@ func TestScriptsUseRedisTime(t *testing.T) {
 		{Algorithm: limiter.TokenBucket, Rate: 5, Period: 50 * time.Millisecond, Burst: 2},
 		{Algorithm: limiter.FixedWindow, Rate: 5, Period: 50 * time.Millisecond},
 		{Algorithm: limiter.SlidingWindow, Rate: 5, Period: 50 * time.Millisecond},
+		{Algorithm: limiter.SlidingLog, Rate: 5, Period: 50 * time.Millisecond},
 	}
 	for _, rm := range fx.remotes {
 		for i, l := range limits {
@@ -634,5 +645,78 @@ func TestGarbageServer(t *testing.T) {
 			}
 		}
 		srv.Close()
+	}
+}
+
+// TestSlidingLogMembers checks the sorted set itself: a cost of n is n
+// members, also when the clock comes back to a microsecond whose member
+// names are partly taken, the key lives at least until its reset, and
+// concurrent calls on Redis's own clock never admit more than the limit.
+func TestSlidingLogMembers(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	l := limiter.Limit{Algorithm: limiter.SlidingLog, Rate: 5, Period: time.Minute}
+	t0 := time.Unix(1_700_000_000, 0)
+	steps := []struct {
+		at      time.Duration
+		cost    int64
+		members int64
+	}{
+		{-l.Period / 2, 2, 2},
+		{0, 2, 4},
+		// Removes the two oldest members: "t0:2" and "t0:3" stay, and
+		// the count is 3.
+		{l.Period/2 + time.Microsecond, 1, 3},
+		// The clock comes back to t0, where the name chosen from the
+		// count, "t0:3", is taken: it must not swallow a unit.
+		{0, 2, 5},
+	}
+	for _, rm := range fx.remotes {
+		t.Run(rm.name, func(t *testing.T) {
+			key := "log:" + rm.name
+			var st limiter.State
+			for i, s := range steps {
+				now := t0.Add(s.at)
+				cmd, _ := backend.Decide(l, key, s.cost)
+				got, err := rm.call(t, cmd.WithTime(now))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var want limiter.Result
+				st, want = l.Decide(st, now.UnixNano(), s.cost)
+				if !same(got, want) {
+					t.Fatalf("step %d: script %+v, limiter %+v", i, got, want)
+				}
+				if n, _ := fx.rdb.ZCard(ctx, key).Result(); n != s.members {
+					t.Fatalf("step %d: %d members, want %d", i, n, s.members)
+				}
+				if ttl, _ := fx.rdb.PTTL(ctx, key).Result(); ttl < got.ResetAfter {
+					t.Fatalf("step %d: pttl %v shorter than reset %v", i, ttl, got.ResetAfter)
+				}
+			}
+
+			key = "log-race:" + rm.name
+			var granted atomic.Int64
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 5 {
+						cmd, _ := backend.Decide(l, key, 1)
+						r, err := rm.call(t, cmd)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						granted.Add(r.Granted)
+					}
+				}()
+			}
+			wg.Wait()
+			if granted.Load() != l.Rate {
+				t.Fatalf("granted %d in one window, limit %d", granted.Load(), l.Rate)
+			}
+		})
 	}
 }

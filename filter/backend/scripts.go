@@ -322,18 +322,91 @@ end
 return {0, remaining(cur), retry, resetAfter(cur), reason, now}
 `
 
+// ARGV: capacity [now_us]. An operator's reset (sluicectl quota reset):
+// the key is deleted, which every script reads as a fresh key with its
+// full allowance, whatever the algorithm. The reply is the one a peek
+// (a decision of cost 0, see Peek) of that fresh key gives, so it is
+// parsed like every other reply.
+const resetBody = `
+local C = num(ARGV[1])
+if not C or C < 1 then return redis.error_reply('ERR sluice: bad reset arguments') end
+local now = clock(ARGV[2])
+if not now then return redis.error_reply('ERR sluice: bad time argument') end
+redis.call('DEL', KEYS[1])
+return {0, C, 0, 0, 3, now}
+`
+
+// ARGV: L P_us cost [now_us]. State: a sorted set of one member per
+// admitted unit, scored by its time in µs (seed 000's sliding log), so a
+// cost of n adds n members with names unique within the key. limiter's
+// sliding_log with the time in whole µs: live members score above
+// now − P, including members ahead of a clock that went back; a newest
+// member beyond the clock tolerance or more than L live members make the
+// set implausible, decided as L units at now. Like the local log, only an
+// admission removes expired members (ZREMRANGEBYSCORE): a denial writes
+// nothing, so a clock that goes back sees the same members in both.
+const slidingLogBody = `
+local L, P, n = num(ARGV[1]), num(ARGV[2]), num(ARGV[3])
+if not (L and P and n) or L < 1 or P < 1 then
+  return redis.error_reply('ERR sluice: bad sliding_log arguments')
+end
+local now = clock(ARGV[4])
+if not now then return redis.error_reply('ERR sluice: bad time argument') end
+local key = KEYS[1]
+local since = '(' .. str(now - P)
+local used = redis.call('ZCOUNT', key, since, '+inf')
+local newest = now
+local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+if top[2] then newest = tonumber(top[2]) end
+local plausible = used <= L and newest <= now + TOLERANCE_US
+if not plausible then used, newest = L, now end
+local function untilGone(score) return ceildiv(score + P - now, 1000) end
+local reset = 0
+if used > 0 then reset = untilGone(newest) end
+local reason, retry = 0, 0
+if n < 1 then
+  reason = 3
+elseif n > L then
+  reason = 2
+elseif used + n <= L then
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - P))
+  -- ZADD NX skips a name already taken (possible only after the clock
+  -- went back), and the loop tries the next one, so n units are n members.
+  local added, j = 0, used
+  while added < n do
+    added = added + redis.call('ZADD', key, 'NX', str(now), str(now) .. ':' .. str(j))
+    j = j + 1
+  end
+  if newest < now then newest = now end
+  reset = untilGone(newest)
+  keep(key, reset)
+  return {1, L - used - n, 0, reset, 0, now}
+else
+  reason = 1
+  -- The live unit whose departure leaves room for n.
+  local gone = now
+  if plausible then
+    gone = tonumber(redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', used + n - L - 1, 1)[2])
+  end
+  retry = untilGone(gone)
+end
+return {0, L - used, retry, reset, reason, now}
+`
+
 // The registered scripts. Their SHA1s are what EVALSHA sends.
 var (
 	TokenBucketScript   = newScript("token_bucket", tokenBucketBody)
 	FixedWindowScript   = newScript("fixed_window", fixedWindowBody)
 	SlidingWindowScript = newScript("sliding_window", slidingWindowBody)
+	SlidingLogScript    = newScript("sliding_log", slidingLogBody)
 	LeaseScript         = newScript("token_bucket_lease", leaseBody)
 	ChargeScript        = newScript("token_bucket_charge", chargeBody)
+	ResetScript         = newScript("reset", resetBody)
 )
 
 // Scripts lists every registered script, for loading them all at once.
 func Scripts() []*Script {
-	return []*Script{TokenBucketScript, FixedWindowScript, SlidingWindowScript, LeaseScript, ChargeScript}
+	return []*Script{TokenBucketScript, FixedWindowScript, SlidingWindowScript, SlidingLogScript, LeaseScript, ChargeScript, ResetScript}
 }
 
 // ScriptBySHA1 finds a registered script by its digest, or nil.

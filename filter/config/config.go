@@ -41,6 +41,8 @@ type Config struct {
 	// External is the limits-service lookup; nil without an "external"
 	// block.
 	External *External
+	// Admin is the admin route; nil (off) without an "admin" block.
+	Admin *Admin
 }
 
 // LimitIndex returns the index in c.Limits of the limit with that name, or -1.
@@ -109,6 +111,10 @@ const (
 	// SlidingWindow admits Rate.Limit requests per window, weighting the
 	// previous window's count by its remaining overlap.
 	SlidingWindow = limiter.SlidingWindow
+	// SlidingLog admits at most Rate.Limit requests in any window of
+	// length Rate.Window, exactly, keeping each admission's time;
+	// Rate.Limit is at most limiter.MaxLogLimit.
+	SlidingLog = limiter.SlidingLog
 )
 
 // Rate is an allowance: Limit requests per Window, plus Burst extra for
@@ -142,6 +148,8 @@ func (r Rate) Limiter(a Algorithm) limiter.Limit {
 		lim.Algorithm = limiter.FixedWindow
 	case SlidingWindow:
 		lim.Algorithm = limiter.SlidingWindow
+	case SlidingLog:
+		lim.Algorithm = limiter.SlidingLog
 	default:
 		lim.Algorithm = limiter.TokenBucket
 	}
@@ -434,18 +442,35 @@ type CostHeader struct {
 	Max int64
 }
 
-// ResponseCost is a cost reported by the upstream in a response header
-// ("cost_from_response": {"header": ..., "default": ...}): the request
-// takes one unit when admitted and the rest of the reported cost is
-// charged when the response headers arrive, into debt if need be.
+// ResponseCost is a cost reported by the upstream, in a response header
+// ("cost_from_response": {"header": ...}) or at a path into a JSON body
+// or the events of a text/event-stream body ({"json": "usage.total_tokens"}):
+// the request takes one unit when admitted and the rest of the reported
+// cost is charged when the response headers arrive, or at the end of the
+// body, into debt if need be.
 type ResponseCost struct {
-	// Header is the lower-cased response header name.
+	// Header is the lower-cased response header name; empty with JSON.
 	Header string
+	// JSON is the path of member names into the body; nil with Header.
+	JSON []string
 	// Default is the cost charged when the response lacks the header or
-	// its value is not a whole number >= 0; >= 1, default 1 (the unit
-	// taken at admission and nothing more).
+	// the path, its value is not a whole number >= 0, or the body is over
+	// MaxBodyBytes; >= 1, default 1 (the unit taken at admission and
+	// nothing more).
 	Default int64
+	// MaxBodyBytes bounds the JSON body buffered to read JSON from;
+	// DefaultMaxBodyBytes unless set. Zero with Header.
+	MaxBodyBytes int64
 }
+
+// DefaultMaxBodyBytes is max_body_bytes when not set: 1 MiB, Envoy's
+// default per_connection_buffer_limit_bytes, past which Envoy itself
+// would give up buffering the body.
+const DefaultMaxBodyBytes = 1 << 20
+
+// MaxResponseBodyBytes bounds max_body_bytes: a body buffered in every
+// worker's VM must stay far below the VM's memory.
+const MaxResponseBodyBytes = 64 << 20
 
 // RateFor returns the rate for a key-part value: its override if one exists,
 // the limit's default otherwise.

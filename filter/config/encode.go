@@ -1,7 +1,9 @@
 package config
 
 import (
+	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -76,6 +78,12 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	if e := c.External; e != nil {
 		w.External = wireExternalOf(e)
 	}
+	if a := c.Admin; a != nil {
+		w.Admin = &wireAdmin{PathPrefix: a.PathPrefix, TokenSHA256: hex.EncodeToString(a.TokenSHA256[:])}
+		for _, p := range a.ClientCIDRs.Prefixes {
+			w.Admin.ClientCIDRs = append(w.Admin.ClientCIDRs, p.String())
+		}
+	}
 	return json.Marshal(w)
 }
 
@@ -95,6 +103,7 @@ func wireExternalOf(e *External) *wireExternal {
 		w.ForwardHeaders = append(w.ForwardHeaders, "*")
 		w.DenyHeaders = e.DenyHeaders
 	}
+	w.RouteHeader, w.AllowedRoutes = e.RouteHeader, e.AllowedRoutes
 	for _, k := range e.CacheKey {
 		w.CacheKey = append(w.CacheKey, k.String())
 	}
@@ -137,7 +146,8 @@ func (c *Config) wireLimit(l *Limit) wireLimit {
 	if rc := l.CostFromResponse; rc != nil {
 		// cost is implied (one unit at admission) and may not be written.
 		w.Cost = nil
-		w.CostFromResponse = &wireResponseCost{Header: rc.Header, Default: rc.Default}
+		w.CostFromResponse = &wireResponseCost{Header: rc.Header, JSON: strings.Join(rc.JSON, "."),
+			Default: rc.Default, MaxBodyBytes: rc.MaxBodyBytes}
 	}
 	for _, k := range l.Key {
 		w.Key = append(w.Key, k.String())
@@ -235,6 +245,13 @@ type wireConfig struct {
 	Response    wireResponse      `json:"response"`
 	Backend     *wireBackend      `json:"backend,omitempty"`
 	External    *wireExternal     `json:"external,omitempty"`
+	Admin       *wireAdmin        `json:"admin,omitempty"`
+}
+
+type wireAdmin struct {
+	PathPrefix  string   `json:"path_prefix"`
+	ClientCIDRs []string `json:"client_cidrs"`
+	TokenSHA256 string   `json:"token_sha256"`
 }
 
 type wireConcurrency struct {
@@ -299,8 +316,10 @@ type wireCost struct {
 }
 
 type wireResponseCost struct {
-	Header  string `json:"header"`
-	Default int64  `json:"default"`
+	Header       string `json:"header,omitempty"`
+	JSON         string `json:"json,omitempty"`
+	Default      int64  `json:"default"`
+	MaxBodyBytes int64  `json:"max_body_bytes,omitempty"`
 }
 
 type wireOnLimit struct {
@@ -400,6 +419,8 @@ type wireExternal struct {
 	Timeout        string       `json:"timeout"`
 	ForwardHeaders []string     `json:"forward_headers"`
 	DenyHeaders    []string     `json:"deny_headers,omitempty"`
+	RouteHeader    string       `json:"route_header,omitempty"`
+	AllowedRoutes  []string     `json:"allowed_routes,omitempty"`
 	MaxConcurrent  int          `json:"max_concurrent_requests"`
 	CacheKey       []string     `json:"cache_key"`
 	CacheTTL       string       `json:"cache_ttl"`

@@ -49,6 +49,13 @@ type External struct {
 	// MaxConcurrentRequests caps the lookups in flight across all workers,
 	// 1-1000, default 50; an excess lookup is decided like a failed one.
 	MaxConcurrentRequests int
+	// RouteHeader is the lower-case request header an allowed backend_url
+	// is written into (route_header); "" when answers do not route.
+	// Whatever the client sent in it is removed from every request.
+	RouteHeader string
+	// AllowedRoutes are the only backend_url values that route a request
+	// (allowed_routes); set exactly when RouteHeader is.
+	AllowedRoutes []string
 }
 
 // SensitiveHeaders are never forwarded to the limits service unless
@@ -79,7 +86,7 @@ const (
 var externalFields = []string{"name", "match", "cluster", "authority", "path", "timeout", "forward_headers",
 	"cache_key", "cache_ttl", "stale_ttl", "max_cached", "mode", "failure_policy", "instances",
 	"on_missing_key", "on_limit", "fallback", "slots", "overflow_slots", "deny_headers",
-	"max_concurrent_requests"}
+	"max_concurrent_requests", "route_header", "allowed_routes"}
 
 func (p *parser) external(o *object, cfg *Config) *External {
 	e := &External{
@@ -136,6 +143,7 @@ func (p *parser) external(o *object, cfg *Config) *External {
 		}
 	}
 	p.denyHeaders(o, e)
+	p.routes(o, e)
 	if n, ok := o.integer("max_concurrent_requests", 1, maxExternalConcurrent); ok {
 		e.MaxConcurrentRequests = int(n)
 	}

@@ -78,7 +78,7 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 	if items, ok := o.array("key", ""); ok {
 		l.Key = p.key(o.path1("key"), items)
 	}
-	if i, ok := o.enum("algorithm", "token_bucket", "fixed_window", "sliding_window"); ok {
+	if i, ok := o.enum("algorithm", "token_bucket", "fixed_window", "sliding_window", "sliding_log"); ok {
 		l.Algorithm = Algorithm(i)
 	}
 	// The mode is read before the rates, which are checked against it.
@@ -257,6 +257,18 @@ func (p *parser) rate(o *object, alg Algorithm) (Rate, bool) {
 // exactly. The filter builds its tables and commands from the same
 // limiter.Limit, so a config Parse accepts never fails at plugin start.
 func (p *parser) rateFits(o *object, mode Mode, alg Algorithm, r Rate) {
+	if alg == SlidingLog && r.Limit > limiter.MaxLogLimit {
+		field := "limit"
+		if o.has("requests_per_second") {
+			field = "requests_per_second"
+		}
+		o.errorf(field, `must be at most %d with algorithm "sliding_log": the log keeps one entry per request admitted within the window, in one shared-data value`, limiter.MaxLogLimit)
+		return
+	}
+	if alg == SlidingLog && r.Window%time.Microsecond != 0 {
+		o.errorf("window", `must be a whole number of microseconds with algorithm "sliding_log"`)
+		return
+	}
 	lim := r.Limiter(alg)
 	if err := lim.Validate(); err != nil {
 		p.errorf(o.path, o.at, "%s", strings.TrimPrefix(err.Error(), "limiter: "))
@@ -392,16 +404,40 @@ func (p *parser) cost(o *object, l *Limit) (path string, at int) {
 	return path, at
 }
 
-// costFromResponse reads cost_from_response: {header, default}.
+// costFromResponse reads cost_from_response: {header | json, default,
+// max_body_bytes}.
 func (p *parser) costFromResponse(o *object, l *Limit) {
-	c := o.child("cost_from_response", "header", "default")
+	c := o.child("cost_from_response", "header", "json", "default", "max_body_bytes")
 	if c == nil {
 		return
 	}
 	rc := &ResponseCost{Default: 1}
-	rc.Header = c.headerName("header", "required")
+	rc.Header = c.headerName("header", "")
+	if s, ok := c.str("json"); ok {
+		if path, valid := usagePath(s); valid {
+			rc.JSON = path
+		} else {
+			c.errorf("json", "invalid path %q: member names joined with dots, none empty", s)
+		}
+	}
+	switch {
+	case c.has("header") && c.has("json"):
+		c.errorf("json", "cannot be combined with header: the cost is read from one place")
+	case !c.has("header") && !c.has("json"):
+		c.errorf("header", "required, or json")
+	}
 	if n, ok := c.integer("default", 1, maxCount); ok {
 		rc.Default = n
+	}
+	if c.has("max_body_bytes") {
+		if !c.has("json") {
+			c.errorf("max_body_bytes", "only valid with json")
+		}
+		if n, ok := c.integer("max_body_bytes", 1, MaxResponseBodyBytes); ok {
+			rc.MaxBodyBytes = n
+		}
+	} else if c.has("json") {
+		rc.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	l.CostFromResponse = rc
 	switch {
@@ -410,6 +446,17 @@ func (p *parser) costFromResponse(o *object, l *Limit) {
 	case l.Algorithm != TokenBucket:
 		o.errorf("cost_from_response", `only valid with algorithm "token_bucket": a window cannot carry the debt a response's cost can leave`)
 	}
+}
+
+// usagePath splits a dotted path into its member names.
+func usagePath(s string) ([]string, bool) {
+	path := strings.Split(s, ".")
+	for _, name := range path {
+		if name == "" {
+			return nil, false
+		}
+	}
+	return path, true
 }
 
 // maxCost is the largest cost one request of l can take at admission.

@@ -177,25 +177,7 @@ func (p *parser) valueCondition(o *object, allowed ...string) (c ValueCondition)
 
 // matchMore parses the conditions added after the first release of match.
 func (p *parser) matchMore(o *object, m *Match) {
-	if items, ok := o.array("client_cidrs", anyIfOmitted); ok {
-		var prefixes []netip.Prefix
-		for i, item := range items {
-			ipath := IndexPath(o.path1("client_cidrs"), i)
-			if item.Type != gjson.String {
-				p.errorf(ipath, item.Index, "must be a string")
-				continue
-			}
-			pfx, err := ParseCIDR(item.Str)
-			if err != nil {
-				p.errorf(ipath, item.Index, "%v", err)
-				continue
-			}
-			prefixes = append(prefixes, pfx)
-		}
-		if len(prefixes) == len(items) {
-			m.ClientCIDRs = NewCIDRSet(prefixes)
-		}
-	}
+	m.ClientCIDRs = p.cidrList(o, "client_cidrs", anyIfOmitted)
 	p.objects(o, "query", append([]string{"name"}, queryConditionFields...), func(q *object) {
 		var qm QueryMatch
 		if s, ok := q.str("name"); ok {
@@ -222,4 +204,31 @@ func (p *parser) matchMore(o *object, m *Match) {
 		not := p.match(n)
 		m.Not = &not
 	}
+}
+
+// cidrList reads the array of CIDRs o.name (ifEmpty as for object.array):
+// nil when it is absent or has an error, each of which is reported.
+func (p *parser) cidrList(o *object, name, ifEmpty string) *CIDRSet {
+	items, ok := o.array(name, ifEmpty)
+	if !ok {
+		return nil
+	}
+	var prefixes []netip.Prefix
+	for i, item := range items {
+		ipath := IndexPath(o.path1(name), i)
+		if item.Type != gjson.String {
+			p.errorf(ipath, item.Index, "must be a string")
+			continue
+		}
+		pfx, err := ParseCIDR(item.Str)
+		if err != nil {
+			p.errorf(ipath, item.Index, "%v", err)
+			continue
+		}
+		prefixes = append(prefixes, pfx)
+	}
+	if len(prefixes) != len(items) {
+		return nil
+	}
+	return NewCIDRSet(prefixes)
 }

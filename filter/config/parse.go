@@ -126,7 +126,7 @@ func (p *parser) config(root gjson.Result) *Config {
 		p.errorf("", 0, "configuration must be a JSON object")
 		return cfg
 	}
-	o := p.object("", root, "client_ip", "limits", "breakers", "concurrency", "response", "backend", "external")
+	o := p.object("", root, "client_ip", "limits", "breakers", "concurrency", "response", "backend", "external", "admin")
 	if c := o.child("client_ip", "source", "sources", "trusted_hops", "header"); c != nil {
 		cfg.ClientIP = p.clientIP(c)
 	}
@@ -156,6 +156,9 @@ func (p *parser) config(root gjson.Result) *Config {
 		} else {
 			p.concurrency(cfg, o.path1("concurrency"), items)
 		}
+	}
+	if a := o.child("admin", adminFields...); a != nil {
+		cfg.Admin = p.admin(a)
 	}
 	if r := o.child("response", "headers", "headers_on_allowed", "body", "reply_headers", "templates", "grpc", "near_limit_ratio"); r != nil {
 		cfg.Response = p.response(r)

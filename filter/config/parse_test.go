@@ -230,7 +230,9 @@ func TestParseCosts(t *testing.T) {
 	  {"name": "header", "requests_per_second": 10, "burst": 5, "cost": {"header": "X-Cost", "default": 2, "max": 12}},
 	  {"name": "header-default-max", "key": ["header:x-tier"], "requests_per_second": 10, "burst": 5,
 	   "cost": {"header": "x-cost"}, "overrides": {"gold": {"requests_per_second": 100}, "tin": {"requests_per_second": 8}}},
-	  {"name": "response", "limit": 10000, "window": "1m", "cost_from_response": {"header": "X-Tokens-Used", "default": 50}}]}`)
+	  {"name": "response", "limit": 10000, "window": "1m", "cost_from_response": {"header": "X-Tokens-Used", "default": 50}},
+	  {"name": "body", "limit": 10000, "window": "1m", "cost_from_response": {"json": "usage.total_tokens"}},
+	  {"name": "small-body", "limit": 10000, "window": "1m", "cost_from_response": {"json": "n", "default": 7, "max_body_bytes": 4096}}]}`)
 	checks := []struct {
 		got, want Limit
 	}{
@@ -242,6 +244,10 @@ func TestParseCosts(t *testing.T) {
 			Limit{Cost: 1, CostHeader: &CostHeader{Header: "x-cost", Default: 1, Max: 8}}},
 		{Limit{Cost: c.Limits[3].Cost, CostFromResponse: c.Limits[3].CostFromResponse},
 			Limit{Cost: 1, CostFromResponse: &ResponseCost{Header: "x-tokens-used", Default: 50}}},
+		{Limit{Cost: c.Limits[4].Cost, CostFromResponse: c.Limits[4].CostFromResponse},
+			Limit{Cost: 1, CostFromResponse: &ResponseCost{JSON: []string{"usage", "total_tokens"}, Default: 1, MaxBodyBytes: 1 << 20}}},
+		{Limit{Cost: c.Limits[5].Cost, CostFromResponse: c.Limits[5].CostFromResponse},
+			Limit{Cost: 1, CostFromResponse: &ResponseCost{JSON: []string{"n"}, Default: 7, MaxBodyBytes: 4096}}},
 	}
 	for i, ch := range checks {
 		if !reflect.DeepEqual(ch.got, ch.want) {
@@ -375,7 +381,7 @@ var badCases = []badCase{
 	{name: "burst with fixed window", in: lim(`, "algorithm": "fixed_window", "burst": 1`), want: []string{`limits[0].burst: only valid with algorithm "token_bucket"`}},
 	{name: "burst with sliding window", in: lim(`, "algorithm": "sliding_window", "burst": 0`), want: []string{`limits[0].burst: only valid with algorithm "token_bucket"`}},
 	{name: "unknown algorithm", in: lim(`, "algorithm": "leaky_bucket"`),
-		want: []string{`limits[0].algorithm: unknown value "leaky_bucket"; want one of token_bucket, fixed_window, sliding_window`}},
+		want: []string{`limits[0].algorithm: unknown value "leaky_bucket"; want one of token_bucket, fixed_window, sliding_window, sliding_log`}},
 	{name: "window zero", in: `{"limits": [{"name": "a", "limit": 1, "window": "0s"}]}`, want: []string{"limits[0].window: must be >= 1ms"}, schemaAccepts: true},
 	{name: "window negative", in: `{"limits": [{"name": "a", "limit": 1, "window": "-1s"}]}`,
 		want: []string{`limits[0].window: must be a duration string such as "500ms", "60s" or "1m"`}},
@@ -409,11 +415,18 @@ var badCases = []badCase{
 	{name: "cost from response with a window", in: `{"limits": [{"name": "a", "algorithm": "sliding_window", "limit": 5, "window": "1m", "cost_from_response": {"header": "x-tokens"}}]}`,
 		want: []string{`limits[0].cost_from_response: only valid with algorithm "token_bucket": a window cannot carry the debt a response's cost can leave`}},
 	{name: "cost from response not object", in: lim(`, "cost_from_response": "x-tokens"`), want: []string{"limits[0].cost_from_response: must be an object"}},
-	{name: "cost from response header missing", in: lim(`, "cost_from_response": {}`), want: []string{"limits[0].cost_from_response.header: required"}},
+	{name: "cost from response header missing", in: lim(`, "cost_from_response": {}`), want: []string{"limits[0].cost_from_response.header: required, or json"}},
 	{name: "cost from response header invalid", in: lim(`, "cost_from_response": {"header": "x:y"}`),
 		want: []string{`limits[0].cost_from_response.header: invalid header name "x:y"`}},
 	{name: "cost from response default zero", in: lim(`, "cost_from_response": {"header": "x", "default": 0}`),
 		want: []string{"limits[0].cost_from_response.default: must be >= 1"}},
+	{name: "cost from response json and header", in: lim(`, "cost_from_response": {"header": "x", "json": "usage.total_tokens"}`),
+		want: []string{"limits[0].cost_from_response.json: cannot be combined with header: the cost is read from one place"}},
+	{name: "cost from response json path and body bound invalid", in: lim(`, "cost_from_response": {"json": "usage..total", "max_body_bytes": 0}`),
+		want: []string{`limits[0].cost_from_response.json: invalid path "usage..total": member names joined with dots, none empty`,
+			"limits[0].cost_from_response.max_body_bytes: must be >= 1"}},
+	{name: "cost from response body bound without json", in: lim(`, "cost_from_response": {"header": "x", "max_body_bytes": 100}`),
+		want: []string{"limits[0].cost_from_response.max_body_bytes: only valid with json"}},
 	{name: "cost from response unknown field", in: lim(`, "cost_from_response": {"header": "x", "max": 5}`),
 		want: []string{"limits[0].cost_from_response.max: unknown field"}},
 

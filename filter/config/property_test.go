@@ -89,7 +89,9 @@ func genConfig(r *rand.Rand) map[string]any {
 				[]any{"client_ip/33/64"}, []any{"cookie:"},
 				[]any{"metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"}, []any{"metadata:ns:"}, []any{"metadata:ns:a..b"}, []any{"metadata:ns"})
 		})
-		maybe(m, "algorithm", func() any { return mostly([]any{"token_bucket", "fixed_window", "sliding_window"}, "leaky") })
+		maybe(m, "algorithm", func() any {
+			return mostly([]any{"token_bucket", "fixed_window", "sliding_window", "sliding_log"}, "leaky")
+		})
 		maybe(m, "cost", func() any {
 			if r.IntN(2) == 0 {
 				return count()

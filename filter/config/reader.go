@@ -79,7 +79,8 @@ func (o *object) str(name string) (string, bool) {
 }
 
 // headerName reads a member naming a header, lower-cased, or "" after an
-// error; missing is the error for an absent member.
+// error or when it is absent; missing is the error for an absent member,
+// none when it is "".
 func (o *object) headerName(name, missing string) string {
 	s, ok := o.str(name)
 	switch {
@@ -87,7 +88,7 @@ func (o *object) headerName(name, missing string) string {
 		return strings.ToLower(s)
 	case ok:
 		o.errorf(name, "invalid header name %q", s)
-	case !o.has(name):
+	case !o.has(name) && missing != "":
 		o.errorf(name, "%s", missing)
 	}
 	return ""

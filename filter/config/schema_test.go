@@ -186,6 +186,7 @@ func TestSchemaDefaultsMatchParser(t *testing.T) {
 	l, b, be, ex, cc := c.Limits[0], c.Breakers[0], c.Backend, c.External, c.Concurrency[0]
 	checks := []struct{ schema, parser string }{
 		{def("limit", "algorithm"), `"` + l.Algorithm.String() + `"`},
+		{def("admin", "path_prefix"), `"` + DefaultAdminPathPrefix + `"`},
 		{def("limit", "cost"), "1"},
 		{def("limit", "slots"), strconv.Itoa(l.Slots)},
 		{def("external", "slots"), strconv.Itoa(ex.Limit.Slots)},

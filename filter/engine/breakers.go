@@ -150,6 +150,9 @@ func (h *Stream) checkBreakers(now time.Time) bool {
 			h.plugin.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
 		}
 		b.recordTransition(br, d.Transition)
+		if h.trace != nil {
+			h.trace.Breakers = append(h.trace.Breakers, BreakerTrace{Name: b.cfg.Name, Instance: scope, Allowed: d.Allowed})
+		}
 		if !d.Allowed {
 			b.metrics.rejected.Increment(1)
 			h.releaseTickets()

@@ -151,6 +151,9 @@ func (h *Stream) acquireConcurrency(now time.Time) bool {
 		}
 		key, _, ok := h.info.appendKey(p.ccKeyBuf[:0], c.cfg.Key, &p.cfg.ClientIP, -1)
 		p.ccKeyBuf = key
+		if h.trace != nil {
+			h.trace.Concurrency = append(h.trace.Concurrency, ConcurrencyTrace{Name: c.cfg.Name, Key: string(key), KeyOK: ok})
+		}
 		if !ok {
 			c.metrics.missingKey.Increment(1)
 			continue
@@ -161,6 +164,9 @@ func (h *Stream) acquireConcurrency(now time.Time) bool {
 			h.plugin.log.Warnf("sluice: concurrency %s: %v", c.cfg.Name, err)
 		}
 		c.exportReclaimed()
+		if h.trace != nil {
+			h.trace.Concurrency[len(h.trace.Concurrency)-1].Allowed = res.Allowed
+		}
 		if res.Taken {
 			*c.inFlight++
 			if h.cc == nil {

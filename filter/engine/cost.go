@@ -9,11 +9,12 @@ package engine
 //     answered with 400 invalid_cost before any limit consumes, because a
 //     cost the client cannot state is not one to guess; a shadow limit only
 //     counts it and skips the request.
-//   - Response header: the request takes one unit at admission, so it is
-//     admitted only while its bucket has at least one unit, and the rest of
-//     the reported cost is charged in on_response_headers through the same
-//     limiter (limiter.Table.Charge locally, the token_bucket_charge script
-//     for global and hybrid limits), which may leave the bucket up to one
+//   - Response header or body: the request takes one unit at admission, so
+//     it is admitted only while its bucket has at least one unit, and the
+//     rest of the reported cost is charged in on_response_headers, or at
+//     the end of the body (body.go), through the same limiter
+//     (limiter.Table.Charge locally, the token_bucket_charge script for
+//     global and hybrid limits), which may leave the bucket up to one
 //     full bucket in debt: later requests wait until it is repaid. The
 //     overshoot this allows is at most one response's cost (less the unit
 //     taken) per request admitted while the bucket still had a unit; and
@@ -135,8 +136,14 @@ type costMetrics struct {
 	// responseCost sums the costs responses reported (or default), the
 	// unit taken at admission included.
 	responseCost host.Counter
-	// invalidResponse counts responses whose cost header was unusable.
+	// invalidResponse counts responses whose cost header, or the value at
+	// the body's path, was unusable.
 	invalidResponse host.Counter
+	// usageMissing counts bodies without the path (or not JSON at all),
+	// bodyTooLarge JSON bodies over max_body_bytes, sseEventTooLarge
+	// server-sent events dropped for their size; each is charged
+	// default, the event only when no later one has the path.
+	usageMissing, bodyTooLarge, sseEventTooLarge host.Counter
 }
 
 func defineCostMetrics(hm host.Metrics, cfg *config.Limit) costMetrics {
@@ -148,6 +155,11 @@ func defineCostMetrics(hm host.Metrics, cfg *config.Limit) costMetrics {
 	if cfg.CostFromResponse != nil {
 		m.responseCost = hm.Counter(p + "response_cost")
 		m.invalidResponse = hm.Counter(p + "invalid_response_cost")
+		if cfg.CostFromResponse.JSON != nil {
+			m.usageMissing = hm.Counter(p + "response_usage_missing")
+			m.bodyTooLarge = hm.Counter(p + "response_body_too_large")
+			m.sseEventTooLarge = hm.Counter(p + "response_event_too_large")
+		}
 	}
 	return m
 }
@@ -170,7 +182,7 @@ func (h *Stream) requestCost(l *limitRuntime) (cost int64, ok bool) {
 	}
 	if !h.delayed { // a held request was counted on its first evaluation
 		l.metrics.cost.invalid.Increment(1)
-		logCostFault(h.plugin.log, "invalid_cost", l, ch.Header, fault)
+		logCostFault(h.plugin.log, "invalid_cost", l, "header", ch.Header, fault.String())
 	}
 	if !l.cfg.Shadow {
 		p := h.plugin
@@ -214,18 +226,21 @@ func invalidCostBody(format config.Body, limitName string, ch *config.CostHeader
 	return contentType, append(b, '}')
 }
 
-// logCostFault writes one JSON line naming the limit, the header and why
-// its value was refused, never the value itself.
-func logCostFault(log host.Log, event string, l *limitRuntime, header string, fault costFault) {
+// logCostFault writes one JSON line naming the limit, where the cost was
+// read (field "header" or "json", and its name or path) and why its value
+// was refused, never the value itself.
+func logCostFault(log host.Log, event string, l *limitRuntime, field, source, reason string) {
 	b := make([]byte, 0, 128)
 	b = append(b, `{"sluice":`...)
 	b = appendJSONString(b, event)
 	b = append(b, `,"limit":`...)
 	b = appendJSONString(b, l.cfg.Name)
-	b = append(b, `,"header":`...)
-	b = appendJSONString(b, header)
+	b = append(b, `,"`...)
+	b = append(b, field...)
+	b = append(b, `":`...)
+	b = appendJSONString(b, source)
 	b = append(b, `,"reason":`...)
-	b = appendJSONString(b, fault.String())
+	b = appendJSONString(b, reason)
 	log.Info(string(append(b, '}')))
 }
 
@@ -239,6 +254,13 @@ type pendingCharge struct {
 	// key is copied: the evaluation's key arena is reused.
 	key     string
 	dropped bool
+	// What the body said so far, for a limit reading usage from it:
+	// usage and fault are the last value found at the path (seen), and
+	// tooLarge is set once the body outgrew the limit's max_body_bytes.
+	usage    int64
+	fault    usageFault
+	seen     bool
+	tooLarge bool
 }
 
 // noteCharge remembers that limit l is to be charged from the response;
@@ -257,18 +279,24 @@ func (h *Stream) dropCharge(l *limitRuntime) {
 	}
 }
 
-// chargeResponse charges every pending limit the cost the response
-// reports, less the unit each took at admission.
+// chargeResponse charges every pending limit that reads its cost from a
+// response header the cost the response reports, less the unit each took
+// at admission. The limits that read it from the body stay pending, and
+// the body is scanned for them (body.go).
 func (h *Stream) chargeResponse(headers [][2]string) {
 	p := h.plugin
 	now := p.host.Clock()
-	for i := range h.charges {
-		c := &h.charges[i]
+	pending := h.charges[:0]
+	for _, c := range h.charges {
 		if c.dropped {
 			continue
 		}
 		l := c.l
 		rc := l.cfg.CostFromResponse
+		if rc.JSON != nil {
+			pending = append(pending, c)
+			continue
+		}
 		total := rc.Default
 		if v, present := combinedHeader(headers, rc.Header); present && trimOWS(v) != "" {
 			n, fault := parseCost(v, 0, math.MaxInt64)
@@ -276,34 +304,47 @@ func (h *Stream) chargeResponse(headers [][2]string) {
 				total = n
 			} else {
 				l.metrics.cost.invalidResponse.Increment(1)
-				logCostFault(p.log, "invalid_response_cost", l, rc.Header, fault)
+				logCostFault(p.log, "invalid_response_cost", l, "header", rc.Header, fault.String())
 			}
 		}
-		if total > 0 {
-			// Envoy refuses a zero increment, and the SDK panics on it.
-			l.metrics.cost.responseCost.Increment(uint64(total))
-		}
-		if total <= 1 {
-			continue // the unit taken at admission covers it
-		}
-		if l.remote != nil {
-			h.chargeRemote(c, total-1, now)
-			continue
-		}
-		res, err := c.table.Charge(c.key, now.UnixNano(), total-1)
-		if err != nil {
-			h.plugin.log.Warnf("sluice: limiter store: %v", err)
-		}
-		l.exportTableStats()
-		if res.Allowed && !l.cfg.Shadow && h.hasQuota && (h.quota.name == l.cfg.Name || res.Remaining < h.quota.remaining) {
-			// The rate-limit headers of this response then report what is
-			// left after it, not before; reset times count from h.start.
-			q := quotaOf(l, res)
-			q.resetAfter += now.Sub(h.start)
-			h.quota = q
-		}
+		h.charge(&c, total, now, true)
 	}
-	h.charges = h.charges[:0]
+	h.charges = pending
+	if len(pending) > 0 {
+		h.startBodyScan(headers)
+	}
+}
+
+// charge is the one way a reported cost reaches a limit: the total is
+// counted, and all of it but the unit taken at admission is charged,
+// into debt if need be. setQuota lets a local limit's charge show in the
+// rate-limit headers of the response being answered, which a charge at
+// the end of the body is too late for.
+func (h *Stream) charge(c *pendingCharge, total int64, now time.Time, setQuota bool) {
+	l := c.l
+	if total > 0 {
+		// Envoy refuses a zero increment, and the SDK panics on it.
+		l.metrics.cost.responseCost.Increment(uint64(total))
+	}
+	if total <= 1 {
+		return // the unit taken at admission covers it
+	}
+	if l.remote != nil {
+		h.chargeRemote(c, total-1, now)
+		return
+	}
+	res, err := c.table.Charge(c.key, now.UnixNano(), total-1)
+	if err != nil {
+		h.plugin.log.Warnf("sluice: limiter store: %v", err)
+	}
+	l.exportTableStats()
+	if setQuota && res.Allowed && !l.cfg.Shadow && h.hasQuota && (h.quota.name == l.cfg.Name || res.Remaining < h.quota.remaining) {
+		// The rate-limit headers of this response then report what is
+		// left after it, not before; reset times count from h.start.
+		q := quotaOf(l, res)
+		q.resetAfter += now.Sub(h.start)
+		h.quota = q
+	}
 }
 
 // combinedHeader is requestInfo.header over a response header map.

@@ -27,5 +27,5 @@
 //
 // A limit's cost per request may come from a request header, and a limit
 // with cost_from_response is charged again from the response headers
-// (cost.go).
+// (cost.go) or at the end of the response body (body.go, usage.go).
 package engine

@@ -82,6 +82,48 @@ func (h *Stream) resolveExternal(now time.Time) bool {
 	return false
 }
 
+// dropClientRoute removes the route_header a client sent, before anything
+// reads the request: only an allowed backend_url may route a request, and
+// a client that could set the header would pick its own cluster. Read
+// first: a removal costs Envoy a new route selection, present or not.
+func (h *Stream) dropClientRoute() {
+	rh := h.plugin.routeHeader
+	st := h.plugin.host.Stream
+	if _, ok := st.RequestHeader(rh); !ok {
+		return
+	}
+	if err := st.RemoveRequestHeader(rh); err != nil {
+		h.plugin.log.Warnf("sluice: removing the client's %s: %v", rh, err)
+		return
+	}
+	// Envoy chose the route before the filter ran, from the client's
+	// value.
+	st.ClearRouteCache()
+}
+
+// routeTenant writes the resolved answer's backend_url into route_header,
+// then has the route, and with it a cluster_header cluster, chosen again
+// from the new value. Envoy's Wasm filter has cleared the route cache on
+// every request header write since envoyproxy/envoy#14318, and
+// envoyproxy/envoy#36671 makes that explicit, through the
+// clear_route_cache foreign function: the filter asks for it either way.
+// The value was checked against allowed_routes when the answer arrived;
+// it is checked again because a cache entry may predate this
+// configuration.
+func (h *Stream) routeTenant() {
+	x := h.plugin.external
+	r := h.ext.Route
+	if r == "" || !x.cfg.RouteAllowed(r) {
+		return
+	}
+	st := h.plugin.host.Stream
+	if err := st.ReplaceRequestHeader(x.cfg.RouteHeader, r); err != nil {
+		h.plugin.log.Warnf("sluice: setting %s: %v", x.cfg.RouteHeader, err)
+		return
+	}
+	st.ClearRouteCache()
+}
+
 // appendLookupKey appends the lookup key of the request to dst.
 func (x *externalRuntime) appendLookupKey(dst []byte, info *requestInfo) []byte {
 	for i := range x.cfg.CacheKey {

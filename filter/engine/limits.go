@@ -28,6 +28,9 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 			h.plugin.log.Warnf("sluice: limiter store: %v", err)
 		}
 		l.exportTableStats()
+		if h.trace != nil {
+			h.trace.traceResults(shadowLim[i:i+1], []limiter.Result{res})
+		}
 		if res.Allowed {
 			l.admitted(r.Table.Limit(), res)
 		} else {

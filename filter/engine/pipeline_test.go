@@ -123,3 +123,28 @@ func TestLookupReplyResumesTheWaitingStream(t *testing.T) {
 		t.Fatalf("metrics %v", f.Metrics.Values)
 	}
 }
+
+// A request the engine holds keeps its body in the proxy until it is
+// decided: a Continue from the body callback would send it upstream.
+func TestRequestBodyIsHeldWhileTheRequestWaits(t *testing.T) {
+	p, fakes := newNativePlugin(t, `{"limits":[{"name":"shaped","key":[],"requests_per_second":1,
+		"on_limit":{"action":"delay","max_delay":"2s"}}]}`)
+	fakes.Stream.Headers = [][2]string{{":method", "POST"}, {":path", "/"}, {":authority", "a"}}
+	first, second := &Stream{}, &Stream{}
+	p.Begin(first, 2)
+	if v := first.RequestHeaders(); v != Continue || first.AfterRequestHeaders() != Continue {
+		t.Fatal("an admitted request's body is held")
+	}
+	p.Begin(second, 3)
+	if v := second.RequestHeaders(); v != Pause {
+		t.Fatalf("second request: %v, want it delayed", v)
+	}
+	if v := second.AfterRequestHeaders(); v != Pause {
+		t.Fatal("the body of a delayed request continued it")
+	}
+	fakes.Clock.Advance(time.Second)
+	p.Tick()
+	if len(fakes.Stream.Resumed) != 1 || second.AfterRequestHeaders() != Continue {
+		t.Fatalf("resumed %v; the body is still held after the request was let go", fakes.Stream.Resumed)
+	}
+}

@@ -68,6 +68,8 @@ type Plugin struct {
 	// external is nil without an external block; its limit is the last
 	// of limits.
 	external *externalRuntime
+	// admin is nil unless the admin route is configured (admin.go).
+	admin    *adminRuntime
 	requests host.Counter
 	deadline deadlineMetrics
 	// matchNeeds is what any match reads of the request: each
@@ -104,6 +106,9 @@ type Plugin struct {
 	// idle is set when the configuration has no limit, breaker or
 	// concurrency limit: a request then skips the pipeline.
 	idle bool
+	// routeHeader is external.route_header: removed from every request
+	// the client sends it in, even an idle plugin's; "" when unset.
+	routeHeader string
 
 	// waiting is the registry of paused streams (waiting.go).
 	waiting     map[uint32]*Stream
@@ -173,8 +178,14 @@ func (p *Plugin) configure(cfg *config.Config) error {
 			return err
 		}
 	}
+	if cfg.Admin != nil {
+		p.admin = newAdminRuntime(p.host.Metrics, cfg.Admin)
+	}
 	for _, l := range p.limits {
 		l.nearLeft = perMillionAll - int64(config.PerMillion(100*cfg.Response.NearLimitRatio))
+	}
+	if cfg.External != nil {
+		p.routeHeader = cfg.External.RouteHeader
 	}
 	p.idle = enabledLimits(p.limits) == 0 && len(p.breakers) == 0 && len(p.concurrency) == 0
 	p.matched = make([]bool, len(p.limits))
@@ -260,11 +271,7 @@ func newLimitRuntime(hc *host.Host, cfg *config.Limit, index int, ratePath strin
 	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(hc.Metrics, cfg.Name), rollout: rolloutOf(cfg)}
 	l.metrics.cost = defineCostMetrics(hc.Metrics, cfg)
 	defineRateGauges(hc.Metrics, cfg)
-	kinds := make([]string, len(cfg.Key))
-	for i, k := range cfg.Key {
-		kinds[i] = k.String()
-	}
-	l.keyKinds = strings.Join(kinds, "+")
+	l.keyKinds = keyKindsOf(cfg)
 	var err error
 	if cfg.Mode != config.ModeLocal {
 		if l.remote, err = newRemoteLimit(cfg, ratePath); err != nil {

@@ -23,17 +23,9 @@ func rawQuery(path string) (string, bool) {
 // parameter given without '=' or with an empty value is found and empty.
 func appendQueryValue(dst []byte, query, name string) (out []byte, found bool) {
 	for query != "" {
-		var param string
-		if i := strings.IndexByte(query, '&'); i >= 0 {
-			param, query = query[:i], query[i+1:]
-		} else {
-			param, query = query, ""
-		}
-		if param == "" {
-			continue // "a=1&&b=2" holds no empty-named parameter
-		}
-		k, v, _ := strings.Cut(param, "=")
-		if !queryComponentEquals(k, name) {
+		var v string
+		var ok bool
+		if v, query, ok = nextQueryValue(query, name); !ok {
 			continue
 		}
 		if found {
@@ -43,6 +35,34 @@ func appendQueryValue(dst []byte, query, name string) (out []byte, found bool) {
 		dst = appendQueryUnescaped(dst, v)
 	}
 	return dst, found
+}
+
+// queryValues is every decoded value of parameter name in query, in
+// order, each on its own (the admin route's repeated key parameters).
+func queryValues(query, name string) []string {
+	var out []string
+	for query != "" {
+		var v string
+		var ok bool
+		if v, query, ok = nextQueryValue(query, name); ok {
+			out = append(out, string(appendQueryUnescaped(nil, v)))
+		}
+	}
+	return out
+}
+
+// nextQueryValue takes the first parameter off query: its raw value when
+// its name decodes to name (ok), and the rest of the query.
+func nextQueryValue(query, name string) (raw, rest string, ok bool) {
+	param := query
+	if i := strings.IndexByte(query, '&'); i >= 0 {
+		param, rest = query[:i], query[i+1:]
+	}
+	if param == "" {
+		return "", rest, false // "a=1&&b=2" holds no empty-named parameter
+	}
+	k, v, _ := strings.Cut(param, "=")
+	return v, rest, queryComponentEquals(k, name)
 }
 
 // appendQueryUnescaped decodes one query component as HTML forms encode

@@ -176,6 +176,9 @@ type Request struct {
 	Policy   limitsvc.Policy
 	// FailureCode is the answer's failure_code; zero for none.
 	FailureCode int
+	// Route is the answer's backend_url, one of allowed_routes when the
+	// answer was received; "" for none, and after the fallback.
+	Route string
 }
 
 // slotName is the shared-data key of cache slot i.
@@ -367,6 +370,7 @@ func (r *Request) apply(a *limitsvc.Answer) {
 	r.Limit = a.Limit()
 	r.Policy = a.Policy
 	r.FailureCode = a.FailureCode
+	r.Route = a.BackendURL
 }
 
 // failed resolves the request after a failed or impossible lookup: with
@@ -416,6 +420,14 @@ func (x *Cache) onReply(l *lookup, status int, body []byte, err error) {
 		return
 	}
 	a, err := limitsvc.Parse(status, body)
+	if err == nil && a.BackendURL != "" && !x.cfg.RouteAllowed(a.BackendURL) {
+		// Counted and logged once per answer, and never cached: a
+		// compromised service must not pick a cluster the config does
+		// not list. The rest of the answer stands.
+		x.metrics.routesDisallowed.Increment(1)
+		x.log.Warnf("sluice: external: ignoring backend_url %q: not in external.allowed_routes", a.BackendURL)
+		a.BackendURL = ""
+	}
 	if rh, ok := x.caller.(host.ReplyHeaders); ok && err == nil {
 		if v, ok := rh.ReplyHeader("cache-control"); ok {
 			cc := limitsvc.ParseCacheControl(v)
@@ -536,7 +548,10 @@ type metrics struct {
 	invalidCacheControl host.Counter
 	// lookupsLimited counts lookups not made because
 	// max_concurrent_requests were in flight.
-	lookupsLimited                               host.Counter
+	lookupsLimited host.Counter
+	// routesDisallowed counts answers whose backend_url is not one of
+	// allowed_routes, ignored.
+	routesDisallowed                             host.Counter
 	breakerOpens, breakerCloses, breakerRejected host.Counter
 	// errTimeout … errOther count failed lookups by backend.Kind.
 	errTimeout, errUnavailable, errHTTPStatus, errMalformed, errOther host.Counter
@@ -551,6 +566,7 @@ func defineMetrics(hm host.Metrics) metrics {
 		lookups:             hm.Counter(p + "lookups"),
 		invalidCacheControl: hm.Counter(p + "invalid_cache_control"),
 		lookupsLimited:      hm.Counter(p + "lookups_limited"),
+		routesDisallowed:    hm.Counter(p + "routes_disallowed"),
 		cacheHits:           hm.Counter(p + "cache_hits"),
 		cacheMisses:         hm.Counter(p + "cache_misses"),
 		waits:               hm.Counter(p + "waits"),

@@ -39,6 +39,10 @@ type Request struct {
 	UpstreamStatus int
 	// UpstreamResponseHeaders are added to the upstream's answer.
 	UpstreamResponseHeaders [][2]string
+	// UpstreamBody, when not nil, is the upstream's body in the chunks it
+	// sends them in, end_of_stream with the last; Response.Body is then
+	// what the filter let through.
+	UpstreamBody []string
 }
 
 // WithDefaults fills in the documented defaults of Peer, Cluster and Route,
@@ -147,6 +151,14 @@ func (r Request) with(name, value string) Request {
 }
 
 func (r Request) status(code int) Request { r.UpstreamStatus = code; return r }
+
+// streaming makes the upstream answer with a body of contentType sent in
+// chunks.
+func (r Request) streaming(contentType string, chunks ...string) Request {
+	r = r.answering("content-type", contentType)
+	r.UpstreamBody = chunks
+	return r
+}
 
 // answering adds a header to the upstream's response.
 func (r Request) answering(name, value string) Request {

@@ -54,11 +54,21 @@ type Stream interface {
 	ResponseHeaders() [][2]string
 	// ResponseHeader returns one response header's first value.
 	ResponseHeader(name string) (string, bool)
+	// ResponseBody returns the first size bytes of the response body the
+	// current body callback was given: the chunk, or everything buffered
+	// so far when the filter asked the host to buffer.
+	ResponseBody(size int) []byte
 	// ReplaceResponseHeader sets a response header, replacing any value.
 	ReplaceResponseHeader(name, value string) error
 	// ReplaceRequestHeader sets a request header before the request goes
 	// upstream, replacing any value the client sent.
 	ReplaceRequestHeader(name, value string) error
+	// RemoveRequestHeader removes every value of a request header before
+	// the request goes upstream.
+	RemoveRequestHeader(name string) error
+	// ClearRouteCache asks the proxy to select the route again from the
+	// request headers, after they were changed to route the request.
+	ClearRouteCache()
 	// Reply answers the request with a local response.
 	Reply(status int, headers [][2]string, body []byte) error
 	// Resume lets a paused request continue to the upstream.

@@ -52,6 +52,10 @@ const (
 	MinFailureCode = 400
 	MaxFailureCode = 599
 	MaxPeriod      = 7 * 24 * time.Hour
+	// MaxBackendURL bounds backend_url in bytes, as the configuration
+	// bounds each of external.allowed_routes: it is stored in every cached
+	// entry, and a longer value could never be allowed.
+	MaxBackendURL = 256
 )
 
 // Answer is what the service said about one request.
@@ -72,6 +76,10 @@ type Answer struct {
 	// deny failure policy, 400-599; zero keeps the backend's
 	// failure_status.
 	FailureCode int
+	// BackendURL is the answer's backend_url, unchecked: only a value in
+	// external.allowed_routes may route the request (see
+	// config.External.RouteAllowed); empty when the answer has none.
+	BackendURL string
 	// MaxAge is how long the answer is fresh; zero means the configured
 	// cache_ttl.
 	MaxAge time.Duration
@@ -183,15 +191,9 @@ func Parse(status int, body []byte) (Answer, error) {
 		return Answer{}, malformed(err.Error())
 	}
 	if v := root.Get("tenant_key"); v.Exists() {
-		switch {
-		case v.Type != gjson.String:
-			return Answer{}, malformed("tenant_key is not a string")
-		case v.Str == "":
-			return Answer{}, malformed("tenant_key is empty")
-		case len(v.Str) > MaxTenantKey:
-			return Answer{}, malformed("tenant_key longer than " + strconv.Itoa(MaxTenantKey) + " bytes")
+		if a.TenantKey, err = text("tenant_key", v, MaxTenantKey); err != nil {
+			return Answer{}, err
 		}
-		a.TenantKey = v.Str
 	}
 	if v := root.Get("failure_policy"); v.Exists() {
 		if a.Policy, err = policy(v); err != nil {
@@ -200,6 +202,11 @@ func Parse(status int, body []byte) (Answer, error) {
 	}
 	if v := root.Get("failure_code"); v.Exists() {
 		if a.FailureCode, err = failureCode(v); err != nil {
+			return Answer{}, err
+		}
+	}
+	if v := root.Get("backend_url"); v.Exists() {
+		if a.BackendURL, err = text("backend_url", v, MaxBackendURL); err != nil {
 			return Answer{}, err
 		}
 	}
@@ -238,6 +245,20 @@ func count(name string, v gjson.Result) (int64, error) {
 		return 0, malformed(name + " above " + strconv.Itoa(MaxRate))
 	}
 	return n, nil
+}
+
+// text reads a non-empty string of at most maxLen bytes: a value stored
+// in every cached entry.
+func text(name string, v gjson.Result, maxLen int) (string, error) {
+	switch {
+	case v.Type != gjson.String:
+		return "", malformed(name + " is not a string")
+	case v.Str == "":
+		return "", malformed(name + " is empty")
+	case len(v.Str) > maxLen:
+		return "", malformed(name + " longer than " + strconv.Itoa(maxLen) + " bytes")
+	}
+	return v.Str, nil
 }
 
 // duration reads a Go duration string ("1s", "1m30s") or whole seconds.

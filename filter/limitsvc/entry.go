@@ -35,7 +35,8 @@ type Entry struct {
 	Breaker breaker.Record
 }
 
-// Encoded layout, little endian, version 2 (1 had no failure code):
+// Encoded layout, little endian, version 3 (1 had no failure code, 2 no
+// backend URL):
 //
 //	0       version (1)
 //	1       flags: bit 0 has answer, bit 1 failed, bit 2 unlimited
@@ -50,10 +51,12 @@ type Entry struct {
 //	55..63  burst
 //	63..65  failure code (0: none)
 //	65..67  tenant key length n
-//	67..    tenant key (n bytes), then the breaker record
+//	67..69  backend URL length u
+//	69..    tenant key (n bytes), backend URL (u bytes), then the breaker
+//	        record
 const (
-	entryVersion   = 2
-	entryHeaderLen = 67
+	entryVersion   = 3
+	entryHeaderLen = 69
 	flagHasAnswer  = 1 << 0
 	flagFailed     = 1 << 1
 	flagUnlimited  = 1 << 2
@@ -73,7 +76,7 @@ var breakerLen = func() int {
 }()
 
 // MaxEntryLen is the largest encoded Entry.
-var MaxEntryLen = entryHeaderLen + MaxTenantKey + breakerLen
+var MaxEntryLen = entryHeaderLen + MaxTenantKey + MaxBackendURL + breakerLen
 
 // ErrCorrupt is returned for bytes that are not an Entry this version
 // wrote; the filter then treats the slot as empty.
@@ -100,7 +103,9 @@ func (e *Entry) Encode(buf []byte) []byte {
 	}
 	buf = le.AppendUint16(buf, uint16(e.Answer.FailureCode))
 	buf = le.AppendUint16(buf, uint16(len(e.Answer.TenantKey)))
+	buf = le.AppendUint16(buf, uint16(len(e.Answer.BackendURL)))
 	buf = append(buf, e.Answer.TenantKey...)
+	buf = append(buf, e.Answer.BackendURL...)
 	return e.Breaker.Encode(buf)
 }
 
@@ -122,7 +127,8 @@ func (e *Entry) Decode(b []byte) error {
 	}
 	code := int(le.Uint16(b[63:]))
 	n := int(le.Uint16(b[65:]))
-	if n > MaxTenantKey || len(b) != entryHeaderLen+n+breakerLen {
+	u := int(le.Uint16(b[67:]))
+	if n > MaxTenantKey || u > MaxBackendURL || len(b) != entryHeaderLen+n+u+breakerLen {
 		return ErrCorrupt
 	}
 	*e = Entry{
@@ -141,6 +147,7 @@ func (e *Entry) Decode(b []byte) error {
 			TenantKey:   string(b[entryHeaderLen : entryHeaderLen+n]),
 			Policy:      pol,
 			FailureCode: code,
+			BackendURL:  string(b[entryHeaderLen+n : entryHeaderLen+n+u]),
 		},
 	}
 	if e.Inflight < 0 || e.FreshUntil < 0 || e.StaleUntil < e.FreshUntil ||
@@ -150,7 +157,7 @@ func (e *Entry) Decode(b []byte) error {
 	a := &e.Answer
 	switch {
 	case !e.HasAnswer:
-		if a.Unlimited || a.Rate != 0 || a.Period != 0 || a.Burst != 0 || n != 0 || a.Policy != PolicyDefault {
+		if a.Unlimited || a.Rate != 0 || a.Period != 0 || a.Burst != 0 || n != 0 || u != 0 || a.Policy != PolicyDefault {
 			return ErrCorrupt
 		}
 	case a.Unlimited:
@@ -160,7 +167,7 @@ func (e *Entry) Decode(b []byte) error {
 	case a.Rate > MaxRate || a.Burst > MaxRate || a.Period < MinPeriod || a.Period > MaxPeriod || a.Limit().Validate() != nil:
 		return ErrCorrupt
 	}
-	if err := e.Breaker.Decode(b[entryHeaderLen+n:]); err != nil {
+	if err := e.Breaker.Decode(b[entryHeaderLen+n+u:]); err != nil {
 		return ErrCorrupt
 	}
 	return nil

@@ -32,9 +32,11 @@ func TestParseAnswers(t *testing.T) {
 		{"policy", `{"average":1,"period":"1s","failure_policy":"deny"}`, Answer{Rate: 1, Period: time.Second, Policy: PolicyDeny}},
 		{"policy alias", `{"average":1,"period":"1s","failure_policy":"inMemoryFallback"}`, Answer{Rate: 1, Period: time.Second, Policy: PolicyLocal}},
 		{"passthrough", `{"average":1,"period":"1s","failure_policy":"passthrough"}`, Answer{Rate: 1, Period: time.Second, Policy: PolicyAllow}},
-		{"unknown members ignored", `{"average":1,"period":"1s","backend_url":"http://x","x-own":[1]}`, Answer{Rate: 1, Period: time.Second}},
+		{"unknown members ignored", `{"average":1,"period":"1s","x-own":[1]}`, Answer{Rate: 1, Period: time.Second}},
 		{"failure code", `{"average":1,"period":"1s","failure_policy":"failclosed","failure_code":503}`,
 			Answer{Rate: 1, Period: time.Second, Policy: PolicyDeny, FailureCode: 503}},
+		{"backend url", `{"average":1,"period":"1s","backend_url":"acme-backend"}`,
+			Answer{Rate: 1, Period: time.Second, BackendURL: "acme-backend"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -64,6 +66,9 @@ func TestParseRefuses(t *testing.T) {
 		{"failure code 600", 200, `{"average":1,"period":"1s","failure_code":600}`, backend.KindMalformed},
 		{"failure code string", 200, `{"average":1,"period":"1s","failure_code":"503"}`, backend.KindMalformed},
 		{"failure code fraction", 200, `{"average":1,"period":"1s","failure_code":503.5}`, backend.KindMalformed},
+		{"backend url not string", 200, `{"average":1,"period":"1s","backend_url":["a"]}`, backend.KindMalformed},
+		{"empty backend url", 200, `{"average":1,"period":"1s","backend_url":""}`, backend.KindMalformed},
+		{"long backend url", 200, `{"average":1,"period":"1s","backend_url":"` + strings.Repeat("u", MaxBackendURL+1) + `"}`, backend.KindMalformed},
 		{"empty", 200, ``, backend.KindMalformed},
 		{"array", 200, `[1,2]`, backend.KindMalformed},
 		{"no rate", 200, `{"period":"1s","tenant_key":"t"}`, backend.KindMalformed},
@@ -134,9 +139,10 @@ func sampleEntries(t testing.TB) []Entry {
 		{FP: 1, Breaker: closed},
 		{FP: 2, Seq: 3, Inflight: ns, Breaker: closed},
 		{FP: 3, Seq: 9, HasAnswer: true, FreshUntil: ns + 60e9, StaleUntil: ns + 360e9,
-			Answer: Answer{Rate: 100, Period: time.Second, Burst: 50, TenantKey: "acme", Policy: PolicyLocal, FailureCode: 503}, Breaker: closed},
+			Answer: Answer{Rate: 100, Period: time.Second, Burst: 50, TenantKey: "acme", Policy: PolicyLocal, FailureCode: 503,
+				BackendURL: "acme-backend"}, Breaker: closed},
 		{FP: 4, HasAnswer: true, Failed: true, FreshUntil: ns, StaleUntil: ns,
-			Answer: Answer{Unlimited: true, TenantKey: strings.Repeat("x", MaxTenantKey)}, Breaker: open},
+			Answer: Answer{Unlimited: true, TenantKey: strings.Repeat("x", MaxTenantKey), BackendURL: strings.Repeat("u", MaxBackendURL)}, Breaker: open},
 	}
 }
 
@@ -173,6 +179,7 @@ func TestEntryDecodeRefuses(t *testing.T) {
 		"stale before":     mutate(func(b []byte) []byte { clear(b[31:39]); return b }),
 		"tenant too long":  mutate(func(b []byte) []byte { b[65], b[66] = 0xff, 0xff; return b }),
 		"failure code 1":   mutate(func(b []byte) []byte { b[63], b[64] = 1, 0; return b }),
+		"route too long":   mutate(func(b []byte) []byte { b[67], b[68] = 0xff, 0xff; return b }),
 		"truncated record": good[:len(good)-1],
 		"trailing byte":    append(append([]byte(nil), good...), 0),
 		"bad record":       mutate(func(b []byte) []byte { b[len(b)-breakerLen] = 9; return b }),
@@ -211,7 +218,7 @@ func FuzzParse(f *testing.F) {
 		} else if err := a.Limit().Validate(); err != nil || a.Rate > MaxRate || a.Burst > MaxRate {
 			t.Fatalf("accepted an invalid limit %+v: %v", a, err)
 		}
-		if len(a.TenantKey) > MaxTenantKey || a.MaxAge < 0 || a.MaxAge > MaxAge || a.Policy > PolicyLocal ||
+		if len(a.TenantKey) > MaxTenantKey || len(a.BackendURL) > MaxBackendURL || a.MaxAge < 0 || a.MaxAge > MaxAge || a.Policy > PolicyLocal ||
 			(a.FailureCode != 0 && (a.FailureCode < MinFailureCode || a.FailureCode > MaxFailureCode)) {
 			t.Fatalf("accepted out-of-range fields %+v", a)
 		}
@@ -261,6 +268,8 @@ var parseSeeds = []struct {
 	{503, `upstream connect error`},
 	{404, `{}`},
 	{200, `{"limit":60,"window":60,"failure_policy":"failclosed","failure_code":503}`},
+	{200, `{"limit":60,"window":60,"tenant_key":"acme","backend_url":"acme-backend"}`},
+	{200, `{"limit":60,"window":60,"backend_url":"http://evil.example/\r\nx-injected: 1"}`},
 }
 
 // TestWriteFuzzCorpus regenerates testdata/fuzz from parseSeeds and

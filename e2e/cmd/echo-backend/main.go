@@ -10,6 +10,12 @@
 // A request header "Echo-Response-Header: <name>: <value>" (repeatable)
 // adds that header to the response, e.g. "x-tokens-used: 250" to play an
 // LLM API reporting its usage.
+//
+// With -llm it serves an OpenAI-style chat completions API instead
+// (internal/fixtures/llm), which reports usage in its JSON body or, when
+// asked to stream, in the last of its server-sent events:
+//
+//	go run ./e2e/cmd/echo-backend -llm -addr 127.0.0.1:8083
 package main
 
 import (
@@ -26,18 +32,24 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/fixtures/echo"
+	"github.com/sluice-proxy/sluice/internal/fixtures/llm"
 )
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8081", "listen address")
 	name := flag.String("name", "echo", "instance name reported in every reply (tells endpoints apart)")
+	asLLM := flag.Bool("llm", false, "serve the OpenAI-style chat completions stand-in instead of the echo")
 	flag.Parse()
+	handler := echo.Handler(*name)
+	if *asLLM {
+		handler = llm.Handler(llm.Options{})
+	}
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatalf("echo-backend: %v", err)
 	}
-	srv := &http.Server{Handler: echo.Handler(*name), ReadHeaderTimeout: time.Minute}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: time.Minute}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {

@@ -6,6 +6,8 @@
 // It answers POSTed lookups {"method", "path", "headers"} by the
 // x-tenant-id header: acme gets 20/s with a burst of 10, initech 5/s with
 // 2, any other tenant 1/s with 1; a lookup without a tenant gets a 404.
+// umbrella (as acme) is routed to the "premium" cluster by backend_url,
+// and mallory's answers name a backend the example does not allow.
 package main
 
 import (

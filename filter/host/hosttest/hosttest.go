@@ -65,13 +65,27 @@ type Stream struct {
 	Headers           [][2]string
 	Properties        map[string]string
 	ResponseHeaderMap [][2]string
+	// ResponseBodyBytes is what the current body callback may read.
+	ResponseBodyBytes []byte
 	Current           uint32
 	Gone              map[uint32]bool
 	Replies           []Reply
 	Resumed           []uint32
 	// Reads counts request header and property reads, ResponseReads
-	// response header reads: each is one hostcall in the adapter.
-	Reads, ResponseReads int
+	// response header reads, BodyReads body reads: each is one hostcall
+	// in the adapter.
+	Reads, ResponseReads, BodyReads int
+	// RouteClears counts ClearRouteCache calls; RouteClearedAt is
+	// Headers as the last one saw them.
+	RouteClears    int
+	RouteClearedAt [][2]string
+}
+
+// ClearRouteCache records that the route would be selected again from
+// Headers as they are now.
+func (s *Stream) ClearRouteCache() {
+	s.RouteClears++
+	s.RouteClearedAt = append([][2]string(nil), s.Headers...)
 }
 
 func (s *Stream) RequestHeaders() [][2]string { s.Reads++; return s.Headers }
@@ -95,6 +109,12 @@ func (s *Stream) Property(path []string) string {
 
 func (s *Stream) ResponseHeaders() [][2]string { s.ResponseReads++; return s.ResponseHeaderMap }
 
+// ResponseBody returns the start of ResponseBodyBytes and counts the read.
+func (s *Stream) ResponseBody(size int) []byte {
+	s.BodyReads++
+	return s.ResponseBodyBytes[:min(size, len(s.ResponseBodyBytes))]
+}
+
 func (s *Stream) ResponseHeader(name string) (string, bool) {
 	s.ResponseReads++
 	return lookup(s.ResponseHeaderMap, name)
@@ -105,10 +125,34 @@ func (s *Stream) ReplaceResponseHeader(name, value string) error {
 	return nil
 }
 
-// ReplaceRequestHeader changes Headers, which the upstream would see.
+// ReplaceRequestHeader changes Headers, which the upstream would see: the
+// first value becomes value and the others go, as Envoy's setCopy does.
 func (s *Stream) ReplaceRequestHeader(name, value string) error {
-	s.Headers = replace(s.Headers, name, value)
+	for i := range s.Headers {
+		if s.Headers[i][0] == name {
+			s.Headers[i][1] = value
+			s.Headers = append(s.Headers[:i+1], removeHeader(s.Headers[i+1:], name)...)
+			return nil
+		}
+	}
+	s.Headers = append(s.Headers, [2]string{name, value})
 	return nil
+}
+
+// RemoveRequestHeader removes every value of name from Headers.
+func (s *Stream) RemoveRequestHeader(name string) error {
+	s.Headers = removeHeader(s.Headers, name)
+	return nil
+}
+
+func removeHeader(hs [][2]string, name string) [][2]string {
+	out := hs[:0]
+	for _, kv := range hs {
+		if kv[0] != name {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func (s *Stream) Reply(status int, headers [][2]string, body []byte) error {

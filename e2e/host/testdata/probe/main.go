@@ -97,6 +97,8 @@ type stream struct {
 	id    uint32
 	p     *plugin
 	probe string
+	// bodies records each response body callback as size/end_of_stream.
+	bodies string
 }
 
 func errText(err error) string {
@@ -284,8 +286,18 @@ func (s *stream) OnHttpResponseHeaders(n int, eos bool) types.Action {
 }
 
 func (s *stream) OnHttpResponseBody(size int, eos bool) types.Action {
-	if s.probe == "body" {
+	switch s.probe {
+	case "body":
 		_ = proxywasm.AppendHttpResponseBody([]byte("!"))
+	case "buffer-body", "stream-body":
+		// Each callback as size/eos; the list ends the body, so the test
+		// sees what the filter was handed.
+		s.bodies += strconv.Itoa(size) + "/" + strconv.FormatBool(eos) + ";"
+		if eos {
+			_ = proxywasm.AppendHttpResponseBody([]byte("|" + s.bodies))
+		} else if s.probe == "buffer-body" {
+			return types.ActionPause // StopIterationAndBuffer
+		}
 	}
 	return types.ActionContinue
 }

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"strings"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/limiter"
+)
+
+// Trace is a read-only account of what the pipeline did with one request
+// and why, for sluicectl explain. The pipeline fills it at the points
+// where it decides (matchLimits, decideLimits, checkBreakers,
+// acquireConcurrency), from the values it decides with, so the account
+// cannot drift from the behaviour. A stream without a trace pays one nil
+// check per phase.
+type Trace struct {
+	// Limits has one entry per configured limit, in configuration order
+	// (the external limit last), once the limits were matched.
+	Limits []LimitTrace
+	// Breakers and Concurrency are the entries whose match held, in
+	// the order the pipeline checked them.
+	Breakers    []BreakerTrace
+	Concurrency []ConcurrencyTrace
+}
+
+// ConditionTrace is one match condition and whether it held.
+type ConditionTrace struct {
+	Path, JSON string
+	Held       bool
+}
+
+// LimitTrace is one limit's part in the request.
+type LimitTrace struct {
+	Name     string
+	Disabled bool
+	// Conditions are the limit's match conditions; Matched is that all
+	// held (and a rollout did not skip it).
+	Conditions []ConditionTrace
+	Matched    bool
+	// ReplacedBy are the indexes of matching limits whose replaces named
+	// this one; Applied is Matched without such a limit.
+	ReplacedBy []int
+	Applied    bool
+	// Evaluated is set when the pipeline built the limit's key. Keys are
+	// built for every applying limit before any is decided; a rejection
+	// while building them (a blocked override, a missing key denied, an
+	// invalid cost) leaves the later ones unbuilt.
+	Evaluated bool
+	// Shadow: the limit only observes this request (configured shadow, or
+	// not enforced by this request's rollout draw).
+	Shadow bool
+	// Key is the composite key, its parts joined with '\x00'; KeyOK false
+	// is a missing key.
+	Key   string
+	KeyOK bool
+	// OverrideValue is the override the key selected ("" for the limit's
+	// own rate); Action is "unlimited" or "block" for such overrides.
+	OverrideValue string
+	Action        string
+	Rate          config.Rate
+	Cost          int64
+	Mode          config.Mode
+	// RedisKey is the bucket in Redis of a global or hybrid limit.
+	RedisKey string
+	// Decided is set when a local decision was made for the request:
+	// Allowed and Remaining are its result.
+	Decided   bool
+	Allowed   bool
+	Remaining int64
+}
+
+// BreakerTrace is a breaker whose match held.
+type BreakerTrace struct {
+	Name string
+	// Instance is the cluster or route it guards for this request.
+	Instance string
+	Allowed  bool
+}
+
+// ConcurrencyTrace is a concurrency limit whose match held.
+type ConcurrencyTrace struct {
+	Name  string
+	Key   string
+	KeyOK bool
+	// Allowed is false when the request found the key at max_in_flight.
+	Allowed bool
+}
+
+// TraceInto makes the pipeline account for the stream's request in t.
+// Call it after Begin, which clears it.
+func (h *Stream) TraceInto(t *Trace) { h.trace = t }
+
+// traceMatch records what matchLimits decided, re-checking each
+// condition alone with the same Matches on the same request.
+func (t *Trace) traceMatch(p *Plugin, match config.Request) {
+	t.Limits = make([]LimitTrace, len(p.limits))
+	for i, l := range p.limits {
+		lt := &t.Limits[i]
+		lt.Name, lt.Disabled = l.cfg.Name, l.disabled
+		lt.Matched, lt.Applied = p.matched[i], p.applied[i]
+		lt.Mode = l.cfg.Mode
+		for _, c := range l.cfg.Match.Conditions() {
+			lt.Conditions = append(lt.Conditions, ConditionTrace{Path: c.Path, JSON: c.JSON, Held: c.Only.Matches(match)})
+		}
+		if !p.matched[i] {
+			continue
+		}
+		for _, j := range l.cfg.Replaces {
+			t.Limits[j].ReplacedBy = append(t.Limits[j].ReplacedBy, i)
+		}
+	}
+}
+
+// traceKey records limit i's key as decideLimits built it.
+func (t *Trace) traceKey(i int, shadow bool, key []byte, ok bool, overrideValue string) {
+	lt := &t.Limits[i]
+	lt.Evaluated, lt.Shadow = true, shadow
+	// Copies: the key arena and the request's values are reused.
+	lt.Key, lt.KeyOK, lt.OverrideValue = string(key), ok, strings.Clone(overrideValue)
+}
+
+// traceResults records the local decisions of limits lim, up to the
+// first denial: limiter.AllowAll decides no further.
+func (t *Trace) traceResults(lim []*limitRuntime, results []limiter.Result) {
+	for i, l := range lim {
+		lt := &t.Limits[l.index]
+		lt.Decided, lt.Allowed, lt.Remaining = true, results[i].Allowed, results[i].Remaining
+		if !lt.Allowed {
+			return
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package filtertest
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func init() { Cases = append(Cases, adminCases...) }
+
+// AdminToken is the bearer token of the admin cases; their configuration
+// holds only its SHA-256, AdminTokenSHA256.
+const (
+	AdminToken       = "s3cret-admin-token"
+	AdminTokenSHA256 = "757224ba37701e155c211a2dc2ed5debaf36faba66aa0cde42587cfc27fa1c30"
+)
+
+// adminConfig has one local limit keyed on a tenant header (3 per hour,
+// so nothing refills during a case), reply_headers that a failed admin
+// check must not show, and the admin route for 10.9.0.0/16 with the
+// default client_ip (the peer).
+const adminConfig = `{"limits":[{"name":"per-tenant","key":["header:x-tenant"],"limit":3,"window":"1h"}],
+ "response":{"reply_headers":{"x-served-by":"sluice"}},
+ "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`
+
+// adminPeer is an address client_cidrs allows; the default peer
+// (10.0.0.1) is not.
+const adminPeer = "10.9.1.1:50000"
+
+func adminCall(method, path, peer, token string) Request {
+	r := Request{Method: method, Path: path, Host: "example.com", Peer: peer}
+	if token != "" {
+		r = r.with("authorization", "Bearer "+token)
+	}
+	return r
+}
+
+func tenant(name string) Request { return get("/api").with("x-tenant", name) }
+
+// adminState decodes an admin reply, failing unless the filter answered
+// it with 200.
+func adminState(t *testing.T, resp Response) map[string]any {
+	t.Helper()
+	if resp.Status != 200 || !resp.Local || resp.UpstreamHeaders != nil {
+		t.Fatalf("admin call: status %d local %v upstream %v body %s", resp.Status, resp.Local, resp.UpstreamHeaders != nil, resp.Body)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(resp.Body, &m); err != nil {
+		t.Fatalf("admin reply %q: %v", resp.Body, err)
+	}
+	return m
+}
+
+// wantHidden checks the answer to a request that failed an admin check:
+// the filter's own empty 404, with none of its headers, and nothing sent
+// upstream.
+func wantHidden(t *testing.T, what string, resp Response) {
+	t.Helper()
+	if resp.Status != 404 || !resp.Local || resp.UpstreamHeaders != nil || len(resp.Body) != 0 {
+		t.Fatalf("%s: status %d local %v reached upstream %v body %q, want the filter's empty 404",
+			what, resp.Status, resp.Local, resp.UpstreamHeaders != nil, resp.Body)
+	}
+	for _, name := range []string{"x-served-by", "content-type", "x-ratelimit-limit", "ratelimit-policy"} {
+		if v := resp.Headers.Get(name); v != "" {
+			t.Fatalf("%s: the 404 carries %s: %q", what, name, v)
+		}
+	}
+}
+
+var adminCases = []Case{
+	{
+		Name:    "admin route reads and resets one local key",
+		Config:  adminConfig,
+		Workers: 2,
+		Run: func(t *testing.T, h Harness) {
+			for _, name := range []string{"acme", "beta"} {
+				if got := admitted(t, h, 4, func(i int) Request { return tenant(name).on(i % 2) }); got != 3 {
+					t.Fatalf("%s admitted %d of 4, want 3", name, got)
+				}
+			}
+			const q = "?limit=per-tenant&key=acme"
+			st := adminState(t, h.Do(t, adminCall("GET", "/.sluice/quota"+q, adminPeer, AdminToken)))
+			if st["remaining"] != 0.0 || st["capacity"] != 3.0 || st["mode"] != "local" || st["limit"] != "per-tenant" {
+				t.Fatalf("get: %v", st)
+			}
+			st = adminState(t, h.Do(t, adminCall("POST", "/.sluice/quota/reset"+q, adminPeer, AdminToken).on(1)))
+			if st["reset"] != true || st["remaining"] != 3.0 || st["reset_after_ms"] != 0.0 {
+				t.Fatalf("reset: %v", st)
+			}
+			if got := admitted(t, h, 4, func(i int) Request { return tenant("acme").on(i % 2) }); got != 3 {
+				t.Fatalf("acme admitted %d of 4 after the reset, want 3", got)
+			}
+			if got := admitted(t, h, 1, func(int) Request { return tenant("beta") }); got != 0 {
+				t.Fatal("the reset of acme refilled beta")
+			}
+			wantCounter(t, h, "sluice.admin.calls", 2)
+			wantCounter(t, h, "sluice.admin.denied", 0)
+		},
+	},
+	{
+		Name:    "admin route cannot be reached without both checks, however the path is spelled",
+		Config:  adminConfig,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			const q = "?limit=per-tenant&key=acme"
+			denied := []struct {
+				what string
+				req  Request
+			}{
+				{"no token", adminCall("GET", "/.sluice/quota"+q, adminPeer, "")},
+				{"wrong token", adminCall("GET", "/.sluice/quota"+q, adminPeer, AdminToken+"x")},
+				{"the hash as the token", adminCall("GET", "/.sluice/quota"+q, adminPeer, AdminTokenSHA256)},
+				{"right token, disallowed address", adminCall("GET", "/.sluice/quota"+q, "10.0.0.1:40000", AdminToken)},
+				{"right token, allowed address spoofed in X-Forwarded-For", adminCall("GET", "/.sluice/quota"+q, "10.0.0.1:40000", AdminToken).
+					with("x-forwarded-for", "10.9.1.1")},
+				{"reset, right token, disallowed address", adminCall("POST", "/.sluice/quota/reset"+q, "10.0.0.1:40000", AdminToken)},
+				{"encoded dot", adminCall("GET", "/%2esluice/quota"+q, adminPeer, "wrong")},
+				{"encoded slash", adminCall("GET", "/.sluice%2Fquota"+q, "10.0.0.1:40000", AdminToken)},
+				{"double slash", adminCall("GET", "//.sluice/quota"+q, adminPeer, "wrong")},
+				{"case change", adminCall("GET", "/.SLUICE/Quota"+q, "10.0.0.1:40000", AdminToken)},
+				{"dot segments", adminCall("GET", "/api/../.sluice/./quota"+q, adminPeer, "wrong")},
+				{"backslash", adminCall("GET", `/.sluice\quota`+q, adminPeer, "wrong")},
+				{"prefix without its slash, then the query", adminCall("GET", "/.sluice?limit=per-tenant&key=acme", adminPeer, "wrong")},
+				{"unknown admin path", adminCall("GET", "/.sluice/counters", "10.0.0.1:40000", "")},
+			}
+			for _, d := range denied {
+				wantHidden(t, d.what, h.Do(t, d.req))
+			}
+			wantCounter(t, h, "sluice.admin.denied", uint64(len(denied)))
+			wantCounter(t, h, "sluice.admin.calls", 0)
+			// The same spellings with both checks passed are admin calls:
+			// the normalisation decides what is admin, not the spelling.
+			for _, path := range []string{"/%2esluice/quota", "//.sluice//quota/", "/.SLUICE/QUOTA", "/x/../.sluice/quota"} {
+				adminState(t, h.Do(t, adminCall("GET", path+q, adminPeer, AdminToken)))
+			}
+			// The admin path in the query is not the path: an ordinary
+			// request, never answered by the admin route.
+			resp := h.Do(t, adminCall("GET", "/?/.sluice/quota"+q, adminPeer, AdminToken))
+			if resp.Status != 200 || resp.Local {
+				t.Fatalf("query-only admin path: status %d local %v body %s, want the upstream's 200", resp.Status, resp.Local, resp.Body)
+			}
+			wantCounter(t, h, "sluice.admin.calls", 4)
+			wantCounter(t, h, "sluice.admin.denied", uint64(len(denied)))
+		},
+	},
+}

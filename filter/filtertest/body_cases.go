@@ -1,0 +1,85 @@
+package filtertest
+
+import (
+	"strings"
+	"testing"
+)
+
+// Usage read from the response body: cost_from_response with json.
+
+func init() { Cases = append(Cases, bodyCases...) }
+
+// wantBody checks that the client got the upstream's body unchanged.
+func wantBody(t *testing.T, what string, resp Response, chunks []string) {
+	t.Helper()
+	if want := strings.Join(chunks, ""); string(resp.Body) != want {
+		t.Fatalf("%s: the client got %q, want the upstream's %q", what, resp.Body, want)
+	}
+}
+
+const tokensFromBody = `{"limits":[{"name":"tokens","key":[],"limit":100,"window":"10s",
+	"cost_from_response":{"json":"usage.total_tokens","max_body_bytes":64}}]}`
+
+var bodyCases = []Case{
+	{
+		Name:    "usage from a JSON body is charged when the body ends",
+		Config:  tokensFromBody,
+		Workers: 2,
+		Run: func(t *testing.T, h Harness) {
+			json60 := []string{`{"id":"a","usage":{"total_`, `tokens":60}}`}
+			// The headers go out before the body is read: they count only
+			// the unit taken at admission.
+			resp := h.Do(t, get("/").streaming("application/json", json60...))
+			wantRemaining(t, "first answer", resp, "99")
+			wantBody(t, "first answer", resp, json60)
+			// 100 - 1 - 59 = 40 left; this one takes a unit.
+			resp = h.Do(t, get("/").on(1).streaming("application/json; charset=utf-8", `{"usage":{"total_tokens":30}}`))
+			wantRemaining(t, "after 60", resp, "39")
+			// 10 left.
+			wantRemaining(t, "no usage in the body", h.Do(t, get("/").streaming("application/json", `{"id":"c"}`)), "9")
+			wantRemaining(t, "negative usage", h.Do(t, get("/").streaming("application/json", `{"usage":{"total_tokens":-5}}`)), "8")
+			// The default 1 each: the units taken at admission.
+			wantRemaining(t, "defaults charged nothing more", h.Do(t, get("/")), "7")
+			wantCounter(t, h, "sluice.limit.tokens.response_cost", 60+30+1+1+1)
+			wantCounter(t, h, "sluice.limit.tokens.response_usage_missing", 2) // the bodyless answer too
+			wantCounter(t, h, "sluice.limit.tokens.invalid_response_cost", 1)
+		},
+	},
+	{
+		Name:    "a JSON body over max_body_bytes passes whole and is charged the default",
+		Config:  strings.Replace(tokensFromBody, `"max_body_bytes":64`, `"max_body_bytes":64,"default":5`, 1),
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			big := []string{`{"choices":[{"text":"` + strings.Repeat("x", 40), `"}],"usage":{"total_tokens":50}}`}
+			resp := h.Do(t, get("/").streaming("application/json", big...))
+			wantRemaining(t, "big answer", resp, "99")
+			wantBody(t, "big answer", resp, big)
+			wantRemaining(t, "charged 5", h.Do(t, get("/")), "94")
+			wantCounter(t, h, "sluice.limit.tokens.response_body_too_large", 1)
+		},
+	},
+	{
+		Name:    "an event stream is charged the usage of its last event with the path, and passes unchanged",
+		Config:  tokensFromBody,
+		Workers: 2,
+		Run: func(t *testing.T, h Harness) {
+			events := []string{
+				"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n",
+				"data: {\"usage\":{\"total_tokens\":5}}\n\ndata: {\"choices\":[],\"us",
+				"age\":{\"total_tokens\":70}}\r\n\r\n: done\n\n",
+				"data: [DONE]\n\n",
+			}
+			resp := h.Do(t, get("/").streaming("text/event-stream", events...))
+			wantRemaining(t, "streamed answer", resp, "99")
+			wantBody(t, "streamed answer", resp, events)
+			// 100 - 1 - 69 = 30 left.
+			wantRemaining(t, "after 70", h.Do(t, get("/").on(1)), "29")
+			wantCounter(t, h, "sluice.limit.tokens.response_cost", 70+1)
+			// No bound on the stream: it is never buffered.
+			long := []string{"data: {\"pad\":\"" + strings.Repeat("y", 200) + "\"}\n\n", "data: {\"usage\":{\"total_tokens\":3}}\n\n"}
+			wantBody(t, "a long stream", h.Do(t, get("/").streaming("text/event-stream", long...)), long)
+			wantCounter(t, h, "sluice.limit.tokens.response_body_too_large", 0)
+			wantCounter(t, h, "sluice.limit.tokens.response_cost", 70+1+3)
+		},
+	},
+}

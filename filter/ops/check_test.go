@@ -1,0 +1,258 @@
+package ops
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// bootstrap is an Envoy bootstrap with one HTTP connection manager
+// holding filters (YAML list items indented for http_filters).
+func bootstrap(useRemoteAddress bool, filters string) string {
+	ura := ""
+	if useRemoteAddress {
+		ura = "\n                use_remote_address: true"
+	}
+	return `static_resources:
+  listeners:
+    - name: ingress
+      filter_chains:
+        - filters:
+            - name: envoy.filters.network.http_connection_manager
+              typed_config:
+                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+                stat_prefix: ingress_http` + ura + `
+                http_filters:
+` + filters + `
+                  - name: envoy.filters.http.router
+`
+}
+
+// inlineSluice is a wasm filter carrying cfg as a StringValue.
+func inlineSluice(cfg string) string {
+	return `                  - name: envoy.filters.http.wasm
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+                      config:
+                        root_id: sluice
+                        vm_config:
+                          code: {local: {filename: build/sluice.wasm}}
+                        configuration:
+                          "@type": type.googleapis.com/google.protobuf.StringValue
+                          value: |
+                            ` + cfg
+}
+
+// writeFiles writes name: content files into dir and returns their
+// paths, by name.
+func writeFiles(t *testing.T, dir string, files map[string]string) map[string]string {
+	t.Helper()
+	paths := map[string]string{}
+	for name, content := range files {
+		paths[name] = filepath.Join(dir, name)
+		if err := os.WriteFile(paths[name], []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return paths
+}
+
+const xffConfig = `{"client_ip": {"source": "xff", "trusted_hops": 1}, "limits": [{"name": "per-ip", "requests_per_second": 5}]}`
+
+const ecdsFile = `resources:
+  - "@type": type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig
+    name: sluice
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+      config:
+        name: sluice
+        configuration:
+          "@type": type.googleapis.com/google.protobuf.Struct
+          value:
+            client_ip: {source: xff}
+            limits:
+              - {name: a, requests_per_second: 1, burst: -1}
+`
+
+func TestCheck(t *testing.T) {
+	cases := []struct {
+		name  string
+		files map[string]string
+		args  []string // file names, in order; default: the only file
+		exit  int
+		// out are substrings of the text output, in order.
+		out []string
+		// absent must not appear in the output.
+		absent []string
+	}{
+		{name: "an empty JSON file is the empty configuration", files: map[string]string{"c.json": ""},
+			out: []string{"1 configuration(s) checked: 0 error(s)"}},
+		{name: "valid JSON", files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1}]}`},
+			out: []string{"1 configuration(s) checked: 0 error(s), 0 warning(s)"}},
+		{name: "every JSON error at once, with its path", exit: 1,
+			files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1, "burst": -1}, {"name": "b bad", "requests_per_second": 0}]}`},
+			out:   []string{"c.json: error: limits[0].burst: must be >= 0", "c.json: error: limits[1].name:", "c.json: error: limits[1].requests_per_second:", "3 error(s)"}},
+		{name: "YAML error names the line and node", exit: 1,
+			files: map[string]string{"envoy.yaml": bootstrap(true, inlineSluice(`{"limits": [{"name": "a", "requests_per_second": 1, "burst": -1}]}`))},
+			out:   []string{"envoy.yaml:22 (static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.config.configuration.value): error: limits[0].burst: must be >= 0"}},
+		{name: "xff without use_remote_address", files: map[string]string{"envoy.yaml": bootstrap(false, inlineSluice(xffConfig))},
+			out: []string{"envoy.yaml:21", "warning: client_ip: reads X-Forwarded-For, but the HTTP connection manager at envoy.yaml:8 does not set use_remote_address: true", "[xff_without_use_remote_address]"}},
+		{name: "xff with use_remote_address", files: map[string]string{"envoy.yaml": bootstrap(true, inlineSluice(xffConfig))},
+			out: []string{"0 error(s), 0 warning(s)"}},
+		{name: "xff in a plain JSON file cannot be judged", files: map[string]string{"c.json": xffConfig},
+			out: []string{"0 error(s), 0 warning(s)"}},
+		{name: "ECDS file named by the bootstrap, in the bootstrap's HCM", exit: 1,
+			files: map[string]string{"envoy.yaml": bootstrap(false, `                  - name: sluice
+                    config_discovery:
+                      config_source: {path_config_source: {path: somewhere/sluice-filter.yaml}}
+                      type_urls: [type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm]`), "sluice-filter.yaml": ecdsFile},
+			args: []string{"envoy.yaml"},
+			out:  []string{"sluice-filter.yaml:11 (resources[0].typed_config.config.configuration.value): error: limits[0].burst: must be >= 0"}},
+		{name: "ECDS file on its own", exit: 1, files: map[string]string{"sluice-filter.yaml": ecdsFile},
+			out: []string{"sluice-filter.yaml:11", "limits[0].burst: must be >= 0"}, absent: []string{"[xff"}},
+		{name: "a missing ECDS file", exit: 1,
+			files: map[string]string{"envoy.yaml": bootstrap(true, `                  - name: sluice
+                    config_discovery:
+                      config_source: {path_config_source: {path: nowhere.yaml}}
+                      type_urls: [type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm]`)},
+			out: []string{`cannot read the ECDS file "nowhere.yaml"`}},
+		{name: "Istio WasmPlugin", exit: 1, files: map[string]string{"wp.yaml": `apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: sluice}
+spec:
+  url: oci://example/sluice:1
+  pluginConfig:
+    limits:
+      - name: a
+        requests_per_second: 0
+`}, out: []string{"wp.yaml:7 (spec.pluginConfig): error: limits[0].requests_per_second:"}},
+		{name: "no Sluice filter", exit: 1, files: map[string]string{"envoy.yaml": bootstrap(true, `                  - name: other
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+                      config: {root_id: other, configuration: {"@type": type.googleapis.com/google.protobuf.StringValue, value: "not json"}}`)},
+			out: []string{"no Sluice filter found"}},
+		{name: "a configuration type Envoy does not pass", exit: 1, files: map[string]string{"envoy.yaml": bootstrap(true, `                  - name: s
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+                      config: {root_id: sluice, configuration: {"@type": type.googleapis.com/google.protobuf.Int64Value, value: 3}}`)},
+			out: []string{`configuration type "type.googleapis.com/google.protobuf.Int64Value" is not passed to a module`}},
+		{name: "YAML syntax error", exit: 1, files: map[string]string{"envoy.yaml": "a: [b\n"}, out: []string{"envoy.yaml: error: envoy.yaml: yaml:"}},
+		{name: "a disabled limit never matches", files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1, "enabled": false}]}`},
+			out: []string{`c.json: warning: limits[0]: never matches: "enabled" is false: the limit is never evaluated [never_matches]`}},
+		{name: "a header required absent and present", files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1,
+			"match": {"headers": [{"name": "x-a", "present": false}, {"name": "x-a", "prefix": "p"}]}}]}`},
+			out: []string{"limits[0]: never matches: header x-a must be absent and also present"}},
+		{name: "a query parameter equal to two values", files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1,
+			"match": {"query": [{"name": "q", "value": "1"}, {"name": "q", "value": "2"}]}}]}`},
+			out: []string{`limits[0]: never matches: query parameter q must equal both "1" and "2"`}},
+		{name: "two different headers are no contradiction", files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1,
+			"match": {"headers": [{"name": "x-a", "present": false}, {"name": "x-b", "value": "1"}], "metadata": [{"namespace": "n", "path": "p", "value": "1"}, {"namespace": "n", "path": "p", "present": true}]}}]}`},
+			out: []string{"0 warning(s)"}},
+		{name: "metadata required absent and equal", files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1,
+			"match": {"metadata": [{"namespace": "n", "path": "p", "value": "1"}, {"namespace": "n", "path": "p", "present": false}]}}]}`},
+			out: []string{"limits[0]: never matches: metadata n:p must be absent and also present"}},
+		{name: "a path its own path_regex rejects", files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1,
+			"match": {"path": "/a", "path_regex": "/b.*"}}]}`},
+			out: []string{`limits[0]: never matches: path "/a" does not match the path_regex "/b.*"`}},
+		{name: "an empty not", files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1, "match": {"not": {}}}]}`},
+			out: []string{"limits[0]: never matches: its not holds whenever the rest of the match does"}},
+		{name: "a not repeating the match", files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1,
+			"match": {"path_prefix": "/api", "methods": ["GET"], "not": {"path_prefix": "/api"}}}]}`},
+			out: []string{"limits[0]: never matches: its not holds"}},
+		{name: "a not narrowing the match is fine", files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1,
+			"match": {"path_prefix": "/api", "not": {"path_prefix": "/api/health"}}}]}`},
+			out: []string{"0 warning(s)"}},
+		{name: "replaced by a limit matching everything it matches", files: map[string]string{"c.json": `{"limits": [
+			{"name": "general", "requests_per_second": 1, "match": {"path_prefix": "/api", "methods": ["GET"]}},
+			{"name": "wider", "requests_per_second": 2, "match": {"path_prefix": "/api"}, "replaces": ["general"]}]}`},
+			out: []string{"limits[0]: never matches: limits[1] (wider) replaces it and matches every request it matches"}},
+		{name: "replaced by a narrower limit is the point of replaces", files: map[string]string{"c.json": `{"limits": [
+			{"name": "general", "requests_per_second": 1},
+			{"name": "api", "requests_per_second": 2, "match": {"path_prefix": "/api"}, "replaces": ["general"]},
+			{"name": "half", "requests_per_second": 2, "replaces": ["api"], "rollout": {"enabled_percent": 50}}]}`},
+			out: []string{"0 warning(s)"}},
+		{name: "fail open on both sides of replaces", files: map[string]string{"c.json": `{"backend": {"cluster": "webdis"}, "limits": [
+			{"name": "general", "requests_per_second": 1, "mode": "global"},
+			{"name": "api", "requests_per_second": 2, "match": {"path_prefix": "/api"}, "mode": "global", "replaces": ["general"]}]}`},
+			out: []string{"warning: limits[0].failure_policy: general fails open (failure_policy allow) and is named in the replaces of limits[1] (api)",
+				"warning: limits[1].failure_policy: api fails open (failure_policy allow) and replaces general", "2 warning(s)"}},
+		{name: "deny and local do not fail open", files: map[string]string{"c.json": `{"backend": {"cluster": "webdis"}, "limits": [
+			{"name": "general", "requests_per_second": 1, "mode": "global", "failure_policy": "deny"},
+			{"name": "api", "requests_per_second": 2, "match": {"path_prefix": "/api"}, "mode": "hybrid", "failure_policy": "local", "replaces": ["general"]}]}`},
+			out: []string{"0 warning(s)"}},
+		{name: "several files", exit: 1, files: map[string]string{"a.json": `{}`, "b.json": `{"limits": 3}`}, args: []string{"a.json", "b.json"},
+			out: []string{"b.json: error: limits:", "2 configuration(s) checked: 1 error(s)"}},
+		{name: "a missing file is a usage error", exit: 2, files: map[string]string{"a.json": `{}`}, args: []string{"a.json", "missing.json"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var args []string
+			for name := range writeFiles(t, dir, c.files) {
+				args = append(args, name)
+			}
+			if c.args != nil {
+				args = c.args
+			}
+			t.Chdir(dir)
+			var stdout, stderr bytes.Buffer
+			code := Main(append([]string{"check"}, args...), &stdout, &stderr)
+			out := stdout.String()
+			if code != c.exit {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, c.exit, out, stderr.String())
+			}
+			rest := out
+			for _, want := range c.out {
+				i := strings.Index(rest, want)
+				if i < 0 {
+					t.Fatalf("output lacks %q (in order)\n%s", want, out)
+				}
+				rest = rest[i+len(want):]
+			}
+			for _, bad := range c.absent {
+				if strings.Contains(out, bad) {
+					t.Fatalf("output has %q\n%s", bad, out)
+				}
+			}
+		})
+	}
+}
+
+// TestCheckJSON pins the --json shape CI scripts read.
+func TestCheckJSON(t *testing.T) {
+	cfg := `{"client_ip": {"source": "xff"}, "limits": [{"name": "a", "requests_per_second": 1, "burst": -1}]}`
+	file := writeFiles(t, t.TempDir(), map[string]string{"envoy.yaml": bootstrap(false, inlineSluice(cfg)) + "---\n" + bootstrap(false, inlineSluice(xffConfig))})["envoy.yaml"]
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"check", "--json", file}, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1: %s", code, stderr.String())
+	}
+	var got map[string][]map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, stdout.String())
+	}
+	yamlPath := "static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.config.configuration.value"
+	want := map[string][]map[string]any{
+		"configs": {{"file": file, "line": 21.0, "yaml_path": yamlPath}, {"file": file, "line": 44.0, "yaml_path": yamlPath}},
+		"errors":  {{"file": file, "line": 21.0, "yaml_path": yamlPath, "path": "limits[0].burst", "message": "must be >= 0"}},
+		"warnings": {{"file": file, "line": 44.0, "yaml_path": yamlPath, "path": "client_ip", "code": "xff_without_use_remote_address",
+			"message": "reads X-Forwarded-For, but the HTTP connection manager at " + file + ":31 does not set use_remote_address: true, " +
+				"so Envoy does not append the peer and the entries trusted_hops counts can be written by the client"}},
+	}
+	gotJSON, _ := json.MarshalIndent(got, "", " ")
+	wantJSON, _ := json.MarshalIndent(want, "", " ")
+	if !bytes.Equal(gotJSON, wantJSON) {
+		t.Fatalf("--json:\n%s\nwant:\n%s", gotJSON, wantJSON)
+	}
+}
+
+func TestCheckUsage(t *testing.T) {
+	for _, args := range [][]string{{"check"}, {"check", "--yaml", "x"}} {
+		var stdout, stderr bytes.Buffer
+		if code := Main(args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "usage: sluicectl check") {
+			t.Fatalf("%v: exit %d, stderr %q", args, code, stderr.String())
+		}
+	}
+}

@@ -1,0 +1,388 @@
+package ops
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The Envoy and Istio shapes a Sluice configuration sits in. Our e2e
+// loader accepts the same ones (e2e/envoy); this walk reads only what
+// check and explain need and leaves validating Envoy's own fields to Envoy.
+const (
+	typeWasm       = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+	typeHCM        = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+	kindWasmPlugin = "WasmPlugin"
+)
+
+// pluginConfig is one Sluice plugin configuration found in a file.
+type pluginConfig struct {
+	// File and Line are where the configuration's node starts; Line is 0
+	// for a JSON file, which is the configuration itself.
+	File string
+	Line int
+	// YAMLPath is the node's path in its YAML document ("" for JSON).
+	YAMLPath string
+	// Config is the plugin configuration JSON the filter would receive.
+	Config string
+	// HCM is the HTTP connection manager the filter is in; nil when the
+	// file does not say (a JSON file, a lone ECDS file, an Istio
+	// WasmPlugin).
+	HCM *connectionManager
+	// Err is set when the configuration could not be extracted (a
+	// configuration of a type Envoy does not pass to a module, bad
+	// base64); Config is then empty.
+	Err string
+}
+
+func (c pluginConfig) location() string {
+	if c.Line == 0 {
+		return c.File
+	}
+	return c.File + ":" + strconv.Itoa(c.Line)
+}
+
+// connectionManager is what the checks need of an HTTP connection
+// manager.
+type connectionManager struct {
+	File             string
+	Line             int
+	UseRemoteAddress bool
+}
+
+// Bounds on the walk: aliases can make a small document expand
+// exponentially ("billion laughs"), and ECDS files can name each other.
+const (
+	maxWalkDepth = 100
+	maxWalkNodes = 1 << 20
+	maxECDSDepth = 4
+)
+
+// isJSON reports whether file holds a plugin configuration in JSON
+// rather than YAML: it is named *.json, or its first non-space byte opens
+// an object. (A JSON object is also YAML, but a plugin configuration is
+// never an Envoy bootstrap.)
+func isJSON(file string, data []byte) bool {
+	t := bytes.TrimLeft(data, " \t\r\n")
+	return strings.HasSuffix(file, ".json") || len(t) > 0 && t[0] == '{'
+}
+
+// findPluginConfigs finds every Sluice plugin configuration in the YAML of
+// file: inline in wasm HTTP filters (StringValue, BytesValue or Struct,
+// as Envoy passes them to the module), in ECDS files (read when a
+// bootstrap's filter names one through path_config_source, or given on
+// their own), and in Istio WasmPlugin resources (spec.pluginConfig). A
+// file may hold several YAML documents.
+func findPluginConfigs(file string, data []byte) ([]pluginConfig, error) {
+	w := &walker{file: file, budget: maxWalkNodes}
+	if err := w.documents(data); err != nil {
+		return nil, err
+	}
+	return w.found, nil
+}
+
+type walker struct {
+	file   string
+	budget int
+	found  []pluginConfig
+	// ecdsDepth counts the ECDS files being walked inside one another.
+	ecdsDepth int
+}
+
+func (w *walker) documents(data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if err == io.EOF { // yaml.v3 returns it unwrapped at the end of the stream
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %v", w.file, err)
+		}
+		if len(doc.Content) == 0 {
+			continue
+		}
+		root := doc.Content[0]
+		if root.Kind == yaml.MappingNode && scalar(lookup(root, "kind")) == kindWasmPlugin {
+			w.wasmPlugin(root)
+			continue
+		}
+		if err := w.walk(root, "", nil, 0); err != nil {
+			return err
+		}
+	}
+}
+
+// walk visits n, looking for wasm filter configs and the HTTP connection
+// managers that hold them.
+func (w *walker) walk(n *yaml.Node, path string, hcm *connectionManager, depth int) error {
+	if w.budget--; w.budget < 0 {
+		return fmt.Errorf("%s:%d: YAML expands to more than %d nodes", w.file, n.Line, maxWalkNodes)
+	}
+	if depth > maxWalkDepth {
+		return fmt.Errorf("%s:%d: YAML nested too deeply", w.file, n.Line)
+	}
+	switch n.Kind {
+	case yaml.AliasNode:
+		if n.Alias == nil {
+			return nil
+		}
+		return w.walk(n.Alias, path, hcm, depth+1)
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := w.walk(c, path+"["+strconv.Itoa(i)+"]", hcm, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	case yaml.MappingNode:
+	default:
+		return nil
+	}
+	switch scalar(lookup(n, "@type")) {
+	case typeHCM:
+		hcm = &connectionManager{File: w.file, Line: n.Line, UseRemoteAddress: scalar(lookup(n, "use_remote_address")) == "true"}
+	case typeWasm:
+		if cfg := lookup(n, "config"); cfg != nil && isSluice(cfg) {
+			w.wasmFilter(cfg, joinYAML(path, "config"), hcm)
+			return nil
+		}
+	}
+	if cd := lookup(n, "config_discovery"); cd != nil && discoversWasm(cd) {
+		if src := lookupPath(cd, "config_source", "path_config_source", "path"); src != nil {
+			return w.ecds(scalar(src), src.Line, hcm)
+		}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if err := w.walk(n.Content[i+1], joinYAML(path, n.Content[i].Value), hcm, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ecds walks the ECDS file a filter's config_discovery names. Envoy reads
+// it relative to its working directory; a check may run elsewhere, so the
+// bootstrap's own directory is tried next.
+func (w *walker) ecds(name string, line int, hcm *connectionManager) error {
+	if w.ecdsDepth >= maxECDSDepth {
+		return fmt.Errorf("%s:%d: ECDS files nested more than %d deep", w.file, line, maxECDSDepth)
+	}
+	candidates := []string{name}
+	if !filepath.IsAbs(name) {
+		candidates = append(candidates, filepath.Join(filepath.Dir(w.file), filepath.Base(name)))
+	}
+	for _, c := range candidates {
+		data, err := readRegular(c)
+		if err != nil {
+			continue
+		}
+		sub := &walker{file: c, budget: w.budget, ecdsDepth: w.ecdsDepth + 1}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			return fmt.Errorf("%s: %v", c, err)
+		}
+		if len(doc.Content) > 0 {
+			if err := sub.walk(doc.Content[0], "", hcm, 0); err != nil {
+				return err
+			}
+		}
+		w.budget = sub.budget
+		w.found = append(w.found, sub.found...)
+		return nil
+	}
+	return fmt.Errorf("%s:%d: cannot read the ECDS file %q (tried %s); check it on its own", w.file, line, name, strings.Join(candidates, ", "))
+}
+
+// maxECDSFile bounds an ECDS file read: Envoy's are a few KiB.
+const maxECDSFile = 16 << 20
+
+// readRegular reads a regular file of at most maxECDSFile bytes: a path
+// in a config may name a device or a FIFO (/dev/zero, /dev/stdin), which
+// would never end.
+func readRegular(name string) ([]byte, error) {
+	st, err := os.Stat(name)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() || st.Size() > maxECDSFile {
+		return nil, fmt.Errorf("%s: not a regular file of at most %d bytes", name, maxECDSFile)
+	}
+	return os.ReadFile(name)
+}
+
+// discoversWasm reports whether a config_discovery may deliver a wasm
+// filter: other filters' ECDS files are not ours to read.
+func discoversWasm(cd *yaml.Node) bool {
+	urls := lookup(cd, "type_urls")
+	if urls == nil || urls.Kind != yaml.SequenceNode {
+		return false
+	}
+	for _, u := range urls.Content {
+		if scalar(u) == typeWasm {
+			return true
+		}
+	}
+	return false
+}
+
+// isSluice tells a Sluice filter from another wasm module: its name,
+// root_id or vm_id is "sluice", or its code's file name or URL says so.
+func isSluice(cfg *yaml.Node) bool {
+	for _, k := range []string{"name", "root_id"} {
+		if scalar(lookup(cfg, k)) == "sluice" {
+			return true
+		}
+	}
+	vm := lookup(cfg, "vm_config")
+	if scalar(lookup(vm, "vm_id")) == "sluice" {
+		return true
+	}
+	code := lookup(vm, "code")
+	for _, s := range []string{scalar(lookupPath(code, "local", "filename")), scalar(lookupPath(code, "remote", "http_uri", "uri"))} {
+		if strings.Contains(strings.ToLower(s), "sluice") {
+			return true
+		}
+	}
+	return false
+}
+
+// wasmFilter extracts the plugin configuration of a wasm filter's config
+// as Envoy hands it to the module: a StringValue's or BytesValue's
+// payload, a Struct as JSON; no configuration is the empty one.
+func (w *walker) wasmFilter(cfg *yaml.Node, path string, hcm *connectionManager) {
+	pc := pluginConfig{File: w.file, Line: cfg.Line, YAMLPath: path, HCM: hcm}
+	conf := lookup(cfg, "configuration")
+	if conf == nil {
+		w.found = append(w.found, pc)
+		return
+	}
+	pc.Line, pc.YAMLPath = conf.Line, joinYAML(path, "configuration")
+	value := lookup(conf, "value")
+	if value != nil {
+		pc.Line, pc.YAMLPath = value.Line, joinYAML(pc.YAMLPath, "value")
+		if value.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
+			pc.Line++ // a block scalar's text starts on the line after its "|"
+		}
+	}
+	switch t := scalar(lookup(conf, "@type")); t {
+	case "type.googleapis.com/google.protobuf.StringValue":
+		pc.Config = scalar(value)
+	case "type.googleapis.com/google.protobuf.BytesValue":
+		b, err := base64.StdEncoding.DecodeString(scalar(value))
+		if err != nil {
+			pc.Err = "a BytesValue holds base64: " + err.Error()
+		}
+		pc.Config = string(b)
+	case "type.googleapis.com/google.protobuf.Struct":
+		pc.Config, pc.Err = nodeJSON(value)
+	default:
+		pc.Err = fmt.Sprintf("configuration type %q is not passed to a module (StringValue, BytesValue and Struct are)", t)
+	}
+	w.found = append(w.found, pc)
+}
+
+// wasmPlugin extracts an Istio WasmPlugin's spec.pluginConfig, which
+// Istio hands to the module as JSON.
+func (w *walker) wasmPlugin(root *yaml.Node) {
+	pc := pluginConfig{File: w.file, Line: root.Line, YAMLPath: "spec.pluginConfig"}
+	if n := lookupPath(root, "spec", "pluginConfig"); n != nil {
+		pc.Line = n.Line
+		pc.Config, pc.Err = nodeJSON(n)
+	}
+	w.found = append(w.found, pc)
+}
+
+// nodeJSON renders a YAML mapping as JSON.
+func nodeJSON(n *yaml.Node) (string, string) {
+	if n == nil {
+		return "", ""
+	}
+	if n.Kind != yaml.MappingNode {
+		return "", "must be a mapping (the plugin configuration object)"
+	}
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return "", err.Error()
+	}
+	b, err := json.Marshal(jsonable(v))
+	if err != nil {
+		return "", err.Error()
+	}
+	return string(b), ""
+}
+
+// jsonable turns what yaml.v3 decodes into values encoding/json takes:
+// mappings with non-string keys get their keys' text.
+func jsonable(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = jsonable(e)
+		}
+	case map[any]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[fmt.Sprint(k)] = jsonable(e)
+		}
+		return m
+	case []any:
+		for i, e := range x {
+			x[i] = jsonable(e)
+		}
+	}
+	return v
+}
+
+// lookup is the value of key in mapping n; nil when n is not a mapping or
+// has no such key. Aliases are followed one level, as keys are.
+func lookup(n *yaml.Node, key string) *yaml.Node {
+	if n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			v := n.Content[i+1]
+			if v.Kind == yaml.AliasNode && v.Alias != nil {
+				v = v.Alias
+			}
+			return v
+		}
+	}
+	return nil
+}
+
+func lookupPath(n *yaml.Node, keys ...string) *yaml.Node {
+	for _, k := range keys {
+		n = lookup(n, k)
+	}
+	return n
+}
+
+// scalar is a scalar node's text; "" for anything else.
+func scalar(n *yaml.Node) string {
+	if n == nil || n.Kind != yaml.ScalarNode {
+		return ""
+	}
+	return n.Value
+}
+
+func joinYAML(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}

@@ -1,0 +1,75 @@
+package ops
+
+import (
+	"strings"
+	"testing"
+)
+
+// fuzzConfig reads every part of a request explain can be told about, so
+// hostile requests reach keys, matches, costs and bulkheads.
+const fuzzConfig = `{"client_ip": {"sources": ["xff", "header:x-real-ip", "peer"]},
+ "limits": [
+  {"name": "a", "key": ["client_ip/24/64", "header:x-k", "query:q", "cookie:c", "path_segment:1", "metadata:ns:a.b", "host", "method", "route", "cluster"],
+   "requests_per_second": 5, "cost": {"header": "x-cost", "max": 5}, "on_missing_key": "deny",
+   "match": {"path_regex": "/.*", "headers": [{"name": "x-h", "present": false}], "query": [{"name": "z", "present": false}], "not": {"client_cidrs": ["192.0.2.0/24"]}}},
+  {"name": "b", "key": ["header:x-k"], "requests_per_second": 1, "overrides": {"gold": {"requests_per_second": 9}, "bad": {"block": true}}, "replaces": ["c"]},
+  {"name": "c", "key": ["path"], "requests_per_second": 1}],
+ "breakers": [{"name": "br", "per": "route"}],
+ "concurrency": [{"name": "cc", "key": ["header:x-k"], "max_in_flight": 1}]}`
+
+// FuzzExplainArgs gives explain hostile command lines (arguments split at
+// newlines): parsing never panics, what it accepts is a request the
+// engine can be handed, and explaining it never panics either.
+func FuzzExplainArgs(f *testing.F) {
+	for _, s := range []string{
+		"--config\nc\n/",
+		"--config=c\n-X\nPOST\nhttp://h:1/a/b?q=%00&z\n-H\nX-K: gold\n-H\nCookie: c=1; d=2\n--client\n[::1]:80",
+		"--config\nc\nGET\n/p\n--metadata\nns:a.b=1\n--route=r\n--cluster\nk\n--show-keys\n--json",
+		"--config\nc\n-H\nx-forwarded-for: 1.2.3.4, ::ffff:5.6.7.8\n-H\nx-cost: 99999999999999999999\n/",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := parseRequestArgs(strings.Split(s, "\n"))
+		if err != nil {
+			return
+		}
+		r := a.req
+		if !strings.HasPrefix(r.Path, "/") || !token(r.Method) || r.Method != strings.ToUpper(r.Method) || r.Authority == "" {
+			t.Fatalf("accepted a request no client sends: %+v", r)
+		}
+		for _, h := range r.Headers {
+			if h[0] != strings.ToLower(h[0]) || !token(h[0]) || !fieldValue(h[1]) {
+				t.Fatalf("accepted header %q", h)
+			}
+		}
+		ex, err := Explain([]byte(fuzzConfig), r, explainNow, a.showKeys)
+		if err != nil {
+			t.Fatalf("explain: %v", err)
+		}
+		if len(ex.Limits) != 3 {
+			t.Fatalf("limits %+v", ex.Limits)
+		}
+	})
+}
+
+// FuzzCheck gives check hostile files, as JSON or YAML: it never panics,
+// and a file where it finds no configuration is an error, never a pass.
+func FuzzCheck(f *testing.F) {
+	f.Add([]byte(bootstrap(false, inlineSluice(xffConfig))))
+	f.Add([]byte(ecdsFile))
+	f.Add([]byte("kind: WasmPlugin\nspec:\n  pluginConfig: {limits: [{name: a, requests_per_second: 1}]}\n"))
+	f.Add([]byte("a: &x [*x]\n"))
+	f.Add([]byte(`{"limits": [{"name": "a", "requests_per_second": 1, "match": {"not": {}}}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := Check("fuzz.yaml", data)
+		if len(r.Configs) == 0 && len(r.Errors) == 0 {
+			t.Fatal("no configuration found and no error")
+		}
+		for _, w := range r.Warnings {
+			if w.Code == "" || w.File == "" {
+				t.Fatalf("warning without code or file: %+v", w)
+			}
+		}
+	})
+}

@@ -1,0 +1,72 @@
+package ops
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Usage and configuration mistakes are named before anything is sent,
+// with exit code 2.
+func TestQuotaRefusesBadUsage(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.json")
+	cfg := `{"limits":[{"name":"loc","key":["header:x-k"],"requests_per_second":1},
+	  {"name":"glob","key":["header:x-k","host"],"requests_per_second":1,"mode":"global"}],
+	  "backend":{"cluster":"redis"}}`
+	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing listens here: every case must fail before any call.
+	const nowhere = "http://127.0.0.1:9"
+	t.Setenv(envBackendToken, "")
+	t.Setenv(envAdminToken, "")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "get or reset comes first"},
+		{[]string{"peek"}, `unknown action "peek"`},
+		{[]string{"get", "--limit", "x"}, "--config is required; exactly one of --webdis, --upstash or --envoy is required"},
+		{[]string{"get", "--config", file, "--limit", "glob", "--webdis", nowhere, "--upstash", nowhere}, "exactly one of"},
+		{[]string{"get", "--config", file, "--limit", "nope", "--key", "a", "--webdis", nowhere}, `has no limit "nope"`},
+		{[]string{"get", "--config", file, "--limit", "glob", "--key", "a", "--webdis", nowhere}, "has 2 key parts (header:x-k+host), got 1 values"},
+		{[]string{"get", "--config", file, "--limit", "loc", "--key", "a", "--webdis", nowhere}, `limit "loc" is local`},
+		{[]string{"get", "--config", file, "--limit", "glob", "--key", "a", "--key", "h", "--upstash", nowhere}, "SLUICE_BACKEND_TOKEN"},
+		{[]string{"reset", "--config", file, "--limit", "glob", "--key", "a", "--key", "h", "--webdis", "redis:6379"}, "not an http(s) URL"},
+		{[]string{"get", "--config", file, "--limit", "loc", "--key", "a", "--envoy", nowhere}, "has no admin block"},
+	} {
+		var out, errOut bytes.Buffer
+		code := Main(append([]string{"quota"}, tc.args...), &out, &errOut)
+		if code != exitUsage || !strings.Contains(errOut.String(), tc.want) || out.Len() != 0 {
+			t.Errorf("%q: exit %d, stderr %q, stdout %q; want exit 2 naming %q", tc.args, code, errOut.String(), out.String(), tc.want)
+		}
+	}
+}
+
+// The text form is the one the README's runbook shows.
+func TestPrintQuotaText(t *testing.T) {
+	n := int64(20)
+	var out bytes.Buffer
+	printQuota(&out, quotaState{Limit: "checkout", Mode: "hybrid", Algorithm: "token_bucket", Capacity: 100,
+		RedisKey: "sluice:checkout:3b1f0c8e2d5a4f6b9c7e1d2a3b4c5d6e", ResetAfterMS: 12500, ResetAt: time.Date(2026, 11, 26, 14, 40, 12, 500e6, time.UTC), Reserved: &n}, false)
+	want := `limit:          checkout (hybrid, token_bucket)
+redis key:      sluice:checkout:3b1f0c8e2d5a4f6b9c7e1d2a3b4c5d6e
+remaining:      0 of 100 (used 100)
+full again in:  12.5s (2026-11-26T14:40:12.5Z)
+leases ahead:   20
+`
+	if out.String() != want {
+		t.Fatalf("printed\n%s\nwant\n%s", out.String(), want)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), want) {
+		t.Fatal("README.md's quota get sample is not what sluicectl prints")
+	}
+}

@@ -1,0 +1,172 @@
+package ops
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+)
+
+// warnings are the risky but valid setups check reports in a parsed
+// configuration; hcm is the HTTP connection manager the filter sits in,
+// nil when the file does not say.
+func warnings(cfg *config.Config, hcm *connectionManager) []Finding {
+	var out []Finding
+	if hcm != nil && !hcm.UseRemoteAddress && readsXFF(&cfg.ClientIP) {
+		out = append(out, Finding{Code: warnXFF, Path: "client_ip", Message: fmt.Sprintf(
+			"reads X-Forwarded-For, but the HTTP connection manager at %s:%d does not set use_remote_address: true, "+
+				"so Envoy does not append the peer and the entries trusted_hops counts can be written by the client",
+			hcm.File, hcm.Line)})
+	}
+	for i := range cfg.Limits {
+		if msg := neverMatches(cfg, i); msg != "" {
+			out = append(out, Finding{Code: warnNeverMatches, Path: config.IndexPath("limits", i), Message: "never matches: " + msg})
+		}
+	}
+	out = append(out, failOpenReplaces(cfg)...)
+	return out
+}
+
+func readsXFF(c *config.ClientIP) bool {
+	if c.Source == config.ClientIPXFF {
+		return true
+	}
+	for _, s := range c.Sources {
+		if s.Kind == config.ClientIPXFF {
+			return true
+		}
+	}
+	return false
+}
+
+// neverMatches says why limit i can never apply to a request, or "". It
+// detects exactly these:
+//   - the limit is disabled ("enabled": false);
+//   - its match contradicts itself: a header, query parameter or metadata
+//     value required absent and also present or compared, or required
+//     equal to two different values; a path the match's own path_regex
+//     rejects; a not whose conditions are all among the match's own (so
+//     it holds whenever the match does; "not": {} always holds);
+//   - an enabled limit with a full rollout names it in replaces and
+//     matches whenever it does: every condition of the replacing limit's
+//     match is also one of this limit's (a match with no condition
+//     matches every request).
+func neverMatches(cfg *config.Config, i int) string {
+	l := &cfg.Limits[i]
+	if l.Disabled {
+		return `"enabled" is false: the limit is never evaluated`
+	}
+	if msg := contradiction(&l.Match); msg != "" {
+		return msg
+	}
+	for j := range cfg.Limits {
+		r := &cfg.Limits[j]
+		if j == i || r.Disabled || r.Rollout != config.FullRollout || !slices.Contains(r.Replaces, i) {
+			continue
+		}
+		if subset(r.Match.Conditions(), l.Match.Conditions()) {
+			return fmt.Sprintf("%s (%s) replaces it and matches every request it matches", config.IndexPath("limits", j), r.Name)
+		}
+	}
+	return ""
+}
+
+// namedCondition is a header, query or metadata condition, by what it
+// reads.
+type namedCondition struct {
+	what     string
+	hasValue bool
+	exact    bool
+	value    string
+	present  bool
+}
+
+func contradiction(m *config.Match) string {
+	var conds []namedCondition
+	for _, h := range m.Headers {
+		conds = append(conds, namedCondition{"header " + h.Name, h.HasValue, h.Op == config.OpExact, h.Value, h.Present})
+	}
+	for _, q := range m.Query {
+		conds = append(conds, namedCondition{"query parameter " + q.Name, q.HasValue, q.Op == config.OpExact, q.Value, q.Present})
+	}
+	for _, md := range m.Metadata {
+		conds = append(conds, namedCondition{"metadata " + md.Namespace + ":" + md.Path, md.HasValue, true, md.Value, md.Present})
+	}
+	for a := range conds {
+		for b := a + 1; b < len(conds); b++ {
+			x, y := conds[a], conds[b]
+			if x.what != y.what {
+				continue
+			}
+			absent := func(c namedCondition) bool { return !c.hasValue && !c.present }
+			if absent(x) != absent(y) {
+				return x.what + " must be absent and also present"
+			}
+			if x.hasValue && y.hasValue && x.exact && y.exact && x.value != y.value {
+				return fmt.Sprintf("%s must equal both %q and %q", x.what, x.value, y.value)
+			}
+		}
+	}
+	if m.Path != "" && m.PathRegex != nil && !m.PathRegex.MatchString(m.Path) {
+		return fmt.Sprintf("path %q does not match the path_regex %q", m.Path, m.PathRegex.Source)
+	}
+	if m.Not != nil && subset(m.Not.Conditions(), m.Conditions()) {
+		return "its not holds whenever the rest of the match does"
+	}
+	return ""
+}
+
+// subset reports whether every condition of a is also one of b, compared
+// by their configuration.
+func subset(a, b []config.MatchCondition) bool {
+	for _, x := range a {
+		found := false
+		for _, y := range b {
+			// The JSON names the field too: "path_prefix":"/api".
+			if x.JSON == y.JSON {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// failOpenReplaces finds global and hybrid limits failing open
+// (failure_policy allow, the default) on either side of a replaces:
+//   - a replaced limit that fails open is the issue's case: the limit
+//     named in replaces;
+//   - a replacing limit that fails open still removes its targets while
+//     Redis is unreachable, so its requests then pass limited by neither.
+func failOpenReplaces(cfg *config.Config) []Finding {
+	var out []Finding
+	failsOpen := func(l *config.Limit) bool {
+		return !l.Disabled && l.Mode != config.ModeLocal && l.FailurePolicy == config.FailAllow
+	}
+	for i := range cfg.Limits {
+		l := &cfg.Limits[i]
+		if l.Disabled {
+			continue
+		}
+		var targets []string
+		for _, j := range l.Replaces {
+			t := &cfg.Limits[j]
+			targets = append(targets, t.Name)
+			if failsOpen(t) {
+				out = append(out, Finding{Code: warnFailOpen, Path: config.FieldPath(config.IndexPath("limits", j), "failure_policy"), Message: fmt.Sprintf(
+					"%s fails open (failure_policy allow) and is named in the replaces of %s (%s): while Redis is unreachable, "+
+						"the requests %s does not match are limited by nothing; use deny or local", t.Name, config.IndexPath("limits", i), l.Name, l.Name)})
+			}
+		}
+		if len(targets) > 0 && failsOpen(l) {
+			out = append(out, Finding{Code: warnFailOpen, Path: config.FieldPath(config.IndexPath("limits", i), "failure_policy"), Message: fmt.Sprintf(
+				"%s fails open (failure_policy allow) and replaces %s: while Redis is unreachable its requests are limited by neither; use deny or local",
+				l.Name, strings.Join(targets, ", "))})
+		}
+	}
+	return out
+}
