@@ -129,6 +129,20 @@ func (p *parser) objects(o *object, name string, fields []string, each func(e *o
 	}
 }
 
+// entryList hands the top-level list name of o to parse, if it is there
+// and holds at most maxEntries entries.
+func (p *parser) entryList(o *object, name string, cfg *Config, parse func(cfg *Config, path string, items []gjson.Result)) {
+	items, ok := o.array(name, "")
+	if !ok {
+		return
+	}
+	if len(items) > maxEntries {
+		o.errorf(name, "must have at most %d entries", maxEntries)
+		return
+	}
+	parse(cfg, o.path1(name), items)
+}
+
 // namedEntries walks a list of named entries (limits, breakers,
 // concurrency): parse reads entry i when it is an object and returns its
 // name, which must be unique in the list, naming the first entry that has
