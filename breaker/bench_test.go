@@ -25,18 +25,36 @@ func checkReport(m *Machine, r *Record, i int, now time.Time) {
 	m.Report(r, tk, Outcome{Failure: i%8 == 0, Duration: time.Millisecond}, now)
 }
 
+// resetMachine is a machine with the settings of a benchmark case and a
+// record it has reset.
+func resetMachine(tb testing.TB, s Settings) (*Machine, *Record) {
+	tb.Helper()
+	m := mustMachine(tb, s)
+	r := new(Record)
+	m.Reset(r)
+	return m, r
+}
+
+// probingMachine is a machine opened by one failure at t0 and the first
+// instant after its open timeout, when checks are half-open probes.
+func probingMachine(tb testing.TB) (*Machine, *Record, time.Time) {
+	tb.Helper()
+	m, r := resetMachine(tb, Settings{FailureThreshold: 1, SuccessThreshold: MaxCounter, OpenTimeout: sec})
+	tk, _, _ := m.Check(r, t0)
+	m.Report(r, tk, fail, t0)
+	return m, r, t0.Add(2 * sec)
+}
+
 func TestDecisionsDoNotAllocate(t *testing.T) {
 	for _, name := range benchOrder {
-		m := mustMachine(t, benchSettings[name])
-		var r Record
-		m.Reset(&r)
+		m, r := resetMachine(t, benchSettings[name])
 		buf := make([]byte, 0, MaxEncodedLen)
 		i := 0
 		now := t0
 		allocs := testing.AllocsPerRun(1000, func() {
 			i++
 			now = now.Add(time.Millisecond)
-			checkReport(m, &r, i, now)
+			checkReport(m, r, i, now)
 			enc := r.Encode(buf[:0])
 			if err := r.Decode(enc); err != nil {
 				t.Fatal(err)
@@ -46,18 +64,13 @@ func TestDecisionsDoNotAllocate(t *testing.T) {
 			t.Errorf("%s: %v allocations per check+report+encode+decode", name, allocs)
 		}
 	}
-	m := mustMachine(t, Settings{FailureThreshold: 1, SuccessThreshold: MaxCounter, OpenTimeout: sec})
-	var r Record
-	m.Reset(&r)
-	tk, _, _ := m.Check(&r, t0)
-	m.Report(&r, tk, fail, t0)
-	now := t0.Add(2 * sec)
+	m, r, now := probingMachine(t)
 	allocs := testing.AllocsPerRun(1000, func() {
-		tk, d, _ := m.Check(&r, now)
+		tk, d, _ := m.Check(r, now)
 		if !tk.Probe() {
 			t.Fatalf("not a probe: %+v", d)
 		}
-		m.Report(&r, tk, ok, now)
+		m.Report(r, tk, ok, now)
 	})
 	if allocs != 0 {
 		t.Errorf("half-open probe: %v allocations", allocs)
@@ -67,38 +80,31 @@ func TestDecisionsDoNotAllocate(t *testing.T) {
 func BenchmarkMachineCheckReport(b *testing.B) {
 	for _, name := range benchOrder {
 		b.Run(name, func(b *testing.B) {
-			m := mustMachine(b, benchSettings[name])
-			var r Record
-			m.Reset(&r)
+			m, r := resetMachine(b, benchSettings[name])
 			now := t0
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				now = now.Add(time.Microsecond)
-				checkReport(m, &r, i, now)
+				checkReport(m, r, i, now)
 			}
 		})
 	}
 }
 
 func BenchmarkMachineHalfOpenProbe(b *testing.B) {
-	m := mustMachine(b, Settings{FailureThreshold: 1, SuccessThreshold: MaxCounter, OpenTimeout: sec})
-	var r Record
-	m.Reset(&r)
-	tk, _, _ := m.Check(&r, t0)
-	m.Report(&r, tk, fail, t0)
-	now := t0.Add(2 * sec)
-	m.Check(&r, now) // half-open
-	tk, _, _ = m.Check(&r, now)
-	m.Report(&r, tk, ok, now)
-	halfOpen := r
+	m, r, now := probingMachine(b)
+	m.Check(r, now) // half-open
+	tk, _, _ := m.Check(r, now)
+	m.Report(r, tk, ok, now)
+	halfOpen := *r
 	b.ReportAllocs()
 	for i := 1; b.Loop(); i++ {
 		// Restart before SuccessThreshold successes would close it.
 		if i%(1<<19) == 0 {
-			r = halfOpen
+			*r = halfOpen
 		}
-		tk, _, _ := m.Check(&r, now)
-		m.Report(&r, tk, ok, now)
+		tk, _, _ := m.Check(r, now)
+		m.Report(r, tk, ok, now)
 	}
 	if r.State() != HalfOpen {
 		b.Fatalf("benchmark left half-open: %v", r.State())
@@ -110,11 +116,9 @@ func BenchmarkMachineHalfOpenProbe(b *testing.B) {
 func BenchmarkCodec(b *testing.B) {
 	for _, name := range benchOrder {
 		b.Run(name, func(b *testing.B) {
-			m := mustMachine(b, benchSettings[name])
-			var r Record
-			m.Reset(&r)
+			m, r := resetMachine(b, benchSettings[name])
 			for i := 0; i < 2000; i++ {
-				checkReport(m, &r, i, t0.Add(time.Duration(i)*time.Millisecond))
+				checkReport(m, r, i, t0.Add(time.Duration(i)*time.Millisecond))
 			}
 			buf := r.Encode(make([]byte, 0, MaxEncodedLen))
 			b.SetBytes(int64(len(buf)))

@@ -1,7 +1,7 @@
 package breaker
 
 import (
-	"fmt"
+	"github.com/sluice-proxy/sluice/internal/enum"
 	"math"
 	"math/bits"
 	"time"
@@ -17,15 +17,7 @@ const (
 )
 
 func (s State) String() string {
-	switch s {
-	case Closed:
-		return "closed"
-	case Open:
-		return "open"
-	case HalfOpen:
-		return "half_open"
-	}
-	return fmt.Sprintf("State(%d)", uint8(s))
+	return enum.Name(s, "State", "closed", "open", "half_open")
 }
 
 // Transition is a state change committed by one Check or Report. Exactly one
@@ -46,19 +38,7 @@ const (
 )
 
 func (t Transition) String() string {
-	switch t {
-	case NoTransition:
-		return "none"
-	case Opened:
-		return "opened"
-	case Reopened:
-		return "reopened"
-	case HalfOpened:
-		return "half_opened"
-	case Recovered:
-		return "recovered"
-	}
-	return fmt.Sprintf("Transition(%d)", uint8(t))
+	return enum.Name(t, "Transition", "none", "opened", "reopened", "half_opened", "recovered")
 }
 
 // IsOpen reports whether the transition entered the open state, which is

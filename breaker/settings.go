@@ -3,6 +3,7 @@ package breaker
 import (
 	"errors"
 	"fmt"
+	"github.com/sluice-proxy/sluice/internal/enum"
 	"math"
 	"time"
 )
@@ -59,13 +60,7 @@ const (
 )
 
 func (w WindowType) String() string {
-	switch w {
-	case WindowCount:
-		return "count"
-	case WindowTime:
-		return "time"
-	}
-	return fmt.Sprintf("WindowType(%d)", uint8(w))
+	return enum.Name(w, "WindowType", "count", "time")
 }
 
 // ParseWindowType accepts the config spellings; "" is WindowCount.

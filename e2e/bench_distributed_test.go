@@ -46,13 +46,7 @@ import (
 //	SLUICE_RATELIMIT_BIN                  a prebuilt ratelimit service_cmd (skips go install)
 //	SLUICE_RATELIMIT_VERSION              module version to go install (ratelimitVersion)
 func TestBenchDistributed(t *testing.T) {
-	if os.Getenv("SLUICE_BENCH") != "1" {
-		t.Skip("benchmark harness: set SLUICE_BENCH=1 (make bench)")
-	}
-	dur := 30 * time.Second
-	if os.Getenv("BENCH_QUICK") == "1" {
-		dur = 3 * time.Second
-	}
+	dur := benchHarness(t, benchSize{dur: 30 * time.Second}, benchSize{dur: 3 * time.Second}).dur
 	if s := os.Getenv("SLUICE_BENCH_DIST_SECONDS"); s != "" {
 		n, err := strconv.ParseFloat(s, 64)
 		if err != nil || n <= 0 {

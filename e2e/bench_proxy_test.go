@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"regexp"
 	"runtime"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/envoy"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
 // TestBenchProxy is the "through the proxy" section of `make bench`: wrk
@@ -25,20 +25,10 @@ import (
 //	BENCH_QUICK=1                  one round of 2s per configuration (else 5 of 4s)
 //	SLUICE_BENCH_OUT_PROXY         markdown output (build/bench-proxy.md)
 func TestBenchProxy(t *testing.T) {
-	if os.Getenv("SLUICE_BENCH") != "1" {
-		t.Skip("benchmark harness: set SLUICE_BENCH=1 (make bench)")
-	}
+	size := benchHarness(t, benchSize{rounds: 5, dur: 4 * time.Second}, benchSize{rounds: 1, dur: 2 * time.Second})
 	wrk, err := exec.LookPath("wrk")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true and wrk is not installed (apt-get install wrk)")
-		}
-		t.Skip("wrk is not installed (apt-get install wrk)")
-	}
-	rounds, dur := 5, 4*time.Second
-	if os.Getenv("BENCH_QUICK") == "1" {
-		rounds, dur = 1, 2*time.Second
-	}
+	testkit.Need(t, err == nil, "wrk (apt-get install wrk)")
+	rounds, dur := size.rounds, size.dur
 	wasm := builtWasm(t)
 	backend := echoBackend(t)
 	type target struct {

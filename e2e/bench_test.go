@@ -1,13 +1,11 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/e2e/host"
 	"github.com/sluice-proxy/sluice/internal/fixtures/redistest"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 	"github.com/sluice-proxy/sluice/internal/fixtures/wabt"
 )
 
@@ -247,39 +246,19 @@ func (w *webdisCaller) HasCluster(name string) bool { return name == "redis" }
 
 func (w *webdisCaller) Call(ctx context.Context, _ string, headers [][2]string, body []byte, _ [][2]string, _ time.Duration) (*host.Response, error) {
 	method, path := "GET", "/"
-	hdr := http.Header{}
 	for _, h := range headers {
 		switch h[0] {
 		case ":method":
 			method = h[1]
 		case ":path":
 			path = h[1]
-		case ":authority", ":scheme":
-		default:
-			hdr.Add(h[0], h[1])
 		}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+w.addr+path, bytes.NewReader(body))
+	status, hs, rb, err := testkit.RoundTrip(ctx, method, "http://"+w.addr+path, headers, body)
 	if err != nil {
 		return nil, err
 	}
-	req.Header = hdr
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	rb, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	out := &host.Response{Status: resp.StatusCode, Body: rb}
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			out.Headers = append(out.Headers, [2]string{strings.ToLower(k), v})
-		}
-	}
-	return out, nil
+	return &host.Response{Status: status, Headers: hs, Body: rb}, nil
 }
 
 // mallocCounter counts calls to runtime.mallocgc, the Go runtime's one
@@ -391,7 +370,7 @@ func TestLifecycleReport(t *testing.T) {
 	fmt.Fprintf(&out, "| case | ns/request (median of %d) | spread | ÷ no-op | ÷ WAT floor | guest allocs/request |\n|---|---:|---:|---:|---:|---:|\n", rounds)
 	for i, c := range lifecycleCases {
 		m := median(ns[i])
-		fmt.Fprintf(&out, "| %s | %.0f | %.0f–%.0f | %.2f× | %.2f× | %s |\n", c.name, m, minOf(ns[i]), maxOf(ns[i]), m/base, m/floor, allocs[i])
+		fmt.Fprintf(&out, "| %s | %.0f | %.0f–%.0f | %.2f× | %.2f× | %s |\n", c.name, m, slices.Min(ns[i]), slices.Max(ns[i]), m/base, m/floor, allocs[i])
 	}
 	t.Log("\n" + out.String())
 	if path := os.Getenv("SLUICE_BENCH_OUT"); path != "" {
@@ -412,24 +391,28 @@ func lifecycleIndex(t testing.TB, module string) int {
 	return -1
 }
 
+// benchSize is how long a `make bench` harness measures: rounds of dur
+// after warm of warm-up.
+type benchSize struct {
+	rounds    int
+	dur, warm time.Duration
+}
+
+// benchHarness skips a `make bench` harness test unless SLUICE_BENCH=1 and
+// returns its quick size under BENCH_QUICK=1, its full size otherwise.
+func benchHarness(t *testing.T, full, quick benchSize) benchSize {
+	t.Helper()
+	if os.Getenv("SLUICE_BENCH") != "1" {
+		t.Skip("benchmark harness: set SLUICE_BENCH=1 (make bench)")
+	}
+	if os.Getenv("BENCH_QUICK") == "1" {
+		return quick
+	}
+	return full
+}
+
 func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
 	return s[len(s)/2]
-}
-
-func minOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs {
-		m = min(m, x)
-	}
-	return m
-}
-
-func maxOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs {
-		m = max(m, x)
-	}
-	return m
 }

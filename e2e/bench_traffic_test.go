@@ -40,13 +40,9 @@ import (
 //	SLUICE_BENCH_TRAFFIC_ONLY       a regexp: only the configurations it matches
 //	                                (the no-op, the floor and no filter always run)
 func TestBenchTraffic(t *testing.T) {
-	if os.Getenv("SLUICE_BENCH") != "1" {
-		t.Skip("benchmark harness: set SLUICE_BENCH=1 (make bench)")
-	}
-	rounds, dur, warm := 5, 2*time.Second, time.Second
-	if os.Getenv("BENCH_QUICK") == "1" {
-		rounds, dur, warm = 1, 300*time.Millisecond, 200*time.Millisecond
-	}
+	size := benchHarness(t, benchSize{rounds: 5, dur: 2 * time.Second, warm: time.Second},
+		benchSize{rounds: 1, dur: 300 * time.Millisecond, warm: 200 * time.Millisecond})
+	rounds, dur, warm := size.rounds, size.dur, size.warm
 	pinned := pinToCore(t, 1)
 	bin := buildSluiceEnvoy(t)
 	backend := echoBackend(t)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/host"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 	"github.com/sluice-proxy/sluice/limiter/inflight"
 )
 
@@ -417,24 +418,10 @@ func forwardTo(base string) host.Upstream {
 				path = h[1]
 			}
 		}
-		req, err := http.NewRequestWithContext(ctx, "GET", base+path, nil)
+		status, _, body, err := testkit.RoundTrip(ctx, "GET", base+path, r.Headers, nil)
 		if err != nil {
 			return nil, err
 		}
-		for _, h := range r.Headers {
-			if !strings.HasPrefix(h[0], ":") {
-				req.Header.Add(h[0], h[1])
-			}
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return nil, err
-		}
-		return &host.Response{Status: resp.StatusCode, Body: body}, nil
+		return &host.Response{Status: status, Body: body}, nil
 	}
 }

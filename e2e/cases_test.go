@@ -9,24 +9,21 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/host"
 	"github.com/sluice-proxy/sluice/filter/filtertest"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
 // wasmModule reads build/<name>.wasm. Under CI a missing module fails the
 // test: the wasm is what ships, so its tests are never optional there.
 func wasmModule(t testing.TB, name string) []byte {
 	t.Helper()
-	code, err := os.ReadFile(filepath.Join("..", "build", name+".wasm"))
+	code, err := os.ReadFile(testkit.Built(t, filepath.Join("..", "build", name+".wasm")))
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and build/%s.wasm is missing: run make build (%v)", name, err)
-		}
-		t.Skipf("build/%s.wasm is missing; run make build", name)
+		t.Fatal(err)
 	}
 	return code
 }
@@ -37,22 +34,10 @@ func wasmModule(t testing.TB, name string) []byte {
 type wasmHarness struct {
 	rt     *host.Runtime
 	plugin *host.Plugin
-
-	mu  sync.Mutex
-	now time.Time
+	steppedClock
 }
 
-func (w *wasmHarness) clock() time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.now
-}
-
-func (w *wasmHarness) Advance(_ testing.TB, d time.Duration) {
-	w.mu.Lock()
-	w.now = w.now.Add(d)
-	w.mu.Unlock()
-}
+func (w *wasmHarness) Advance(_ testing.TB, d time.Duration) { w.advance(d) }
 
 // tickStep matches the filter's delay tick.
 const tickStep = 5 * time.Millisecond
@@ -64,17 +49,7 @@ type served struct {
 
 func (w *wasmHarness) Do(t testing.TB, req filtertest.Request) filtertest.Response {
 	t.Helper()
-	f, resp := w.Start(t, req)
-	return finished(t, f, resp)
-}
-
-// finished runs a stream Start began to its end, as Harness.Do does.
-func finished(t testing.TB, f filtertest.Flight, resp filtertest.Response) filtertest.Response {
-	t.Helper()
-	if f == nil {
-		return resp
-	}
-	return f.Finish(t)
+	return filtertest.StartAndFinish(t, w, req)
 }
 
 // wasmFlight is a stream whose upstream holds the request until Finish.
@@ -88,16 +63,8 @@ type wasmFlight struct {
 
 func (w *wasmHarness) Start(t testing.TB, req filtertest.Request) (filtertest.Flight, filtertest.Response) {
 	t.Helper()
+	req = req.WithDefaults()
 	peer, cluster, route := req.Peer, req.Cluster, req.Route
-	if peer == "" {
-		peer = "10.0.0.1:40000"
-	}
-	if cluster == "" {
-		cluster = "backend"
-	}
-	if route == "" {
-		route = "default"
-	}
 	headers := [][2]string{{":method", req.Method}, {":path", req.Path}, {":authority", req.Host}, {":scheme", "http"}}
 	headers = append(headers, req.Headers...)
 	parked := make(chan struct{}, 1)
@@ -249,7 +216,7 @@ func TestCasesWasm(t *testing.T) {
 // newWasmHarness serves case c's configuration on code, its clock at
 // filtertest.Epoch; the runtime closes when the test ends.
 func newWasmHarness(t *testing.T, code []byte, c filtertest.Case) *wasmHarness {
-	h := &wasmHarness{now: filtertest.Epoch}
+	h := &wasmHarness{steppedClock: steppedClock{now: filtertest.Epoch}}
 	h.rt = host.NewRuntime(host.RuntimeOptions{Clock: h.clock, ManualTicks: true, Logger: func(host.LogLevel, string, string) {}})
 	t.Cleanup(func() { h.rt.Close(context.Background()) })
 	p, err := h.rt.NewPlugin(context.Background(), host.PluginConfig{

@@ -39,9 +39,54 @@ type distBackend struct {
 	// addr is the host:port the Envoy "redis" cluster points at.
 	addr     string
 	protocol distProtocol
+	gate     *holdGate // the Upstash front's
+}
 
-	mu   sync.Mutex
-	gate chan struct{} // closed unless frozen (Upstash front only)
+// holdGate makes a test's HTTP front hang like a stopped or slow process:
+// requests wait while it is held.
+type holdGate struct {
+	mu sync.Mutex
+	ch chan struct{} // closed unless held
+}
+
+func newHoldGate() *holdGate {
+	g := &holdGate{ch: make(chan struct{})}
+	close(g.ch)
+	return g
+}
+
+// hold makes requests wait from now on, until release.
+func (g *holdGate) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.ch:
+		g.ch = make(chan struct{})
+	default:
+	}
+}
+
+func (g *holdGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.ch:
+	default:
+		close(g.ch)
+	}
+}
+
+// wait returns once the gate is not held, or false when ctx ends first.
+func (g *holdGate) wait(ctx context.Context) bool {
+	g.mu.Lock()
+	ch := g.ch
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func startDistBackend(t *testing.T, p distProtocol) *distBackend {
@@ -54,18 +99,11 @@ func startDistBackend(t *testing.T, p distProtocol) *distBackend {
 		b.addr = b.webdis.Addr()
 	case viaUpstash:
 		h := upstash.New(r.Client(), upstashToken)
-		b.gate = make(chan struct{})
-		close(b.gate)
+		b.gate = newHoldGate()
 		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			b.mu.Lock()
-			gate := b.gate
-			b.mu.Unlock()
-			select {
-			case <-gate:
-			case <-req.Context().Done():
-				return
+			if b.gate.wait(req.Context()) {
+				h.ServeHTTP(w, req)
 			}
-			h.ServeHTTP(w, req)
 		}))
 		t.Cleanup(func() {
 			b.thaw()
@@ -84,13 +122,7 @@ func (b *distBackend) freeze() {
 		b.webdis.Stop()
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	select {
-	case <-b.gate:
-		b.gate = make(chan struct{})
-	default:
-	}
+	b.gate.hold()
 }
 
 func (b *distBackend) thaw() {
@@ -98,13 +130,7 @@ func (b *distBackend) thaw() {
 		b.webdis.Cont()
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	select {
-	case <-b.gate:
-	default:
-		close(b.gate)
-	}
+	b.gate.release()
 }
 
 // evalCalls is how many script calls Redis has run (EVALSHA and EVAL).

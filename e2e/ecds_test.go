@@ -41,13 +41,7 @@ func TestECDSShippedConfigServes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	base := "http://" + srv.ListenerAddr(cfg.Listeners[0].Name)
-	if status, body := httpGet(t, base+"/hello"); status != 200 || !strings.Contains(body, `"name":"backend"`) {
-		t.Fatalf("through the ECDS-configured plugin: %d %q", status, body)
-	}
-	if _, prom := httpGet(t, "http://"+srv.AdminAddr()+"/stats/prometheus"); !strings.Contains(prom, "sluice_requests_total 1") {
-		t.Errorf("the plugin did not count the request:\n%s", prom)
-	}
+	checkPluginServes(t, srv, cfg.Listeners[0].Name, "the ECDS-configured plugin")
 }
 
 // ecdsBootstrap is a bootstrap whose only wasm filter, named filter, is

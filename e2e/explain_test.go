@@ -23,8 +23,7 @@ type explainingHarness struct {
 
 func (e *explainingHarness) Do(t testing.TB, req filtertest.Request) filtertest.Response {
 	t.Helper()
-	f, resp := e.Start(t, req)
-	return finished(t, f, resp)
+	return filtertest.StartAndFinish(t, e, req)
 }
 
 func (e *explainingHarness) Start(t testing.TB, req filtertest.Request) (filtertest.Flight, filtertest.Response) {

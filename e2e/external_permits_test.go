@@ -13,7 +13,7 @@ func TestExternalMaxConcurrentEndToEnd(t *testing.T) {
 	lf := startLimits(t, hourPlans())
 	e := startExternal(t, 1, externalJSON(`,"max_concurrent_requests":1`), map[string]string{"limits": lf.addr})
 	clients := twoWorkers(t, e)
-	lf.hold()
+	lf.gate.hold()
 	before := lf.arrived.Load() // the warm-up's lookup
 	held := make(chan int, 1)
 	go func() { held <- tenantRequest(t, clients[0], e.insts[0].base, "acme") }()
@@ -34,7 +34,7 @@ func TestExternalMaxConcurrentEndToEnd(t *testing.T) {
 	if got := lf.svc.Count("initech"); got != 0 {
 		t.Fatalf("%d lookups for initech while the one permit was held, want 0", got)
 	}
-	lf.release()
+	lf.gate.release()
 	if st := e.await(t, held, 1)[0]; st != 200 {
 		t.Fatalf("acme: status %d", st)
 	}

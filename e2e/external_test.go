@@ -28,23 +28,16 @@ type limitsFront struct {
 	addr    string
 	arrived atomic.Int64 // lookups received, failed ones included
 	down    atomic.Bool  // answer 503
-
-	mu   sync.Mutex
-	gate chan struct{} // closed unless held
+	// gate holds lookups, like a slow database.
+	gate *holdGate
 }
 
 func startLimits(t *testing.T, svc *limits.Service) *limitsFront {
 	t.Helper()
-	f := &limitsFront{svc: svc, gate: make(chan struct{})}
-	close(f.gate)
+	f := &limitsFront{svc: svc, gate: newHoldGate()}
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.arrived.Add(1)
-		f.mu.Lock()
-		gate := f.gate
-		f.mu.Unlock()
-		select {
-		case <-gate:
-		case <-r.Context().Done():
+		if !f.gate.wait(r.Context()) {
 			return
 		}
 		if f.down.Load() {
@@ -54,57 +47,46 @@ func startLimits(t *testing.T, svc *limits.Service) *limitsFront {
 		svc.ServeHTTP(w, r)
 	}))
 	t.Cleanup(func() {
-		f.release()
+		f.gate.release()
 		ts.Close()
 	})
 	f.addr = ts.Listener.Addr().String()
 	return f
 }
 
-// hold makes lookups wait until release, like a slow database.
-func (f *limitsFront) hold() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.gate = make(chan struct{})
-}
-
-func (f *limitsFront) release() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	select {
-	case <-f.gate:
-	default:
-		close(f.gate)
-	}
-}
-
 // extEnv is Envoy instances on a clock the test steps.
 type extEnv struct {
 	insts []*distInstance
 
-	mu  sync.Mutex
-	now time.Time
+	steppedClock
 }
 
 func startExternal(t *testing.T, n int, pluginJSON string, clusters map[string]string) *extEnv {
 	t.Helper()
-	e := &extEnv{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	e := &extEnv{steppedClock: steppedClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	e.insts = startInstances(t, n, func(wasm, backendAddr string) string {
 		return pluginYAML(wasm, pluginJSON, backendAddr, clusters)
 	}, envoy.Options{Clock: e.clock, ManualTicks: true})
 	return e
 }
 
-func (e *extEnv) clock() time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.now
+// steppedClock is the plugins' clock in tests that step time themselves;
+// the host's goroutines read it.
+type steppedClock struct {
+	mu  sync.Mutex
+	now time.Time
 }
 
-func (e *extEnv) advance(d time.Duration) {
-	e.mu.Lock()
-	e.now = e.now.Add(d)
-	e.mu.Unlock()
+func (c *steppedClock) clock() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *steppedClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }
 
 // tick fires the tick on every worker of every instance, as Envoy's timer
@@ -276,7 +258,7 @@ func TestExternalOneLookupAcrossWorkers(t *testing.T) {
 	e := startExternal(t, 1, externalJSON(""), map[string]string{"limits": lf.addr})
 	// A new connection per request: connections alternate between workers.
 	spread := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
-	lf.hold()
+	lf.gate.hold()
 	const n = 8
 	done := make(chan int, n)
 	for range n {
@@ -303,7 +285,7 @@ func TestExternalOneLookupAcrossWorkers(t *testing.T) {
 	if got := lf.arrived.Load(); got != 1 {
 		t.Fatalf("%d lookups in flight for one tenant across workers, want 1", got)
 	}
-	lf.release()
+	lf.gate.release()
 	statuses := e.await(t, done, n)
 	ok := 0
 	for _, st := range statuses {

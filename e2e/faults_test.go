@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/host"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
 // Fault-matrix rows that need no Redis (the Redis ones are in
@@ -63,14 +64,12 @@ func recordFault(t *testing.T, r faultRow) {
 type faultHost struct {
 	rt *host.Runtime
 	p  *host.Plugin
-
-	mu  sync.Mutex
-	now time.Time
+	steppedClock
 }
 
 func newFaultHost(t *testing.T, code []byte, config string, workers int, policy string) *faultHost {
 	t.Helper()
-	f := &faultHost{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	f := &faultHost{steppedClock: steppedClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	// A trap's panic arrives as many short log writes; they are worth
 	// reading only when the test fails.
 	logs := newLogCapture(host.LogWarn, 64<<10)
@@ -91,18 +90,6 @@ func newFaultHost(t *testing.T, code []byte, config string, workers int, policy 
 	return f
 }
 
-func (f *faultHost) clock() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.now
-}
-
-func (f *faultHost) advance(d time.Duration) {
-	f.mu.Lock()
-	f.now = f.now.Add(d)
-	f.mu.Unlock()
-}
-
 func (f *faultHost) do(t *testing.T, worker int, key string, extra [][2]string, up host.Upstream) *host.Response {
 	t.Helper()
 	headers := append([][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "example.com"}, {"x-key", key}}, extra...)
@@ -114,6 +101,20 @@ func (f *faultHost) do(t *testing.T, worker int, key string, extra [][2]string, 
 	return resp
 }
 
+// startPlugin runs code as plugin name (its root and VM id too) on rt with
+// config on workers workers, until the test ends.
+func startPlugin(t *testing.T, rt *host.Runtime, name string, code []byte, config string, workers int) *host.Plugin {
+	t.Helper()
+	p, err := rt.NewPlugin(context.Background(), host.PluginConfig{Name: name, RootID: name, VMID: name,
+		Code: code, Configuration: []byte(config), Concurrency: workers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p
+}
+
+// okUpstream answers 200 "ok" and counts the requests in calls.
 func okUpstream(calls *atomic.Int64) host.Upstream {
 	return func(context.Context, *host.Request) (*host.Response, error) {
 		calls.Add(1)
@@ -379,16 +380,7 @@ func TestFaultCASStorm(t *testing.T) {
 // that makes the guest panic, since the filter itself never traps.
 func trapGuest(t *testing.T) []byte {
 	t.Helper()
-	mod, err := filepath.Abs(filepath.Join("..", "build", "go.wasm.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(mod); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and %s is missing: run make build", mod)
-		}
-		t.Skipf("%s is missing; run make build", mod)
-	}
+	mod := testkit.Built(t, filepath.Join("..", "build", "go.wasm.mod"))
 	out := filepath.Join(t.TempDir(), "trapguest.wasm")
 	cmd := exec.Command("go", "build", "-modfile="+mod, "-tags", "sluice_bridge", "-buildmode=c-shared", "-trimpath",
 		"-o", out, "./e2e/testdata/trapguest")

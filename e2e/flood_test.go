@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,17 +44,9 @@ func TestFloodKeepsActiveClients(t *testing.T) {
 		capacity             = 5
 		steps, perStep       = 20, 300
 	)
-	p, err := rt.NewPlugin(ctx, host.PluginConfig{Name: "flood", RootID: "flood", VMID: "flood", Code: code,
-		Configuration: []byte(fmt.Sprintf(`{"limits":[{"name":"per-ip","key":["client_ip"],"limit":%d,"window":"1m","slots":%d}]}`,
-			capacity, slots)),
-		Concurrency: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(ctx)
-	up := func(context.Context, *host.Request) (*host.Response, error) {
-		return &host.Response{Status: 200}, nil
-	}
+	p := startPlugin(t, rt, "flood", code,
+		fmt.Sprintf(`{"limits":[{"name":"per-ip","key":["client_ip"],"limit":%d,"window":"1m","slots":%d}]}`, capacity, slots), 2)
+	up := okUpstream(new(atomic.Int64))
 	serve := func(ip string, worker int) int {
 		resp, err := p.Serve(ctx, &host.Request{Worker: worker,
 			Headers:       [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "example.com"}},

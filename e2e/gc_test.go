@@ -54,12 +54,7 @@ func TestFaultWorkerPausedInGC(t *testing.T) {
 					return mono.Add(int64(time.Microsecond))
 				}})
 			defer rt.Close(ctx)
-			p, err := rt.NewPlugin(ctx, host.PluginConfig{Name: "gc", RootID: "gc", VMID: "gc",
-				Code: code, Configuration: []byte(soakConfig), Concurrency: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close(ctx)
+			p := startPlugin(t, rt, "gc", code, soakConfig, 1)
 			var upstreamCalls atomic.Int64
 			up := flakyUpstream(&upstreamCalls)
 			tally := &statusTally{}

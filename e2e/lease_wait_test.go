@@ -38,7 +38,7 @@ func (b *hungBackend) Call(context.Context, string, [][2]string, []byte, [][2]st
 // tick, like a request waiting for its own call.
 func TestHybridWaiterReleasedWithinItsBudget(t *testing.T) {
 	code := wasmModule(t, "sluice")
-	h := &wasmHarness{now: filtertest.Epoch}
+	h := &wasmHarness{steppedClock: steppedClock{now: filtertest.Epoch}}
 	h.rt = host.NewRuntime(host.RuntimeOptions{Clock: h.clock, ManualTicks: true, Logger: func(host.LogLevel, string, string) {}})
 	hung := &hungBackend{release: make(chan struct{})}
 	// Let the hung calls return before the runtime waits for them.

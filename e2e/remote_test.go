@@ -19,21 +19,23 @@ import (
 	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
+// checkPluginServes sends one request through listener to the backend and
+// checks the plugin counted it, the first request it saw.
+func checkPluginServes(t *testing.T, srv *envoy.Server, listener, plugin string) {
+	t.Helper()
+	if status, body := httpGet(t, "http://"+srv.ListenerAddr(listener)+"/hello"); status != 200 || !strings.Contains(body, `"name":"backend"`) {
+		t.Fatalf("through %s: %d %q", plugin, status, body)
+	}
+	if _, prom := httpGet(t, "http://"+srv.AdminAddr()+"/stats/prometheus"); !strings.Contains(prom, "sluice_requests_total 1") {
+		t.Errorf("the plugin did not count the request:\n%s", prom)
+	}
+}
+
 // builtWasm is the absolute path of build/sluice.wasm. Without it these
 // tests prove nothing: in CI that is a failure, locally a skip.
 func builtWasm(t *testing.T) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "build", "sluice.wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing (run make build): %v", p, err)
-		}
-		t.Skipf("%s is missing (run make build)", p)
-	}
-	return p
+	return testkit.Built(t, filepath.Join("..", "build", "sluice.wasm"))
 }
 
 // echoBackend starts an echo server and returns its host:port.
@@ -195,13 +197,7 @@ func TestRemoteCodeGoodSHA256(t *testing.T) {
 	if n := len(srv.Plugins()); n != 1 {
 		t.Fatalf("%d plugins running, want 1", n)
 	}
-	base := "http://" + srv.ListenerAddr(cfg.Listeners[0].Name)
-	if status, body := httpGet(t, base+"/hello"); status != 200 || !strings.Contains(body, `"name":"backend"`) {
-		t.Fatalf("through the remotely loaded plugin: %d %q", status, body)
-	}
-	if _, prom := httpGet(t, "http://"+srv.AdminAddr()+"/stats/prometheus"); !strings.Contains(prom, "sluice_requests_total 1") {
-		t.Errorf("the plugin did not count the request:\n%s", prom)
-	}
+	checkPluginServes(t, srv, cfg.Listeners[0].Name, "the remotely loaded plugin")
 
 	// Validation mode (sluice-envoy --mode validate) fetches through the
 	// same cluster without a server.

@@ -23,7 +23,7 @@ import (
 // token A waited for.
 func TestPausedRequestKeepsWhatItRead(t *testing.T) {
 	code := wasmModule(t, "sluice")
-	h := &wasmHarness{now: filtertest.Epoch}
+	h := &wasmHarness{steppedClock: steppedClock{now: filtertest.Epoch}}
 	h.rt = host.NewRuntime(host.RuntimeOptions{Clock: h.clock, ManualTicks: true, Logger: func(host.LogLevel, string, string) {}})
 	defer h.rt.Close(context.Background())
 	p, err := h.rt.NewPlugin(context.Background(), host.PluginConfig{

@@ -320,16 +320,8 @@ func TestSoakDistinctClientIPs(t *testing.T) {
 	ctx := context.Background()
 	rt := host.NewRuntime(host.RuntimeOptions{Logger: func(host.LogLevel, string, string) {}, LogLevel: host.LogWarn})
 	defer rt.Close(ctx)
-	p, err := rt.NewPlugin(ctx, host.PluginConfig{Name: "ips", RootID: "ips", VMID: "ips", Code: code,
-		Configuration: []byte(`{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":10,"burst":5}]}`),
-		Concurrency:   2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(ctx)
-	up := func(context.Context, *host.Request) (*host.Response, error) {
-		return &host.Response{Status: 200}, nil
-	}
+	p := startPlugin(t, rt, "ips", code, `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":10,"burst":5}]}`, 2)
+	up := okUpstream(new(atomic.Int64))
 	mk := func(i, w int) *host.Request {
 		// Distinct addresses spread over 100.64.0.0/10 and beyond.
 		ip := uint32(0x64400000) + uint32(i)
@@ -340,7 +332,7 @@ func TestSoakDistinctClientIPs(t *testing.T) {
 	}
 	tally := &statusTally{}
 	start := time.Now()
-	err = driveWorkers(ctx, p, 2, n, mk, up, tally)
+	err := driveWorkers(ctx, p, 2, n, mk, up, tally)
 	elapsed := time.Since(start)
 	keys := rt.SharedDataKeys("ips")
 	pages := [2]uint32{p.MemoryPages(0), p.MemoryPages(1)}

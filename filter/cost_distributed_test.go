@@ -18,18 +18,14 @@ func chargeConfig(mode, policy string) string {
 		`"instances":2,"cost_from_response":{"header":"x-tokens-used"}}`, 1)
 }
 
-// settle lets the tick send the charges the last responses queued, and
-// answers them.
-func (d *distHarness) settle() {
-	d.now = d.now.Add(5 * time.Millisecond)
-	d.host.Tick()
-	d.pump()
-}
-
-func TestGlobalChargesTheResponseCost(t *testing.T) {
+// firstCharge starts a harness on chargeConfig(mode, "deny") whose first
+// request, alice's, reports used as its response cost, and checks that
+// the tick charged Redis once for it.
+func firstCharge(t *testing.T, mode, used string) (*fakeRedis, *distHarness) {
+	t.Helper()
 	fake := newFakeRedis(tenPerSecond, backend.Webdis)
-	d := newDistHarness(t, chargeConfig("global", "deny"), fake)
-	d.respHeaders = [][2]string{{"x-tokens-used", "8"}}
+	d := newDistHarness(t, chargeConfig(mode, "deny"), fake)
+	d.respHeaders = [][2]string{{"x-tokens-used", used}}
 	if o := d.do("alice"); o.status != 200 {
 		t.Fatalf("first: %d", o.status)
 	}
@@ -37,6 +33,11 @@ func TestGlobalChargesTheResponseCost(t *testing.T) {
 	if got := fake.calls["token_bucket_charge"]; got != 1 {
 		t.Fatalf("%d charge calls, want 1", got)
 	}
+	return fake, d
+}
+
+func TestGlobalChargesTheResponseCost(t *testing.T) {
+	fake, d := firstCharge(t, "global", "8")
 	// One unit at admission and 7 charged: 2 of 10 left.
 	if _, res := fake.lim.Decide(fake.state[backend.Key("api", limiter.TokenBucket, "alice")], d.now.UnixNano(), 0); res.Remaining != 2 {
 		t.Fatalf("Redis holds %d units, want 2", res.Remaining)
@@ -74,16 +75,7 @@ func TestGlobalChargesTheResponseCost(t *testing.T) {
 }
 
 func TestHybridChargesRedisAndStopsLeasing(t *testing.T) {
-	fake := newFakeRedis(tenPerSecond, backend.Webdis)
-	d := newDistHarness(t, chargeConfig("hybrid", "deny"), fake)
-	d.respHeaders = [][2]string{{"x-tokens-used", "30"}}
-	if o := d.do("alice"); o.status != 200 {
-		t.Fatalf("first: %d", o.status)
-	}
-	d.settle()
-	if got := fake.calls["token_bucket_charge"]; got != 1 {
-		t.Fatalf("%d charge calls, want 1", got)
-	}
+	fake, d := firstCharge(t, "hybrid", "30")
 	// Redis is a bucket in debt. What is left of the lease this Envoy
 	// already holds is still served (at most one lease, less than a
 	// bucket); after that requests are refused locally, without asking

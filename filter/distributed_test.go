@@ -230,6 +230,26 @@ func (d *distHarness) pump() int {
 	}
 }
 
+// settle steps the clock 5ms and ticks, so the tick sends what waits for
+// it (charges, renewals, retries), and answers those calls.
+func (d *distHarness) settle() {
+	d.now = d.now.Add(5 * time.Millisecond)
+	d.host.Tick()
+	d.pump()
+}
+
+// admitted runs n requests of key and counts those answered 200.
+func (d *distHarness) admitted(key string, n int) int {
+	d.t.Helper()
+	ok := 0
+	for range n {
+		if d.do(key).status == 200 {
+			ok++
+		}
+	}
+	return ok
+}
+
 type outcome struct {
 	status int
 	local  bool
@@ -282,6 +302,20 @@ func (d *distHarness) doHeaders(hs [][2]string) outcome {
 func (d *distHarness) counter(name string) uint64 {
 	v, _ := d.host.GetCounterMetric(name)
 	return v
+}
+
+// silentBudget bounds how long a request waits on distConfig's backend
+// when it fails or never answers: the 50ms timeout × (retries+1) + 10ms
+// backoff, plus the watchdog's slack and one tick of granularity per
+// attempt.
+const silentBudget = 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond
+
+// checkHeld fails the test when o waited longer than silentBudget.
+func (d *distHarness) checkHeld(o outcome) {
+	d.t.Helper()
+	if o.waited > silentBudget {
+		d.t.Fatalf("held %v, budget %v", o.waited, silentBudget)
+	}
 }
 
 func distConfig(mode, policy, protocol string, extraLimit string) string {
@@ -359,14 +393,19 @@ func TestGlobalRecoversFromNoScript(t *testing.T) {
 	}
 }
 
-// badReplies are what a broken or wrong backend might send.
-var badReplies = []struct {
+// badReply is one broken answer from a backend (Redis or the limits
+// service): its status and body, or ok false for none at all, and the
+// error kind it must be counted as.
+type badReply struct {
 	name   string
 	status int
 	body   string
 	ok     bool
 	kind   string
-}{
+}
+
+// badReplies are what a broken or wrong backend might send.
+var badReplies = []badReply{
 	{"timeout", 0, "", false, "timeout"},
 	{"redis down", 503, "", true, "unavailable"},
 	{"html", 200, "<html><body>Bad gateway</body></html>", true, "malformed"},
@@ -397,11 +436,7 @@ func TestFailurePolicies(t *testing.T) {
 				if o.calls != 1+retries {
 					t.Fatalf("%d calls, want %d", o.calls, 1+retries)
 				}
-				// timeout × (retries+1) + 10ms backoff, plus the watchdog's
-				// slack and one tick of granularity per attempt
-				if budget := 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond; o.waited > budget {
-					t.Fatalf("held %v, budget %v", o.waited, budget)
-				}
+				d.checkHeld(o)
 				if got := d.counter("sluice.backend.errors." + bad.kind); got != uint64(o.calls) {
 					t.Fatalf("errors.%s = %d, want %d", bad.kind, got, o.calls)
 				}
@@ -416,14 +451,8 @@ func TestFailurePolicies(t *testing.T) {
 func TestFailureLocalDividesByInstances(t *testing.T) {
 	d := newDistHarness(t, distConfig("global", "local", "webdis", ""), nil)
 	d.reply = func(proxytest.HttpCalloutAttribute) (int, []byte, bool) { return 503, nil, true }
-	ok := 0
-	for range 8 {
-		if d.do("alice").status == 200 {
-			ok++
-		}
-	}
 	// 10/s divided by instances 2 = a local bucket of 5.
-	if ok != 5 {
+	if ok := d.admitted("alice", 8); ok != 5 {
 		t.Fatalf("admitted %d under the local fallback, want 5", ok)
 	}
 }
@@ -467,37 +496,31 @@ func TestBackendBreakerOpensAndRecovers(t *testing.T) {
 	}
 }
 
+// TestSilentBackendIsBoundedByBudget: a request waiting on a backend that
+// never answers is released within the budget by its failure policy; in
+// hybrid mode it waits for its own lease call and is released like a
+// global decision.
 func TestSilentBackendIsBoundedByBudget(t *testing.T) {
-	d := newDistHarness(t, distConfig("global", "allow", "webdis", ""), nil)
-	d.silent = true
-	o := d.do("alice")
-	if o.status != 200 || o.calls != 2 {
-		t.Fatalf("status %d after %d calls", o.status, o.calls)
-	}
-	if budget := 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond; o.waited > budget {
-		t.Fatalf("held %v, budget %v", o.waited, budget)
-	}
-	// A reply arriving after the watchdog gave up must be ignored safely.
-	for _, ctx := range d.ctxs {
-		for _, c := range d.host.GetCalloutAttributesFromContext(ctx) {
-			d.host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", "200"}}, nil, []byte(`{"EVALSHA":[1,1,0,1,0,1]}`))
-			break
-		}
-	}
-}
-
-// TestHybridSilentBackendIsBoundedByBudget: a request waiting for its own
-// lease call to a backend that never answers is released within the
-// budget, like a global decision.
-func TestHybridSilentBackendIsBoundedByBudget(t *testing.T) {
-	d := newDistHarness(t, distConfig("hybrid", "deny", "webdis", ""), nil)
-	d.silent = true
-	o := d.do("alice")
-	if o.status != 503 || o.calls != 2 {
-		t.Fatalf("status %d after %d calls, want the deny policy's 503 after a retry", o.status, o.calls)
-	}
-	if budget := 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond; o.waited > budget {
-		t.Fatalf("held %v, budget %v", o.waited, budget)
+	for _, c := range []struct {
+		mode, policy string
+		want         int
+	}{{"global", "allow", 200}, {"hybrid", "deny", 503}} {
+		t.Run(c.mode, func(t *testing.T) {
+			d := newDistHarness(t, distConfig(c.mode, c.policy, "webdis", ""), nil)
+			d.silent = true
+			o := d.do("alice")
+			if o.status != c.want || o.calls != 2 {
+				t.Fatalf("status %d after %d calls, want the %s policy's %d after a retry", o.status, o.calls, c.policy, c.want)
+			}
+			d.checkHeld(o)
+			// A reply arriving after the watchdog gave up must be ignored safely.
+			for _, ctx := range d.ctxs {
+				for _, call := range d.host.GetCalloutAttributesFromContext(ctx) {
+					d.host.CallOnHttpCallResponse(call.CalloutID, [][2]string{{":status", "200"}}, nil, []byte(`{"EVALSHA":[1,1,0,1,0,1]}`))
+					break
+				}
+			}
+		})
 	}
 }
 
@@ -551,9 +574,7 @@ func TestHybridServesFromLeases(t *testing.T) {
 		if bound := 200 + 200*d.now.Sub(start).Seconds(); float64(ok) > bound {
 			t.Fatalf("admitted %d after %v, more than the bucket's %.0f", ok, d.now.Sub(start), bound)
 		}
-		d.now = d.now.Add(5 * time.Millisecond)
-		d.host.Tick()
-		d.pump()
+		d.settle()
 	}
 	elapsed := d.now.Sub(start)
 	ideal := 200 + int(200*elapsed.Seconds())
@@ -607,9 +628,7 @@ func TestStreamEndingCancelsItsCall(t *testing.T) {
 	d.pump()
 	d.host.CompleteHttpContext(id) // the client went away
 	for range 60 {
-		d.now = d.now.Add(5 * time.Millisecond)
-		d.host.Tick()
-		d.pump()
+		d.settle()
 	}
 	if d.callouts != 1 {
 		t.Fatalf("%d callouts: the call of a finished stream was retried", d.callouts)
@@ -679,9 +698,7 @@ func TestHybridOneLeaseCallInFlightPerKey(t *testing.T) {
 	if d.pump(); d.callouts != 0 {
 		t.Fatalf("%d lease calls sent from stream contexts; they must go from the tick", d.callouts)
 	}
-	d.now = d.now.Add(5 * time.Millisecond)
-	d.host.Tick()
-	d.pump()
+	d.settle()
 	if d.callouts != 1 {
 		t.Fatalf("%d lease calls for one key, want exactly 1 in flight", d.callouts)
 	}
@@ -733,9 +750,7 @@ func TestHybridWaitsForEveryLimitsLease(t *testing.T) {
 	if o.status != 200 || o.calls != 1 {
 		t.Fatalf("bob: status %d after %d calls, want 200 after one lease call", o.status, o.calls)
 	}
-	if budget := 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond; o.waited > budget {
-		t.Fatalf("bob held %v, beyond the budget %v", o.waited, budget)
-	}
+	d.checkHeld(o)
 }
 
 // TestLateReplyDoesNotReachAReusedContext: a stream whose Redis call was

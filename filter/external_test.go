@@ -220,9 +220,7 @@ func TestExternalOneLookupInFlight(t *testing.T) {
 		t.Fatalf("%d lookups sent from stream contexts; they must go from the tick", d.callouts)
 	}
 	for range 3 {
-		d.now = d.now.Add(5 * time.Millisecond)
-		d.host.Tick()
-		d.pump()
+		d.settle()
 	}
 	if d.callouts != 1 {
 		t.Fatalf("%d lookups for one key, want exactly 1 in flight", d.callouts)
@@ -339,13 +337,7 @@ func equalInts(a, b []int) bool {
 // is a failed lookup, the request is decided by the fallback, nothing
 // panics.
 func TestExternalBadAnswersFallBack(t *testing.T) {
-	cases := []struct {
-		name   string
-		status int
-		body   string
-		ok     bool
-		kind   string
-	}{
+	cases := []badReply{
 		{"timeout", 0, "", false, "timeout"},
 		{"5xx", 502, "bad gateway", true, "unavailable"},
 		{"404", 404, "", true, "http_status"},

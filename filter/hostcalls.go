@@ -56,20 +56,26 @@ func (sharedData) Set(key string, value []byte, cas uint32) error {
 	return err
 }
 
-// proxyStream is host.Stream on the SDK's current (effective) context.
-type proxyStream struct{}
-
-func (proxyStream) RequestHeaders() [][2]string {
-	hs, err := proxywasm.GetHttpRequestHeaders()
+// headersOrNil is a header map the host gave, or nil when it had none.
+func headersOrNil(hs [][2]string, err error) [][2]string {
 	if err != nil {
 		return nil
 	}
 	return hs
 }
 
+// found is a header value the host gave and whether it had one.
+func found(v string, err error) (string, bool) { return v, err == nil }
+
+// proxyStream is host.Stream on the SDK's current (effective) context.
+type proxyStream struct{}
+
+func (proxyStream) RequestHeaders() [][2]string {
+	return headersOrNil(proxywasm.GetHttpRequestHeaders())
+}
+
 func (proxyStream) RequestHeader(name string) (string, bool) {
-	v, err := proxywasm.GetHttpRequestHeader(name)
-	return v, err == nil
+	return found(proxywasm.GetHttpRequestHeader(name))
 }
 
 func (proxyStream) Property(path []string) string {
@@ -84,16 +90,11 @@ func (proxyStream) Property(path []string) string {
 }
 
 func (proxyStream) ResponseHeaders() [][2]string {
-	hs, err := proxywasm.GetHttpResponseHeaders()
-	if err != nil {
-		return nil
-	}
-	return hs
+	return headersOrNil(proxywasm.GetHttpResponseHeaders())
 }
 
 func (proxyStream) ResponseHeader(name string) (string, bool) {
-	v, err := proxywasm.GetHttpResponseHeader(name)
-	return v, err == nil
+	return found(proxywasm.GetHttpResponseHeader(name))
 }
 
 // ResponseBody reads the body the current proxy_on_response_body was

@@ -36,25 +36,13 @@ func (n *nativeHarness) Advance(_ testing.TB, d time.Duration) { n.now = n.now.A
 
 func (n *nativeHarness) Do(t testing.TB, req filtertest.Request) filtertest.Response {
 	t.Helper()
-	f, resp := n.Start(t, req)
-	if f == nil {
-		return resp
-	}
-	return f.Finish(t)
+	return filtertest.StartAndFinish(t, n, req)
 }
 
 func (n *nativeHarness) Start(t testing.TB, req filtertest.Request) (filtertest.Flight, filtertest.Response) {
 	t.Helper()
+	req = req.WithDefaults()
 	peer, cluster, route := req.Peer, req.Cluster, req.Route
-	if peer == "" {
-		peer = "10.0.0.1:40000"
-	}
-	if cluster == "" {
-		cluster = "backend"
-	}
-	if route == "" {
-		route = "default"
-	}
 	// proxytest has one property map for all streams; the filter reads
 	// properties while deciding, which happens before Start returns.
 	for path, v := range map[string]string{"source.address": peer, "xds.cluster_name": cluster, "xds.route_name": route} {

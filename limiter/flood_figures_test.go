@@ -56,17 +56,6 @@ func TestFloodFigures(t *testing.T) {
 	}
 	own, _ := l.Decide(State{}, t0, 1)
 	t.Logf("new keys: %d of %d first requests refused (%.1f%%)", refused, keys, 100*float64(refused)/keys)
-	t.Logf("existing key: %d of 10 requests admitted after the flood; its own bucket holds %d", got, pureDrainFig(l, own, end))
+	t.Logf("existing key: %d of 10 requests admitted after the flood; its own bucket holds %d", got, pureDrain(l, own, end))
 	t.Logf("shared-data keys: %d; worker stats %+v / %+v", s.Len(), workers[0].Stats(), workers[1].Stats())
-}
-
-func pureDrainFig(l Limit, st State, now int64) int {
-	n := 0
-	for {
-		next, r := l.Decide(st, now, 1)
-		if !r.Allowed {
-			return n
-		}
-		st, n = next, n+1
-	}
 }

@@ -186,46 +186,25 @@ func NewTable(s store.Store, l Limit, cfg TableConfig) (*Table, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	slots := cfg.Slots
-	switch {
-	case slots == 0:
-		slots = DefaultSlots
-	case slots < 0 || slots > MaxSlots:
-		return nil, fmt.Errorf("limiter: slots %d not in [1, %d]", cfg.Slots, MaxSlots)
+	slots, err := Option("limiter: slots", cfg.Slots, DefaultSlots, MaxSlots)
+	if err != nil {
+		return nil, err
 	}
-	size := 1
-	for size < slots {
-		size <<= 1
-	}
-	ways := cfg.Ways
-	switch {
-	case ways == 0:
-		ways = DefaultWays
-	case ways < 0 || ways > MaxWays:
-		return nil, fmt.Errorf("limiter: ways %d not in [1, %d]", cfg.Ways, MaxWays)
+	size := PowerOfTwo(slots)
+	ways, err := Option("limiter: ways", cfg.Ways, DefaultWays, MaxWays)
+	if err != nil {
+		return nil, err
 	}
 	ways = min(ways, size)
-	retries := cfg.MaxRetries
-	switch {
-	case retries == 0:
-		retries = DefaultMaxRetries
-	case retries < 0:
-		retries = 0
-	}
+	retries := RetriesOption(cfg.MaxRetries, DefaultMaxRetries)
 	if cfg.OnContention > ContentionAllow {
 		return nil, fmt.Errorf("limiter: unknown contention policy %d", cfg.OnContention)
 	}
-	ov := cfg.OverflowSlots
-	switch {
-	case ov == 0:
-		ov = max(size/DefaultOverflowDivisor, 1)
-	case ov < 0 || ov > size:
-		return nil, fmt.Errorf("limiter: overflow slots %d not in [1, %d]", cfg.OverflowSlots, size)
+	ov, err := Option("limiter: overflow slots", cfg.OverflowSlots, max(size/DefaultOverflowDivisor, 1), size)
+	if err != nil {
+		return nil, err
 	}
-	ovSize := 1
-	for ovSize < ov {
-		ovSize <<= 1
-	}
+	ovSize := PowerOfTwo(ov)
 	prefix := cfg.Prefix
 	if prefix == "" {
 		prefix = DefaultPrefix

@@ -1,15 +1,11 @@
 package envoy
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
 )
 
 // BenchmarkServe measures a full request through sluice-envoy (HTTP in,
@@ -26,28 +22,13 @@ func BenchmarkServe(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			r := routerOnly{aPort: port, bPort: port, downPort: port}
 			if tc.module != "" {
-				p, _ := filepath.Abs(filepath.Join("..", "..", "build", tc.module))
-				if _, err := os.Stat(p); err != nil {
-					if os.Getenv("CI") == "true" {
-						b.Fatalf("%s missing: %v", p, err)
-					}
-					b.Skipf("%s missing", p)
-				}
-				r.wasm = p
+				r.wasm = wasmModule(b, tc.module)
 			}
 			cfg, err := Load([]byte(r.yaml()))
 			if err != nil {
 				b.Fatal(err)
 			}
-			srv := NewServer(cfg, Options{Concurrency: 2, Logger: NewLogger(io.Discard, LevelOff)})
-			if err := srv.Start(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				srv.Shutdown(ctx)
-			}()
+			srv := startServer(b, cfg, Options{Concurrency: 2, Logger: NewLogger(io.Discard, LevelOff)})
 			url := "http://" + srv.ListenerAddr("main") + "/a/bench"
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 			b.ResetTimer()

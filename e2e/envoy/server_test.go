@@ -92,19 +92,9 @@ func backend(t *testing.T, name string) string {
 
 // wasmModule finds a module built by `make build`. Without it the test
 // cannot prove anything: in CI that is a failure, locally a skip.
-func wasmModule(t *testing.T, name string) string {
+func wasmModule(t testing.TB, name string) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", "build", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing (run make build): %v", p, err)
-		}
-		t.Skipf("%s is missing (run make build)", p)
-	}
-	return p
+	return testkit.Built(t, filepath.Join("..", "..", "build", name))
 }
 
 func startEnv(t *testing.T, r routerOnly, concurrency int) *testEnv {
@@ -151,6 +141,22 @@ func startEnvProfile(t *testing.T, r routerOnly, concurrency int, profile host.P
 	env := &testEnv{srv: srv, base: "http://" + srv.ListenerAddr("main"), admin: "http://" + srv.AdminAddr(), logs: logs, backendA: r.aPort}
 	waitReady(t, env.admin)
 	return env
+}
+
+// startServer starts cfg with opts and shuts the server down when the
+// test ends.
+func startServer(tb testing.TB, cfg *Config, opts Options) *Server {
+	tb.Helper()
+	srv := NewServer(cfg, opts)
+	if err := srv.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	return srv
 }
 
 // waitReady polls /ready until it says LIVE.
@@ -502,15 +508,7 @@ func TestRepoEnvoyYAMLServes(t *testing.T) {
 	}
 	// The file names build/sluice.wasm relative to the repository root.
 	cfg.Listeners[0].HTTPFilters[0].Wasm.CodeFile = wasm
-	srv := NewServer(cfg, Options{Concurrency: 2, Logger: NewLogger(io.Discard, LevelOff)})
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
+	srv := startServer(t, cfg, Options{Concurrency: 2, Logger: NewLogger(io.Discard, LevelOff)})
 	base, admin := "http://"+srv.ListenerAddr(cfg.Listeners[0].Name), "http://"+srv.AdminAddr()
 	waitReady(t, admin)
 	r := do(t, nil, "GET", base+"/hello", map[string]string{"X-Forwarded-For": "203.0.113.9"}, "")

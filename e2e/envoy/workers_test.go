@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -97,15 +96,7 @@ func startWAT(tb testing.TB, module string, concurrency int, logs io.Writer) str
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := NewServer(cfg, Options{Concurrency: concurrency, Logger: NewLogger(logs, LevelInfo)})
-	if err := srv.Start(context.Background()); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
+	srv := startServer(tb, cfg, Options{Concurrency: concurrency, Logger: NewLogger(logs, LevelInfo)})
 	return "http://" + srv.ListenerAddr("main") + "/a/wat"
 }
 

@@ -47,6 +47,26 @@ const (
 
 func ok(s []uint64, st Status) { s[0] = uint64(st) }
 
+// wrote ends a hostcall whose last step wrote its results to guest
+// memory: Ok, or InvalidMemoryAccess when a write failed.
+func wrote(s []uint64, good bool) {
+	if good {
+		ok(s, StatusOK)
+	} else {
+		ok(s, StatusInvalidMemoryAccess)
+	}
+}
+
+// streamOrNotFound is the current stream, or nil after answering NotFound
+// for a hostcall made outside one.
+func (v *vm) streamOrNotFound(s []uint64) *stream {
+	st := v.stream()
+	if st == nil {
+		ok(s, StatusNotFound)
+	}
+	return st
+}
+
 func (v *vm) contextID() uint32 {
 	if v.effective != 0 {
 		return v.effective
@@ -89,20 +109,12 @@ func (v *vm) copyOut(ctx context.Context, data []byte, ptrPtr, sizePtr uint32) b
 // replyBytes copies data out to the guest and sets the hostcall's status:
 // Ok, or InvalidMemoryAccess when the return pointers are bad.
 func (v *vm) replyBytes(ctx context.Context, s []uint64, data []byte, ptrPtr, sizePtr uint32) {
-	if !v.copyOut(ctx, data, ptrPtr, sizePtr) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	wrote(s, v.copyOut(ctx, data, ptrPtr, sizePtr))
 }
 
 // replyString is replyBytes for a string.
 func (v *vm) replyString(ctx context.Context, s []uint64, data string, ptrPtr, sizePtr uint32) {
-	if !v.copyOutString(ctx, data, ptrPtr, sizePtr) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	wrote(s, v.copyOutString(ctx, data, ptrPtr, sizePtr))
 }
 
 func (v *vm) copyOutString(ctx context.Context, s string, ptrPtr, sizePtr uint32) bool {
@@ -250,11 +262,7 @@ func envFuncs() []hostFunc {
 	return []hostFunc{
 		{name: "proxy_log", params: sig(3), results: oneI32, fn: hLog},
 		{name: "proxy_get_log_level", params: sig(1), results: oneI32, fn: func(v *vm, _ context.Context, s []uint64) {
-			if !v.mem.WriteUint32Le(uint32(s[0]), uint32(v.p.rt.logLevel)) {
-				ok(s, StatusInvalidMemoryAccess)
-				return
-			}
-			ok(s, StatusOK)
+			wrote(s, v.mem.WriteUint32Le(uint32(s[0]), uint32(v.p.rt.logLevel)))
 		}},
 		{name: "proxy_get_property", params: sig(4), results: oneI32, fn: hGetProperty},
 		{name: "proxy_set_property", params: sig(4), results: oneI32, fn: hSetProperty},
@@ -288,11 +296,7 @@ func envFuncs() []hostFunc {
 			ok(s, StatusOK)
 		}},
 		{name: "proxy_get_current_time_nanoseconds", params: sig(1), results: oneI32, fn: func(v *vm, _ context.Context, s []uint64) {
-			if !v.mem.WriteUint64Le(uint32(s[0]), uint64(time.Now().UnixNano())) {
-				ok(s, StatusInvalidMemoryAccess)
-				return
-			}
-			ok(s, StatusOK)
+			wrote(s, v.mem.WriteUint64Le(uint32(s[0]), uint64(time.Now().UnixNano())))
 		}},
 		{name: "proxy_define_metric", params: sig(4), results: oneI32, fn: hDefineMetric},
 		{name: "proxy_increment_metric", params: []api.ValueType{i32, i64}, results: oneI32, fn: hIncrementMetric},
@@ -355,9 +359,8 @@ func hLog(v *vm, _ context.Context, s []uint64) {
 }
 
 func hContinueStream(v *vm, _ context.Context, s []uint64) {
-	st := v.stream()
+	st := v.streamOrNotFound(s)
 	if st == nil {
-		ok(s, StatusNotFound)
 		return
 	}
 	var want phase
@@ -383,9 +386,8 @@ func hContinueStream(v *vm, _ context.Context, s []uint64) {
 }
 
 func hCloseStream(v *vm, _ context.Context, s []uint64) {
-	st := v.stream()
+	st := v.streamOrNotFound(s)
 	if st == nil {
-		ok(s, StatusNotFound)
 		return
 	}
 	st.reset = true
@@ -395,9 +397,8 @@ func hCloseStream(v *vm, _ context.Context, s []uint64) {
 }
 
 func hSendLocalResponse(v *vm, _ context.Context, s []uint64) {
-	st := v.stream()
+	st := v.streamOrNotFound(s)
 	if st == nil {
-		ok(s, StatusNotFound)
 		return
 	}
 	code := uint32(s[0])
@@ -569,11 +570,7 @@ func hGetMapSize(v *vm, _ context.Context, s []uint64) {
 	for _, h := range *m {
 		size += len(h[0]) + len(h[1])
 	}
-	if !v.mem.WriteUint32Le(uint32(s[1]), uint32(size)) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	wrote(s, v.mem.WriteUint32Le(uint32(s[1]), uint32(size)))
 }
 
 func hGetBufferStatus(v *vm, _ context.Context, s []uint64) {
@@ -582,11 +579,7 @@ func hGetBufferStatus(v *vm, _ context.Context, s []uint64) {
 		ok(s, StatusNotFound)
 		return
 	}
-	if !v.mem.WriteUint32Le(uint32(s[1]), uint32(len(*b))) || !v.mem.WriteUint32Le(uint32(s[2]), 0) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	wrote(s, v.mem.WriteUint32Le(uint32(s[1]), uint32(len(*b))) && v.mem.WriteUint32Le(uint32(s[2]), 0))
 }
 
 func hGetBuffer(v *vm, ctx context.Context, s []uint64) {
@@ -693,11 +686,7 @@ func hHTTPCall(v *vm, _ context.Context, s []uint64) {
 		headers = append(headers, [2]string{"content-length", itoa(len(body))})
 	}
 	token := v.startHTTPCall(cluster, headers, append([]byte(nil), body...), lowerPairs(trailers), timeout)
-	if !v.mem.WriteUint32Le(tokenPtr, token) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	wrote(s, v.mem.WriteUint32Le(tokenPtr, token))
 }
 
 // ---- properties ----
@@ -733,9 +722,8 @@ func hSetProperty(v *vm, _ context.Context, s []uint64) {
 		ok(s, StatusInvalidMemoryAccess)
 		return
 	}
-	st := v.stream()
+	st := v.streamOrNotFound(s)
 	if st == nil {
-		ok(s, StatusNotFound)
 		return
 	}
 	if st.props == nil {

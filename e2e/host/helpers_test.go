@@ -11,22 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 	"github.com/sluice-proxy/sluice/internal/fixtures/wabt"
 )
-
-func inCI() bool { return os.Getenv("CI") == "true" }
-
-// need fails in CI and skips elsewhere when a prerequisite is missing.
-func need(t testing.TB, ok bool, what string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if inCI() {
-		t.Fatalf("CI=true and %s is missing", what)
-	}
-	t.Skipf("%s is missing (CI unset, skipping)", what)
-}
 
 func repoRoot(t testing.TB) string {
 	_, file, _, _ := runtime.Caller(0)
@@ -36,9 +23,10 @@ func repoRoot(t testing.TB) string {
 // guest loads build/<name>.wasm from the repository root.
 func guest(t testing.TB, name string) []byte {
 	t.Helper()
-	p := filepath.Join(repoRoot(t), "build", name)
-	b, err := os.ReadFile(p)
-	need(t, err == nil, p+" (run make build)")
+	b, err := os.ReadFile(testkit.Built(t, filepath.Join(repoRoot(t), "build", name)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return b
 }
 
@@ -132,9 +120,7 @@ var (
 func probe(t testing.TB) []byte {
 	t.Helper()
 	root := repoRoot(t)
-	mod := filepath.Join(root, "build", "go.wasm.mod")
-	_, err := os.Stat(mod)
-	need(t, err == nil, mod+" (run make build)")
+	mod := testkit.Built(t, filepath.Join(root, "build", "go.wasm.mod"))
 	probeOnce.Do(func() {
 		probeDir, probeErr = os.MkdirTemp("", "hostprobe")
 		if probeErr != nil {

@@ -30,6 +30,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/sluice-proxy/sluice/internal/enum"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -73,21 +74,7 @@ const (
 )
 
 func (l LogLevel) String() string {
-	switch l {
-	case LogTrace:
-		return "trace"
-	case LogDebug:
-		return "debug"
-	case LogInfo:
-		return "info"
-	case LogWarn:
-		return "warning"
-	case LogError:
-		return "error"
-	case LogCritical:
-		return "critical"
-	}
-	return fmt.Sprintf("level(%d)", int32(l))
+	return enum.Name(l, "level", "trace", "debug", "info", "warning", "error", "critical")
 }
 
 // RuntimeOptions configure a Runtime.

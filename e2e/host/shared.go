@@ -32,11 +32,7 @@ func hGetSharedData(v *vm, ctx context.Context, s []uint64) {
 		return
 	}
 	// Values are immutable once stored, so copying outside the lock is safe.
-	if !v.copyOut(ctx, e.val, uint32(s[2]), uint32(s[3])) || !v.mem.WriteUint32Le(uint32(s[4]), e.cas) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	wrote(s, v.copyOut(ctx, e.val, uint32(s[2]), uint32(s[3])) && v.mem.WriteUint32Le(uint32(s[4]), e.cas))
 }
 
 func hSetSharedData(v *vm, _ context.Context, s []uint64) {
@@ -100,11 +96,7 @@ func hRegisterQueue(v *vm, _ context.Context, s []uint64) {
 	}
 	q.owner = v
 	qr.mu.Unlock()
-	if !v.mem.WriteUint32Le(uint32(s[2]), q.token) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	wrote(s, v.mem.WriteUint32Le(uint32(s[2]), q.token))
 }
 
 func hResolveQueue(v *vm, _ context.Context, s []uint64) {
@@ -122,11 +114,7 @@ func hResolveQueue(v *vm, _ context.Context, s []uint64) {
 		ok(s, StatusNotFound)
 		return
 	}
-	if !v.mem.WriteUint32Le(uint32(s[4]), q.token) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	wrote(s, v.mem.WriteUint32Le(uint32(s[4]), q.token))
 }
 
 func hDequeue(v *vm, ctx context.Context, s []uint64) {

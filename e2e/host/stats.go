@@ -366,11 +366,7 @@ func hDefineMetric(v *vm, _ context.Context, s []uint64) {
 	v.nextMID++
 	id := v.nextMID<<2 | uint32(t)
 	v.metrics[id] = m
-	if !v.mem.WriteUint32Le(uint32(s[3]), id) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	wrote(s, v.mem.WriteUint32Le(uint32(s[3]), id))
 }
 
 func hIncrementMetric(v *vm, _ context.Context, s []uint64) {
@@ -424,9 +420,5 @@ func hGetMetric(v *vm, _ context.Context, s []uint64) {
 		ok(s, StatusBadArgument)
 		return
 	}
-	if !v.mem.WriteUint64Le(uint32(s[1]), m.value.Load()) {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	ok(s, StatusOK)
+	wrote(s, v.mem.WriteUint64Le(uint32(s[1]), m.value.Load()))
 }

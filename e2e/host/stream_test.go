@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,15 +20,9 @@ import (
 func probePlugin(t *testing.T, r *Runtime, cfg PluginConfig) *Plugin {
 	t.Helper()
 	cfg.Code = probe(t)
-	if cfg.Name == "" {
-		cfg.Name = "probe"
-	}
-	if cfg.RootID == "" {
-		cfg.RootID = "probe-root"
-	}
-	if cfg.VMID == "" {
-		cfg.VMID = "probe-vm"
-	}
+	cfg.Name = cmp.Or(cfg.Name, "probe")
+	cfg.RootID = cmp.Or(cfg.RootID, "probe-root")
+	cfg.VMID = cmp.Or(cfg.VMID, "probe-vm")
 	p, err := r.NewPlugin(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -110,13 +105,24 @@ func TestStreamUpstreamResponseReachesOnResponseHeaders(t *testing.T) {
 	}
 }
 
-func TestStreamBodies(t *testing.T) {
+// serveBody serves one probe request of mode with body to a recorded
+// upstream. The timeout turns a stream that is never resumed into a
+// failure rather than a hang.
+func serveBody(t *testing.T, mode, body string) (*Response, *recorder, error) {
+	t.Helper()
 	r, _ := newRT(t, "")
 	p := probePlugin(t, r, PluginConfig{Configuration: []byte("x")})
 	rc := &recorder{}
-	req := probeReq(0, "body")
-	req.Body = []byte("hello")
-	resp, err := p.Serve(context.Background(), req, rc.up)
+	req := probeReq(0, mode)
+	req.Body = []byte(body)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := p.Serve(ctx, req, rc.up)
+	return resp, rc, err
+}
+
+func TestStreamBodies(t *testing.T) {
+	resp, rc, err := serveBody(t, "body", "hello")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,14 +140,7 @@ func TestStreamBodies(t *testing.T) {
 // As in Envoy, StopIteration on headers still delivers the body to the
 // filter, and a Continue from the body callback resumes the stream.
 func TestPausedHeadersContinuedByBody(t *testing.T) {
-	r, _ := newRT(t, "")
-	p := probePlugin(t, r, PluginConfig{Configuration: []byte("x")})
-	rc := &recorder{}
-	req := probeReq(0, "pause-headers")
-	req.Body = []byte("payload")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := p.Serve(ctx, req, rc.up)
+	resp, rc, err := serveBody(t, "pause-headers", "payload")
 	if err != nil || resp.Status != 200 || string(rc.last().Body) != "payload" {
 		t.Fatalf("%v %+v", err, resp)
 	}
@@ -401,31 +400,11 @@ type testCaller struct {
 func (c *testCaller) HasCluster(name string) bool { _, ok := c.clusters[name]; return ok }
 
 func (c *testCaller) Call(ctx context.Context, cluster string, headers [][2]string, body []byte, trailers [][2]string, timeout time.Duration) (*Response, error) {
-	req, err := http.NewRequestWithContext(ctx, hv(headers, ":method"), c.clusters[cluster]+hv(headers, ":path"), strings.NewReader(string(body)))
+	status, hs, b, err := testkit.RoundTrip(ctx, hv(headers, ":method"), c.clusters[cluster]+hv(headers, ":path"), headers, body)
 	if err != nil {
 		return nil, err
 	}
-	for _, h := range headers {
-		if !strings.HasPrefix(h[0], ":") {
-			req.Header.Add(h[0], h[1])
-		}
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	out := &Response{Status: resp.StatusCode, Body: b}
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			out.Headers = append(out.Headers, [2]string{strings.ToLower(k), v})
-		}
-	}
-	return out, nil
+	return &Response{Status: status, Headers: hs, Body: b}, nil
 }
 
 func TestHTTPCall(t *testing.T) {

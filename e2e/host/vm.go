@@ -154,27 +154,28 @@ func (v *vm) startup() error {
 
 	cfg := &v.p.cfg
 	v.call(rootContextID, v.fnContextCreate, rootContextID, 0)
-	if v.fnVMStart != nil && !v.failed {
-		v.scope = callScope{vmConfig: true}
-		ok := v.call(rootContextID, v.fnVMStart, rootContextID, uint64(len(cfg.VMConfiguration)))
+	if err := v.startPhase(v.fnVMStart, callScope{vmConfig: true}, len(cfg.VMConfiguration),
+		"Failed to start base Wasm plugin", "proxy_on_vm_start"); err != nil {
+		return err
+	}
+	return v.startPhase(v.fnConfigure, callScope{pluginConfig: true}, len(cfg.Configuration),
+		"Failed to configure base Wasm plugin", "proxy_on_configure")
+}
+
+// startPhase calls fn, the export of one start phase, if the guest has it,
+// with the size of the configuration that scope lets it read. A trap, or
+// false from fn, fails the VM with Envoy's message for the phase.
+func (v *vm) startPhase(fn api.Function, scope callScope, size int, failure, export string) error {
+	if fn != nil && !v.failed {
+		v.scope = scope
+		ok := v.call(rootContextID, fn, rootContextID, uint64(size))
 		v.scope = callScope{}
 		if !v.failed && uint32(ok) == 0 {
-			return errors.New("Failed to start base Wasm plugin: proxy_on_vm_start returned false")
+			return errors.New(failure + ": " + export + " returned false")
 		}
 	}
 	if v.failed {
-		return fmt.Errorf("Failed to start base Wasm plugin: %s", v.failMsg)
-	}
-	if v.fnConfigure != nil {
-		v.scope = callScope{pluginConfig: true}
-		ok := v.call(rootContextID, v.fnConfigure, rootContextID, uint64(len(cfg.Configuration)))
-		v.scope = callScope{}
-		if !v.failed && uint32(ok) == 0 {
-			return errors.New("Failed to configure base Wasm plugin: proxy_on_configure returned false")
-		}
-	}
-	if v.failed {
-		return fmt.Errorf("Failed to configure base Wasm plugin: %s", v.failMsg)
+		return fmt.Errorf("%s: %s", failure, v.failMsg)
 	}
 	return nil
 }

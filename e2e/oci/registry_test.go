@@ -27,6 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 	"github.com/sluice-proxy/sluice/tools/ocibuild/wasmimage"
 )
 
@@ -39,14 +40,8 @@ func inCI() bool { return os.Getenv("CI") == "true" }
 func requireTool(t *testing.T, path string) string {
 	t.Helper()
 	p, err := exec.LookPath(path)
-	if err == nil {
-		return p
-	}
-	if inCI() {
-		t.Fatalf("%s not found (CI=true, so this fails instead of skipping): %v", path, err)
-	}
-	t.Skipf("%s not found; install it to run this test: %v", path, err)
-	return ""
+	testkit.Need(t, err == nil, path)
+	return p
 }
 
 func repoRoot(t *testing.T) string {
@@ -188,14 +183,31 @@ func fetchLikeIstio(t *testing.T, ref string) v1.Image {
 	return img
 }
 
-// compatModule applies Istio's compat reading by hand, independently of
-// wasmimage.ExtractWasm: the last layer must be tar+gzip and hold plugin.wasm.
-func compatModule(t *testing.T, img v1.Image) []byte {
+func imageLayers(t *testing.T, img v1.Image) []v1.Layer {
 	t.Helper()
 	layers, err := img.Layers()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return layers
+}
+
+// compressedBlob is a layer's blob as the registry stores it.
+func compressedBlob(t *testing.T, l v1.Layer) []byte {
+	t.Helper()
+	rc, err := l.Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	return testkit.ReadAll(t, rc)
+}
+
+// compatModule applies Istio's compat reading by hand, independently of
+// wasmimage.ExtractWasm: the last layer must be tar+gzip and hold plugin.wasm.
+func compatModule(t *testing.T, img v1.Image) []byte {
+	t.Helper()
+	layers := imageLayers(t, img)
 	if len(layers) == 0 {
 		t.Fatal("compat image has no layers")
 	}
@@ -203,12 +215,7 @@ func compatModule(t *testing.T, img v1.Image) []byte {
 	if mt, err := last.MediaType(); err != nil || mt != types.OCILayer {
 		t.Fatalf("last layer media type %s (%v), want %s", mt, err, types.OCILayer)
 	}
-	rc, err := last.Compressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	zr, err := gzip.NewReader(rc)
+	zr, err := gzip.NewReader(bytes.NewReader(compressedBlob(t, last)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,11 +229,7 @@ func compatModule(t *testing.T, img v1.Image) []byte {
 			t.Fatal(err)
 		}
 		if filepath.Base(h.Name) == "plugin.wasm" {
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
+			return testkit.ReadAll(t, tr)
 		}
 	}
 }
@@ -235,10 +238,7 @@ func compatModule(t *testing.T, img v1.Image) []byte {
 // them the wasm content type, whose blob is the module.
 func ociModule(t *testing.T, img v1.Image) []byte {
 	t.Helper()
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
+	layers := imageLayers(t, img)
 	if len(layers) != 2 {
 		t.Fatalf("oci image has %d layers, want 2", len(layers))
 	}
@@ -253,15 +253,7 @@ func ociModule(t *testing.T, img v1.Image) []byte {
 		if mt != wasmimage.WasmLayerMediaType {
 			continue
 		}
-		rc, err := l.Compressed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		found, err = io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		found = compressedBlob(t, l)
 	}
 	if found == nil {
 		t.Fatalf("no %s layer among %q", wasmimage.WasmLayerMediaType, mediaTypes)

@@ -12,45 +12,40 @@ import (
 
 var benchLimit = limiter.Limit{Rate: 100, Period: time.Second, Burst: 20}
 
-func BenchmarkEncodeWebdis(b *testing.B) {
-	ep := backend.Endpoint{Authority: "webdis"}
-	b.ReportAllocs()
-	for b.Loop() {
-		cmd, _ := backend.Decide(benchLimit, "tenant:acme/api", 1)
-		if _, err := ep.EvalSHA(cmd); err != nil {
-			b.Fatal(err)
-		}
+func BenchmarkEncode(b *testing.B) {
+	for _, ep := range []backend.Endpoint{
+		{Authority: "webdis"},
+		{Protocol: backend.Upstash, Authority: "upstash", Token: "t"},
+	} {
+		b.Run(ep.Protocol.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				cmd, _ := backend.Decide(benchLimit, "tenant:acme/api", 1)
+				if _, err := ep.EvalSHA(cmd); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
-func BenchmarkEncodeUpstash(b *testing.B) {
-	ep := backend.Endpoint{Protocol: backend.Upstash, Authority: "upstash", Token: "t"}
-	b.ReportAllocs()
-	for b.Loop() {
-		cmd, _ := backend.Decide(benchLimit, "tenant:acme/api", 1)
-		if _, err := ep.EvalSHA(cmd); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkParseWebdis(b *testing.B) {
-	body := []byte(`{"EVALSHA":[1,119,0,10,0,1700000000123456]}`)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := backend.ParseWebdis(200, body); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkParseUpstash(b *testing.B) {
-	body := []byte(`{"result":[1,119,0,10,0,1700000000123456]}`)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := backend.ParseUpstash(200, body); err != nil {
-			b.Fatal(err)
-		}
+func BenchmarkParse(b *testing.B) {
+	for _, c := range []struct {
+		protocol backend.Protocol
+		body     string
+	}{
+		{backend.Webdis, `{"EVALSHA":[1,119,0,10,0,1700000000123456]}`},
+		{backend.Upstash, `{"result":[1,119,0,10,0,1700000000123456]}`},
+	} {
+		b.Run(c.protocol.String(), func(b *testing.B) {
+			body := []byte(c.body)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := backend.ParseReply(c.protocol, 200, body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -83,13 +83,7 @@ func Decide(l limiter.Limit, key string, cost int64) (Command, error) {
 // to the microsecond, which can only reserve less. Only token buckets can
 // be leased.
 func Lease(l limiter.Limit, key string, want int64, ahead time.Duration) (Command, error) {
-	if err := l.Validate(); err != nil {
-		return Command{}, err
-	}
-	if l.Algorithm != limiter.TokenBucket {
-		return Command{}, fmt.Errorf("backend: only token_bucket limits can be leased, not %v", l.Algorithm)
-	}
-	r, p, err := bucketUnits(l)
+	r, p, err := tokenBucketUnits(l, "leased")
 	if err != nil {
 		return Command{}, err
 	}
@@ -97,18 +91,24 @@ func Lease(l limiter.Limit, key string, want int64, ahead time.Duration) (Comman
 	return Command{Script: LeaseScript, Key: key, Args: [6]int64{r, p, l.Capacity(), clampCost(want), int64(ahead / time.Microsecond)}, NArgs: 5}, nil
 }
 
+// tokenBucketUnits is bucketUnits for the commands only a valid token
+// bucket can take; done says what the others cannot be.
+func tokenBucketUnits(l limiter.Limit, done string) (rate, period int64, err error) {
+	if err := l.Validate(); err != nil {
+		return 0, 0, err
+	}
+	if l.Algorithm != limiter.TokenBucket {
+		return 0, 0, fmt.Errorf("backend: only token_bucket limits can be %s, not %v", done, l.Algorithm)
+	}
+	return bucketUnits(l)
+}
+
 // Charge builds the command that makes the same charge as l.Charge for n
 // units on key (a cost reported after the fact), with Redis TIME as the
 // clock. Only token buckets can carry the debt a charge leaves. The reply
 // is granted with RetryAfter 0; ChargeRetryAfter derives the wait.
 func Charge(l limiter.Limit, key string, n int64) (Command, error) {
-	if err := l.Validate(); err != nil {
-		return Command{}, err
-	}
-	if l.Algorithm != limiter.TokenBucket {
-		return Command{}, fmt.Errorf("backend: only token_bucket limits can be charged, not %v", l.Algorithm)
-	}
-	r, p, err := bucketUnits(l)
+	r, p, err := tokenBucketUnits(l, "charged")
 	if err != nil {
 		return Command{}, err
 	}

@@ -3,6 +3,7 @@ package backend
 import (
 	"encoding/base64"
 	"errors"
+	"github.com/sluice-proxy/sluice/internal/enum"
 	"strconv"
 	"unicode/utf8"
 )
@@ -20,13 +21,7 @@ const (
 )
 
 func (p Protocol) String() string {
-	switch p {
-	case Webdis:
-		return "webdis"
-	case Upstash:
-		return "upstash"
-	}
-	return "Protocol(" + strconv.Itoa(int(p)) + ")"
+	return enum.Name(p, "Protocol", "webdis", "upstash")
 }
 
 // Endpoint describes the HTTP service in front of Redis. The zero value

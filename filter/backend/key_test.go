@@ -87,33 +87,23 @@ func TestWebdisURLIsBounded(t *testing.T) {
 // whether the call is retried.
 func TestStatusClassification(t *testing.T) {
 	for _, c := range []struct {
-		status  int
-		kind    Kind
-		breaker bool
-		retry   bool
+		statuses       []int
+		kind           Kind
+		breaker, retry bool
 	}{
-		{400, KindRequest, false, false},
-		{413, KindRequest, false, false},
-		{414, KindRequest, false, false},
-		{431, KindRequest, false, false},
-		{401, KindHTTPStatus, true, false},
-		{403, KindHTTPStatus, true, false},
-		{404, KindHTTPStatus, true, false},
-		{405, KindHTTPStatus, true, false},
-		{429, KindHTTPStatus, true, false},
-		{204, KindHTTPStatus, true, false},
-		{302, KindHTTPStatus, true, false},
-		{500, KindUnavailable, true, true},
-		{502, KindUnavailable, true, true},
-		{503, KindUnavailable, true, true}, // also Envoy's overflow and no-healthy-host replies
-		{504, KindUnavailable, true, true},
+		{[]int{400, 413, 414, 431}, KindRequest, false, false},
+		{[]int{401, 403, 404, 405, 429, 204, 302}, KindHTTPStatus, true, false},
+		// 503 is also Envoy's overflow and no-healthy-host reply.
+		{[]int{500, 502, 503, 504}, KindUnavailable, true, true},
 	} {
-		for _, p := range []Protocol{Webdis, Upstash} {
-			_, err := ParseReply(p, c.status, []byte("<html>nope</html>"))
-			k := KindOf(err)
-			if k != c.kind || k.CountsAgainstBreaker() != c.breaker || k.Retryable() != c.retry {
-				t.Errorf("%v HTTP %d: kind %v (breaker %v, retry %v), want %v (breaker %v, retry %v)",
-					p, c.status, k, k.CountsAgainstBreaker(), k.Retryable(), c.kind, c.breaker, c.retry)
+		for _, status := range c.statuses {
+			for _, p := range []Protocol{Webdis, Upstash} {
+				_, err := ParseReply(p, status, []byte("<html>nope</html>"))
+				k := KindOf(err)
+				if k != c.kind || k.CountsAgainstBreaker() != c.breaker || k.Retryable() != c.retry {
+					t.Errorf("%v HTTP %d: kind %v (breaker %v, retry %v), want %v (breaker %v, retry %v)",
+						p, status, k, k.CountsAgainstBreaker(), k.Retryable(), c.kind, c.breaker, c.retry)
+				}
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"github.com/sluice-proxy/sluice/internal/enum"
 	"math"
 	"strconv"
 	"strings"
@@ -62,23 +63,7 @@ func (k Kind) Retryable() bool {
 }
 
 func (k Kind) String() string {
-	switch k {
-	case KindTimeout:
-		return "timeout"
-	case KindUnavailable:
-		return "unavailable"
-	case KindHTTPStatus:
-		return "http_status"
-	case KindNoScript:
-		return "noscript"
-	case KindMalformed:
-		return "malformed"
-	case KindRedis:
-		return "redis_error"
-	case KindRequest:
-		return "request"
-	}
-	return "Kind(" + strconv.Itoa(int(k)) + ")"
+	return enum.Name(k, "Kind", "", "timeout", "unavailable", "http_status", "noscript", "malformed", "redis_error", "request")
 }
 
 // Error is every failure the backend reports.

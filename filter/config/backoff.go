@@ -50,12 +50,8 @@ func (p *parser) backendRecovery(c *object, bb *BackendBreaker) {
 
 // number reads a finite JSON number in [lo, hi].
 func (o *object) number(name string, lo, hi float64) (float64, bool) {
-	v, ok := o.fields[name]
+	v, ok := o.typed(name, gjson.Number, "must be a number")
 	if !ok {
-		return 0, false
-	}
-	if v.Type != gjson.Number {
-		o.errorf(name, "must be a number")
 		return 0, false
 	}
 	f, err := strconv.ParseFloat(v.Raw, 64)

@@ -5,24 +5,13 @@ import "github.com/tidwall/gjson"
 var concurrencyFields = []string{"name", "match", "key", "max_in_flight", "status", "shadow", "enabled"}
 
 func (p *parser) concurrency(cfg *Config, path string, items []gjson.Result) {
-	firstByName := map[string]string{}
-	for i, item := range items {
-		ipath := IndexPath(path, i)
-		o := p.object(ipath, item, concurrencyFields...)
-		if o == nil {
-			cfg.Concurrency = append(cfg.Concurrency, ConcurrencyLimit{Key: []KeyPart{}, Status: DefaultConcurrencyStatus})
-			continue
-		}
+	p.namedEntries(path, items, concurrencyFields, func(_ int, o *object) string {
 		c := p.concurrencyLimit(o)
-		if c.Name != "" {
-			if prev, dup := firstByName[c.Name]; dup {
-				o.errorf("name", "duplicate name %q (also %s)", c.Name, prev)
-			} else {
-				firstByName[c.Name] = ipath
-			}
-		}
 		cfg.Concurrency = append(cfg.Concurrency, c)
-	}
+		return c.Name
+	}, func() {
+		cfg.Concurrency = append(cfg.Concurrency, ConcurrencyLimit{Key: []KeyPart{}, Status: DefaultConcurrencyStatus})
+	})
 }
 
 func (p *parser) concurrencyLimit(o *object) ConcurrencyLimit {

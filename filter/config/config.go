@@ -512,15 +512,27 @@ type Match struct {
 type HeaderMatch struct {
 	// Name is lower-case.
 	Name string
-	// Value, when HasValue, must equal the header value exactly.
+	ValueCondition
+}
+
+// ValueCondition is what a header or query parameter condition asks of
+// the value: with HasValue, Op compares it with Value (Regex is set for
+// OpRegex); without, Present says whether it must be present (true) or
+// absent (false).
+type ValueCondition struct {
 	Value    string
 	HasValue bool
-	// Present, when !HasValue, says whether the header must be present (true)
-	// or absent (false).
-	Present bool
-	// Op is how Value compares when HasValue; Regex is set for OpRegex.
-	Op    ValueOp
-	Regex *Regex
+	Present  bool
+	Op       ValueOp
+	Regex    *Regex
+}
+
+// holds reports whether the condition holds for v, found or not.
+func (c *ValueCondition) holds(v string, found bool) bool {
+	if c.HasValue {
+		return found && c.Op.test(v, c.Value, c.Regex)
+	}
+	return found == c.Present
 }
 
 // Request is what Match.Matches looks at. Header returns the value of a
@@ -536,6 +548,29 @@ type Request struct {
 	// Extra serves client_cidrs and query conditions; nil means no client
 	// address and no query.
 	Extra RequestExtra
+}
+
+// header, queryValue and metadata read what conditions test, absent when r
+// has no source for it.
+func (r *Request) header(name string) (string, bool) {
+	if r.Header == nil {
+		return "", false
+	}
+	return r.Header.RequestHeader(name)
+}
+
+func (r *Request) queryValue(name string) (string, bool) {
+	if r.Extra == nil {
+		return "", false
+	}
+	return r.Extra.QueryValue(name)
+}
+
+func (r *Request) metadata(property []string) (string, bool) {
+	if r.Extra == nil {
+		return "", false
+	}
+	return r.Extra.Metadata(property)
 }
 
 // HeaderSource gives request headers by lower-case name. It is an interface
@@ -574,16 +609,7 @@ func (m *Match) Matches(r Request) bool {
 	}
 	for i := range m.Headers {
 		h := &m.Headers[i]
-		var v string
-		var ok bool
-		if r.Header != nil {
-			v, ok = r.Header.RequestHeader(h.Name)
-		}
-		if h.HasValue {
-			if !ok || !h.Op.test(v, h.Value, h.Regex) {
-				return false
-			}
-		} else if ok != h.Present {
+		if !h.holds(r.header(h.Name)) {
 			return false
 		}
 	}

@@ -191,7 +191,7 @@ func wireMatchOf(m *Match) *wireMatch {
 	w := &wireMatch{Path: m.Path, PathPrefix: m.PathPrefix, Methods: m.Methods, Hosts: m.Hosts, Routes: m.Routes}
 	for _, h := range m.Headers {
 		wh := wireHeaderMatch{Name: h.Name}
-		wh.wireValueCondition = wireValueConditionOf(h.HasValue, h.Op, h.Value, h.Present)
+		wh.wireValueCondition = wireValueConditionOf(h.ValueCondition)
 		w.Headers = append(w.Headers, wh)
 	}
 	wireMatchMore(m, w)

@@ -66,15 +66,4 @@ func IndexPath(path string, i int) string {
 	return path + "[" + strconv.Itoa(i) + "]"
 }
 
-func plainName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+func plainName(s string) bool { return s != "" && alnumOr(s, "_-") }

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
-
-	"github.com/sluice-proxy/sluice/limiter"
 )
 
 // External asks a limits service which limit applies to a request, and
@@ -92,15 +90,7 @@ var externalFields = []string{"name", "match", "cluster", "authority", "path", "
 
 func (p *parser) external(o *object, cfg *Config) *External {
 	e := &External{
-		Limit: Limit{
-			Name:       DefaultExternalName,
-			Cost:       1,
-			OverrideBy: -1,
-			Instances:  1,
-			OnLimit:    OnLimit{Action: ActionReject, Status: DefaultLimitStatus},
-			Slots:      limiter.DefaultSlots,
-			Rollout:    FullRollout,
-		},
+		Limit:     defaultLimit(DefaultExternalName),
 		Path:      DefaultExternalPath,
 		Timeout:   DefaultExternalTimeout,
 		CacheTTL:  DefaultExternalCacheTTL,
@@ -121,21 +111,7 @@ func (p *parser) external(o *object, cfg *Config) *External {
 		e.Limit.Match = p.match(m)
 	}
 	p.slots(o, &e.Limit)
-	if s, ok := o.str("cluster"); ok {
-		if s == "" {
-			o.errorf("cluster", "must not be empty")
-		}
-		e.Cluster = s
-	} else if !o.has("cluster") {
-		o.errorf("cluster", "required")
-	}
-	e.Authority = e.Cluster
-	if s, ok := o.str("authority"); ok {
-		if s == "" {
-			o.errorf("authority", "must not be empty; omit it to use the cluster name")
-		}
-		e.Authority = s
-	}
+	e.Cluster, e.Authority = o.clusterAuthority()
 	if s, ok := o.str("path"); ok {
 		if !strings.HasPrefix(s, "/") {
 			o.errorf("path", `must start with "/"`)

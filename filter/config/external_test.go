@@ -7,11 +7,8 @@ import (
 	"time"
 )
 
-// The external block's documents join the shared tables, so the parser
-// and schema agreement, rejection, round-trip and fuzz tests cover them.
 func init() {
-	goodConfigs = append(goodConfigs, externalGoodConfigs...)
-	badCases = append(badCases, externalBadCases...)
+	addCases(externalGoodConfigs, externalBadCases)
 }
 
 var externalGoodConfigs = []string{

@@ -27,25 +27,14 @@ type replacesRef struct {
 
 func (p *parser) limits(cfg *Config, path string, items []gjson.Result) {
 	refs := make([][]replacesRef, len(items))
-	firstByName := map[string]string{}
-	for i, item := range items {
-		ipath := IndexPath(path, i)
-		o := p.object(ipath, item, limitFields...)
-		if o == nil {
-			cfg.Limits = append(cfg.Limits, Limit{OverrideBy: -1})
-			continue
-		}
+	p.namedEntries(path, items, limitFields, func(i int, o *object) string {
 		l, r := p.limit(o, cfg.Backend)
 		refs[i] = r
-		if l.Name != "" {
-			if prev, dup := firstByName[l.Name]; dup {
-				o.errorf("name", "duplicate name %q (also %s)", l.Name, prev)
-			} else {
-				firstByName[l.Name] = ipath
-			}
-		}
 		cfg.Limits = append(cfg.Limits, l)
-	}
+		return l.Name
+	}, func() {
+		cfg.Limits = append(cfg.Limits, Limit{OverrideBy: -1})
+	})
 	p.resolveReplaces(cfg, path, refs)
 }
 
@@ -64,9 +53,11 @@ func (p *parser) name(o *object) string {
 	return s
 }
 
-func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
-	l := Limit{
-		Key:        []KeyPart{{Kind: KeyClientIP}},
+// defaultLimit is a limit named name with every default a limit entry and
+// the external block share.
+func defaultLimit(name string) Limit {
+	return Limit{
+		Name:       name,
 		Cost:       1,
 		OverrideBy: -1,
 		Instances:  1,
@@ -74,7 +65,11 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 		Slots:      limiter.DefaultSlots,
 		Rollout:    FullRollout,
 	}
-	l.Name = p.name(o)
+}
+
+func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
+	l := defaultLimit(p.name(o))
+	l.Key = []KeyPart{{Kind: KeyClientIP}}
 	l.Disabled = p.disabled(o)
 	p.slots(o, &l)
 	if m := o.child("match", matchFields...); m != nil {
@@ -392,15 +387,7 @@ func (p *parser) cost(o *object, l *Limit) (path string, at int) {
 	}
 	c := o.child("cost", "header", "default", "max")
 	ch := &CostHeader{Default: 1}
-	if s, ok := c.str("header"); ok {
-		if headerToken(s) {
-			ch.Header = strings.ToLower(s)
-		} else {
-			c.errorf("header", "invalid header name %q", s)
-		}
-	} else if !c.has("header") {
-		c.errorf("header", "required")
-	}
+	ch.Header = c.headerName("header", "required")
 	if n, ok := c.integer("default", 1, maxCount); ok {
 		ch.Default = n
 	}
@@ -425,13 +412,7 @@ func (p *parser) costFromResponse(o *object, l *Limit) {
 		return
 	}
 	rc := &ResponseCost{Default: 1}
-	if s, ok := c.str("header"); ok {
-		if headerToken(s) {
-			rc.Header = strings.ToLower(s)
-		} else {
-			c.errorf("header", "invalid header name %q", s)
-		}
-	}
+	rc.Header = c.headerName("header", "")
 	if s, ok := c.str("json"); ok {
 		if path, valid := usagePath(s); valid {
 			rc.JSON = path

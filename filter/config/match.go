@@ -61,26 +61,12 @@ func (p *parser) match(o *object) Match {
 			m.Hosts = append(m.Hosts, strings.ToLower(item.Str))
 		}
 	}
-	if items, ok := o.array("headers", anyIfOmitted); ok {
-		for i, item := range items {
-			h := p.object(IndexPath(o.path1("headers"), i), item, append([]string{"name"}, headerConditionFields...)...)
-			if h == nil {
-				continue
-			}
-			var hm HeaderMatch
-			if s, ok := h.str("name"); ok {
-				if headerToken(s) {
-					hm.Name = strings.ToLower(s)
-				} else {
-					h.errorf("name", "invalid header name %q", s)
-				}
-			} else if !h.has("name") {
-				h.errorf("name", "required")
-			}
-			hm.Op, hm.Value, hm.Regex, hm.HasValue, hm.Present = p.valueCondition(h, headerConditionFields...)
-			m.Headers = append(m.Headers, hm)
-		}
-	}
+	p.objects(o, "headers", append([]string{"name"}, headerConditionFields...), func(h *object) {
+		var hm HeaderMatch
+		hm.Name = h.headerName("name", "required")
+		hm.ValueCondition = p.valueCondition(h, headerConditionFields...)
+		m.Headers = append(m.Headers, hm)
+	})
 	if items, ok := o.array("routes", anyIfOmitted); ok {
 		for i, item := range items {
 			ipath := IndexPath(o.path1("routes"), i)
@@ -102,11 +88,5 @@ func validHost(s string) bool {
 	if s == "" || len(s) > 253 || s[0] == '.' || s[0] == '-' || s[len(s)-1] == '.' || s[len(s)-1] == '-' {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
-			return false
-		}
-	}
-	return true
+	return alnumOr(s, ".-")
 }

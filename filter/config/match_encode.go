@@ -31,14 +31,14 @@ type wireValueCondition struct {
 	Present  *bool   `json:"present,omitempty"`
 }
 
-func wireValueConditionOf(hasValue bool, op ValueOp, operand string, present bool) wireValueCondition {
+func wireValueConditionOf(c ValueCondition) wireValueCondition {
 	var w wireValueCondition
-	if !hasValue {
-		w.Present = &present
+	if !c.HasValue {
+		w.Present = &c.Present
 		return w
 	}
-	dst := [...]**string{&w.Value, &w.Prefix, &w.Suffix, &w.Contains, &w.Regex}[op]
-	*dst = &operand
+	dst := [...]**string{&w.Value, &w.Prefix, &w.Suffix, &w.Contains, &w.Regex}[c.Op]
+	*dst = &c.Value
 	return w
 }
 
@@ -49,7 +49,7 @@ func wireMatchMore(m *Match, w *wireMatch) {
 		}
 	}
 	for _, q := range m.Query {
-		w.Query = append(w.Query, wireQueryMatch{Name: q.Name, wireValueCondition: wireValueConditionOf(q.HasValue, q.Op, q.Value, q.Present)})
+		w.Query = append(w.Query, wireQueryMatch{Name: q.Name, wireValueCondition: wireValueConditionOf(q.ValueCondition)})
 	}
 	if m.PathRegex != nil {
 		s := m.PathRegex.Source

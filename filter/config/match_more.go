@@ -81,13 +81,7 @@ func (op ValueOp) test(v, operand string, re *Regex) bool {
 // percent-decoding, repeats joined with ',' as the query: key part reads.
 type QueryMatch struct {
 	Name string
-	// HasValue says Op compares the value; otherwise Present says whether
-	// the parameter must be present or absent.
-	HasValue bool
-	Op       ValueOp
-	Value    string
-	Regex    *Regex
-	Present  bool
+	ValueCondition
 }
 
 // RequestExtra gives what the newer conditions read: the client address
@@ -120,31 +114,13 @@ func (m *Match) matchesMore(r Request, path string) bool {
 	}
 	for i := range m.Query {
 		q := &m.Query[i]
-		var v string
-		var ok bool
-		if r.Extra != nil {
-			v, ok = r.Extra.QueryValue(q.Name)
-		}
-		if q.HasValue {
-			if !ok || !q.Op.test(v, q.Value, q.Regex) {
-				return false
-			}
-		} else if ok != q.Present {
+		if !q.holds(r.queryValue(q.Name)) {
 			return false
 		}
 	}
 	for i := range m.Metadata {
 		c := &m.Metadata[i]
-		var v string
-		var ok bool
-		if r.Extra != nil {
-			v, ok = r.Extra.Metadata(c.Property)
-		}
-		if c.HasValue {
-			if !ok || v != c.Value {
-				return false
-			}
-		} else if ok != c.Present {
+		if !c.holds(r.metadata(c.Property)) {
 			return false
 		}
 	}
@@ -156,7 +132,7 @@ func (m *Match) matchesMore(r Request, path string) bool {
 
 // valueCondition reads exactly one of the comparisons allowed (in
 // valueOpFields order, then "present") from o, a headers or query entry.
-func (p *parser) valueCondition(o *object, allowed ...string) (op ValueOp, operand string, re *Regex, hasValue, present bool) {
+func (p *parser) valueCondition(o *object, allowed ...string) (c ValueCondition) {
 	given := []string{}
 	for _, f := range allowed {
 		if o.has(f) {
@@ -172,55 +148,50 @@ func (p *parser) valueCondition(o *object, allowed ...string) (op ValueOp, opera
 		return
 	}
 	if given[0] == "present" {
-		present, _ = o.boolean("present")
+		c.Present, _ = o.boolean("present")
 		return
 	}
 	for i, f := range valueOpFields {
 		if f == given[0] {
-			op = ValueOp(i)
+			c.Op = ValueOp(i)
 		}
 	}
 	s, ok := o.str(given[0])
 	if !ok {
 		return
 	}
-	if op == OpRegex {
+	if c.Op == OpRegex {
 		r, err := CompileRegex(s)
 		if err != nil {
 			o.errorf("regex", "%v", err)
 			return
 		}
-		re = r
-	} else if op != OpExact && s == "" {
+		c.Regex = r
+	} else if c.Op != OpExact && s == "" {
 		o.errorf(given[0], "must not be empty; it would match every value")
 		return
 	}
-	return op, s, re, true, false
+	c.Value, c.HasValue = s, true
+	return c
 }
 
 // matchMore parses the conditions added after the first release of match.
 func (p *parser) matchMore(o *object, m *Match) {
 	m.ClientCIDRs = p.cidrList(o, "client_cidrs", anyIfOmitted)
-	if items, ok := o.array("query", anyIfOmitted); ok {
-		for i, item := range items {
-			q := p.object(IndexPath(o.path1("query"), i), item, append([]string{"name"}, queryConditionFields...)...)
-			if q == nil {
-				continue
+	p.objects(o, "query", append([]string{"name"}, queryConditionFields...), func(q *object) {
+		var qm QueryMatch
+		if s, ok := q.str("name"); ok {
+			if queryName(s) {
+				qm.Name = s
+			} else {
+				q.errorf("name", "invalid query parameter name %q: want printable ASCII without space, & or =", s)
 			}
-			var qm QueryMatch
-			if s, ok := q.str("name"); ok {
-				if queryName(s) {
-					qm.Name = s
-				} else {
-					q.errorf("name", "invalid query parameter name %q: want printable ASCII without space, & or =", s)
-				}
-			} else if !q.has("name") {
-				q.errorf("name", "required")
-			}
-			qm.Op, qm.Value, qm.Regex, qm.HasValue, qm.Present = p.valueCondition(q, queryConditionFields...)
-			m.Query = append(m.Query, qm)
+		} else if !q.has("name") {
+			q.errorf("name", "required")
 		}
-	}
+		qm.ValueCondition = p.valueCondition(q, queryConditionFields...)
+		m.Query = append(m.Query, qm)
+	})
 	if s, ok := o.str("path_regex"); ok {
 		if re, err := CompileRegex(s); err != nil {
 			o.errorf("path_regex", "%v", err)

@@ -12,11 +12,9 @@ type MetadataMatch struct {
 	// Property is the proxy-wasm property path of the value, built once
 	// here so that reading it allocates nothing per request.
 	Property []string
-	// HasValue says Value must equal the value as a key renders it;
-	// otherwise Present says whether the value must be present or absent.
-	HasValue bool
-	Value    string
-	Present  bool
+	// ValueCondition compares exactly (Op is OpExact) with the value as a
+	// key renders it.
+	ValueCondition
 }
 
 // MetadataProperty is the proxy-wasm property path of a dynamic metadata
@@ -59,15 +57,7 @@ func metadataNameError(ns, path string) string {
 
 // matchMetadata parses the metadata conditions of a match.
 func (p *parser) matchMetadata(o *object, m *Match) {
-	items, ok := o.array("metadata", anyIfOmitted)
-	if !ok {
-		return
-	}
-	for i, item := range items {
-		e := p.object(IndexPath(o.path1("metadata"), i), item, "namespace", "path", "value", "present")
-		if e == nil {
-			continue
-		}
+	p.objects(o, "metadata", []string{"namespace", "path", "value", "present"}, func(e *object) {
 		var mm MetadataMatch
 		for _, f := range []string{"namespace", "path"} {
 			if !e.has(f) {
@@ -93,7 +83,7 @@ func (p *parser) matchMetadata(o *object, m *Match) {
 		}
 		mm.Property = MetadataProperty(mm.Namespace, mm.Path)
 		m.Metadata = append(m.Metadata, mm)
-	}
+	})
 }
 
 // Same reports whether p and q are the same key part; Property follows

@@ -133,30 +133,12 @@ func (p *parser) config(root gjson.Result) *Config {
 	if b := o.child("backend", backendFields...); b != nil {
 		cfg.Backend = p.backend(b)
 	}
-	if items, ok := o.array("limits", ""); ok {
-		if len(items) > maxEntries {
-			o.errorf("limits", "must have at most %d entries", maxEntries)
-		} else {
-			p.limits(cfg, o.path1("limits"), items)
-		}
-	}
+	p.entryList(o, "limits", cfg, p.limits)
 	if e := o.child("external", externalFields...); e != nil {
 		cfg.External = p.external(e, cfg)
 	}
-	if items, ok := o.array("breakers", ""); ok {
-		if len(items) > maxEntries {
-			o.errorf("breakers", "must have at most %d entries", maxEntries)
-		} else {
-			p.breakers(cfg, o.path1("breakers"), items)
-		}
-	}
-	if items, ok := o.array("concurrency", ""); ok {
-		if len(items) > maxEntries {
-			o.errorf("concurrency", "must have at most %d entries", maxEntries)
-		} else {
-			p.concurrency(cfg, o.path1("concurrency"), items)
-		}
-	}
+	p.entryList(o, "breakers", cfg, p.breakers)
+	p.entryList(o, "concurrency", cfg, p.concurrency)
 	if a := o.child("admin", adminFields...); a != nil {
 		cfg.Admin = p.admin(a)
 	}

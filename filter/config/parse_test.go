@@ -150,7 +150,8 @@ func TestParseEverything(t *testing.T) {
 		{Name: "api-per-ip",
 			Match: Match{PathPrefix: "/api", Methods: []string{"GET", "POST"},
 				Hosts: []string{"api.example.com", "*.example.org"},
-				Headers: []HeaderMatch{{Name: "x-tier", Value: "free", HasValue: true}, {Name: "x-debug", Present: true},
+				Headers: []HeaderMatch{{Name: "x-tier", ValueCondition: ValueCondition{Value: "free", HasValue: true}},
+					{Name: "x-debug", ValueCondition: ValueCondition{Present: true}},
 					{Name: "x-internal"}},
 				Routes: []string{"r1"}},
 			Key: []KeyPart{{Kind: KeyClientIP}, {Kind: KeyHeader, Header: "x-api-key"}, {Kind: KeyPath},
@@ -287,6 +288,13 @@ type badCase struct {
 	// schemaAccepts marks rules JSON Schema cannot state; the agreement
 	// test then expects the schema to accept the document.
 	schemaAccepts bool
+}
+
+// addCases joins a file's documents to the shared tables, so the parser and
+// schema agreement, rejection, round-trip and fuzz tests cover them.
+func addCases(good []string, bad []badCase) {
+	goodConfigs = append(goodConfigs, good...)
+	badCases = append(badCases, bad...)
 }
 
 func lim(fields string) string {

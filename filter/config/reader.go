@@ -59,16 +59,113 @@ func (o *object) errorf(name string, format string, args ...any) {
 	o.p.errorf(o.path1(name), o.offset(name), format, args...)
 }
 
-func (o *object) str(name string) (string, bool) {
+// typed is member name when it is present and of JSON type t; a member of
+// another type is reported with wrongType.
+func (o *object) typed(name string, t gjson.Type, wrongType string) (gjson.Result, bool) {
 	v, ok := o.fields[name]
 	if !ok {
-		return "", false
+		return v, false
 	}
-	if v.Type != gjson.String {
-		o.errorf(name, "must be a string")
-		return "", false
+	if v.Type != t {
+		o.errorf(name, "%s", wrongType)
+		return v, false
 	}
-	return v.Str, true
+	return v, true
+}
+
+func (o *object) str(name string) (string, bool) {
+	v, ok := o.typed(name, gjson.String, "must be a string")
+	return v.Str, ok
+}
+
+// headerName reads a member naming a header, lower-cased, or "" after an
+// error or when it is absent; missing is the error for an absent member,
+// none when it is "".
+func (o *object) headerName(name, missing string) string {
+	s, ok := o.str(name)
+	switch {
+	case ok && headerToken(s):
+		return strings.ToLower(s)
+	case ok:
+		o.errorf(name, "invalid header name %q", s)
+	case !o.has(name) && missing != "":
+		o.errorf(name, "%s", missing)
+	}
+	return ""
+}
+
+// clusterAuthority reads the required Envoy cluster a block calls and the
+// :authority it sends, by default the cluster's name.
+func (o *object) clusterAuthority() (cluster, authority string) {
+	if s, ok := o.str("cluster"); ok {
+		if s == "" {
+			o.errorf("cluster", "must not be empty")
+		}
+		cluster = s
+	} else if !o.has("cluster") {
+		o.errorf("cluster", "required")
+	}
+	authority = cluster
+	if s, ok := o.str("authority"); ok {
+		if s == "" {
+			o.errorf("authority", "must not be empty; omit it to use the cluster name")
+		}
+		authority = s
+	}
+	return cluster, authority
+}
+
+// objects parses each entry of the optional array member name as an object
+// with fields, and hands those that are objects to each.
+func (p *parser) objects(o *object, name string, fields []string, each func(e *object)) {
+	items, ok := o.array(name, anyIfOmitted)
+	if !ok {
+		return
+	}
+	for i, item := range items {
+		if e := p.object(IndexPath(o.path1(name), i), item, fields...); e != nil {
+			each(e)
+		}
+	}
+}
+
+// entryList hands the top-level list name of o to parse, if it is there
+// and holds at most maxEntries entries.
+func (p *parser) entryList(o *object, name string, cfg *Config, parse func(cfg *Config, path string, items []gjson.Result)) {
+	items, ok := o.array(name, "")
+	if !ok {
+		return
+	}
+	if len(items) > maxEntries {
+		o.errorf(name, "must have at most %d entries", maxEntries)
+		return
+	}
+	parse(cfg, o.path1(name), items)
+}
+
+// namedEntries walks a list of named entries (limits, breakers,
+// concurrency): parse reads entry i when it is an object and returns its
+// name, which must be unique in the list, naming the first entry that has
+// it; invalid stands in for an entry that is not an object.
+func (p *parser) namedEntries(path string, items []gjson.Result, fields []string, parse func(i int, o *object) string, invalid func()) {
+	first := map[string]string{}
+	for i, item := range items {
+		ipath := IndexPath(path, i)
+		o := p.object(ipath, item, fields...)
+		if o == nil {
+			invalid()
+			continue
+		}
+		name := parse(i, o)
+		if name == "" {
+			continue
+		}
+		if prev, dup := first[name]; dup {
+			o.errorf("name", "duplicate name %q (also %s)", name, prev)
+		} else {
+			first[name] = ipath
+		}
+	}
 }
 
 func (o *object) boolean(name string) (bool, bool) {
@@ -296,15 +393,15 @@ func validName(s string) bool {
 
 // headerToken reports whether s is an RFC 9110 token, i.e. a valid header name.
 func headerToken(s string) bool {
-	if s == "" {
-		return false
-	}
+	return s != "" && alnumOr(s, "!#$%&'*+-.^_`|~")
+}
+
+// alnumOr reports whether every byte of s is an ASCII letter or digit or
+// one of the bytes of extra.
+func alnumOr(s, extra string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(extra, c) >= 0) {
 			return false
 		}
 	}

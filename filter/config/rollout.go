@@ -54,12 +54,8 @@ func (p *parser) rollout(o *object, l *Limit) {
 
 // percent reads a number from 0 to 100, fractions allowed.
 func (o *object) percent(name string) (float64, bool) {
-	v, ok := o.fields[name]
+	v, ok := o.typed(name, gjson.Number, "must be a number from 0 to 100")
 	if !ok {
-		return 0, false
-	}
-	if v.Type != gjson.Number {
-		o.errorf(name, "must be a number from 0 to 100")
 		return 0, false
 	}
 	if v.Num < 0 || v.Num > 100 {

@@ -7,8 +7,7 @@ import (
 )
 
 func init() {
-	goodConfigs = append(goodConfigs, rolloutGoodConfigs...)
-	badCases = append(badCases, rolloutBadCases...)
+	addCases(rolloutGoodConfigs, rolloutBadCases)
 }
 
 var rolloutGoodConfigs = []string{

@@ -28,15 +28,7 @@ func (p *parser) clientIP(o *object) ClientIP {
 		o.onlyWith("trusted_hops", `source "xff" or sources with "xff"`)
 	}
 	if c.Source == ClientIPHeader {
-		if h, ok := o.str("header"); ok {
-			if headerToken(h) {
-				c.Header = strings.ToLower(h)
-			} else {
-				o.errorf("header", "invalid header name %q", h)
-			}
-		} else if !o.has("header") {
-			o.errorf("header", `required with source "header"`)
-		}
+		c.Header = o.headerName("header", `required with source "header"`)
 	} else {
 		o.onlyWith("header", `source "header"`)
 	}
@@ -62,21 +54,7 @@ func (p *parser) backend(o *object) *Backend {
 			JitterPercent:       DefaultBackendJitterPercent,
 		},
 	}
-	if s, ok := o.str("cluster"); ok {
-		if s == "" {
-			o.errorf("cluster", "must not be empty")
-		}
-		b.Cluster = s
-	} else if !o.has("cluster") {
-		o.errorf("cluster", "required")
-	}
-	b.Authority = b.Cluster
-	if s, ok := o.str("authority"); ok {
-		if s == "" {
-			o.errorf("authority", "must not be empty; omit it to use the cluster name")
-		}
-		b.Authority = s
-	}
+	b.Cluster, b.Authority = o.clusterAuthority()
 	protocolOK := true
 	if i, ok := o.enum("protocol", "webdis", "upstash"); ok {
 		b.Protocol = Protocol(i)
@@ -152,23 +130,11 @@ var breakerFields = []string{"name", "match", "per", "failure_statuses", "failur
 	"failure_rate", "slow_call", "success_threshold", "open_timeout", "half_open_max_requests", "mode", "status", "enabled"}
 
 func (p *parser) breakers(cfg *Config, path string, items []gjson.Result) {
-	firstByName := map[string]string{}
-	for i, item := range items {
-		ipath := IndexPath(path, i)
-		o := p.object(ipath, item, breakerFields...)
-		if o == nil {
-			continue
-		}
+	p.namedEntries(path, items, breakerFields, func(_ int, o *object) string {
 		b := p.breaker(o)
-		if b.Name != "" {
-			if prev, dup := firstByName[b.Name]; dup {
-				o.errorf("name", "duplicate name %q (also %s)", b.Name, prev)
-			} else {
-				firstByName[b.Name] = ipath
-			}
-		}
 		cfg.Breakers = append(cfg.Breakers, b)
-	}
+		return b.Name
+	}, func() {})
 }
 
 func (p *parser) breaker(o *object) Breaker {

@@ -8,8 +8,7 @@ import (
 )
 
 func init() {
-	goodConfigs = append(goodConfigs, templateGoodConfigs...)
-	badCases = append(badCases, templateBadCases...)
+	addCases(templateGoodConfigs, templateBadCases)
 }
 
 func resp(fields string) string { return `{"response": {` + fields + `}}` }

@@ -9,49 +9,34 @@ import (
 )
 
 func TestParseCost(t *testing.T) {
-	for _, tt := range []struct {
-		in    string
-		lo    int64
-		hi    int64
-		want  int64
-		fault costFault
-	}{
-		{"1", 1, 10, 1, costOK},
-		{"10", 1, 10, 10, costOK},
-		{"007", 1, 10, 7, costOK},
-		{" \t4\t ", 1, 10, 4, costOK},
-		{"3,3", 1, 10, 3, costOK},
-		{"3, 3 ,3", 1, 10, 3, costOK},
-		{"0", 0, math.MaxInt64, 0, costOK},
-		{"9223372036854775807", 0, math.MaxInt64, math.MaxInt64, costOK},
-		{"0", 1, 10, 0, costTooSmall},
-		{"-3", 1, 10, 0, costTooSmall},
-		{"-0", 1, 10, 0, costTooSmall},
-		{"-99999999999999999999", 1, 10, 0, costTooSmall},
-		{"11", 1, 10, 0, costTooLarge},
-		{"9223372036854775808", 0, math.MaxInt64, 0, costTooLarge},
-		{"99999999999999999999", 1, 10, 0, costTooLarge},
-		{"abc", 1, 10, 0, costNotNumber},
-		{"1.5", 1, 10, 0, costNotNumber},
-		{"+3", 1, 10, 0, costNotNumber},
-		{"0x10", 1, 10, 0, costNotNumber},
-		{"1e3", 1, 10, 0, costNotNumber},
-		{"-", 1, 10, 0, costNotNumber},
-		{"--3", 1, 10, 0, costNotNumber},
-		{"٣", 1, 10, 0, costNotNumber}, // a digit, but not an ASCII one
-		{"3 3", 1, 10, 0, costNotNumber},
-		{"3,", 1, 10, 0, costNotNumber},
-		{",3", 1, 10, 0, costNotNumber},
-		{"2,,2", 1, 10, 0, costNotNumber},
-		{"2,3", 1, 10, 0, costConflict},
-		{"2,2,3", 1, 10, 0, costConflict},
-		{"2,11", 1, 10, 0, costTooLarge},
-	} {
-		got, fault := parseCost(tt.in, tt.lo, tt.hi)
-		if got != tt.want || fault != tt.fault {
-			t.Errorf("parseCost(%q, %d, %d) = %d, %v; want %d, %v", tt.in, tt.lo, tt.hi, got, fault, tt.want, tt.fault)
+	check := func(in string, lo, hi, want int64, wantFault costFault) {
+		t.Helper()
+		if got, fault := parseCost(in, lo, hi); got != want || fault != wantFault {
+			t.Errorf("parseCost(%q, %d, %d) = %d, %v; want %d, %v", in, lo, hi, got, fault, want, wantFault)
 		}
 	}
+	// Accepted, repeats included when they agree.
+	for _, c := range []struct {
+		in           string
+		lo, hi, want int64
+	}{
+		{"1", 1, 10, 1}, {"10", 1, 10, 10}, {"007", 1, 10, 7}, {" \t4\t ", 1, 10, 4}, {"3,3", 1, 10, 3}, {"3, 3 ,3", 1, 10, 3},
+		{"0", 0, math.MaxInt64, 0}, {"9223372036854775807", 0, math.MaxInt64, math.MaxInt64},
+	} {
+		check(c.in, c.lo, c.hi, c.want, costOK)
+	}
+	// Refused for a cost in [1, 10].
+	for fault, ins := range map[costFault][]string{
+		costTooSmall:  {"0", "-3", "-0", "-99999999999999999999"},
+		costTooLarge:  {"11", "99999999999999999999", "2,11"},
+		costNotNumber: {"abc", "1.5", "+3", "0x10", "1e3", "-", "--3", "٣" /* a digit, but not an ASCII one */, "3 3", "3,", ",3", "2,,2"},
+		costConflict:  {"2,3", "2,2,3"},
+	} {
+		for _, in := range ins {
+			check(in, 1, 10, 0, fault)
+		}
+	}
+	check("9223372036854775808", 0, math.MaxInt64, 0, costTooLarge)
 }
 
 // A request's cost is parsed on the hot path.

@@ -99,6 +99,12 @@ func (h *Stream) rejectDeadline() {
 	h.sendLocal(504, nil, "text/plain", []byte(messageDeadline+"\n"))
 }
 
+// grpcTimeoutUnits is the length of each TimeoutUnit; 0 for other bytes.
+var grpcTimeoutUnits = [256]time.Duration{
+	'H': time.Hour, 'M': time.Minute, 'S': time.Second,
+	'm': time.Millisecond, 'u': time.Microsecond, 'n': time.Nanosecond,
+}
+
 // parseGRPCTimeout reads gRPC's TimeoutValue TimeoutUnit: 1 to 8 ASCII
 // digits and one of H M S m u n.
 func parseGRPCTimeout(v string) (time.Duration, bool) {
@@ -114,21 +120,8 @@ func parseGRPCTimeout(v string) (time.Duration, bool) {
 		}
 		n = n*10 + int64(c-'0')
 	}
-	var u time.Duration
-	switch unit {
-	case 'H':
-		u = time.Hour
-	case 'M':
-		u = time.Minute
-	case 'S':
-		u = time.Second
-	case 'm':
-		u = time.Millisecond
-	case 'u':
-		u = time.Microsecond
-	case 'n':
-		u = time.Nanosecond
-	default:
+	u := grpcTimeoutUnits[unit]
+	if u == 0 {
 		return 0, false
 	}
 	// 99999999 hours is past time.Duration's range: saturate, it only

@@ -9,102 +9,101 @@ import (
 	"github.com/sluice-proxy/sluice/filter/config"
 )
 
-func TestQueryValue(t *testing.T) {
-	for _, tc := range []struct {
-		path, name, want string
-		found            bool
-	}{
-		{"/a?user=bob", "user", "bob", true},
-		{"/a?x=1&user=b%20o+b&y", "user", "b o b", true},
-		{"/a?user=a&user=b&user=", "user", "a,b,", true}, // joined in order, as headers
-		{"/a?user=", "user", "", true},                   // present and empty
-		{"/a?user", "user", "", true},
-		{"/a?users=x&use=y", "user", "", false},
-		{"/a", "user", "", false},
-		{"/a?u%73er=1", "user", "1", true},       // the name is decoded too
-		{"/a?user=%zz%4", "user", "%zz%4", true}, // broken escapes kept literally
-		{"/a?user=%E2%82%AC", "user", "€", true},
-		{"/a?user=a=b", "user", "a=b", true},
-		{"/a?&&user=1&&", "user", "1", true},
-		{"/a?q=1?user=2", "user", "", false},
-		{"/a?a+b=1", "a b", "1", true},
-	} {
-		q, ok := rawQuery(tc.path)
-		got, found := appendQueryValue(nil, q, tc.name)
-		if !ok && tc.found {
-			t.Fatalf("%s: no query", tc.path)
-		}
-		if string(got) != tc.want || found != tc.found {
-			t.Errorf("%s %s: %q %v, want %q %v", tc.path, tc.name, got, found, tc.want, tc.found)
+// lookupCase is one input of a key-part extractor and the value it must
+// find, if any.
+type lookupCase[In any] struct {
+	in    In
+	want  string
+	found bool
+}
+
+// checkLookups runs extract on every case.
+func checkLookups[In any](t *testing.T, extract func(In) (string, bool), cases []lookupCase[In]) {
+	t.Helper()
+	for _, c := range cases {
+		if got, found := extract(c.in); got != c.want || found != c.found {
+			t.Errorf("%+v: %q %v, want %q %v", c.in, got, found, c.want, c.found)
 		}
 	}
 }
 
+type queryIn struct{ path, name string }
+
+func TestQueryValue(t *testing.T) {
+	checkLookups(t, func(in queryIn) (string, bool) {
+		q, _ := rawQuery(in.path)
+		v, found := appendQueryValue(nil, q, in.name)
+		return string(v), found
+	}, []lookupCase[queryIn]{
+		{queryIn{"/a?user=bob", "user"}, "bob", true},
+		{queryIn{"/a?x=1&user=b%20o+b&y", "user"}, "b o b", true},
+		{queryIn{"/a?user=a&user=b&user=", "user"}, "a,b,", true}, // joined in order, as headers
+		{queryIn{"/a?user=", "user"}, "", true},                   // present and empty
+		{queryIn{"/a?user", "user"}, "", true},
+		{queryIn{"/a?users=x&use=y", "user"}, "", false},
+		{queryIn{"/a", "user"}, "", false},
+		{queryIn{"/a?u%73er=1", "user"}, "1", true},       // the name is decoded too
+		{queryIn{"/a?user=%zz%4", "user"}, "%zz%4", true}, // broken escapes kept literally
+		{queryIn{"/a?user=%E2%82%AC", "user"}, "€", true},
+		{queryIn{"/a?user=a=b", "user"}, "a=b", true},
+		{queryIn{"/a?&&user=1&&", "user"}, "1", true},
+		{queryIn{"/a?q=1?user=2", "user"}, "", false},
+		{queryIn{"/a?a+b=1", "a b"}, "1", true},
+	})
+}
+
+type cookieIn struct{ header, name string }
+
 func TestCookieValue(t *testing.T) {
-	for _, tc := range []struct {
-		header, name, want string
-		found              bool
-	}{
-		{"sid=abc", "sid", "abc", true},
-		{"a=1; sid=abc; b=2", "sid", "abc", true},
-		{"sid=first; sid=second", "sid", "first", true},
-		{`sid="quoted"`, "sid", "quoted", true},
-		{"xsid=1; sidx=2", "sid", "", false},
-		{";;; sid ; =x; sid=ok", "sid", "ok", true}, // broken pairs are skipped
-		{"sid=", "sid", "", true},
-		{"SID=1", "sid", "", false}, // names are case-sensitive
-		{"", "sid", "", false},
-	} {
-		got, found := cookieValue(tc.header, tc.name)
-		if got != tc.want || found != tc.found {
-			t.Errorf("%q %s: %q %v, want %q %v", tc.header, tc.name, got, found, tc.want, tc.found)
-		}
-	}
+	checkLookups(t, func(in cookieIn) (string, bool) { return cookieValue(in.header, in.name) }, []lookupCase[cookieIn]{
+		{cookieIn{"sid=abc", "sid"}, "abc", true},
+		{cookieIn{"a=1; sid=abc; b=2", "sid"}, "abc", true},
+		{cookieIn{"sid=first; sid=second", "sid"}, "first", true},
+		{cookieIn{`sid="quoted"`, "sid"}, "quoted", true},
+		{cookieIn{"xsid=1; sidx=2", "sid"}, "", false},
+		{cookieIn{";;; sid ; =x; sid=ok", "sid"}, "ok", true}, // broken pairs are skipped
+		{cookieIn{"sid=", "sid"}, "", true},
+		{cookieIn{"SID=1", "sid"}, "", false}, // names are case-sensitive
+		{cookieIn{"", "sid"}, "", false},
+	})
+}
+
+type segmentIn struct {
+	path string
+	n    int
 }
 
 func TestPathSegment(t *testing.T) {
-	for _, tc := range []struct {
-		path string
-		n    int
-		want string
-		ok   bool
-	}{
-		{"/api/v1/users", 1, "api", true},
-		{"/api/v1/users", 3, "users", true},
-		{"/api/v1/users", 4, "", false},
-		{"//api//v1/", 2, "v1", true}, // doubled slashes move no request
-		{"/", 1, "", false},
-		{"", 1, "", false},
-		{"api", 1, "api", true},
-	} {
-		got, ok := pathSegment(tc.path, tc.n)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("%q %d: %q %v, want %q %v", tc.path, tc.n, got, ok, tc.want, tc.ok)
-		}
-	}
+	checkLookups(t, func(in segmentIn) (string, bool) { return pathSegment(in.path, in.n) }, []lookupCase[segmentIn]{
+		{segmentIn{"/api/v1/users", 1}, "api", true},
+		{segmentIn{"/api/v1/users", 3}, "users", true},
+		{segmentIn{"/api/v1/users", 4}, "", false},
+		{segmentIn{"//api//v1/", 2}, "v1", true}, // doubled slashes move no request
+		{segmentIn{"/", 1}, "", false},
+		{segmentIn{"", 1}, "", false},
+		{segmentIn{"api", 1}, "api", true},
+	})
+}
+
+type maskIn struct {
+	ip     string
+	v4, v6 uint8
 }
 
 func TestMaskedIP(t *testing.T) {
-	for _, tc := range []struct {
-		ip     string
-		v4, v6 uint8
-		want   string
-		ok     bool
-	}{
-		{"192.0.2.77", 24, 56, "192.0.2.0/24", true},
-		{"192.0.2.77", 32, 128, "192.0.2.77/32", true},
-		{"192.0.2.77", 0, 0, "0.0.0.0/0", true},
-		{"10.255.255.255", 9, 0, "10.128.0.0/9", true},
-		{"2001:db8:1:2:3::1", 24, 56, "2001:db8:1::/56", true},
-		{"fe80::1%eth0", 24, 64, "fe80::/64", true},
-		{"::ffff:192.0.2.77", 24, 56, "192.0.2.0/24", true},
-		{"not-an-ip", 24, 56, "", false},
-	} {
-		got, ok := appendMaskedIP(nil, tc.ip, tc.v4, tc.v6)
-		if string(got) != tc.want || ok != tc.ok {
-			t.Errorf("%s /%d /%d: %q %v, want %q %v", tc.ip, tc.v4, tc.v6, got, ok, tc.want, tc.ok)
-		}
-	}
+	checkLookups(t, func(in maskIn) (string, bool) {
+		v, ok := appendMaskedIP(nil, in.ip, in.v4, in.v6)
+		return string(v), ok
+	}, []lookupCase[maskIn]{
+		{maskIn{"192.0.2.77", 24, 56}, "192.0.2.0/24", true},
+		{maskIn{"192.0.2.77", 32, 128}, "192.0.2.77/32", true},
+		{maskIn{"192.0.2.77", 0, 0}, "0.0.0.0/0", true},
+		{maskIn{"10.255.255.255", 9, 0}, "10.128.0.0/9", true},
+		{maskIn{"2001:db8:1:2:3::1", 24, 56}, "2001:db8:1::/56", true},
+		{maskIn{"fe80::1%eth0", 24, 64}, "fe80::/64", true},
+		{maskIn{"::ffff:192.0.2.77", 24, 56}, "192.0.2.0/24", true},
+		{maskIn{"not-an-ip", 24, 56}, "", false},
+	})
 }
 
 func TestNormalizeIPDropsZone(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/filter/host/hosttest"
 )
 
@@ -13,6 +14,12 @@ import (
 func newNativePlugin(t testing.TB, cfgJSON string) (*Plugin, *hosttest.Fakes) {
 	t.Helper()
 	hc, fakes := hosttest.New(time.Unix(1_700_000_000, 0))
+	return configuredPlugin(t, hc, cfgJSON), fakes
+}
+
+// configuredPlugin is a plugin of a new VM on hc, configured with cfgJSON.
+func configuredPlugin(t testing.TB, hc host.Host, cfgJSON string) *Plugin {
+	t.Helper()
 	p := NewVM(hc).NewPlugin()
 	cfg, err := config.Parse([]byte(cfgJSON))
 	if err != nil {
@@ -21,7 +28,7 @@ func newNativePlugin(t testing.TB, cfgJSON string) (*Plugin, *hosttest.Fakes) {
 	if err := p.configure(cfg); err != nil {
 		t.Fatal(err)
 	}
-	return p, fakes
+	return p
 }
 
 // A breaker and a cost from the response both need the response headers;

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host/hosttest"
 )
 
@@ -19,15 +18,7 @@ func rolloutPlugin(t *testing.T, cfgJSON string, draws ...uint64) (*Plugin, *hos
 		*n++
 		return v
 	}
-	p := NewVM(hc).NewPlugin()
-	cfg, err := config.Parse([]byte(cfgJSON))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.configure(cfg); err != nil {
-		t.Fatal(err)
-	}
-	return p, fakes, n
+	return configuredPlugin(t, hc, cfgJSON), fakes, n
 }
 
 // request runs one request's request phase and ends the stream; the

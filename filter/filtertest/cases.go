@@ -6,6 +6,7 @@
 package filtertest
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -42,6 +43,15 @@ type Request struct {
 	// sends them in, end_of_stream with the last; Response.Body is then
 	// what the filter let through.
 	UpstreamBody []string
+}
+
+// WithDefaults fills in the documented defaults of Peer, Cluster and Route,
+// so each harness reads the same values.
+func (r Request) WithDefaults() Request {
+	r.Peer = cmp.Or(r.Peer, "10.0.0.1:40000")
+	r.Cluster = cmp.Or(r.Cluster, "backend")
+	r.Route = cmp.Or(r.Route, "default")
+	return r
 }
 
 // Metadata is one dynamic metadata value: Path is dotted within
@@ -107,6 +117,17 @@ type Harness interface {
 type Flight interface {
 	// Finish lets the upstream answer and runs the stream to its end.
 	Finish(t testing.TB) Response
+}
+
+// StartAndFinish is Harness.Do for a harness whose Start does the work:
+// it starts req and, unless the filter answered it, finishes it.
+func StartAndFinish(t testing.TB, h Harness, req Request) Response {
+	t.Helper()
+	f, resp := h.Start(t, req)
+	if f == nil {
+		return resp
+	}
+	return f.Finish(t)
 }
 
 // MaxHold bounds how long a harness drives a paused request.

@@ -132,31 +132,16 @@ func NewTable(s store.Store, cfg TableConfig) (*Table, error) {
 	if s == nil {
 		return nil, errors.New("inflight: nil store")
 	}
-	slots := cfg.Slots
-	switch {
-	case slots == 0:
-		slots = DefaultSlots
-	case slots < 0 || slots > MaxSlots:
-		return nil, fmt.Errorf("inflight: slots %d not in [1, %d]", cfg.Slots, MaxSlots)
+	slots, err := limiter.Option("inflight: slots", cfg.Slots, DefaultSlots, MaxSlots)
+	if err != nil {
+		return nil, err
 	}
-	size := 1
-	for size < slots {
-		size <<= 1
+	size := limiter.PowerOfTwo(slots)
+	maxEntries, err := limiter.Option("inflight: max entries", cfg.MaxEntries, DefaultMaxEntries, MaxMaxEntries)
+	if err != nil {
+		return nil, err
 	}
-	maxEntries := cfg.MaxEntries
-	switch {
-	case maxEntries == 0:
-		maxEntries = DefaultMaxEntries
-	case maxEntries < 0 || maxEntries > MaxMaxEntries:
-		return nil, fmt.Errorf("inflight: max entries %d not in [1, %d]", cfg.MaxEntries, MaxMaxEntries)
-	}
-	retries := cfg.MaxRetries
-	switch {
-	case retries == 0:
-		retries = DefaultMaxRetries
-	case retries < 0:
-		retries = 0
-	}
+	retries := limiter.RetriesOption(cfg.MaxRetries, DefaultMaxRetries)
 	prefix := cfg.Prefix
 	if prefix == "" {
 		prefix = DefaultPrefix

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -87,7 +88,7 @@ func run(in io.Reader, out io.Writer, baseline string) error {
 			}
 		}
 		short := s.pkg[strings.LastIndexByte(s.pkg, '/')+1:]
-		fmt.Fprintf(out, "| %s | %s | %.1f | %.1f–%.1f | %s | %s |\n", short, s.name, median(s.ns), minOf(s.ns), maxOf(s.ns), s.allocs, ratio)
+		fmt.Fprintf(out, "| %s | %s | %.1f | %.1f–%.1f | %s | %s |\n", short, s.name, median(s.ns), slices.Min(s.ns), slices.Max(s.ns), s.allocs, ratio)
 	}
 	return nil
 }
@@ -96,20 +97,4 @@ func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
 	return s[len(s)/2]
-}
-
-func minOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs[1:] {
-		m = min(m, x)
-	}
-	return m
-}
-
-func maxOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs[1:] {
-		m = max(m, x)
-	}
-	return m
 }

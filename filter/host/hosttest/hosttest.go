@@ -121,13 +121,7 @@ func (s *Stream) ResponseHeader(name string) (string, bool) {
 }
 
 func (s *Stream) ReplaceResponseHeader(name, value string) error {
-	for i := range s.ResponseHeaderMap {
-		if s.ResponseHeaderMap[i][0] == name {
-			s.ResponseHeaderMap[i][1] = value
-			return nil
-		}
-	}
-	s.ResponseHeaderMap = append(s.ResponseHeaderMap, [2]string{name, value})
+	s.ResponseHeaderMap = replace(s.ResponseHeaderMap, name, value)
 	return nil
 }
 
@@ -177,6 +171,17 @@ func (s *Stream) Select(id uint32) error {
 	}
 	s.Current = id
 	return nil
+}
+
+// replace sets the first header name of hs to value, or adds it.
+func replace(hs [][2]string, name, value string) [][2]string {
+	for i := range hs {
+		if hs[i][0] == name {
+			hs[i][1] = value
+			return hs
+		}
+	}
+	return append(hs, [2]string{name, value})
 }
 
 func lookup(hs [][2]string, name string) (string, bool) {

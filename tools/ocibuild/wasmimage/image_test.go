@@ -24,6 +24,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
 var testModule = moduleWithExports("proxy_abi_version_0_2_1", "proxy_on_memory_allocate")
@@ -53,6 +55,25 @@ func imageDigests(t *testing.T, img v1.Image) []string {
 		out = append(out, "layer "+d.String())
 	}
 	return out
+}
+
+// openLayer opens layer i of img through open, Compressed or Uncompressed,
+// and closes it when the test ends.
+func openLayer(t *testing.T, img v1.Image, i int, open func(v1.Layer) (io.ReadCloser, error)) io.Reader {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i >= len(layers) {
+		t.Fatalf("image has %d layers, want layer %d", len(layers), i)
+	}
+	rc, err := open(layers[i])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rc.Close() })
+	return rc
 }
 
 func mustBuild(t *testing.T, wasm []byte, v Variant, opts Options) v1.Image {
@@ -107,16 +128,7 @@ func TestBuildCompat(t *testing.T) {
 		t.Fatalf("layers %+v, want exactly one %s", m.Layers, types.OCILayer)
 	}
 
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := layers[0].Compressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	zr, err := gzip.NewReader(rc)
+	zr, err := gzip.NewReader(openLayer(t, img, 0, (v1.Layer).Compressed))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,10 +140,7 @@ func TestBuildCompat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	content, err := io.ReadAll(tr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	content := testkit.ReadAll(t, tr)
 	if h.Name != PluginFileName || !bytes.Equal(content, testModule) {
 		t.Fatalf("tar entry %q with %d bytes, want %s with the module", h.Name, len(content), PluginFileName)
 	}
@@ -148,15 +157,7 @@ func TestBuildCompat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	un, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer un.Close()
-	raw, err := io.ReadAll(un)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := testkit.ReadAll(t, openLayer(t, img, 0, (v1.Layer).Uncompressed))
 	if want := sha256Hash(raw); len(cf.RootFS.DiffIDs) != 1 || cf.RootFS.DiffIDs[0] != want {
 		t.Fatalf("diff_ids %v, want [%v]", cf.RootFS.DiffIDs, want)
 	}
@@ -186,16 +187,7 @@ func TestBuildOCI(t *testing.T) {
 		t.Fatalf("the oci variant must not claim to be compat: %v", m.Annotations)
 	}
 
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := layers[0].Compressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	dec := json.NewDecoder(rc)
+	dec := json.NewDecoder(openLayer(t, img, 0, (v1.Layer).Compressed))
 	dec.DisallowUnknownFields()
 	var runtime RuntimeConfig
 	if err := dec.Decode(&runtime); err != nil {
@@ -218,19 +210,7 @@ func TestBuildOCI(t *testing.T) {
 
 func TestBuildABIVersionsOverride(t *testing.T) {
 	img := mustBuild(t, testModule, OCI, Options{ABIVersions: []string{}})
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := layers[0].Compressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadAll(t, openLayer(t, img, 0, (v1.Layer).Compressed))
 	if string(b) != `{"type":"envoy_proxy","config":{}}` {
 		t.Fatalf("runtime config %s, want no abiVersions", b)
 	}
