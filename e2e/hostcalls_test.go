@@ -99,3 +99,17 @@ func lifecycleCaseNamed(t *testing.T, name string) lifecycleCase {
 	t.Fatalf("no lifecycle case named %q", name)
 	return lifecycleCase{}
 }
+
+// TestLifecycleAllocations: one local limit plus one breaker allocates
+// nothing in the guest per request after warm-up. Every allocation is
+// garbage the guest's collector must later trace and free, on the request
+// path of whichever request triggers it.
+func TestLifecycleAllocations(t *testing.T) {
+	c := lifecycleCaseNamed(t, "one limit + one breaker")
+	env := &lifecycleEnv{codes: map[string][]byte{c.module: lifecycleModule(t, c.module)}}
+	// guestAllocs may count a rare goroutine switch inside mallocgc
+	// twice, never a per-request allocation as less than one a request.
+	if n := guestAllocs(t, c, env, 2000); n >= 0.01 {
+		t.Errorf("%s: %.3f guest allocations per request, want 0", c.name, n)
+	}
+}
