@@ -154,10 +154,12 @@ func benchUpstream(context.Context, *host.Request) (*host.Response, error) { ret
 // startLifecycle starts c's plugin on one worker and warms it up: the
 // first requests create slots and grow the heap (and, for the lease case,
 // take the lease). ctx reaches compilation, which is where a function
-// listener is attached.
-func startLifecycle(tb testing.TB, ctx context.Context, c lifecycleCase, env *lifecycleEnv) (*host.Runtime, *host.Plugin, func()) {
+// listener is attached; hostcall, if not nil, sees every host crossing
+// (host.RuntimeOptions.Hostcall). step, called before each request,
+// moves the case's stepped clock.
+func startLifecycle(tb testing.TB, ctx context.Context, c lifecycleCase, env *lifecycleEnv, hostcall func(string)) (*host.Runtime, *host.Plugin, func()) {
 	tb.Helper()
-	opts := host.RuntimeOptions{Logger: func(host.LogLevel, string, string) {}}
+	opts := host.RuntimeOptions{Logger: func(host.LogLevel, string, string) {}, Hostcall: hostcall}
 	var stopped atomic.Bool
 	frozenAt := time.Now()
 	var stepped atomic.Int64
@@ -218,7 +220,7 @@ func startLifecycle(tb testing.TB, ctx context.Context, c lifecycleCase, env *li
 
 func benchLifecycle(b *testing.B, c lifecycleCase, env *lifecycleEnv) {
 	ctx := context.Background()
-	rt, p, step := startLifecycle(b, ctx, c, env)
+	rt, p, step := startLifecycle(b, ctx, c, env, nil)
 	calls, _ := rt.Stats().Lookup("sluice.backend.calls")
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -299,7 +301,7 @@ func guestAllocs(t testing.TB, c lifecycleCase, env *lifecycleEnv, n int) float6
 	counter := guestMallocs
 	ctx := experimental.WithFunctionListenerFactory(context.Background(), counter)
 	before := counter.n.Load()
-	_, p, step := startLifecycle(t, ctx, c, env)
+	_, p, step := startLifecycle(t, ctx, c, env, nil)
 	start := counter.n.Load()
 	if start == before {
 		// Start-up allocates, so nothing counted means nothing listened:

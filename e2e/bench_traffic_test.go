@@ -38,7 +38,7 @@ import (
 //	SLUICE_BENCH_TRAFFIC_PROFILE    a directory: each host process writes
 //	                                <configuration>.pprof there (Go CPU profile)
 //	SLUICE_BENCH_TRAFFIC_ONLY       a regexp: only the configurations it matches
-//	                                (the no-op, the floor and no filter always run)
+//	                                (no filter, both no-ops and the WAT floor always run)
 func TestBenchTraffic(t *testing.T) {
 	size := benchHarness(t, benchSize{rounds: 5, dur: 2 * time.Second, warm: time.Second},
 		benchSize{rounds: 1, dur: 300 * time.Millisecond, warm: 200 * time.Millisecond})
@@ -52,7 +52,7 @@ func TestBenchTraffic(t *testing.T) {
 	}
 	var targets []*trafficTarget
 	for _, c := range trafficConfigs(t) {
-		if only != nil && c.must == "" && c.name != "no filter" && !only.MatchString(c.name) {
+		if !trafficSelected(c, only) {
 			continue
 		}
 		targets = append(targets, startTrafficHost(t, bin, c, backend, pinned))
@@ -84,6 +84,16 @@ func TestBenchTraffic(t *testing.T) {
 	md := trafficReport(targets, concurrencies, rounds, dur, pinned)
 	writeFile(t, envOr("SLUICE_BENCH_OUT_TRAFFIC", "../build/bench-traffic.md"), []byte(md))
 	t.Log("\n" + md)
+}
+
+// trafficReferences are the configurations every ratio is taken to; they
+// run whatever SLUICE_BENCH_TRAFFIC_ONLY says.
+var trafficReferences = []string{"no filter", "Go no-op", "WAT no-op", "WAT floor"}
+
+// trafficSelected reports whether c runs when only (nil: everything)
+// selects configurations by name.
+func trafficSelected(c trafficConfig, only *regexp.Regexp) bool {
+	return only == nil || slices.Contains(trafficReferences, c.name) || only.MatchString(c.name)
 }
 
 // trafficConfig is one filter chain served by its own host process.
@@ -495,4 +505,21 @@ func trafficReport(targets []*trafficTarget, concurrencies []int, rounds int, du
 		fmt.Fprintf(&b, "- c=64 throughput ratio to the Go no-op %.2f against %.2f at c=16: %+.0f%% (target within ±10%%).\n", r64, r16, (r64/r16-1)*100)
 	}
 	return b.String()
+}
+
+// TestTrafficOnlyKeepsTheReferences: selecting configurations by name
+// still runs every configuration the report takes ratios to, and only the
+// selected ones besides.
+func TestTrafficOnlyKeepsTheReferences(t *testing.T) {
+	only := regexp.MustCompile("one key")
+	var got []string
+	for _, c := range trafficConfigs(t) {
+		if trafficSelected(c, only) {
+			got = append(got, c.name)
+		}
+	}
+	want := append(slices.Clone(trafficReferences), "Sluice limit + breaker, one key")
+	if !slices.Equal(got, want) {
+		t.Errorf("SLUICE_BENCH_TRAFFIC_ONLY=%q runs %q, want %q", only, got, want)
+	}
 }

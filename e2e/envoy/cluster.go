@@ -158,7 +158,8 @@ func (c *upstreamCluster) roundTrip(ctx context.Context, headers [][2]string, bo
 			authority = h[1]
 		case strings.HasPrefix(k, ":"), k == "host", k == "content-length", hopByHop[k]:
 		default:
-			hdr[http.CanonicalHeaderKey(k)] = append(hdr[http.CanonicalHeaderKey(k)], h[1])
+			ck := canonicalKey(k)
+			hdr[ck] = append(hdr[ck], h[1])
 		}
 	}
 	if method == "" || path == "" {

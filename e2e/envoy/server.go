@@ -963,7 +963,8 @@ func writeResponse(w http.ResponseWriter, r *http.Request, resp *host.Response) 
 		case k == "content-length":
 			upstreamLength = kv[1]
 		default:
-			h[http.CanonicalHeaderKey(k)] = append(h[http.CanonicalHeaderKey(k)], kv[1])
+			ck := canonicalKey(k)
+			h[ck] = append(h[ck], kv[1])
 		}
 	}
 	// Envoy's default server_header_transformation is OVERWRITE.

@@ -100,6 +100,12 @@ type RuntimeOptions struct {
 	// ManualTicks stops the host from firing proxy_on_tick on its own;
 	// the test fires ticks with Plugin.Tick after moving Clock.
 	ManualTicks bool
+	// Hostcall, if set, is called with an import's module-qualified name
+	// ("env.proxy_get_property") before each hostcall a guest makes, and
+	// with "proxy_on_memory_allocate" before each allocator callback the
+	// host makes into a guest, so a test can count what a request costs
+	// in host crossings. It runs on the worker's loop.
+	Hostcall func(name string)
 }
 
 // Runtime holds what all plugins of one proxy process share: the wazero
@@ -109,6 +115,7 @@ type Runtime struct {
 	clock       func() time.Time
 	monotonic   func() int64
 	manualTicks bool
+	hostcall    func(name string)
 	logger      func(level LogLevel, plugin, msg string)
 	logLevel    LogLevel
 	wz          wazero.Runtime
@@ -155,6 +162,7 @@ func NewRuntime(opts RuntimeOptions) *Runtime {
 		clock:       opts.Clock,
 		monotonic:   opts.Monotonic,
 		manualTicks: opts.ManualTicks,
+		hostcall:    opts.Hostcall,
 		logger:      logger,
 		logLevel:    opts.LogLevel,
 		wz:          wazero.NewRuntimeWithConfig(ctx, cfg),

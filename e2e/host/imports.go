@@ -122,6 +122,9 @@ func (r *Runtime) instantiateHostModules(ctx context.Context) error {
 					if v.allowed != nil && !v.allowed[full] {
 						panic(restrictedViolation(full))
 					}
+					if r.hostcall != nil {
+						r.hostcall(full)
+					}
 					impl(v, ctx, stack)
 				}), f.params, f.results).
 				Export(f.name)

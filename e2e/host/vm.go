@@ -255,6 +255,9 @@ func (r restrictedViolation) Error() string { return "restricted_callback " + st
 // A failure aborts the whole host call (the VM is marked failed by the
 // caller's trap handling).
 func (v *vm) alloc(ctx context.Context, size uint32) uint32 {
+	if h := v.p.rt.hostcall; h != nil {
+		h("proxy_on_memory_allocate")
+	}
 	prev := v.allowed
 	v.allowed = mallocAllowed(v.p.rt.profile)
 	stack := v.allocStack[:]

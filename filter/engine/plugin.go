@@ -34,7 +34,7 @@ func NewVM(hc host.Host) *VM { return &VM{host: hc} }
 
 // NewPlugin is a plugin of the VM, to be configured with Start.
 func (vm *VM) NewPlugin() *Plugin {
-	return &Plugin{vm: vm, host: &vm.host, log: vm.host.Log, waiting: map[uint32]*Stream{}}
+	return &Plugin{vm: vm, host: &vm.host, request: vm.host.Stream, log: vm.host.Log, waiting: map[uint32]*Stream{}}
 }
 
 // Begin makes s the stream id of the plugin: s is a new Stream, or one
@@ -44,7 +44,7 @@ func (vm *VM) NewPlugin() *Plugin {
 func (p *Plugin) Begin(h *Stream, id uint32) {
 	roll := h.roll[:0] // kept: its backing array serves the next stream
 	*h = Stream{gen: h.gen + 1, roll: roll}
-	h.plugin, h.id, h.info.host = p, id, p.host.Stream
+	h.plugin, h.id, h.info.host = p, id, p.request
 	h.info.scratch = &p.matchScratch
 	if p.cfg != nil {
 		h.info.clientCfg = &p.cfg.ClientIP
@@ -57,8 +57,12 @@ func (p *Plugin) Begin(h *Stream, id uint32) {
 type Plugin struct {
 	vm   *VM
 	host *host.Host
-	log  host.Log
-	cfg  *config.Config
+	// request is host.Stream as the host.Request every stream reads,
+	// converted once: converting it per stream is an itab lookup in the
+	// guest on every request.
+	request host.Request
+	log     host.Log
+	cfg     *config.Config
 
 	limits      []*limitRuntime
 	breakers    []*breakerRuntime
@@ -330,8 +334,12 @@ type overrideTable struct {
 // returns, while a request keeps its value until its response or its
 // Redis reply (pendingCharge, remoteReq).
 func (l *limitRuntime) table(overrideValue string) (*limiter.Table, config.Rate, string) {
-	if o, ok := l.overrides[overrideValue]; ok {
-		return o.table, o.rate, o.value
+	// Most limits have no overrides: no map call then, which in the
+	// guest is a call even on a nil map.
+	if l.overrides != nil {
+		if o, ok := l.overrides[overrideValue]; ok {
+			return o.table, o.rate, o.value
+		}
 	}
 	return l.def, l.cfg.Rate, ""
 }
@@ -350,8 +358,10 @@ func (l *limitRuntime) exportTableStats() {
 		now.overflowDenied += st.OverflowDenied
 	}
 	add(l.def)
-	for _, o := range l.overrides {
-		add(o.table)
+	if l.overrides != nil { // as in table: no iterator over a nil map
+		for _, o := range l.overrides {
+			add(o.table)
+		}
 	}
 	increment(l.metrics.evictions, now.evictions, l.tableSeen.evictions)
 	increment(l.metrics.overflow, now.overflow, l.tableSeen.overflow)
