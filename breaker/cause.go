@@ -35,18 +35,18 @@ type Cause struct {
 	Failures, Calls uint32
 }
 
-// tripCause is why a tripped closed record trips, read before open
-// resets the counts.
-func (m *Machine) tripCause(r *Record) Cause {
-	if m.failureThreshold > 0 && r.consec >= m.failureThreshold {
-		return Cause{Reason: ReasonConsecutiveFailures, Failures: r.consec, Calls: r.consec}
+// tripCause is the cause of a trip for why (trip's answer), read before
+// open resets the counts: the streak, or the window's calls and its
+// failures or slow calls.
+func tripCause(r *Record, why Reason) Cause {
+	if why == ReasonConsecutiveFailures {
+		return Cause{Reason: why, Failures: r.consec, Calls: r.consec}
 	}
 	calls, fails, slow := r.WindowCounts()
-	c := uint64(calls)
-	if m.failureRate > 0 && uint64(fails)*100 >= m.failureRate*c {
-		return Cause{Reason: ReasonFailureRate, Failures: uint32(fails), Calls: uint32(calls)}
+	if why == ReasonSlowCallRate {
+		fails = slow
 	}
-	return Cause{Reason: ReasonSlowCallRate, Failures: uint32(slow), Calls: uint32(calls)}
+	return Cause{Reason: why, Failures: fails, Calls: calls}
 }
 
 // LastCause is the cause of the transition the last Check or Report of

@@ -403,8 +403,8 @@ func (m *Machine) report(r *Record, t Ticket, o Outcome, now int64, c *Cause) (T
 			r.consec = 0
 		}
 		m.record(r, failed, slow, now)
-		if m.tripped(r) {
-			setCause(c, m.tripCause(r))
+		if why := m.trip(r); why != ReasonNone {
+			setCause(c, tripCause(r, why))
 			m.open(r, now)
 			return Opened, true
 		}
@@ -467,22 +467,26 @@ func (m *Machine) advance(r *Record, now int64) {
 	r.epoch = e
 }
 
-func (m *Machine) tripped(r *Record) bool {
+// trip is why a closed record trips: ReasonNone when it does not.
+func (m *Machine) trip(r *Record) Reason {
 	if m.failureThreshold > 0 && r.consec >= m.failureThreshold {
-		return true
+		return ReasonConsecutiveFailures
 	}
 	if r.win == winNone {
-		return false
+		return ReasonNone
 	}
 	calls, fails, slow := r.WindowCounts()
 	if calls == 0 || calls < m.minCalls {
-		return false
+		return ReasonNone
 	}
 	c := uint64(calls)
 	if m.failureRate > 0 && uint64(fails)*100 >= m.failureRate*c {
-		return true
+		return ReasonFailureRate
 	}
-	return m.slowRate > 0 && uint64(slow)*100 >= m.slowRate*c
+	if m.slowRate > 0 && uint64(slow)*100 >= m.slowRate*c {
+		return ReasonSlowCallRate
+	}
+	return ReasonNone
 }
 
 func (m *Machine) open(r *Record, now int64) {
