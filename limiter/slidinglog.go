@@ -38,18 +38,11 @@ func logEntry(log string, i int) uint64 {
 	return binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(log[i*logEntryLen:]), logEntryLen))
 }
 
-// oneEntry is the 8-byte encoding of an entry, for concatenation.
+// oneEntry is the 8-byte encoding of an entry.
 func oneEntry(at, n uint64) [logEntryLen]byte {
 	var b [logEntryLen]byte
 	binary.LittleEndian.PutUint64(b[:], at<<logCountBits|n)
 	return b
-}
-
-func appendLogEntry(b *strings.Builder, at, n uint64) {
-	e := at<<logCountBits | n
-	for j := 0; j < logEntryLen; j++ {
-		b.WriteByte(byte(e >> (8 * j)))
-	}
 }
 
 // logClock is now in microseconds, clamped to the epoch: floor is the
@@ -121,10 +114,8 @@ func (l Limit) liveLog(log string, now int64) (string, uint64) {
 // emptyLog is the log of a key that used its whole allowance at now.
 func (l Limit) emptyLog(now int64) string {
 	_, _, ceil := logClock(now)
-	var b strings.Builder
-	b.Grow(logEntryLen)
-	appendLogEntry(&b, ceil, uint64(l.Rate))
-	return b.String()
+	e := oneEntry(ceil, uint64(l.Rate))
+	return string(e[:])
 }
 
 // mergeLogs merges two live logs in time order, adding the counts of a
@@ -157,7 +148,8 @@ func mergeLogs(a, b string, most uint64) string {
 		}
 		n -= drop
 		drop = 0
-		appendLogEntry(&out, at, n)
+		e := oneEntry(at, n)
+		out.Write(e[:])
 	}
 	return out.String()
 }
