@@ -419,7 +419,18 @@ func (x *Cache) onReply(l *lookup, status int, body []byte, err error) {
 		x.finish(l, now, limitsvc.Answer{}, err)
 		return
 	}
-	a, err := limitsvc.Parse(status, body)
+	var cc limitsvc.CacheControl
+	if rh, ok := x.caller.(host.ReplyHeaders); ok && status == 200 {
+		if v, ok := rh.ReplyHeader("cache-control"); ok {
+			cc = limitsvc.ParseCacheControl(v)
+		}
+	}
+	// The header applies where the answer's body is silent, read in the
+	// same pass as the body.
+	a, err := limitsvc.ParseWith(status, body, cc)
+	if err == nil && cc.Invalid {
+		x.metrics.invalidCacheControl.Increment(1)
+	}
 	if err == nil && a.BackendURL != "" && !x.cfg.RouteAllowed(a.BackendURL) {
 		// Counted and logged once per answer, and never cached: a
 		// compromised service must not pick a cluster the config does
@@ -427,15 +438,6 @@ func (x *Cache) onReply(l *lookup, status int, body []byte, err error) {
 		x.metrics.routesDisallowed.Increment(1)
 		x.log.Warnf("sluice: external: ignoring backend_url %q: not in external.allowed_routes", a.BackendURL)
 		a.BackendURL = ""
-	}
-	if rh, ok := x.caller.(host.ReplyHeaders); ok && err == nil {
-		if v, ok := rh.ReplyHeader("cache-control"); ok {
-			cc := limitsvc.ParseCacheControl(v)
-			if cc.Invalid {
-				x.metrics.invalidCacheControl.Increment(1)
-			}
-			a.WithCacheControl(cc, body)
-		}
 	}
 	x.finish(l, now, a, err)
 }

@@ -129,6 +129,14 @@ func malformed(detail string) error { return fail(backend.KindMalformed, 200, de
 // KindHTTPStatus for other statuses, KindMalformed for the body. Unknown
 // members are ignored, so a service can add its own.
 func Parse(status int, body []byte) (Answer, error) {
+	return ParseWith(status, body, CacheControl{})
+}
+
+// ParseWith is Parse of a reply whose Cache-Control header said cc: the
+// header applies where the body is silent, and the body's
+// cache_max_age_seconds and cache_no_store win where both speak;
+// max-age=0 and no-cache make the answer never fresh.
+func ParseWith(status int, body []byte, cc CacheControl) (Answer, error) {
 	switch {
 	case status >= 500:
 		return Answer{}, fail(backend.KindUnavailable, status, "")
@@ -219,12 +227,21 @@ func Parse(status int, body []byte) (Answer, error) {
 			return Answer{}, malformed("cache_max_age_seconds above " + strconv.Itoa(int(MaxAge/time.Second)))
 		}
 		a.MaxAge = time.Duration(n) * time.Second
+	} else {
+		switch {
+		case cc.NoCache, cc.HasMaxAge && cc.MaxAge == 0:
+			a.NoCache = true
+		case cc.HasMaxAge:
+			a.MaxAge = cc.MaxAge
+		}
 	}
 	if v := root.Get("cache_no_store"); v.Exists() {
 		if v.Type != gjson.True && v.Type != gjson.False {
 			return Answer{}, malformed("cache_no_store is not a boolean")
 		}
 		a.NoStore = v.Type == gjson.True
+	} else {
+		a.NoStore = cc.NoStore
 	}
 	return a, nil
 }

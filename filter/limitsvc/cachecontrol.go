@@ -3,8 +3,6 @@ package limitsvc
 import (
 	"strings"
 	"time"
-
-	"github.com/tidwall/gjson"
 )
 
 // CacheControl is what a lookup reply's Cache-Control header says about
@@ -108,21 +106,4 @@ func deltaSeconds(s string) (time.Duration, bool) {
 		}
 	}
 	return time.Duration(min(n, limit)) * time.Second, true
-}
-
-// WithCacheControl applies the reply's Cache-Control to an answer parsed
-// from body. The body's cache_max_age_seconds and cache_no_store win when
-// given; max-age=0 and no-cache make the answer never fresh.
-func (a *Answer) WithCacheControl(cc CacheControl, body []byte) {
-	if !gjson.GetBytes(body, "cache_max_age_seconds").Exists() {
-		switch {
-		case cc.NoCache, cc.HasMaxAge && cc.MaxAge == 0:
-			a.NoCache = true
-		case cc.HasMaxAge:
-			a.MaxAge = cc.MaxAge
-		}
-	}
-	if !gjson.GetBytes(body, "cache_no_store").Exists() && cc.NoStore {
-		a.NoStore = true
-	}
 }

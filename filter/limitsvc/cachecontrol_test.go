@@ -37,9 +37,9 @@ func TestParseCacheControl(t *testing.T) {
 	}
 }
 
-// TestWithCacheControlBodyWins: the header applies where the body is
+// TestCacheControlBodyWins: the header applies where the body is
 // silent; the body's fields win where both speak.
-func TestWithCacheControlBodyWins(t *testing.T) {
+func TestCacheControlBodyWins(t *testing.T) {
 	for _, c := range []struct {
 		body, header string
 		want         Answer
@@ -53,11 +53,10 @@ func TestWithCacheControlBodyWins(t *testing.T) {
 		{`{"limit":1,"window":"1s","cache_no_store":true}`, "max-age=30", Answer{MaxAge: 30 * time.Second, NoStore: true}},
 		{`{"limit":1,"window":"1s"}`, "max-age=junk", Answer{}},
 	} {
-		a, err := Parse(200, []byte(c.body))
+		a, err := ParseWith(200, []byte(c.body), ParseCacheControl(c.header))
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.WithCacheControl(ParseCacheControl(c.header), []byte(c.body))
 		got := Answer{MaxAge: a.MaxAge, NoStore: a.NoStore, NoCache: a.NoCache}
 		if got != c.want {
 			t.Errorf("body %s, Cache-Control %q: got %+v, want %+v", c.body, c.header, got, c.want)
@@ -76,8 +75,10 @@ func FuzzCacheControl(f *testing.F) {
 		if cc.MaxAge < 0 || cc.MaxAge > MaxAge || (!cc.HasMaxAge && cc.MaxAge != 0) {
 			t.Fatalf("ParseCacheControl(%q) = %+v", v, cc)
 		}
-		var a Answer
-		a.WithCacheControl(cc, []byte(v))
+		a, err := ParseWith(200, []byte(`{"limit":1,"window":"1s"}`), cc)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if a.MaxAge < 0 || a.MaxAge > MaxAge {
 			t.Fatalf("applied %+v: %+v", cc, a)
 		}
