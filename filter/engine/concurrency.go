@@ -250,13 +250,7 @@ func (c *concurrencyRuntime) exportReclaimed() {
 // logRejection writes one JSON line, naming the key's kinds but never its
 // values, like the rate-limit rejections.
 func (c *concurrencyRuntime) logRejection(event string, res inflight.Result) {
-	b := make([]byte, 0, 160)
-	b = append(b, `{"sluice":`...)
-	b = appendJSONString(b, event)
-	b = append(b, `,"limit":`...)
-	b = appendJSONString(b, c.cfg.Name)
-	b = append(b, `,"key":`...)
-	b = appendJSONString(b, c.keyKinds)
+	b := appendRejectionLog(make([]byte, 0, 160), event, c.cfg.Name, c.keyKinds)
 	b = append(b, `,"max_in_flight":`...)
 	b = strconv.AppendInt(b, c.cfg.MaxInFlight, 10)
 	b = append(b, `,"in_flight":`...)
