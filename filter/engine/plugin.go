@@ -181,15 +181,13 @@ func (p *Plugin) configure(cfg *config.Config) error {
 		if err := p.configureExternal(cfg.External); err != nil {
 			return err
 		}
+		p.routeHeader = cfg.External.RouteHeader
 	}
 	if cfg.Admin != nil {
 		p.admin = newAdminRuntime(p.host.Metrics, cfg.Admin)
 	}
 	for _, l := range p.limits {
 		l.nearLeft = perMillionAll - int64(config.PerMillion(100*cfg.Response.NearLimitRatio))
-	}
-	if cfg.External != nil {
-		p.routeHeader = cfg.External.RouteHeader
 	}
 	p.idle = enabledLimits(p.limits) == 0 && len(p.breakers) == 0 && len(p.concurrency) == 0
 	p.matched = make([]bool, len(p.limits))
