@@ -198,7 +198,7 @@ func (p *Plugin) configure(cfg *config.Config) error {
 
 func matchNeedsOf(m *config.Match) requestNeeds {
 	var n requestNeeds
-	if m.Path != "" || m.PathPrefix != "" {
+	if m.Path != "" || m.PathPrefix != "" || m.Query != nil || m.PathRegex != nil {
 		n |= needPath
 	}
 	if m.Methods != nil {
@@ -212,9 +212,6 @@ func matchNeedsOf(m *config.Match) requestNeeds {
 	}
 	if m.Routes != nil {
 		n |= needRoute
-	}
-	if m.Query != nil || m.PathRegex != nil {
-		n |= needPath
 	}
 	if m.Not != nil {
 		n |= matchNeedsOf(m.Not)
