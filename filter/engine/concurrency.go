@@ -22,7 +22,6 @@ package engine
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
@@ -80,13 +79,9 @@ func newConcurrencyRuntime(hc *host.Host, cfg *config.ConcurrencyLimit, index in
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", config.IndexPath("concurrency", index), err)
 	}
-	kinds := make([]string, len(cfg.Key))
-	for i, k := range cfg.Key {
-		kinds[i] = k.String()
-	}
 	defineMaxInFlightGauge(hc.Metrics, cfg)
 	return &concurrencyRuntime{cfg: cfg, table: t, tallyKey: prefix + "total",
-		keyKinds: strings.Join(kinds, "+"), metrics: defineConcurrencyMetrics(hc.Metrics, cfg.Name), log: hc.Log}, nil
+		keyKinds: keyKindsOf(cfg.Key), metrics: defineConcurrencyMetrics(hc.Metrics, cfg.Name), log: hc.Log}, nil
 }
 
 // configureConcurrency builds the runtimes and starts the heartbeat.

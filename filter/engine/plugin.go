@@ -270,7 +270,7 @@ func newLimitRuntime(hc *host.Host, cfg *config.Limit, index int, ratePath strin
 	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(hc.Metrics, cfg.Name), rollout: rolloutOf(cfg)}
 	l.metrics.cost = defineCostMetrics(hc.Metrics, cfg)
 	defineRateGauges(hc.Metrics, cfg)
-	l.keyKinds = keyKindsOf(cfg)
+	l.keyKinds = keyKindsOf(cfg.Key)
 	var err error
 	if cfg.Mode != config.ModeLocal {
 		if l.remote, err = newRemoteLimit(cfg, ratePath); err != nil {
