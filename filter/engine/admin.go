@@ -28,7 +28,6 @@ package engine
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -143,8 +142,8 @@ func (h *Stream) serveAdmin(rest string, now time.Time) {
 	a := p.admin
 	info := &h.info
 	source, _ := info.client(&p.cfg.ClientIP)
-	addr, err := netip.ParseAddr(source)
-	fromAllowed := err == nil && a.cfg.ClientCIDRs.Contains(addr)
+	addr, ok := info.ClientAddr() // source, parsed as client_cidrs matches parse it
+	fromAllowed := ok && a.cfg.ClientCIDRs.Contains(addr)
 	auth, _ := info.header("authorization")
 	tokenOK := tokenMatches(auth, &a.cfg.TokenSHA256)
 	if !fromAllowed || !tokenOK {

@@ -19,7 +19,10 @@ package engine
 // from the body, bodyScan stays off and the body callback returns before
 // reading anything.
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 type bodyMode uint8
 
@@ -121,7 +124,7 @@ func (h *Stream) chargeBody(now time.Time) {
 			m.usageMissing.Increment(1)
 		case c.fault != usageOK:
 			m.invalidResponse.Increment(1)
-			logCostFault(p.log, "invalid_response_cost", l, "json", joinPath(rc.JSON), c.fault.String())
+			logCostFault(p.log, "invalid_response_cost", l, "json", strings.Join(rc.JSON, "."), c.fault.String())
 		default:
 			total = c.usage
 		}
@@ -132,14 +135,6 @@ func (h *Stream) chargeBody(now time.Time) {
 	}
 	h.charges = h.charges[:0]
 	h.body.mode = bodyOff
-}
-
-func joinPath(path []string) string {
-	s := path[0]
-	for _, name := range path[1:] {
-		s += "." + name
-	}
-	return s
 }
 
 // isEventStream tells whether a Content-Type is text/event-stream, with

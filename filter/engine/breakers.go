@@ -173,9 +173,9 @@ func (h *Stream) releaseTickets() { h.tickets = h.tickets[:0] }
 
 func (h *Stream) rejectOpen(b *breakerRuntime, scope string, d breaker.Decision) {
 	p := h.plugin
-	headers := [][2]string{{"retry-after", strconv.FormatInt(retryAfterSeconds(d.RetryAfter), 10)}}
-	if !p.cfg.Response.Headers.Has(config.HeadersRetryAfter) {
-		headers = nil
+	var headers [][2]string
+	if p.cfg.Response.Headers.Has(config.HeadersRetryAfter) {
+		headers = [][2]string{{"retry-after", strconv.FormatInt(retryAfterSeconds(d.RetryAfter), 10)}}
 	}
 	ct, body := circuitOpenBody(p.cfg.Response.Body, scope, b.cfg.Status, d.RetryAfter)
 	b2 := make([]byte, 0, 128)

@@ -22,7 +22,6 @@ package engine
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
@@ -80,13 +79,9 @@ func newConcurrencyRuntime(hc *host.Host, cfg *config.ConcurrencyLimit, index in
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", config.IndexPath("concurrency", index), err)
 	}
-	kinds := make([]string, len(cfg.Key))
-	for i, k := range cfg.Key {
-		kinds[i] = k.String()
-	}
 	defineMaxInFlightGauge(hc.Metrics, cfg)
 	return &concurrencyRuntime{cfg: cfg, table: t, tallyKey: prefix + "total",
-		keyKinds: strings.Join(kinds, "+"), metrics: defineConcurrencyMetrics(hc.Metrics, cfg.Name), log: hc.Log}, nil
+		keyKinds: keyKindsOf(cfg.Key), metrics: defineConcurrencyMetrics(hc.Metrics, cfg.Name), log: hc.Log}, nil
 }
 
 // configureConcurrency builds the runtimes and starts the heartbeat.
@@ -250,13 +245,7 @@ func (c *concurrencyRuntime) exportReclaimed() {
 // logRejection writes one JSON line, naming the key's kinds but never its
 // values, like the rate-limit rejections.
 func (c *concurrencyRuntime) logRejection(event string, res inflight.Result) {
-	b := make([]byte, 0, 160)
-	b = append(b, `{"sluice":`...)
-	b = appendJSONString(b, event)
-	b = append(b, `,"limit":`...)
-	b = appendJSONString(b, c.cfg.Name)
-	b = append(b, `,"key":`...)
-	b = appendJSONString(b, c.keyKinds)
+	b := appendRejectionLog(make([]byte, 0, 160), event, c.cfg.Name, c.keyKinds)
 	b = append(b, `,"max_in_flight":`...)
 	b = strconv.AppendInt(b, c.cfg.MaxInFlight, 10)
 	b = append(b, `,"in_flight":`...)

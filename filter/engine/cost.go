@@ -347,7 +347,10 @@ func (h *Stream) charge(c *pendingCharge, total int64, now time.Time, setQuota b
 	}
 }
 
-// combinedHeader is requestInfo.header over a response header map.
+// combinedHeader returns a header of a request or response header map by
+// lower-case name, repeated headers combined into one comma-separated value
+// in order; ok reports presence, even of an empty value. It inlines into
+// requestInfo.header.
 func combinedHeader(headers [][2]string, name string) (value string, ok bool) {
 	n := 0
 	for _, kv := range headers {

@@ -195,7 +195,7 @@ func (h *Stream) appendExternal(dst []byte) (arena []byte, t *limiter.Table, rat
 		}
 		return dst, l.def, l.cfg.Rate, true
 	}
-	t, err := x.table(r.Limit)
+	t, err := tableWithLimit(x.tables, x.lim.def, r.Limit)
 	if err != nil {
 		// Parse and Decode validate every answer; this cannot happen, and
 		// the fallback is the safe reading if it does.
@@ -207,19 +207,21 @@ func (h *Stream) appendExternal(dst []byte) (arena []byte, t *limiter.Table, rat
 	return append(append(dst, r.Tag), r.Bucket...), t, rate, true
 }
 
-// table is the limit's table deciding with lim.
-func (x *externalRuntime) table(lim limiter.Limit) (*limiter.Table, error) {
-	if t, ok := x.tables[lim]; ok {
+// tableWithLimit is base's view deciding with lim, kept in views: made
+// once per distinct answered rate, and all dropped when maxRateTables
+// are there.
+func tableWithLimit(views map[limiter.Limit]*limiter.Table, base *limiter.Table, lim limiter.Limit) (*limiter.Table, error) {
+	if t, ok := views[lim]; ok {
 		return t, nil
 	}
-	if len(x.tables) >= maxRateTables {
-		clear(x.tables)
+	if len(views) >= maxRateTables {
+		clear(views)
 	}
-	t, err := x.lim.def.WithLimit(lim)
+	t, err := base.WithLimit(lim)
 	if err != nil {
 		return nil, err
 	}
-	x.tables[lim] = t
+	views[lim] = t
 	return t, nil
 }
 
@@ -234,18 +236,7 @@ func (h *Stream) localFallback(rr *remoteReq) (*limiter.Table, error) {
 	n := int64(max(rr.l.cfg.Instances, 1))
 	lim.Rate = max(lim.Rate/n, 1)
 	lim.Burst /= n
-	if t, ok := x.fallbacks[lim]; ok {
-		return t, nil
-	}
-	if len(x.fallbacks) >= maxRateTables {
-		clear(x.fallbacks)
-	}
-	t, err := x.fallbackBase.WithLimit(lim)
-	if err != nil {
-		return nil, err
-	}
-	x.fallbacks[lim] = t
-	return t, nil
+	return tableWithLimit(x.fallbacks, x.fallbackBase, lim)
 }
 
 // remotePolicy is the failure policy of a global or hybrid decision: the

@@ -112,19 +112,24 @@ func (h *Stream) sendLocal(status int, headers [][2]string, contentType string, 
 // kinds, never its values: client addresses are personal data and do not
 // belong in proxy logs by default.
 func (h *Stream) logRejection(event string, l *limitRuntime, res limiter.Result) {
-	b := make([]byte, 0, 160)
-	b = append(b, `{"sluice":`...)
-	b = appendJSONString(b, event)
-	b = append(b, `,"limit":`...)
-	b = appendJSONString(b, l.cfg.Name)
-	b = append(b, `,"key":`...)
-	b = appendJSONString(b, l.keyKinds)
+	b := appendRejectionLog(make([]byte, 0, 160), event, l.cfg.Name, l.keyKinds)
 	b = append(b, `,"limit_value":`...)
 	b = strconv.AppendInt(b, res.Limit, 10)
 	b = append(b, `,"retry_after":`...)
 	b = strconv.AppendInt(b, retryAfterSeconds(res.RetryAfter), 10)
 	b = append(b, '}')
 	h.plugin.log.Info(string(b))
+}
+
+// appendRejectionLog starts the JSON line of a rejection by a rate or
+// concurrency limit: the event, the limit and its key's kinds.
+func appendRejectionLog(b []byte, event, limit, keyKinds string) []byte {
+	b = append(b, `{"sluice":`...)
+	b = appendJSONString(b, event)
+	b = append(b, `,"limit":`...)
+	b = appendJSONString(b, limit)
+	b = append(b, `,"key":`...)
+	return appendJSONString(b, keyKinds)
 }
 
 // arenaString views key bytes as a string without a copy. For the worker's

@@ -181,15 +181,13 @@ func (p *Plugin) configure(cfg *config.Config) error {
 		if err := p.configureExternal(cfg.External); err != nil {
 			return err
 		}
+		p.routeHeader = cfg.External.RouteHeader
 	}
 	if cfg.Admin != nil {
 		p.admin = newAdminRuntime(p.host.Metrics, cfg.Admin)
 	}
 	for _, l := range p.limits {
 		l.nearLeft = perMillionAll - int64(config.PerMillion(100*cfg.Response.NearLimitRatio))
-	}
-	if cfg.External != nil {
-		p.routeHeader = cfg.External.RouteHeader
 	}
 	p.idle = enabledLimits(p.limits) == 0 && len(p.breakers) == 0 && len(p.concurrency) == 0
 	p.matched = make([]bool, len(p.limits))
@@ -200,7 +198,7 @@ func (p *Plugin) configure(cfg *config.Config) error {
 
 func matchNeedsOf(m *config.Match) requestNeeds {
 	var n requestNeeds
-	if m.Path != "" || m.PathPrefix != "" {
+	if m.Path != "" || m.PathPrefix != "" || m.Query != nil || m.PathRegex != nil {
 		n |= needPath
 	}
 	if m.Methods != nil {
@@ -214,9 +212,6 @@ func matchNeedsOf(m *config.Match) requestNeeds {
 	}
 	if m.Routes != nil {
 		n |= needRoute
-	}
-	if m.Query != nil || m.PathRegex != nil {
-		n |= needPath
 	}
 	if m.Not != nil {
 		n |= matchNeedsOf(m.Not)
@@ -275,7 +270,7 @@ func newLimitRuntime(hc *host.Host, cfg *config.Limit, index int, ratePath strin
 	l := &limitRuntime{cfg: cfg, index: index, metrics: defineLimitMetrics(hc.Metrics, cfg.Name), rollout: rolloutOf(cfg)}
 	l.metrics.cost = defineCostMetrics(hc.Metrics, cfg)
 	defineRateGauges(hc.Metrics, cfg)
-	l.keyKinds = keyKindsOf(cfg)
+	l.keyKinds = keyKindsOf(cfg.Key)
 	var err error
 	if cfg.Mode != config.ModeLocal {
 		if l.remote, err = newRemoteLimit(cfg, ratePath); err != nil {

@@ -29,7 +29,7 @@ type QuotaKey struct {
 // override is unlimited or blocked.
 func ResolveQuotaKey(cfg *config.Limit, parts []string) (QuotaKey, error) {
 	if len(parts) != len(cfg.Key) {
-		return QuotaKey{}, fmt.Errorf("limit %q has %d key parts (%s), got %d values", cfg.Name, len(cfg.Key), keyKindsOf(cfg), len(parts))
+		return QuotaKey{}, fmt.Errorf("limit %q has %d key parts (%s), got %d values", cfg.Name, len(cfg.Key), keyKindsOf(cfg.Key), len(parts))
 	}
 	var b strings.Builder
 	for i, v := range parts {
@@ -68,11 +68,11 @@ func overrideActionName(a config.OverrideAction) string {
 	return "unlimited"
 }
 
-// keyKindsOf names a limit's key parts for logs and messages:
-// "client_ip+header:x-tenant".
-func keyKindsOf(cfg *config.Limit) string {
-	kinds := make([]string, len(cfg.Key))
-	for i, k := range cfg.Key {
+// keyKindsOf names the key parts of a rate or concurrency limit for logs
+// and messages: "client_ip+header:x-tenant".
+func keyKindsOf(key []config.KeyPart) string {
+	kinds := make([]string, len(key))
+	for i, k := range key {
 		kinds[i] = k.String()
 	}
 	return strings.Join(kinds, "+")

@@ -59,14 +59,9 @@ func (l *limitRuntime) fallbackTable(s store.Store, overrideValue string) (*limi
 	} else if rl.fallbackDef != nil {
 		return rl.fallbackDef, nil
 	}
-	n := int64(l.cfg.Instances)
-	if n < 1 {
-		n = 1
-	}
-	rate.Limit /= n
-	if rate.Limit < 1 {
-		rate.Limit = 1
-	}
+	// As localFallback divides an external answer's rate.
+	n := int64(max(l.cfg.Instances, 1))
+	rate.Limit = max(rate.Limit/n, 1)
 	rate.Burst /= n
 	prefix := "sluice.rlf." + l.cfg.Name + "."
 	seed := l.cfg.Name + "\x00fallback"

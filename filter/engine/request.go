@@ -92,19 +92,7 @@ func (r *requestInfo) pseudo(which requestNeeds) string {
 // combination defines; ok reports presence, even of an empty value.
 func (r *requestInfo) header(name string) (value string, ok bool) {
 	r.loadHeaders()
-	n := 0
-	for _, kv := range r.headers {
-		if kv[0] != name {
-			continue
-		}
-		if n == 0 {
-			value = kv[1]
-		} else {
-			value = value + "," + kv[1]
-		}
-		n++
-	}
-	return value, n > 0
+	return combinedHeader(r.headers, name)
 }
 
 // headerValues returns every value of a header, for X-Forwarded-For.

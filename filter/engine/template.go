@@ -24,15 +24,15 @@ type replyValues struct {
 // the built-in body, replaced by the kind's template when there is one.
 func (h *Stream) reject(kind config.ReplyKind, v replyValues, status int, headers [][2]string, ct string, body []byte) {
 	r := &h.plugin.cfg.Response
+	if !r.PlainGRPC && h.isGRPC() {
+		h.sendGRPC(kind, headers) // trailers-only: no body to render
+		return
+	}
 	if t := r.Templates; r.Body == config.BodyTemplate && t != nil && t.ByKind[kind] != nil {
 		ct = t.ContentType
 		body = t.ByKind[kind].Render(t.JSON, func(ph config.Placeholder, header string) string {
 			return h.placeholder(ph, header, v, status)
 		})
-	}
-	if !r.PlainGRPC && h.isGRPC() {
-		h.sendGRPC(kind, headers)
-		return
 	}
 	h.sendLocal(status, headers, ct, body)
 }
