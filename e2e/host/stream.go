@@ -388,6 +388,13 @@ func requestHeaderMap(req *Request) [][2]string {
 
 func (p *Plugin) passThrough(ctx context.Context, req *Request, next Upstream) (*Response, error) {
 	resp, err := next(ctx, req)
+	return routed(ctx, resp, err)
+}
+
+// routed is the upstream's answer as the router hands it back: a failure
+// becomes the router's local reply, unless the stream itself was
+// cancelled (ctx's error is then the answer).
+func routed(ctx context.Context, resp *Response, err error) (*Response, error) {
 	if err != nil {
 		var ue *UpstreamError
 		if errors.As(err, &ue) {
@@ -617,20 +624,10 @@ func (sr *streamRun) request() streamNeed {
 // upstream takes the upstream's answer (or failure, which the router turns
 // into a local reply) into the response callbacks.
 func (sr *streamRun) upstream() streamNeed {
-	resp, err := sr.upResp, sr.upErr
+	resp, err := routed(sr.ctx, sr.upResp, sr.upErr)
 	sr.upResp, sr.upErr = nil, nil
 	if err != nil {
-		var ue *UpstreamError
-		switch {
-		case errors.As(err, &ue):
-			resp = routerReply(ue)
-		case sr.ctx.Err() != nil:
-			return sr.end(nil, sr.ctx.Err())
-		default:
-			resp = routerReply(&UpstreamError{Status: 503, Details: "upstream_reset_before_response_started{connection_failure}"})
-		}
-	} else if resp.Details == "" {
-		resp.Details = "via_upstream"
+		return sr.end(nil, err)
 	}
 	if sr.w.vm != sr.v || sr.v.failed {
 		return sr.failedMidStream()
