@@ -638,21 +638,16 @@ func (sr *streamRun) upstream() streamNeed {
 // sendLocal turns a deferred proxy_send_local_response into the reply,
 // which then passes through proxy_on_response_headers like in Envoy.
 func (sr *streamRun) sendLocal() streamNeed {
-	st := sr.st
-	lr := st.local
-	st.local = nil
-	st.localSent = true
-	resp := &Response{Status: lr.status, Body: lr.body, Details: lr.details, Local: true}
-	hasContentType := false
-	for _, h := range lr.headers {
-		k := lower(h[0])
-		hasContentType = hasContentType || k == "content-type"
-		resp.Headers = append(resp.Headers, [2]string{k, h[1]})
+	room := 0
+	if len(sr.st.local.body) > 0 {
+		room = 2 // content-length and content-type
 	}
+	resp, hasContentType := sr.st.takeLocal(room)
+	sr.st.localSent = true
 	// As Envoy's local reply preparation does: the plugin's headers are
 	// added first, and text/plain only fills in a missing content-type.
-	if len(lr.body) > 0 {
-		resp.Headers = append(resp.Headers, [2]string{"content-length", itoa(len(lr.body))})
+	if len(resp.Body) > 0 {
+		resp.Headers = append(resp.Headers, [2]string{"content-length", itoa(len(resp.Body))})
 		if !hasContentType {
 			resp.Headers = append(resp.Headers, [2]string{"content-type", "text/plain"})
 		}
@@ -746,14 +741,26 @@ func (sr *streamRun) response() streamNeed {
 // callback sent: it replaces the response, and does not run the response
 // callbacks again.
 func (sr *streamRun) replaceWithLocal() streamNeed {
-	st := sr.st
+	r, _ := sr.st.takeLocal(0)
+	return sr.end(r, nil)
+}
+
+// takeLocal takes the local reply the plugin sent as a Response, with its
+// header names in lower case and room for that many more headers, and says
+// whether it set a content-type.
+func (st *stream) takeLocal(room int) (resp *Response, hasContentType bool) {
 	lr := st.local
 	st.local = nil
-	r := &Response{Status: lr.status, Body: lr.body, Details: lr.details, Local: true}
-	for _, h := range lr.headers {
-		r.Headers = append(r.Headers, [2]string{lower(h[0]), h[1]})
+	resp = &Response{Status: lr.status, Body: lr.body, Details: lr.details, Local: true}
+	if n := len(lr.headers) + room; n > 0 {
+		resp.Headers = make([][2]string, 0, n)
 	}
-	return sr.end(r, nil)
+	for _, h := range lr.headers {
+		k := lower(h[0])
+		hasContentType = hasContentType || k == "content-type"
+		resp.Headers = append(resp.Headers, [2]string{k, h[1]})
+	}
+	return resp, hasContentType
 }
 
 // afterStreamedHeaders follows proxy_on_response_headers of a response
