@@ -877,6 +877,10 @@ func (v *vm) syncParked(st *stream) {
 
 func (st *stream) buildResponse() *Response {
 	out := &Response{Details: st.details, Body: st.respBody, Trailers: st.respTrailers}
+	if n := len(st.respHeaders) - 1; n > 0 {
+		// Sized once: every header but :status is kept.
+		out.Headers = make([][2]string, 0, n)
+	}
 	for _, h := range st.respHeaders {
 		if h[0] == ":status" {
 			if n, err := strconv.Atoi(h[1]); err == nil {
