@@ -137,22 +137,6 @@ func (p *MetadataPair) set(req *host.Request, v string) {
 	req.DynamicMetadata[p.Namespace][p.Key] = val
 }
 
-func joinedHeader(hs [][2]string, name string) (string, bool) {
-	var b strings.Builder
-	found := false
-	for _, kv := range hs {
-		if kv[0] != name {
-			continue
-		}
-		if found {
-			b.WriteByte(',')
-		}
-		b.WriteString(kv[1])
-		found = true
-	}
-	return b.String(), found
-}
-
 func withoutHeader(hs [][2]string, name string) [][2]string {
 	out := make([][2]string, 0, len(hs))
 	for _, kv := range hs {

@@ -740,8 +740,8 @@ func buildHTTPFilters(list []*hcmv3.HttpFilter, path string, clusters map[string
 		fpath := fmt.Sprintf("%s[%d]", path, i)
 		hf := &HTTPFilter{Name: f.GetName(), Path: fpath}
 		if cd := f.GetConfigDiscovery(); cd != nil {
-			if i == len(list)-1 {
-				return nil, &fieldError{Path: fpath, Msg: fmt.Sprintf("non-terminal filter named %s of type %s is the last filter in a http filter chain", f.GetName(), WasmFilterName)}
+			if err := notLast(list, i, fpath, WasmFilterName); err != nil {
+				return nil, err
 			}
 			wf, file, stat, err := loadDiscoveredWasm(f.GetName(), cd, fpath+".config_discovery", clusters)
 			if err != nil {
@@ -762,8 +762,8 @@ func buildHTTPFilters(list []*hcmv3.HttpFilter, path string, clusters map[string
 				return nil, &fieldError{Path: fpath, Msg: fmt.Sprintf("terminal filter named %s of type %s must be the last filter in a http filter chain", f.GetName(), RouterFilterName)}
 			}
 		case tc.MessageIs(&wasmfilterv3.Wasm{}):
-			if i == len(list)-1 {
-				return nil, &fieldError{Path: fpath, Msg: fmt.Sprintf("non-terminal filter named %s of type %s is the last filter in a http filter chain", f.GetName(), WasmFilterName)}
+			if err := notLast(list, i, fpath, WasmFilterName); err != nil {
+				return nil, err
 			}
 			w := &wasmfilterv3.Wasm{}
 			if err := tc.UnmarshalTo(w); err != nil {
@@ -775,8 +775,8 @@ func buildHTTPFilters(list []*hcmv3.HttpFilter, path string, clusters map[string
 			}
 			hf.Wasm = wf
 		case tc.MessageIs(&h2mv3.Config{}):
-			if i == len(list)-1 {
-				return nil, &fieldError{Path: fpath, Msg: fmt.Sprintf("non-terminal filter named %s of type %s is the last filter in a http filter chain", f.GetName(), HeaderToMetadataFilterName)}
+			if err := notLast(list, i, fpath, HeaderToMetadataFilterName); err != nil {
+				return nil, err
 			}
 			c := &h2mv3.Config{}
 			if err := tc.UnmarshalTo(c); err != nil {
@@ -793,6 +793,15 @@ func buildHTTPFilters(list []*hcmv3.HttpFilter, path string, clusters map[string
 		out = append(out, hf)
 	}
 	return out, nil
+}
+
+// notLast refuses a non-terminal filter of type typ at list[i] when it is
+// the last of the chain, as Envoy does.
+func notLast(list []*hcmv3.HttpFilter, i int, fpath, typ string) error {
+	if i < len(list)-1 {
+		return nil
+	}
+	return &fieldError{Path: fpath, Msg: fmt.Sprintf("non-terminal filter named %s of type %s is the last filter in a http filter chain", list[i].GetName(), typ)}
 }
 
 // wasmRuntimes are the runtimes Envoy 1.39 can be built with. All of them

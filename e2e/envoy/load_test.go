@@ -206,6 +206,16 @@ func TestLoadErrors(t *testing.T) {
 			wantErr: []string{"http_filters[0]", "must be the last filter"},
 		},
 		{
+			name: "wasm filter last",
+			old:  "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router", new: "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+			wantErr: []string{"http_filters[1]", "non-terminal filter", "of type " + WasmFilterName, "is the last filter"},
+		},
+		{
+			name: "header_to_metadata filter last",
+			old:  "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router", new: "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
+			wantErr: []string{"http_filters[1]", "non-terminal filter", "of type " + HeaderToMetadataFilterName, "is the last filter"},
+		},
+		{
 			name: "STATIC cluster with a host name",
 			old:  "address: 127.0.0.1, port_value: 8081", new: "address: localhost, port_value: 8081",
 			wantErr: []string{"clusters[0].load_assignment.endpoints[0].lb_endpoints[0]", "malformed IP address"},

@@ -772,6 +772,23 @@ func headerValue(hs [][2]string, name string) string {
 	return ""
 }
 
+// joinedHeader is the value of header name with repeats joined by ",",
+// as Envoy joins them, and whether the header is present. A single value
+// is returned as it is, without a copy.
+func joinedHeader(hs [][2]string, name string) (v string, found bool) {
+	for _, kv := range hs {
+		if kv[0] != name {
+			continue
+		}
+		if found {
+			v += "," + kv[1]
+		} else {
+			v, found = kv[1], true
+		}
+	}
+	return v, found
+}
+
 // match finds the route as Envoy does: the virtual host by :authority
 // (exact, then longest suffix wildcard, then longest prefix wildcard, then
 // "*"), then the first matching route in order.
@@ -799,22 +816,12 @@ func (l *listener) match(hs [][2]string) (*VirtualHost, *Route) {
 // repeated header are joined by "," before an exact comparison.
 func headersMatch(ms []HeaderMatch, hs [][2]string) bool {
 	for _, m := range ms {
-		var joined string
-		n := 0
-		for _, h := range hs {
-			if h[0] == m.Name {
-				if n > 0 {
-					joined += ","
-				}
-				joined += h[1]
-				n++
-			}
-		}
+		joined, present := joinedHeader(hs, m.Name)
 		var ok bool
 		switch {
 		case !m.HasExact:
-			ok = (n > 0) == m.Present != m.Invert
-		case n == 0:
+			ok = present == m.Present != m.Invert
+		case !present:
 			ok = false
 		default:
 			ok = (joined == m.Exact) != m.Invert

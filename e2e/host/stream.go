@@ -388,6 +388,13 @@ func requestHeaderMap(req *Request) [][2]string {
 
 func (p *Plugin) passThrough(ctx context.Context, req *Request, next Upstream) (*Response, error) {
 	resp, err := next(ctx, req)
+	return routed(ctx, resp, err)
+}
+
+// routed is the upstream's answer as the router hands it back: a failure
+// becomes the router's local reply, unless the stream itself was
+// cancelled (ctx's error is then the answer).
+func routed(ctx context.Context, resp *Response, err error) (*Response, error) {
 	if err != nil {
 		var ue *UpstreamError
 		if errors.As(err, &ue) {
@@ -617,20 +624,10 @@ func (sr *streamRun) request() streamNeed {
 // upstream takes the upstream's answer (or failure, which the router turns
 // into a local reply) into the response callbacks.
 func (sr *streamRun) upstream() streamNeed {
-	resp, err := sr.upResp, sr.upErr
+	resp, err := routed(sr.ctx, sr.upResp, sr.upErr)
 	sr.upResp, sr.upErr = nil, nil
 	if err != nil {
-		var ue *UpstreamError
-		switch {
-		case errors.As(err, &ue):
-			resp = routerReply(ue)
-		case sr.ctx.Err() != nil:
-			return sr.end(nil, sr.ctx.Err())
-		default:
-			resp = routerReply(&UpstreamError{Status: 503, Details: "upstream_reset_before_response_started{connection_failure}"})
-		}
-	} else if resp.Details == "" {
-		resp.Details = "via_upstream"
+		return sr.end(nil, err)
 	}
 	if sr.w.vm != sr.v || sr.v.failed {
 		return sr.failedMidStream()
@@ -641,21 +638,16 @@ func (sr *streamRun) upstream() streamNeed {
 // sendLocal turns a deferred proxy_send_local_response into the reply,
 // which then passes through proxy_on_response_headers like in Envoy.
 func (sr *streamRun) sendLocal() streamNeed {
-	st := sr.st
-	lr := st.local
-	st.local = nil
-	st.localSent = true
-	resp := &Response{Status: lr.status, Body: lr.body, Details: lr.details, Local: true}
-	hasContentType := false
-	for _, h := range lr.headers {
-		k := lower(h[0])
-		hasContentType = hasContentType || k == "content-type"
-		resp.Headers = append(resp.Headers, [2]string{k, h[1]})
+	room := 0
+	if len(sr.st.local.body) > 0 {
+		room = 2 // content-length and content-type
 	}
+	resp, hasContentType := sr.st.takeLocal(room)
+	sr.st.localSent = true
 	// As Envoy's local reply preparation does: the plugin's headers are
 	// added first, and text/plain only fills in a missing content-type.
-	if len(lr.body) > 0 {
-		resp.Headers = append(resp.Headers, [2]string{"content-length", itoa(len(lr.body))})
+	if len(resp.Body) > 0 {
+		resp.Headers = append(resp.Headers, [2]string{"content-length", itoa(len(resp.Body))})
 		if !hasContentType {
 			resp.Headers = append(resp.Headers, [2]string{"content-type", "text/plain"})
 		}
@@ -749,14 +741,26 @@ func (sr *streamRun) response() streamNeed {
 // callback sent: it replaces the response, and does not run the response
 // callbacks again.
 func (sr *streamRun) replaceWithLocal() streamNeed {
-	st := sr.st
+	r, _ := sr.st.takeLocal(0)
+	return sr.end(r, nil)
+}
+
+// takeLocal takes the local reply the plugin sent as a Response, with its
+// header names in lower case and room for that many more headers, and says
+// whether it set a content-type.
+func (st *stream) takeLocal(room int) (resp *Response, hasContentType bool) {
 	lr := st.local
 	st.local = nil
-	r := &Response{Status: lr.status, Body: lr.body, Details: lr.details, Local: true}
-	for _, h := range lr.headers {
-		r.Headers = append(r.Headers, [2]string{lower(h[0]), h[1]})
+	resp = &Response{Status: lr.status, Body: lr.body, Details: lr.details, Local: true}
+	if n := len(lr.headers) + room; n > 0 {
+		resp.Headers = make([][2]string, 0, n)
 	}
-	return sr.end(r, nil)
+	for _, h := range lr.headers {
+		k := lower(h[0])
+		hasContentType = hasContentType || k == "content-type"
+		resp.Headers = append(resp.Headers, [2]string{k, h[1]})
+	}
+	return resp, hasContentType
 }
 
 // afterStreamedHeaders follows proxy_on_response_headers of a response
@@ -873,6 +877,10 @@ func (v *vm) syncParked(st *stream) {
 
 func (st *stream) buildResponse() *Response {
 	out := &Response{Details: st.details, Body: st.respBody, Trailers: st.respTrailers}
+	if n := len(st.respHeaders) - 1; n > 0 {
+		// Sized once: every header but :status is kept.
+		out.Headers = make([][2]string, 0, n)
+	}
 	for _, h := range st.respHeaders {
 		if h[0] == ":status" {
 			if n, err := strconv.Atoi(h[1]); err == nil {
