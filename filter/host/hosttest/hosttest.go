@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/limiter/store"
 )
@@ -16,11 +17,12 @@ import (
 // New returns a host of fakes over a fresh in-memory store, its clock at
 // start.
 func New(start time.Time) (host.Host, *Fakes) {
+	stream := &Stream{}
 	f := &Fakes{
 		Store:   store.NewMemory(),
 		Clock:   &Clock{Now: start},
-		Stream:  &Stream{},
-		Caller:  &Caller{},
+		Stream:  stream,
+		Caller:  &Caller{Stream: stream},
 		Ticker:  &Ticker{},
 		Metrics: &Metrics{Values: map[string]uint64{}},
 		Log:     &Log{},
@@ -199,8 +201,12 @@ type Call struct {
 	Headers [][2]string
 	Body    []byte
 	Timeout time.Duration
-	done    func(status int, body []byte, err error)
-	caller  *Caller
+	// From is the stream that was current (Stream.Current) when the call
+	// was sent: the context a proxy-wasm host files it under, 0 for the
+	// root (the tick, a reply) unless the caller had selected a stream.
+	From   uint32
+	done   func(status int, body []byte, err error)
+	caller *Caller
 	// Answered is set once Answer ran.
 	Answered bool
 }
@@ -213,6 +219,22 @@ func (c *Call) AnswerWithHeaders(status int, headers [][2]string, body []byte) {
 	c.Answer(status, body, nil)
 }
 
+// Reply delivers status and body as a proxy-wasm host does under the
+// host.Caller contract: a body over host.MaxReplyBody is not read and is
+// reported as backend.TooLarge, and what is read is a copy, since the
+// host's lives only as long as the callback.
+func (c *Call) Reply(status int, body []byte) {
+	if len(body) > host.MaxReplyBody {
+		c.Answer(status, nil, backend.TooLarge(status, len(body), host.MaxReplyBody))
+		return
+	}
+	c.Answer(status, append([]byte(nil), body...), nil)
+}
+
+// NoReply reports that no response came (a timeout, a reset, no healthy
+// host), as the host would.
+func (c *Call) NoReply() { c.Answer(0, nil, backend.Timeout()) }
+
 // Answer delivers the reply, as the host's callback would; once.
 func (c *Call) Answer(status int, body []byte, err error) {
 	if c.Answered {
@@ -222,10 +244,12 @@ func (c *Call) Answer(status int, body []byte, err error) {
 	c.done(status, body, err)
 }
 
-// Caller records calls; Fail, when set, refuses them.
+// Caller records calls; Fail, when set, refuses them. Stream, when set,
+// is read for the Call's From.
 type Caller struct {
-	Calls []*Call
-	Fail  error
+	Calls  []*Call
+	Fail   error
+	Stream *Stream
 	// replyHeaders are the headers of the reply being delivered.
 	replyHeaders [][2]string
 }
@@ -238,7 +262,11 @@ func (c *Caller) Call(cluster string, headers [][2]string, body []byte, timeout 
 	if c.Fail != nil {
 		return c.Fail
 	}
-	c.Calls = append(c.Calls, &Call{Cluster: cluster, Headers: headers, Body: append([]byte(nil), body...), Timeout: timeout, done: done, caller: c})
+	call := &Call{Cluster: cluster, Headers: headers, Body: append([]byte(nil), body...), Timeout: timeout, done: done, caller: c}
+	if c.Stream != nil {
+		call.From = c.Stream.Current
+	}
+	c.Calls = append(c.Calls, call)
 	return nil
 }
 
