@@ -26,6 +26,54 @@ type nativeHarness struct {
 	// metadata set; proxytest has one property map for all streams, so
 	// the next request clears them.
 	metadata [][]string
+	// answer, when set, answers the callouts the filter sends while a
+	// request is held: the reply's status and body, or ok false for no
+	// response. Without it a callout stays unanswered.
+	answer func(cluster string, headers [][2]string, body []byte) (status int, reply []byte, ok bool)
+	// answered counts the callouts answered per context.
+	answered map[uint32]int
+}
+
+// newNativeHarness starts the plugin with cfg on the emulator, its clock
+// at filtertest.Epoch.
+func newNativeHarness(t *testing.T, cfg string) *nativeHarness {
+	t.Helper()
+	h := &nativeHarness{now: filtertest.Epoch, answered: map[uint32]int{}}
+	opt := proxytest.NewEmulatorOption().
+		WithVMContext(filter.NewVMContextWithClock(func() time.Time { return h.now })).
+		WithPluginConfiguration([]byte(cfg))
+	host, reset := proxytest.NewHostEmulator(opt)
+	t.Cleanup(reset)
+	if st := host.StartPlugin(); st != types.OnPluginStartStatusOK {
+		t.Fatalf("OnPluginStart failed for config %s: %v", cfg, host.GetCriticalLogs())
+	}
+	h.host = host
+	return h
+}
+
+// pump answers the callouts the plugin's context and stream id's sent
+// since the last pump, and reports how many it answered. The filter has
+// at most one in flight here: proxytest numbers callouts by how many are
+// live, so two answered out of order could share an id.
+func (n *nativeHarness) pump(id uint32) int {
+	if n.answer == nil {
+		return 0
+	}
+	answered := 0
+	for _, ctx := range []uint32{proxytest.PluginContextID, id} {
+		calls := n.host.GetCalloutAttributesFromContext(ctx)
+		for ; n.answered[ctx] < len(calls); n.answered[ctx]++ {
+			c := calls[n.answered[ctx]]
+			status, body, ok := n.answer(c.Upstream, c.Headers, c.Body)
+			if !ok {
+				n.host.CallOnHttpCallResponse(c.CalloutID, nil, nil, nil)
+			} else {
+				n.host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", strconv.Itoa(status)}}, nil, body)
+			}
+			answered++
+		}
+	}
+	return answered
 }
 
 // tickStep is how far the clock moves per emulated tick while a request is
@@ -57,6 +105,10 @@ func (n *nativeHarness) Start(t testing.TB, req filtertest.Request) (filtertest.
 	start := n.now
 	action := n.host.CallOnRequestHeaders(id, headers, true)
 	for action == types.ActionPause && n.host.GetSentLocalResponse(id) == nil {
+		if n.pump(id) > 0 {
+			action = n.host.GetCurrentHttpStreamAction(id)
+			continue
+		}
 		if n.now.Sub(start) > filtertest.MaxHold {
 			t.Fatalf("request held for more than %v", filtertest.MaxHold)
 		}
@@ -187,17 +239,7 @@ func (n *nativeHarness) Defined(t testing.TB, name string) bool {
 func TestCasesNative(t *testing.T) {
 	for _, c := range filtertest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			h := &nativeHarness{now: filtertest.Epoch}
-			opt := proxytest.NewEmulatorOption().
-				WithVMContext(filter.NewVMContextWithClock(func() time.Time { return h.now })).
-				WithPluginConfiguration([]byte(c.Config))
-			host, reset := proxytest.NewHostEmulator(opt)
-			defer reset()
-			if st := host.StartPlugin(); st != types.OnPluginStartStatusOK {
-				t.Fatalf("OnPluginStart failed for config %s", c.Config)
-			}
-			h.host = host
-			c.Run(t, h)
+			c.Run(t, newNativeHarness(t, c.Config))
 		})
 	}
 }

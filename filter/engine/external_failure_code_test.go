@@ -1,10 +1,10 @@
-package filter_test
+package engine
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
+	"github.com/sluice-proxy/sluice/filter/host/hosttest"
 )
 
 // TestExternalFailureCode: with Redis down, an answer's failure_code is
@@ -18,7 +18,7 @@ func TestExternalFailureCode(t *testing.T) {
 		"hooli": `{"limit":4,"window":"1h","tenant_key":"hooli","failure_policy":"deny"}`,
 	}
 	d, _ := newExtHarness(t, cfg, quotas)
-	d.reply = func(proxytest.HttpCalloutAttribute) (int, []byte, bool) { return 503, nil, true } // Redis is down
+	d.reply = func(*hosttest.Call) (int, []byte, bool) { return 503, nil, true } // Redis is down
 	if o := d.doHeaders(tenantHeaders("acme")); o.status != 451 {
 		t.Fatalf("acme: %d, want its answer's failure_code 451", o.status)
 	}

@@ -1,13 +1,12 @@
-package filter_test
+package engine
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
-
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/filter/host/hosttest"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -113,7 +112,7 @@ func TestHybridChargesRedisAndStopsLeasing(t *testing.T) {
 // fallback table, which admitted the request in the first place.
 func TestChargeFallsBackLocally(t *testing.T) {
 	d := newDistHarness(t, chargeConfig("global", "local"), nil)
-	d.reply = func(proxytest.HttpCalloutAttribute) (int, []byte, bool) { return 503, nil, true }
+	d.reply = func(*hosttest.Call) (int, []byte, bool) { return 503, nil, true }
 	d.respHeaders = [][2]string{{"x-tokens-used", "5"}}
 	// The fallback bucket is 10/s over 2 instances: 5, all of it charged.
 	if o := d.do("alice"); o.status != 200 {

@@ -1,22 +1,19 @@
-package filter_test
+package engine
 
 import (
 	"encoding/json"
 	"net/url"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
-
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/filter/host/hosttest"
 	"github.com/sluice-proxy/sluice/filter/limitsvc"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
-// fakeLimits plays the limits service for the proxytest harness: it reads
+// fakeLimits plays the limits service for distHarness: it reads
 // each lookup as the service would and answers from quotas by tenant.
 type fakeLimits struct {
 	t      *testing.T
@@ -38,7 +35,7 @@ func newFakeLimits(t *testing.T, quotas map[string]string) *fakeLimits {
 	return &fakeLimits{t: t, quotas: quotas, calls: map[string]int{}}
 }
 
-func (f *fakeLimits) answer(c proxytest.HttpCalloutAttribute) (int, []byte, bool) {
+func (f *fakeLimits) answer(c *hosttest.Call) (int, []byte, bool) {
 	f.t.Helper()
 	var req lookupRequest
 	if err := json.Unmarshal(c.Body, &req); err != nil {
@@ -207,18 +204,7 @@ func equalLookup(a, b lookupRequest) bool {
 func TestExternalOneLookupInFlight(t *testing.T) {
 	d, f := newExtHarness(t, extConfig(""), tenantQuotas)
 	d.silent = true
-	var ids []uint32
-	for range 5 {
-		id := d.host.InitializeHttpContext()
-		d.ctxs = append(d.ctxs, id)
-		ids = append(ids, id)
-		if a := d.host.CallOnRequestHeaders(id, tenantHeaders("acme"), true); a != types.ActionPause {
-			t.Fatalf("action %v, want the request to wait for the lookup", a)
-		}
-	}
-	if d.pump(); d.callouts != 0 {
-		t.Fatalf("%d lookups sent from stream contexts; they must go from the tick", d.callouts)
-	}
+	ids := d.startWaiting(5, tenantHeaders("acme"), "lookup")
 	for range 3 {
 		d.settle()
 	}
@@ -228,15 +214,15 @@ func TestExternalOneLookupInFlight(t *testing.T) {
 	if got := d.counter("sluice.external.waits"); got != 4 {
 		t.Fatalf("waits %d, want the 4 requests that joined the lookup", got)
 	}
-	c := d.host.GetCalloutAttributesFromContext(proxytest.PluginContextID)[0]
+	c := d.callsFrom(0)[0]
 	st, body, _ := f.answer(c)
-	d.host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", strconv.Itoa(st)}}, nil, []byte(body))
+	d.deliver(c, st, body, true)
 	passed, limited := 0, 0
 	for _, id := range ids {
 		switch {
-		case d.host.GetSentLocalResponse(id) != nil && d.host.GetSentLocalResponse(id).StatusCode == 429:
+		case d.local(id) != nil && d.local(id).Status == 429:
 			limited++
-		case d.host.GetCurrentHttpStreamAction(id) == types.ActionContinue:
+		case d.action(id) == Continue:
 			passed++
 		default:
 			t.Fatalf("stream %d not resumed when the answer arrived", id)
@@ -350,7 +336,7 @@ func TestExternalBadAnswersFallBack(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			d, _ := newExtHarness(t, extConfig(""), nil)
-			d.limits = func(proxytest.HttpCalloutAttribute) (int, []byte, bool) { return c.status, []byte(c.body), c.ok }
+			d.limits = func(*hosttest.Call) (int, []byte, bool) { return c.status, []byte(c.body), c.ok }
 			if got := admitted(t, d, "acme", 5); got != 4 {
 				t.Fatalf("admitted %d of 5, want the fallback's 4", got)
 			}
@@ -380,8 +366,8 @@ func TestExternalSilentServiceIsBounded(t *testing.T) {
 		t.Fatalf("errors.timeout %d", got)
 	}
 	// A reply after the watchdog gave up is ignored.
-	c := d.host.GetCalloutAttributesFromContext(proxytest.PluginContextID)[0]
-	d.host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", "200"}}, nil, []byte(`{"limit":1,"window":"1h"}`))
+	c := d.callsFrom(0)[0]
+	d.deliver(c, 200, []byte(`{"limit":1,"window":"1h"}`), true)
 	if got := d.counter("sluice.external.errors.timeout"); got != 1 {
 		t.Fatalf("errors.timeout %d after a late reply", got)
 	}
@@ -407,7 +393,7 @@ func TestExternalUnlimitedAndNoTenantKey(t *testing.T) {
 
 func TestExternalMissingFallbackKey(t *testing.T) {
 	d, _ := newExtHarness(t, extConfig(`,"on_missing_key":"deny"`), tenantQuotas)
-	d.limits = func(proxytest.HttpCalloutAttribute) (int, []byte, bool) { return 503, nil, true }
+	d.limits = func(*hosttest.Call) (int, []byte, bool) { return 503, nil, true }
 	o := d.doHeaders(tenantHeaders(""))
 	if o.status != 429 || !o.local {
 		t.Fatalf("status %d: a request without the fallback's key must be denied under on_missing_key deny", o.status)
@@ -430,7 +416,7 @@ func TestExternalGlobalMode(t *testing.T) {
 	}
 	d, _ := newExtHarness(t, cfg, quotas)
 	var keys []string
-	d.reply = func(c proxytest.HttpCalloutAttribute) (int, []byte, bool) {
+	d.reply = func(c *hosttest.Call) (int, []byte, bool) {
 		path, _ := url.PathUnescape(header(c.Headers, ":path"))
 		keys = append(keys, path)
 		return 503, nil, true // Redis is down
@@ -461,7 +447,7 @@ func FuzzExternalAnswer(f *testing.F) {
 	f.Add(503, []byte(nil))
 	f.Fuzz(func(t *testing.T, status int, body []byte) {
 		d, _ := newExtHarness(t, extConfig(""), nil)
-		d.limits = func(proxytest.HttpCalloutAttribute) (int, []byte, bool) { return status, body, true }
+		d.limits = func(*hosttest.Call) (int, []byte, bool) { return status, body, true }
 		o := d.doHeaders(tenantHeaders("acme"))
 		if o.status != 200 && o.status != 429 {
 			t.Fatalf("status %d", o.status)

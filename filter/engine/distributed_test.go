@@ -1,337 +1,14 @@
-package filter_test
+package engine
 
 import (
-	"encoding/json"
-	"fmt"
-	"net/url"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
-
-	"github.com/sluice-proxy/sluice/filter"
 	"github.com/sluice-proxy/sluice/filter/backend"
-	"github.com/sluice-proxy/sluice/filter/filtertest"
+	"github.com/sluice-proxy/sluice/filter/host/hosttest"
 	"github.com/sluice-proxy/sluice/limiter"
 )
-
-// fakeRedis answers script calls the way Redis behind Webdis or Upstash
-// would, deciding with the local limiter at the harness clock, so the
-// filter's distributed flow can be checked against exact expectations.
-type fakeRedis struct {
-	lim      limiter.Limit
-	state    map[string]limiter.State
-	protocol backend.Protocol
-	loaded   map[string]bool
-	// calls counts script calls by script name, plus "SCRIPT LOAD".
-	calls map[string]int
-}
-
-func newFakeRedis(lim limiter.Limit, p backend.Protocol) *fakeRedis {
-	loaded := map[string]bool{}
-	for _, s := range backend.Scripts() {
-		loaded[s.SHA1] = true
-	}
-	return &fakeRedis{lim: lim, state: map[string]limiter.State{}, protocol: p, loaded: loaded, calls: map[string]int{}}
-}
-
-// command extracts the Redis command from a callout.
-func (f *fakeRedis) command(t testing.TB, c proxytest.HttpCalloutAttribute) []string {
-	t.Helper()
-	if f.protocol == backend.Upstash {
-		var args []string
-		if err := json.Unmarshal(c.Body, &args); err != nil {
-			t.Fatalf("upstash body %q: %v", c.Body, err)
-		}
-		return args
-	}
-	path := header(c.Headers, ":path")
-	var args []string
-	for _, seg := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
-		v, err := url.PathUnescape(seg)
-		if err != nil {
-			t.Fatalf("webdis path %q: %v", path, err)
-		}
-		args = append(args, v)
-	}
-	return args
-}
-
-func header(hs [][2]string, name string) string {
-	for _, kv := range hs {
-		if kv[0] == name {
-			return kv[1]
-		}
-	}
-	return ""
-}
-
-func (f *fakeRedis) envelope(cmd, value string) []byte {
-	if f.protocol == backend.Upstash {
-		return []byte(`{"result":` + value + `}`)
-	}
-	return []byte(`{"` + cmd + `":` + value + `}`)
-}
-
-func (f *fakeRedis) errorReply(cmd, msg string) []byte {
-	if f.protocol == backend.Upstash {
-		return []byte(`{"error":"` + msg + `"}`)
-	}
-	return []byte(`{"` + cmd + `":[false,"` + msg + `"]}`)
-}
-
-// answer decides the call at now and returns the HTTP status and body.
-func (f *fakeRedis) answer(t testing.TB, c proxytest.HttpCalloutAttribute, now time.Time) (int, []byte) {
-	t.Helper()
-	args := f.command(t, c)
-	if len(args) >= 3 && args[0] == "SCRIPT" && args[1] == "LOAD" {
-		f.calls["SCRIPT LOAD"]++
-		for _, s := range backend.Scripts() {
-			if s.Source == args[2] {
-				f.loaded[s.SHA1] = true
-				return 200, f.envelope("SCRIPT", strconv.Quote(s.SHA1))
-			}
-		}
-		t.Fatalf("SCRIPT LOAD of an unknown script")
-	}
-	if len(args) < 5 || args[0] != "EVALSHA" || args[2] != "1" {
-		t.Fatalf("unexpected command %q", args)
-	}
-	if !f.loaded[args[1]] {
-		return 200, f.errorReply("EVALSHA", "NOSCRIPT No matching script. Please use EVAL.")
-	}
-	s := backend.ScriptBySHA1(args[1])
-	f.calls[s.Name]++
-	key := args[3]
-	n, _ := strconv.ParseInt(args[7], 10, 64)
-	if s == backend.FixedWindowScript || s == backend.SlidingWindowScript || s == backend.SlidingLogScript {
-		n, _ = strconv.ParseInt(args[6], 10, 64)
-	}
-	ns := now.UnixNano()
-	st, ok := f.state[key]
-	if !ok {
-		st = limiter.State{} // a fresh key has its whole allowance
-	}
-	us := now.UnixMicro()
-	if s == backend.ChargeScript {
-		// The charge reply is granted with no retry time (see chargeBody).
-		next, res := f.lim.Charge(st, ns, n)
-		granted := 0
-		if res.Allowed {
-			f.state[key], granted = next, 1
-		}
-		return 200, f.envelope("EVALSHA", fmt.Sprintf("[%d,%d,0,%d,%d,%d]", granted, res.Remaining, ceilMS(res.ResetAfter), res.Reason, us))
-	}
-	if s == backend.LeaseScript {
-		aheadUS, _ := strconv.ParseInt(args[8], 10, 64)
-		next, res := f.lim.Lease(st, ns, n, time.Duration(aheadUS)*time.Microsecond)
-		if debugLeases {
-			fmt.Printf("lease t=%v want=%d ahead=%dus: %+v\n", now.Sub(filtertest.Epoch), n, aheadUS, res)
-		}
-		f.state[key] = next
-		wait := res.RetryAfter
-		if res.Granted > 0 {
-			wait = res.ReadyAfter
-		}
-		return 200, f.envelope("EVALSHA", fmt.Sprintf("[%d,%d,%d,%d,%d,%d]", res.Granted, res.Remaining, ceilMS(wait), ceilMS(res.ResetAfter), res.Reason, us))
-	}
-	next, res := f.lim.Decide(st, ns, n)
-	if res.Allowed {
-		f.state[key] = next
-		return 200, f.envelope("EVALSHA", fmt.Sprintf("[1,%d,0,%d,0,%d]", res.Remaining, ceilMS(res.ResetAfter), us))
-	}
-	return 200, f.envelope("EVALSHA", fmt.Sprintf("[0,%d,%d,%d,%d,%d]", res.Remaining, ceilMS(res.RetryAfter), ceilMS(res.ResetAfter), res.Reason, us))
-}
-
-var debugLeases = false
-
-func ceilMS(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
-
-// distHarness drives the plugin on proxytest and plays the backend.
-type distHarness struct {
-	t    *testing.T
-	host proxytest.HostEmulator
-	now  time.Time
-	fake *fakeRedis
-	// reply overrides the fake for the next callouts when set: it returns
-	// the status and body, or ok=false for "no response" (timeout).
-	reply func(c proxytest.HttpCalloutAttribute) (status int, body []byte, ok bool)
-	// silent makes callouts go unanswered, as with a frozen backend.
-	silent bool
-	// limits answers callouts to the "limits" cluster (external.go);
-	// without it such a callout fails the test.
-	limits func(c proxytest.HttpCalloutAttribute) (status int, body []byte, ok bool)
-	seen   map[uint32]int
-	ctxs   []uint32
-	// callouts counts every callout the plugin made.
-	callouts int
-	// respHeaders are added to the upstream's response headers.
-	respHeaders [][2]string
-}
-
-func newDistHarness(t *testing.T, cfg string, fake *fakeRedis) *distHarness {
-	t.Helper()
-	d := &distHarness{t: t, now: filtertest.Epoch, fake: fake, seen: map[uint32]int{}, ctxs: []uint32{proxytest.PluginContextID}}
-	opt := proxytest.NewEmulatorOption().
-		WithVMContext(filter.NewVMContextWithClock(func() time.Time { return d.now })).
-		WithPluginConfiguration([]byte(cfg))
-	host, reset := proxytest.NewHostEmulator(opt)
-	t.Cleanup(reset)
-	if st := host.StartPlugin(); st != types.OnPluginStartStatusOK {
-		t.Fatalf("OnPluginStart failed: %v", host.GetCriticalLogs())
-	}
-	d.host = host
-	return d
-}
-
-// pump answers every outstanding callout, newest first (proxytest reuses
-// callout ids counted from the live ones, so answering the newest first
-// keeps them unique). It reports how many it answered.
-func (d *distHarness) pump() int {
-	answered := 0
-	for {
-		var next *proxytest.HttpCalloutAttribute
-		for _, ctx := range d.ctxs {
-			infos := d.host.GetCalloutAttributesFromContext(ctx)
-			if d.seen[ctx] < len(infos) {
-				c := infos[d.seen[ctx]]
-				d.seen[ctx]++
-				next = &c
-				break
-			}
-		}
-		if next == nil {
-			return answered
-		}
-		d.callouts++
-		if next.Upstream != "redis" && (next.Upstream != "limits" || d.limits == nil) {
-			d.t.Fatalf("callout to %q, want the backend cluster", next.Upstream)
-		}
-		if d.silent {
-			continue
-		}
-		answered++
-		status, body, ok := 0, []byte(nil), true
-		if next.Upstream == "limits" {
-			status, body, ok = d.limits(*next)
-		} else if d.reply != nil {
-			status, body, ok = d.reply(*next)
-		} else {
-			status, body = d.fake.answer(d.t, *next, d.now)
-		}
-		if !ok {
-			d.host.CallOnHttpCallResponse(next.CalloutID, nil, nil, nil)
-			continue
-		}
-		d.host.CallOnHttpCallResponse(next.CalloutID, [][2]string{{":status", strconv.Itoa(status)}}, nil, body)
-	}
-}
-
-// settle steps the clock 5ms and ticks, so the tick sends what waits for
-// it (charges, renewals, retries), and answers those calls.
-func (d *distHarness) settle() {
-	d.now = d.now.Add(5 * time.Millisecond)
-	d.host.Tick()
-	d.pump()
-}
-
-// admitted runs n requests of key and counts those answered 200.
-func (d *distHarness) admitted(key string, n int) int {
-	d.t.Helper()
-	ok := 0
-	for range n {
-		if d.do(key).status == 200 {
-			ok++
-		}
-	}
-	return ok
-}
-
-type outcome struct {
-	status int
-	local  bool
-	waited time.Duration
-	// calls is the number of callouts made while this request ran.
-	calls   int
-	headers [][2]string
-}
-
-// do runs one request, answering callouts and ticking (5ms steps) until
-// the filter resumes or answers it.
-func (d *distHarness) do(key string) outcome {
-	d.t.Helper()
-	return d.doHeaders([][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "example.com"}, {"x-key", key}})
-}
-
-// doHeaders is do with the request's whole header map.
-func (d *distHarness) doHeaders(hs [][2]string) outcome {
-	d.t.Helper()
-	id := d.host.InitializeHttpContext()
-	d.ctxs = append(d.ctxs, id)
-	before := d.callouts
-	start := d.now
-	action := d.host.CallOnRequestHeaders(id, hs, true)
-	for {
-		if local := d.host.GetSentLocalResponse(id); local != nil {
-			d.host.CompleteHttpContext(id)
-			return outcome{status: int(local.StatusCode), local: true, waited: d.now.Sub(start), calls: d.callouts - before, headers: local.Headers}
-		}
-		if action == types.ActionContinue {
-			d.host.CallOnResponseHeaders(id, append([][2]string{{":status", "200"}}, d.respHeaders...), true)
-			d.host.CompleteHttpContext(id)
-			d.pump() // background renewals started by this request
-			return outcome{status: 200, waited: d.now.Sub(start), calls: d.callouts - before}
-		}
-		if d.pump() == 0 {
-			if d.now.Sub(start) > filtertest.MaxHold {
-				d.t.Fatalf("request held for more than %v", filtertest.MaxHold)
-			}
-			if d.host.GetTickPeriod() == 0 {
-				d.t.Fatal("request paused with no tick to resume it")
-			}
-			d.now = d.now.Add(5 * time.Millisecond)
-			d.host.Tick()
-		}
-		action = d.host.GetCurrentHttpStreamAction(id)
-	}
-}
-
-func (d *distHarness) counter(name string) uint64 {
-	v, _ := d.host.GetCounterMetric(name)
-	return v
-}
-
-// silentBudget bounds how long a request waits on distConfig's backend
-// when it fails or never answers: the 50ms timeout × (retries+1) + 10ms
-// backoff, plus the watchdog's slack and one tick of granularity per
-// attempt.
-const silentBudget = 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond
-
-// checkHeld fails the test when o waited longer than silentBudget.
-func (d *distHarness) checkHeld(o outcome) {
-	d.t.Helper()
-	if o.waited > silentBudget {
-		d.t.Fatalf("held %v, budget %v", o.waited, silentBudget)
-	}
-}
-
-func distConfig(mode, policy, protocol string, extraLimit string) string {
-	token := ""
-	if protocol == "upstash" {
-		token = `,"token":"secret"`
-	}
-	limits := `{"name":"api","key":["header:x-key"],"requests_per_second":10,"mode":"` + mode + `","failure_policy":"` + policy + `","instances":2}`
-	if extraLimit != "" {
-		limits += "," + extraLimit
-	}
-	return `{"limits":[` + limits + `],"backend":{"cluster":"redis","protocol":"` + protocol + `"` + token +
-		`,"timeout":"50ms","retries":1,"failure_status":503,"breaker":{"failure_threshold":3,"window":"30s","open_timeout":"1s","half_open_max_requests":1}}}`
-}
-
-var tenPerSecond = limiter.Limit{Algorithm: limiter.TokenBucket, Rate: 10, Period: time.Second}
 
 func TestGlobalAdmitsExactlyTheBucket(t *testing.T) {
 	for _, proto := range []backend.Protocol{backend.Webdis, backend.Upstash} {
@@ -421,7 +98,7 @@ func TestFailurePolicies(t *testing.T) {
 		for _, policy := range []string{"allow", "deny", "local"} {
 			t.Run(bad.name+"/"+policy, func(t *testing.T) {
 				d := newDistHarness(t, distConfig("global", policy, "webdis", ""), nil)
-				d.reply = func(proxytest.HttpCalloutAttribute) (int, []byte, bool) {
+				d.reply = func(*hosttest.Call) (int, []byte, bool) {
 					return bad.status, []byte(bad.body), bad.ok
 				}
 				o := d.do("alice")
@@ -450,7 +127,7 @@ func TestFailurePolicies(t *testing.T) {
 
 func TestFailureLocalDividesByInstances(t *testing.T) {
 	d := newDistHarness(t, distConfig("global", "local", "webdis", ""), nil)
-	d.reply = func(proxytest.HttpCalloutAttribute) (int, []byte, bool) { return 503, nil, true }
+	d.reply = func(*hosttest.Call) (int, []byte, bool) { return 503, nil, true }
 	// 10/s divided by instances 2 = a local bucket of 5.
 	if ok := d.admitted("alice", 8); ok != 5 {
 		t.Fatalf("admitted %d under the local fallback, want 5", ok)
@@ -461,7 +138,7 @@ func TestBackendBreakerOpensAndRecovers(t *testing.T) {
 	fake := newFakeRedis(limiter.Limit{Algorithm: limiter.TokenBucket, Rate: 1000, Period: time.Second}, backend.Webdis)
 	d := newDistHarness(t, distConfig("global", "deny", "webdis", ""), fake)
 	down := true
-	d.reply = func(c proxytest.HttpCalloutAttribute) (int, []byte, bool) {
+	d.reply = func(c *hosttest.Call) (int, []byte, bool) {
 		if down {
 			return 503, nil, true
 		}
@@ -514,9 +191,9 @@ func TestSilentBackendIsBoundedByBudget(t *testing.T) {
 			}
 			d.checkHeld(o)
 			// A reply arriving after the watchdog gave up must be ignored safely.
-			for _, ctx := range d.ctxs {
-				for _, call := range d.host.GetCalloutAttributesFromContext(ctx) {
-					d.host.CallOnHttpCallResponse(call.CalloutID, [][2]string{{":status", "200"}}, nil, []byte(`{"EVALSHA":[1,1,0,1,0,1]}`))
+			for ctx := uint32(0); ctx <= d.lastID; ctx++ {
+				for _, call := range d.callsFrom(ctx) {
+					d.deliver(call, 200, []byte(`{"EVALSHA":[1,1,0,1,0,1]}`), true)
 					break
 				}
 			}
@@ -608,10 +285,8 @@ func TestHybridRefundsWhenAnotherLimitDenies(t *testing.T) {
 func TestMalformedConfigForRemoteLimits(t *testing.T) {
 	// A sliding window cannot be leased: hybrid needs a token bucket.
 	cfg := `{"limits":[{"name":"x","algorithm":"sliding_window","requests_per_second":5,"mode":"hybrid"}],"backend":{"cluster":"redis"}}`
-	opt := proxytest.NewEmulatorOption().WithVMContext(filter.NewVMContext()).WithPluginConfiguration([]byte(cfg))
-	host, reset := proxytest.NewHostEmulator(opt)
-	defer reset()
-	if st := host.StartPlugin(); st != types.OnPluginStartStatusFailed {
+	hc, _ := hosttest.New(epoch)
+	if NewVM(hc).NewPlugin().Start([]byte(cfg)) {
 		t.Fatal("hybrid sliding_window must fail OnPluginStart")
 	}
 }
@@ -619,14 +294,12 @@ func TestMalformedConfigForRemoteLimits(t *testing.T) {
 func TestStreamEndingCancelsItsCall(t *testing.T) {
 	d := newDistHarness(t, distConfig("global", "deny", "webdis", ""), nil)
 	d.silent = true
-	id := d.host.InitializeHttpContext()
-	d.ctxs = append(d.ctxs, id)
-	hs := [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "example.com"}, {"x-key", "alice"}}
-	if a := d.host.CallOnRequestHeaders(id, hs, true); a != types.ActionPause {
+	id, a := d.start(keyHeaders("alice"))
+	if a != Pause {
 		t.Fatalf("action %v, want the request paused for Redis", a)
 	}
 	d.pump()
-	d.host.CompleteHttpContext(id) // the client went away
+	d.complete(id) // the client went away
 	for range 60 {
 		d.settle()
 	}
@@ -636,7 +309,7 @@ func TestStreamEndingCancelsItsCall(t *testing.T) {
 	if got := d.counter("sluice.backend.errors.timeout"); got != 0 {
 		t.Fatalf("a client going away counted %d backend timeouts", got)
 	}
-	if d.host.GetTickPeriod() != 0 {
+	if d.f.Ticker.Period != 0 {
 		t.Fatal("the tick keeps running with nothing left to do")
 	}
 }
@@ -654,7 +327,7 @@ func FuzzGlobalReply(f *testing.F) {
 	f.Add(200, []byte(`{"EVALSHA":[1,4,0,100,0,1800000000000000]}`+strings.Repeat(" ", 64<<10))) // valid JSON, over the limit
 	f.Fuzz(func(t *testing.T, status int, body []byte) {
 		d := newDistHarness(t, distConfig("global", "deny", "webdis", ""), nil)
-		d.reply = func(proxytest.HttpCalloutAttribute) (int, []byte, bool) { return status, body, true }
+		d.reply = func(*hosttest.Call) (int, []byte, bool) { return status, body, true }
 		o := d.do("alice")
 		if o.status != 200 && o.status != 429 && o.status != 503 {
 			t.Fatalf("status %d", o.status)
@@ -672,11 +345,9 @@ func FuzzGlobalReply(f *testing.F) {
 func TestExtremeBackendBreakerSettingsStart(t *testing.T) {
 	cfg := `{"limits":[{"name":"x","requests_per_second":5,"mode":"global"}],"backend":{"cluster":"redis",` +
 		`"breaker":{"failure_threshold":1000000000,"window":"1ms","open_timeout":"1ms","half_open_max_requests":1000000000}}}`
-	opt := proxytest.NewEmulatorOption().WithVMContext(filter.NewVMContext()).WithPluginConfiguration([]byte(cfg))
-	host, reset := proxytest.NewHostEmulator(opt)
-	defer reset()
-	if st := host.StartPlugin(); st != types.OnPluginStartStatusOK {
-		t.Fatalf("a config the parser accepts must start: %v", host.GetCriticalLogs())
+	hc, f := hosttest.New(epoch)
+	if !NewVM(hc).NewPlugin().Start([]byte(cfg)) {
+		t.Fatalf("a config the parser accepts must start: %v", f.Log.Lines)
 	}
 }
 
@@ -685,30 +356,18 @@ func TestHybridOneLeaseCallInFlightPerKey(t *testing.T) {
 	cfg := strings.Replace(distConfig("hybrid", "deny", "webdis", ""), `"requests_per_second":10`, `"requests_per_second":100`, 1)
 	d := newDistHarness(t, cfg, fake)
 	d.silent = true
-	hs := [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "example.com"}, {"x-key", "alice"}}
-	var ids []uint32
-	for range 5 {
-		id := d.host.InitializeHttpContext()
-		d.ctxs = append(d.ctxs, id)
-		ids = append(ids, id)
-		if a := d.host.CallOnRequestHeaders(id, hs, true); a != types.ActionPause {
-			t.Fatalf("action %v, want the request to wait for the lease", a)
-		}
-	}
-	if d.pump(); d.callouts != 0 {
-		t.Fatalf("%d lease calls sent from stream contexts; they must go from the tick", d.callouts)
-	}
+	ids := d.startWaiting(5, keyHeaders("alice"), "lease")
 	d.settle()
 	if d.callouts != 1 {
 		t.Fatalf("%d lease calls for one key, want exactly 1 in flight", d.callouts)
 	}
 	// Answer it now: every waiting stream is served from the one lease.
 	d.silent = false
-	c := d.host.GetCalloutAttributesFromContext(proxytest.PluginContextID)[0]
+	c := d.callsFrom(0)[0]
 	st, body := fake.answer(t, c, d.now)
-	d.host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", strconv.Itoa(st)}}, nil, body)
+	d.deliver(c, st, body, true)
 	for _, id := range ids {
-		if a := d.host.GetCurrentHttpStreamAction(id); a != types.ActionContinue {
+		if a := d.action(id); a != Continue {
 			t.Fatalf("stream %d not resumed after the lease arrived (action %v)", id, a)
 		}
 	}
@@ -759,47 +418,50 @@ func TestHybridWaitsForEveryLimitsLease(t *testing.T) {
 // on a call of its own. The retry's late reply must not decide it.
 func TestLateReplyDoesNotReachAReusedContext(t *testing.T) {
 	d := newDistHarness(t, distConfig("global", "deny", "webdis", ""), nil)
-	hs := [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "example.com"}, {"x-key", "alice"}}
-	old := d.host.InitializeHttpContext()
-	if a := d.host.CallOnRequestHeaders(old, hs, true); a != types.ActionPause {
+	old, a := d.start(keyHeaders("alice"))
+	if a != Pause {
 		t.Fatalf("action %v, want the request paused for Redis", a)
 	}
 	// No answer: past the 50ms timeout the tick retries, as the plugin.
-	var retry *proxytest.HttpCalloutAttribute
+	var retry *hosttest.Call
 	for range 40 {
 		d.now = d.now.Add(5 * time.Millisecond)
-		d.host.Tick()
-		if calls := d.host.GetCalloutAttributesFromContext(proxytest.PluginContextID); len(calls) > 0 {
-			retry = &calls[len(calls)-1]
+		d.tick()
+		if calls := d.callsFrom(0); len(calls) > 0 {
+			retry = calls[len(calls)-1]
 			break
 		}
 	}
 	if retry == nil {
 		t.Fatal("the timed-out call was not retried from the tick")
 	}
-	d.host.CompleteHttpContext(old) // the client went away; its context is free
-	next := d.host.InitializeHttpContext()
-	if a := d.host.CallOnRequestHeaders(next, hs, true); a != types.ActionPause {
+	ctx := d.streams[old]
+	d.complete(old) // the client went away; its context is free
+	next, a := d.start(keyHeaders("alice"))
+	if a != Pause {
 		t.Fatalf("action %v, want the new request paused for Redis", a)
 	}
-	calls := d.host.GetCalloutAttributesFromContext(next)
+	if d.streams[next] != ctx {
+		t.Fatal("the new stream does not reuse the ended one's context")
+	}
+	calls := d.callsFrom(next)
 	if len(calls) != 1 {
 		t.Fatalf("%d calls from the new stream, want 1", len(calls))
 	}
 	denied := []byte(`{"EVALSHA":[0,0,100,100,1,1800000000000000]}`)
-	d.host.CallOnHttpCallResponse(retry.CalloutID, [][2]string{{":status", "200"}}, nil, denied)
-	if local := d.host.GetSentLocalResponse(next); local != nil {
-		t.Fatalf("the ended stream's reply answered the new stream: %d", local.StatusCode)
+	d.deliver(retry, 200, denied, true)
+	if local := d.local(next); local != nil {
+		t.Fatalf("the ended stream's reply answered the new stream: %d", local.Status)
 	}
-	if a := d.host.GetCurrentHttpStreamAction(next); a != types.ActionPause {
+	if a := d.action(next); a != Pause {
 		t.Fatalf("the ended stream's reply resumed the new stream (%v)", a)
 	}
 	allowed := []byte(`{"EVALSHA":[1,4,0,100,0,1800000000000000]}`)
-	d.host.CallOnHttpCallResponse(calls[0].CalloutID, [][2]string{{":status", "200"}}, nil, allowed)
-	if local := d.host.GetSentLocalResponse(next); local != nil {
-		t.Fatalf("the new stream was answered locally: %d", local.StatusCode)
+	d.deliver(calls[0], 200, allowed, true)
+	if local := d.local(next); local != nil {
+		t.Fatalf("the new stream was answered locally: %d", local.Status)
 	}
-	if a := d.host.GetCurrentHttpStreamAction(next); a != types.ActionContinue {
+	if a := d.action(next); a != Continue {
 		t.Fatalf("the new stream was not resumed by its own reply (%v)", a)
 	}
 }
@@ -812,10 +474,8 @@ func TestPausedRequestChargesItsOwnLocalKeys(t *testing.T) {
 	d := newDistHarness(t, distConfig("global", "deny", "webdis", local), newFakeRedis(tenPerSecond, backend.Webdis))
 	admitted := map[string]int{}
 	start := func(key string) uint32 {
-		id := d.host.InitializeHttpContext()
-		d.ctxs = append(d.ctxs, id)
-		hs := [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "example.com"}, {"x-key", key}}
-		if a := d.host.CallOnRequestHeaders(id, hs, true); a != types.ActionPause {
+		id, a := d.start(keyHeaders(key))
+		if a != Pause {
 			t.Fatalf("%s: action %v, want paused for Redis", key, a)
 		}
 		return id
@@ -824,10 +484,10 @@ func TestPausedRequestChargesItsOwnLocalKeys(t *testing.T) {
 		alice, carol := start("alice"), start("carol")
 		d.pump()
 		for key, id := range map[string]uint32{"alice": alice, "carol": carol} {
-			if d.host.GetSentLocalResponse(id) == nil && d.host.GetCurrentHttpStreamAction(id) == types.ActionContinue {
+			if d.local(id) == nil && d.action(id) == Continue {
 				admitted[key]++
 			}
-			d.host.CompleteHttpContext(id)
+			d.complete(id)
 		}
 	}
 	for range 3 {

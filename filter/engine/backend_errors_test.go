@@ -1,13 +1,11 @@
-package filter_test
+package engine
 
 import (
 	"strconv"
-	"strings"
 	"testing"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
-
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/filter/host/hosttest"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -24,7 +22,7 @@ func TestRequestRefusalIsThatRequestsError(t *testing.T) {
 				fake := newFakeRedis(tenPerSecond, proto)
 				d := newDistHarness(t, distConfig("global", "allow", proto.String(), ""), fake)
 				refused := backend.Key("api", limiter.TokenBucket, "mallory")
-				d.reply = func(c proxytest.HttpCalloutAttribute) (int, []byte, bool) {
+				d.reply = func(c *hosttest.Call) (int, []byte, bool) {
 					if args := fake.command(t, c); len(args) > 3 && args[3] == refused {
 						return status, []byte("<html>refused</html>"), true
 					}
@@ -49,7 +47,7 @@ func TestRequestRefusalIsThatRequestsError(t *testing.T) {
 		}
 		t.Run(proto.String()+"/401", func(t *testing.T) {
 			d := newDistHarness(t, distConfig("global", "allow", proto.String(), ""), nil)
-			d.reply = func(proxytest.HttpCalloutAttribute) (int, []byte, bool) { return 401, nil, true }
+			d.reply = func(*hosttest.Call) (int, []byte, bool) { return 401, nil, true }
 			for range 3 {
 				d.do("alice")
 			}
@@ -57,39 +55,5 @@ func TestRequestRefusalIsThatRequestsError(t *testing.T) {
 				t.Fatalf("breaker opens %d after 3 × 401, want 1: credentials fail every call", got)
 			}
 		})
-	}
-}
-
-// TestOversizeReplyIsMalformed: a reply body over the 64 KiB read limit
-// is a backend malfunction, even when its first 64 KiB are a valid
-// decision followed by whitespace: under failure_policy deny the request
-// is rejected, never admitted by the part that parses.
-func TestOversizeReplyIsMalformed(t *testing.T) {
-	const limit = 64 << 10
-	for _, proto := range []backend.Protocol{backend.Webdis, backend.Upstash} {
-		fake := newFakeRedis(tenPerSecond, proto)
-		granted := fake.envelope("EVALSHA", "[1,9,0,100,0,1]")
-		pad := func(n int) []byte { return append(granted, strings.Repeat(" ", n-len(granted))...) }
-		for _, c := range []struct {
-			name   string
-			body   []byte
-			status int
-		}{
-			{"exactly the limit", pad(limit), 200},
-			{"one byte over", pad(limit + 1), 503},
-			{"garbage past the limit", append(pad(limit), "garbage"...), 503},
-		} {
-			t.Run(proto.String()+"/"+c.name, func(t *testing.T) {
-				d := newDistHarness(t, distConfig("global", "deny", proto.String(), ""), fake)
-				d.reply = func(proxytest.HttpCalloutAttribute) (int, []byte, bool) { return 200, c.body, true }
-				o := d.do("alice")
-				if o.status != c.status {
-					t.Fatalf("%d-byte reply: status %d, want %d", len(c.body), o.status, c.status)
-				}
-				if c.status == 503 && d.counter("sluice.backend.errors.malformed") != 1 {
-					t.Fatalf("errors.malformed = %d, want 1", d.counter("sluice.backend.errors.malformed"))
-				}
-			})
-		}
 	}
 }
