@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/host/hosttest"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -424,6 +426,18 @@ func (d *distHarness) doHeaders(hs [][2]string) outcome {
 			d.now = d.now.Add(5 * time.Millisecond)
 			d.tick()
 		}
+	}
+}
+
+// webdisReply answers callouts from the real Webdis at url, over HTTP on
+// 127.0.0.1, as Envoy would forward them to the cluster.
+func webdisReply(t *testing.T, url string) func(c *hosttest.Call) (int, []byte, bool) {
+	return func(c *hosttest.Call) (int, []byte, bool) {
+		status, _, body, err := testkit.RoundTrip(context.Background(), header(c.Headers, ":method"), url+header(c.Headers, ":path"), c.Headers, c.Body)
+		if err != nil {
+			t.Fatalf("webdis: %v", err)
+		}
+		return status, body, true
 	}
 }
 
