@@ -38,10 +38,21 @@ func startExample(t *testing.T, name string) *exampleEnv {
 // test runs.
 func startExampleWith(t *testing.T, name string, handler http.Handler, upstreams map[string]string) *exampleEnv {
 	t.Helper()
+	return startExampleEdited(t, name, handler, upstreams, nil)
+}
+
+// startExampleEdited is startExampleWith with edit, when not nil, applied
+// to the loaded bootstrap before the host starts: for a test that must
+// tune one setting of an example, and says why.
+func startExampleEdited(t *testing.T, name string, handler http.Handler, upstreams map[string]string, edit func(*envoy.Config)) *exampleEnv {
+	t.Helper()
 	wasmModule(t, "sluice") // fails under CI when the build is missing
 	cfg, err := envoy.LoadFile(filepath.Join("..", "examples", name, "envoy.yaml"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(cfg)
 	}
 	backend := httptest.NewServer(handler)
 	t.Cleanup(backend.Close)
