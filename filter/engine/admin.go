@@ -5,53 +5,97 @@ package engine
 // lives only in this Envoy's shared data.
 //
 // Which requests are admin requests: every request whose normalised path
-// (normalPath) is path_prefix or under it. Normalising decodes every
-// percent escape, turns '\' into '/', lower-cases ASCII letters, merges
-// runs of '/' and removes "." and ".." segments, and ignores the query;
-// so "/%2esluice/", "//.sluice/", "/.SLUICE/", "/x/../.sluice/" and
-// "/.sluice?quota" are all admin requests. Every admin request is answered
-// here and none reaches the upstream, whether or not it passes the checks:
-// a request carrying an admin token in a spelling the upstream might
-// resolve differently never leaves the filter.
+// (normalPath) is path_prefix or under it, and every request, whatever
+// its path, whose Authorization carries the admin token. Normalising
+// decodes every percent escape, turns '\' into '/', lower-cases ASCII
+// letters, merges runs of '/' and removes "." and ".." segments, and
+// ignores the query; so "/%2esluice/", "//.sluice/", "/.SLUICE/",
+// "/x/../.sluice/" and "/.sluice?quota" are all admin requests. The
+// token test catches the spellings no normalisation can enumerate (a
+// path parameter, a NUL, an overlong UTF-8 dot, fullwidth dots, a double
+// escape): a request carrying the token is the operator's, so it never
+// leaves the filter. Every admin request is answered here and none
+// reaches the upstream, whether or not it passes the checks.
 //
-// The checks, both always evaluated: the client address as client_ip
-// resolves it (the one limits key on: with the default "peer" source the
-// connection's address, which X-Forwarded-For cannot change) must be in
-// client_cidrs, and "Authorization: Bearer <token>" must carry a token
-// whose SHA-256 equals token_sha256, compared in constant time. A request
-// failing either gets an empty 404 with no header of ours, as a path the
-// upstream does not have, so the route's existence does not show; it is
-// counted (sluice.admin.denied) and logged with its source and reason.
-// An answered call is counted (sluice.admin.calls) and logged with its
-// source, action and limit, never its key values.
+// The checks, all always evaluated:
+//   - the connection's address must be in client_cidrs. That is Envoy's
+//     source.address, but only when it carries a port: Envoy sets
+//     source.address from X-Forwarded-For when the connection manager
+//     does not set use_remote_address (or from an original_ip_detection
+//     extension), and an address parsed from a header has port 0. No
+//     attribute gives a Wasm filter the connection's own address in that
+//     case (Envoy's downstreamDirectRemoteAddress is not one), so an
+//     address that may have come from a header is refused, whatever
+//     client_ip says; client_ip is not used here at all.
+//   - the source must not have sent too many wrong tokens lately: each
+//     wrong token from an allowed address takes one unit of a per-address
+//     token bucket in shared data (adminFailLimit), and an address whose
+//     bucket is empty is refused, right token or not, until it refills.
+//   - "Authorization: Bearer <token>" must carry a token whose SHA-256
+//     equals token_sha256, compared in constant time.
+//
+// A request failing any gets an empty 404 with no header of ours, as a
+// path the upstream does not have, so the route's existence does not
+// show; it is counted (sluice.admin.denied, and sluice.admin.throttled for
+// the throttled ones) and logged with its source and reason. An answered
+// call is counted (sluice.admin.calls) and logged with its source, action
+// and limit, never its key values.
 
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host"
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 const (
-	metricAdminCalls  = "sluice.admin.calls"
-	metricAdminDenied = "sluice.admin.denied"
+	metricAdminCalls     = "sluice.admin.calls"
+	metricAdminDenied    = "sluice.admin.denied"
+	metricAdminThrottled = "sluice.admin.throttled"
+)
+
+// adminFailLimit is how many wrong tokens one address may send: 10 at
+// once, then one more every 6 seconds. A token of 32 random bytes cannot
+// be guessed at any rate; the limit stops a short or reused token from
+// being tried at line rate, and bounds what one address costs in hashing
+// and log lines. Its table is small: only addresses in client_cidrs that
+// send wrong tokens take a slot.
+var adminFailLimit = limiter.Limit{Algorithm: limiter.TokenBucket, Rate: 10, Period: time.Minute}
+
+const (
+	adminFailPrefix = "sluice.admin.fail."
+	adminFailSlots  = 256
 )
 
 // adminRuntime is the configured admin route.
 type adminRuntime struct {
-	cfg           *config.Admin
-	calls, denied host.Counter
+	cfg                      *config.Admin
+	calls, denied, throttled host.Counter
+	// fails counts wrong tokens per caller address, across workers.
+	fails *limiter.Table
 	// pathBuf holds the normalised path of the current request; a VM runs
 	// one callback at a time.
 	pathBuf []byte
 }
 
-func newAdminRuntime(hm host.Metrics, cfg *config.Admin) *adminRuntime {
-	return &adminRuntime{cfg: cfg, calls: hm.Counter(metricAdminCalls), denied: hm.Counter(metricAdminDenied)}
+func newAdminRuntime(hc *host.Host, cfg *config.Admin) (*adminRuntime, error) {
+	fails, err := limiter.NewTable(hc.Store, adminFailLimit, limiter.TableConfig{
+		Prefix: adminFailPrefix,
+		Seed:   limiter.Hash(0, adminFailPrefix),
+		Slots:  adminFailSlots,
+	})
+	if err != nil {
+		return nil, err
+	}
+	hm := hc.Metrics
+	return &adminRuntime{cfg: cfg, fails: fails, calls: hm.Counter(metricAdminCalls),
+		denied: hm.Counter(metricAdminDenied), throttled: hm.Counter(metricAdminThrottled)}, nil
 }
 
 // route returns what follows path_prefix in the normalised path (always
@@ -123,35 +167,109 @@ func endSegment(dst []byte, base, seg int) []byte {
 }
 
 // tokenMatches reports whether an Authorization value is "Bearer <token>"
-// with SHA-256(token) = want. The digests are compared in constant time,
-// and a value without a token is hashed all the same.
+// with SHA-256(token) = want. The scheme is matched without regard to
+// case and may be followed by any run of spaces or tabs, as lenient
+// servers read it. The digests are compared in constant time, and a value
+// without a token is hashed all the same.
 func tokenMatches(authorization string, want *[32]byte) bool {
-	const scheme = "bearer "
+	const scheme = "bearer"
 	token, ok := "", false
-	if len(authorization) > len(scheme) && strings.EqualFold(authorization[:len(scheme)], scheme) {
-		token, ok = strings.TrimSpace(authorization[len(scheme):]), true
+	v := strings.TrimLeft(authorization, " \t")
+	if len(v) > len(scheme) && strings.EqualFold(v[:len(scheme)], scheme) && (v[len(scheme)] == ' ' || v[len(scheme)] == '\t') {
+		token, ok = strings.Trim(v[len(scheme):], " \t"), true
 	}
 	sum := sha256.Sum256([]byte(token))
 	return subtle.ConstantTimeCompare(sum[:], want[:]) == 1 && ok && token != ""
 }
 
-// serveAdmin answers an admin request whose route (after path_prefix) is
-// rest.
-func (h *Stream) serveAdmin(rest string, now time.Time) {
+// anyTokenMatches reports whether any credential in Authorization values
+// is the admin token: each value, and each comma-separated part of one
+// (a client or proxy may fold repeated fields into one line).
+func anyTokenMatches(values []string, want *[32]byte) bool {
+	found := false
+	for _, v := range values {
+		for part := range strings.SplitSeq(v, ",") {
+			found = tokenMatches(part, want) || found // every part hashed
+		}
+	}
+	return found
+}
+
+// carriesAdminToken reports whether the request's Authorization carries
+// the admin token anywhere. A request without Authorization costs one
+// header read; with it, the first value is tested, and only a request
+// whose first value is not the token has its whole header map read, as a
+// repeated Authorization is only visible there (Envoy's single-header
+// read returns the first value).
+func (h *Stream) carriesAdminToken() bool {
+	first, ok := h.info.host.RequestHeader("authorization")
+	if !ok {
+		return false
+	}
+	want := &h.plugin.admin.cfg.TokenSHA256
+	if !strings.Contains(first, ",") && tokenMatches(first, want) {
+		return true
+	}
+	return anyTokenMatches(h.info.headerValues("authorization"), want)
+}
+
+// callerAddr is the address of the connection a request came on, from
+// Envoy's source.address ("ip:port"), and why it is unusable: "address"
+// when it is not an IP address with a port (a pipe, say), "forwarded"
+// when its port is 0. Envoy parses an address it takes from
+// X-Forwarded-For (without use_remote_address) or from an
+// original_ip_detection extension without a port, so port 0 is the mark
+// of an address a request header may have chosen; a connection's own
+// peer never has port 0.
+func callerAddr(sourceAddress string) (netip.Addr, string) {
+	ap, err := netip.ParseAddrPort(sourceAddress)
+	if err != nil {
+		return netip.Addr{}, "address"
+	}
+	addr := ap.Addr().WithZone("").Unmap()
+	if ap.Port() == 0 {
+		return addr, "forwarded"
+	}
+	return addr, ""
+}
+
+// serveAdmin answers an admin request: one under path_prefix (inPrefix,
+// and rest is what follows the prefix) or one that carries the admin
+// token on another path, which passes the checks only to be told there
+// is no such call.
+func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
 	p := h.plugin
 	a := p.admin
 	info := &h.info
-	source, _ := info.client(&p.cfg.ClientIP)
-	addr, ok := info.ClientAddr() // source, parsed as client_cidrs matches parse it
-	fromAllowed := ok && a.cfg.ClientCIDRs.Contains(addr)
-	auth, _ := info.header("authorization")
-	tokenOK := tokenMatches(auth, &a.cfg.TokenSHA256)
-	if !fromAllowed || !tokenOK {
+	addr, reason := callerAddr(info.host.Property(propSourceAddress))
+	source := "unknown"
+	if addr.IsValid() {
+		source = addr.String()
+	}
+	if reason == "" && !a.cfg.ClientCIDRs.Contains(addr) {
+		reason = "address"
+	}
+	ns := now.UnixNano()
+	throttled := false
+	if reason == "" {
+		// Only allowed addresses take a slot, so no one outside
+		// client_cidrs can crowd the table. A store failure throttles:
+		// the route fails closed.
+		res, err := a.fails.Peek(source, ns, 1)
+		throttled = err != nil || !res.Allowed
+	}
+	tokenOK := anyTokenMatches(info.headerValues("authorization"), &a.cfg.TokenSHA256)
+	switch {
+	case reason != "":
+	case throttled:
+		reason = "throttled"
+		a.throttled.Increment(1)
+	case !tokenOK:
+		reason = "token"
+		_, _ = a.fails.AllowN(source, ns, 1) // an empty bucket stays empty
+	}
+	if reason != "" {
 		a.denied.Increment(1)
-		reason := "address"
-		if fromAllowed {
-			reason = "token"
-		}
 		h.logAdmin("admin_denied", source, "reason", reason, 404)
 		h.replyAdmin(404, nil)
 		return
@@ -160,9 +278,9 @@ func (h *Stream) serveAdmin(rest string, now time.Time) {
 	method := info.pseudo(needMethod)
 	var action string
 	switch {
-	case rest == "quota/" && method == "GET":
+	case inPrefix && rest == "quota/" && method == "GET":
 		action = "get"
-	case rest == "quota/reset/" && method == "POST":
+	case inPrefix && rest == "quota/reset/" && method == "POST":
 		action = "reset"
 	default:
 		h.logAdmin("admin", source, "action", "unknown", 404)
