@@ -194,6 +194,36 @@ var adminCases = []Case{
 		},
 	},
 	{
+		Name: "admin key values are composed as the request path composes them, masking included",
+		Config: `{"limits":[{"name":"per-subnet","key":["client_ip/24/56"],"limit":2,"window":"1h"}],
+		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			from := func(peer string) Request { r := get("/api"); r.Peer = peer; return r }
+			if got := admitted(t, h, 3, func(int) Request { return from("127.0.5.200:4000") }); got != 2 {
+				t.Fatalf("admitted %d of 3 from 127.0.5.0/24, want 2", got)
+			}
+			// Any address of the /24 names its bucket.
+			const q = "?limit=per-subnet&key=127.0.5.9"
+			st := adminState(t, h.Do(t, adminCall("GET", "/.sluice/quota"+q, adminPeer, AdminToken)))
+			if st["remaining"] != 0.0 {
+				t.Fatalf("get: %v, want the spent bucket", st)
+			}
+			st = adminState(t, h.Do(t, adminCall("POST", "/.sluice/quota/reset"+q, adminPeer, AdminToken)))
+			if st["reset"] != true || st["remaining"] != 2.0 {
+				t.Fatalf("reset: %v", st)
+			}
+			if got := admitted(t, h, 1, func(int) Request { return from("127.0.5.1:4000") }); got != 1 {
+				t.Fatal("the /24 is still limited after its reset")
+			}
+			// The masked form is not an address a request can come from.
+			resp := h.Do(t, adminCall("GET", "/.sluice/quota?limit=per-subnet&key=127.0.5.0/24", adminPeer, AdminToken))
+			if resp.Status != 400 || !strings.Contains(string(resp.Body), "not a value a request can carry") {
+				t.Fatalf("the masked form: %d %s", resp.Status, resp.Body)
+			}
+		},
+	},
+	{
 		Name:    "wrong admin tokens are rate-limited per source address",
 		Config:  adminConfig,
 		Workers: 2,
