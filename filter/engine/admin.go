@@ -178,39 +178,54 @@ func tokenMatches(authorization string, want *[32]byte) bool {
 	if len(v) > len(scheme) && strings.EqualFold(v[:len(scheme)], scheme) && (v[len(scheme)] == ' ' || v[len(scheme)] == '\t') {
 		token, ok = strings.Trim(v[len(scheme):], " \t"), true
 	}
-	sum := sha256.Sum256([]byte(token))
+	// Hashed from a stack buffer: application bearer tokens pass through
+	// here on every request, and a conversion would allocate.
+	var buf [256]byte
+	sum := sha256.Sum256(append(buf[:0], token...))
 	return subtle.ConstantTimeCompare(sum[:], want[:]) == 1 && ok && token != ""
 }
 
-// anyTokenMatches reports whether any credential in Authorization values
-// is the admin token: each value, and each comma-separated part of one
-// (a client or proxy may fold repeated fields into one line).
-func anyTokenMatches(values []string, want *[32]byte) bool {
+// credentialsMatch reports whether any comma-separated credential in
+// list is the admin token (a client or proxy may fold repeated fields
+// into one line). Every credential is hashed.
+func credentialsMatch(list string, want *[32]byte) bool {
 	found := false
-	for _, v := range values {
-		for part := range strings.SplitSeq(v, ",") {
-			found = tokenMatches(part, want) || found // every part hashed
+	for list != "" {
+		c := list
+		if i := strings.IndexByte(list, ','); i >= 0 {
+			c, list = list[:i], list[i+1:]
+		} else {
+			list = ""
 		}
+		found = tokenMatches(c, want) || found
 	}
 	return found
 }
 
-// carriesAdminToken reports whether the request's Authorization carries
-// the admin token anywhere. A request without Authorization costs one
-// header read; with it, the first value is tested, and only a request
-// whose first value is not the token has its whole header map read, as a
-// repeated Authorization is only visible there (Envoy's single-header
-// read returns the first value).
+// propAuthorization is Envoy's request.headers attribute for
+// Authorization: every value of the header, joined with ',' (Envoy's
+// HeadersWrapper, getAllOfHeaderAsString), where the single-header read
+// gives only the first.
+var propAuthorization = []string{"request", "headers", "authorization"}
+
+// carriesAdminToken reports whether any Authorization credential of the
+// request is the admin token. A request without Authorization costs one
+// header read; one with it, one property read and a hash per credential.
+// A host without the attribute has the header map read instead.
 func (h *Stream) carriesAdminToken() bool {
-	first, ok := h.info.host.RequestHeader("authorization")
-	if !ok {
+	info := &h.info
+	if _, ok := info.host.RequestHeader("authorization"); !ok {
 		return false
 	}
 	want := &h.plugin.admin.cfg.TokenSHA256
-	if !strings.Contains(first, ",") && tokenMatches(first, want) {
-		return true
+	if all := info.host.Property(propAuthorization); all != "" {
+		return credentialsMatch(all, want)
 	}
-	return anyTokenMatches(h.info.headerValues("authorization"), want)
+	found := false
+	for _, v := range info.headerValues("authorization") {
+		found = credentialsMatch(v, want) || found
+	}
+	return found
 }
 
 // callerAddr is the address of the connection a request came on, from
@@ -258,7 +273,7 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
 		res, err := a.fails.Peek(source, ns, 1)
 		throttled = err != nil || !res.Allowed
 	}
-	tokenOK := anyTokenMatches(info.headerValues("authorization"), &a.cfg.TokenSHA256)
+	tokenOK := h.carriesAdminToken()
 	switch {
 	case reason != "":
 	case throttled:

@@ -100,7 +100,7 @@ func FuzzAdminRoute(f *testing.F) {
 		// An admin request: under the prefix, or carrying the token
 		// whatever its path.
 		_, inPrefix := p.admin.route(path)
-		authorised := anyTokenMatches([]string{auth}, &sum)
+		authorised := credentialsMatch(auth, &sum)
 		admin := inPrefix || authorised
 		v := s.RequestHeaders()
 		replies := fk.Stream.Replies
