@@ -6,7 +6,7 @@ package engine
 //
 // Which requests are admin requests: every request whose normalised path
 // (normalPath) is path_prefix or under it, and every request, whatever
-// its path, whose Authorization carries the admin token. Normalising
+// its path, that carries the admin token (carriesAdminToken). Normalising
 // decodes every percent escape, turns '\' into '/', lower-cases ASCII
 // letters, merges runs of '/' and removes "." and ".." segments, and
 // ignores the query; so "/%2esluice/", "//.sluice/", "/.SLUICE/",
@@ -178,11 +178,7 @@ func tokenMatches(authorization string, want *[32]byte) bool {
 	if len(v) > len(scheme) && strings.EqualFold(v[:len(scheme)], scheme) && (v[len(scheme)] == ' ' || v[len(scheme)] == '\t') {
 		token, ok = strings.Trim(v[len(scheme):], " \t"), true
 	}
-	// Hashed from a stack buffer: application bearer tokens pass through
-	// here on every request, and a conversion would allocate.
-	var buf [256]byte
-	sum := sha256.Sum256(append(buf[:0], token...))
-	return subtle.ConstantTimeCompare(sum[:], want[:]) == 1 && ok && token != ""
+	return digestMatches(token, want) && ok
 }
 
 // credentialsMatch reports whether any comma-separated credential in
@@ -208,22 +204,67 @@ func credentialsMatch(list string, want *[32]byte) bool {
 // gives only the first.
 var propAuthorization = []string{"request", "headers", "authorization"}
 
-// carriesAdminToken reports whether any Authorization credential of the
-// request is the admin token. A request without Authorization costs one
-// header read; one with it, one property read and a hash per credential.
-// A host without the attribute has the header map read instead.
-func (h *Stream) carriesAdminToken() bool {
+// digestMatches reports whether SHA-256(word) = want, in constant time,
+// hashed from a stack buffer: application bearer tokens pass through here
+// on every request, and a conversion would allocate.
+func digestMatches(word string, want *[32]byte) bool {
+	var buf [256]byte
+	sum := sha256.Sum256(append(buf[:0], word...))
+	return subtle.ConstantTimeCompare(sum[:], want[:]) == 1 && word != ""
+}
+
+// wordsMatch reports whether any word of s is the admin token, words
+// being separated by the characters a token (b64token) never holds but
+// credential syntaxes put around one: "Bearer:<token>", "Token <token>",
+// a bare "<token>", "a,<token>". Every word is hashed.
+func wordsMatch(s string, want *[32]byte) bool {
+	found := false
+	for s != "" {
+		i := strings.IndexAny(s, " \t,:;\"")
+		w := s
+		if i >= 0 {
+			w, s = s[:i], s[i+1:]
+		} else {
+			s = ""
+		}
+		if w != "" {
+			found = digestMatches(w, want) || found
+		}
+	}
+	return found
+}
+
+// authorization is every Authorization value of the request, joined with
+// ','; ok is false when it has none. A request without Authorization
+// costs one header read; one with it, one property read more. A host
+// without the attribute has the header map read instead.
+func (h *Stream) authorization() (string, bool) {
 	info := &h.info
 	if _, ok := info.host.RequestHeader("authorization"); !ok {
-		return false
+		return "", false
 	}
-	want := &h.plugin.admin.cfg.TokenSHA256
 	if all := info.host.Property(propAuthorization); all != "" {
-		return credentialsMatch(all, want)
+		return all, true
 	}
+	all, _ := info.header("authorization") // joined as the attribute joins them
+	return all, true
+}
+
+// carriesAdminToken reports whether the admin token is anywhere a client
+// may send a bearer token: any word of any Authorization value (in any
+// credential syntax, or none), or an access_token query parameter (RFC
+// 6750's URI query form). Such a request is the operator's and must not
+// reach the upstream, however the rest of it is spelled.
+func (h *Stream) carriesAdminToken() bool {
+	want := &h.plugin.admin.cfg.TokenSHA256
 	found := false
-	for _, v := range info.headerValues("authorization") {
-		found = credentialsMatch(v, want) || found
+	if all, ok := h.authorization(); ok {
+		found = wordsMatch(all, want)
+	}
+	if q, ok := rawQuery(h.info.pseudo(needPath)); ok && strings.Contains(q, "access_token") {
+		for _, v := range queryValues(q, "access_token") {
+			found = digestMatches(v, want) || found
+		}
 	}
 	return found
 }
@@ -273,7 +314,8 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
 		res, err := a.fails.Peek(source, ns, 1)
 		throttled = err != nil || !res.Allowed
 	}
-	tokenOK := h.carriesAdminToken()
+	all, _ := h.authorization()
+	tokenOK := credentialsMatch(all, &a.cfg.TokenSHA256)
 	switch {
 	case reason != "":
 	case throttled:

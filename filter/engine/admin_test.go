@@ -69,6 +69,8 @@ func FuzzAdminRoute(f *testing.F) {
 	f.Add("/.sluice/quota/reset?limit=l&key=k", "Bearer tok", "10.9.0.1:1")
 	f.Add("/%2esluice/quota", "Bearer x", "10.0.0.1:1")
 	f.Add("//.SLUICE/../.sluice/quota", "", "[::1]:80")
+	f.Add("/api?access_token=tok", "Basic x", "10.9.0.1:1")
+	f.Add("/api", "Bearer:tok", "10.9.0.1:0")
 	f.Fuzz(func(t *testing.T, path, auth, peer string) {
 		norm := appendNormalPath(nil, path)
 		if norm[0] != '/' || norm[len(norm)-1] != '/' || bytes.Contains(norm, []byte("//")) ||
@@ -100,8 +102,16 @@ func FuzzAdminRoute(f *testing.F) {
 		// An admin request: under the prefix, or carrying the token
 		// whatever its path.
 		_, inPrefix := p.admin.route(path)
+		// The token anywhere in Authorization or an access_token makes an
+		// admin request; only the Bearer form authorises.
+		carried := wordsMatch(auth, &sum)
+		if q, ok := rawQuery(path); ok {
+			for _, v := range queryValues(q, "access_token") {
+				carried = carried || v == "tok"
+			}
+		}
 		authorised := credentialsMatch(auth, &sum)
-		admin := inPrefix || authorised
+		admin := inPrefix || carried
 		v := s.RequestHeaders()
 		replies := fk.Stream.Replies
 		if admin != (v == Pause) || admin != (len(replies) == 1) {

@@ -182,11 +182,17 @@ var adminCases = []Case{
 				get("/api").with("authorization", "Basic dXNlcjpwYXNz").with("authorization", "Bearer "+AdminToken),
 				get("/api").with("authorization", "Bearer other, Bearer "+AdminToken),
 				get("/api").with("authorization", "bEaReR\t"+AdminToken),
+				// Other credential syntaxes a lenient upstream may accept,
+				// and RFC 6750's query parameter.
+				get("/api").with("authorization", "Bearer:"+AdminToken),
+				get("/api").with("authorization", AdminToken),
+				get("/api").with("authorization", "Token "+AdminToken),
+				get("/api?x=1&access_token=" + AdminToken),
 			} {
 				wantHidden(t, fmt.Sprintf("hidden token %d", i), h.Do(t, r))
 			}
 			wantCounter(t, h, "sluice.admin.calls", uint64(len(paths)))
-			wantCounter(t, h, "sluice.admin.denied", uint64(len(paths)+3))
+			wantCounter(t, h, "sluice.admin.denied", uint64(len(paths)+7))
 			// Other bearer tokens are the application's: they pass.
 			if resp := h.Do(t, get("/api").with("authorization", "Bearer "+AdminToken+"x")); resp.Status != 200 || resp.Local {
 				t.Fatalf("another bearer token: status %d local %v", resp.Status, resp.Local)
