@@ -35,6 +35,19 @@ func TestNormalPath(t *testing.T) {
 	}
 }
 
+// Hashing is bounded per request, whatever the header holds.
+func TestTokenCandidatesAreBounded(t *testing.T) {
+	sum := sha256.Sum256([]byte("tok"))
+	few := strings.Repeat("a ", maxTokenCandidates-1) + "tok"
+	many := strings.Repeat("a ", maxTokenCandidates) + "tok"
+	if !wordsMatch(few, &sum) || wordsMatch(many, &sum) {
+		t.Fatal("words past the bound are hashed, or words within it are not")
+	}
+	if !credentialsMatch(strings.Repeat("a,", maxTokenCandidates-1)+"Bearer tok", &sum) || credentialsMatch(strings.Repeat("a,", maxTokenCandidates)+"Bearer tok", &sum) {
+		t.Fatal("credentials past the bound are hashed, or credentials within it are not")
+	}
+}
+
 func TestTokenMatches(t *testing.T) {
 	sum := sha256.Sum256([]byte("tok"))
 	for auth, want := range map[string]bool{
