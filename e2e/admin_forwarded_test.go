@@ -118,3 +118,59 @@ func TestAdminRouteUnderForwardedFor(t *testing.T) {
 		})
 	}
 }
+
+// rawRequest sends one HTTP/1.1 request exactly as written (paths no
+// client library would send) from ip, and returns the whole response.
+func rawRequest(t *testing.T, ip, addr, req string) string {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(c)
+	return string(out)
+}
+
+// The spellings of the issue, sent over a real connection to the stand-in:
+// a request carrying the admin token is answered by the filter, from an
+// allowed address or not, and the echo backend (which would reflect the
+// token back) never sees it.
+func TestAdminTokenNeverReachesTheUpstream(t *testing.T) {
+	const token = "e2e-admin-token"
+	sum := sha256.Sum256([]byte(token))
+	cfg := `{"limits":[{"name":"per-key","key":["header:x-key"],"limit":3,"window":"1h"}],
+	  "admin":{"client_cidrs":["127.0.0.4/32"],"token_sha256":"` + hex.EncodeToString(sum[:]) + `"}}`
+	insts := startInstances(t, 1, func(wasm, backendAddr string) string {
+		b := pluginBootstrap(wasm, cfg, backendAddr, nil)
+		b.Listener.UseRemoteAddress = true
+		return b.YAML()
+	}, envoy.Options{})
+	addr := strings.TrimPrefix(insts[0].base, "http://")
+	bearer := "Authorization: Bearer " + token + "\r\n"
+	for _, tc := range []struct{ target, auth string }{
+		{"/.sluice;v=1/quota", bearer},
+		{"/.sluice%00/quota", bearer},
+		{"/%c0%aesluice/quota", bearer},
+		{"/.sluice./quota", bearer},
+		{"/%EF%BC%8Esluice/quota", bearer},
+		{"/\xef\xbc\x8esluice/quota", bearer},
+		{"/%252esluice/quota", bearer},
+		{"/?/.sluice/quota", bearer},
+		{"/api", "Authorization: Basic eDp5\r\n" + bearer},
+		{"/api", "Authorization: Bearer:" + token + "\r\n"},
+		{"/api?access_token=" + token, ""},
+	} {
+		for _, ip := range []string{"127.0.0.4", "127.0.0.3"} {
+			resp := rawRequest(t, ip, addr, "GET "+tc.target+" HTTP/1.1\r\nHost: x\r\n"+tc.auth+"Connection: close\r\n\r\n")
+			if !strings.HasPrefix(resp, "HTTP/1.1 404") || strings.Contains(resp, token) || strings.Contains(resp, `"name":"backend"`) {
+				t.Errorf("%q %q from %s: %q, want the filter's 404 and no echo of the token", tc.target, tc.auth, ip, resp)
+			}
+		}
+	}
+}
