@@ -29,8 +29,9 @@ package engine
 //     client_ip says; client_ip is not used here at all.
 //   - the source must not have sent too many wrong tokens lately: each
 //     wrong token from an allowed address takes one unit of a per-address
-//     token bucket in shared data (adminFailLimit), and an address whose
-//     bucket is empty is refused, right token or not, until it refills.
+//     (IPv6: per-/64) token bucket in shared data (adminFailLimit), and an
+//     address whose bucket is empty is refused, right token or not, until
+//     it refills.
 //   - "Authorization: Bearer <token>" must carry a token whose SHA-256
 //     equals token_sha256, compared in constant time.
 //
@@ -319,11 +320,18 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
 	}
 	ns := now.UnixNano()
 	throttled := false
+	failKey := source
 	if reason == "" {
 		// Only allowed addresses take a slot, so no one outside
-		// client_cidrs can crowd the table. A store failure throttles:
-		// the route fails closed.
-		res, err := a.fails.Peek(source, ns, 1)
+		// client_cidrs can crowd the table. An IPv6 caller is counted by
+		// its /64, which one host usually holds whole: a fresh address
+		// of it is no fresh allowance. A store failure throttles: the
+		// route fails closed.
+		if addr.Is6() {
+			p, _ := addr.Prefix(64)
+			failKey = p.String()
+		}
+		res, err := a.fails.Peek(failKey, ns, 1)
 		throttled = err != nil || !res.Allowed
 	}
 	all, _ := h.authorization()
@@ -335,7 +343,7 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
 		a.throttled.Increment(1)
 	case !tokenOK:
 		reason = "token"
-		_, _ = a.fails.AllowN(source, ns, 1) // an empty bucket stays empty
+		_, _ = a.fails.AllowN(failKey, ns, 1) // an empty bucket stays empty
 	}
 	if reason != "" {
 		a.denied.Increment(1)

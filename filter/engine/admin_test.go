@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -174,6 +175,35 @@ func TestAdminCallsAreLoggedAndCounted(t *testing.T) {
 	}
 	if f.Metrics.Values[metricAdminCalls] != 1 || f.Metrics.Values[metricAdminDenied] != 2 || f.Metrics.Values[metricRequests] != 3 {
 		t.Fatalf("metrics %v", f.Metrics.Values)
+	}
+}
+
+// Wrong tokens are counted per IPv4 address and per IPv6 /64: another
+// address of the same /64 is throttled too, another /64 is not.
+func TestWrongTokensAreCountedPerV6Slash64(t *testing.T) {
+	sum := sha256.Sum256([]byte("tok"))
+	p, f := newNativePlugin(t, `{"admin":{"client_cidrs":["2001:db8::/32"],"token_sha256":"`+hex.EncodeToString(sum[:])+`"}}`)
+	call := func(peer, auth string) int {
+		s := begin(p, f, 1)
+		f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/.sluice/quota?limit=x&key=y"}, {"authorization", auth}}
+		f.Stream.Properties = map[string]string{"source.address": peer}
+		f.Stream.Replies = nil
+		s.RequestHeaders()
+		return f.Stream.Replies[0].Status
+	}
+	for i := range 10 {
+		call(fmt.Sprintf("[2001:db8:0:1::%x]:1000", i+1), "Bearer nope")
+	}
+	if f.Metrics.Values[metricAdminThrottled] != 0 {
+		t.Fatal("throttled before the bucket was empty")
+	}
+	if st := call("[2001:db8:0:1::ffff]:1000", "Bearer tok"); st != 404 || f.Metrics.Values[metricAdminThrottled] != 1 {
+		t.Fatalf("a fresh address of the same /64: %d, throttled %d", st, f.Metrics.Values[metricAdminThrottled])
+	}
+	// The right token from another /64 is answered (404: there is no
+	// limit x, after the checks).
+	if st := call("[2001:db8:0:2::1]:1000", "Bearer tok"); st != 404 || f.Metrics.Values[metricAdminCalls] != 1 {
+		t.Fatalf("another /64: %d, calls %d", st, f.Metrics.Values[metricAdminCalls])
 	}
 }
 
