@@ -175,7 +175,9 @@ func appendQueryEscaped(dst []byte, s string) []byte {
 func (r *quotaRequest) RequestHeaders() [][2]string { return r.headers }
 
 // RequestHeader is read for the pseudo-headers, which appear once.
-func (r *quotaRequest) RequestHeader(name string) (string, bool) { return combinedHeader(r.headers, name) }
+func (r *quotaRequest) RequestHeader(name string) (string, bool) {
+	return combinedHeader(r.headers, name)
+}
 
 func (r *quotaRequest) Property(path []string) string { return r.props[strings.Join(path, "\x00")] }
 
