@@ -199,6 +199,12 @@ func distYAML(wasm, pluginJSON, backendAddr, redisAddr string) string {
 // address) for proxy_http_call. An empty pluginJSON leaves only the
 // router, the baseline the proxy benchmark compares against.
 func pluginYAML(wasm, pluginJSON, backendAddr string, clusters map[string]string) string {
+	return pluginBootstrap(wasm, pluginJSON, backendAddr, clusters).YAML()
+}
+
+// pluginBootstrap is pluginYAML's bootstrap, for a test to change before
+// writing it.
+func pluginBootstrap(wasm, pluginJSON, backendAddr string, clusters map[string]string) bootstrap.Bootstrap {
 	var filters []string
 	if pluginJSON != "" {
 		// On one line, as this helper has always handed it to the
@@ -219,7 +225,7 @@ func pluginYAML(wasm, pluginJSON, backendAddr string, clusters map[string]string
 	for _, name := range slices.Sorted(maps.Keys(clusters)) {
 		b.Clusters = append(b.Clusters, bootstrap.Cluster{Name: name, Type: "STATIC", ConnectTimeout: 250 * time.Millisecond, Endpoints: []string{clusters[name]}})
 	}
-	return b.YAML()
+	return b
 }
 
 // distInstance is one running Envoy stand-in.

@@ -739,6 +739,23 @@ func int64Bytes(n int64) []byte {
 	return b
 }
 
+// joinedHeader is every value of header key in hs, in order, joined with
+// ','; absent when there is none.
+func joinedHeader(hs [][2]string, key string) ([]byte, bool) {
+	var out []byte
+	found := false
+	for _, h := range hs {
+		if h[0] != key {
+			continue
+		}
+		if found {
+			out = append(out, ',')
+		}
+		out, found = append(out, h[1]...), true
+	}
+	return out, found
+}
+
 func headerValue(hs [][2]string, key string) (string, bool) {
 	for _, h := range hs {
 		if h[0] == key {
@@ -772,6 +789,12 @@ func (v *vm) property(path string) ([]byte, bool) {
 			return nil, false
 		}
 		return []byte(s), true
+	}
+	if name, ok := strings.CutPrefix(path, "request.headers."); ok {
+		// One header of Envoy's request.headers map: every value, joined
+		// with ',' (HeadersWrapper's getAllOfHeaderAsString), where
+		// proxy_get_header_map_value gives only the first.
+		return joinedHeader(st.reqHeaders, lower(name))
 	}
 	switch path {
 	case "source.address":

@@ -496,3 +496,19 @@ func TestStreamLifecycleReleasesContexts(t *testing.T) {
 		t.Errorf("%d stream contexts left after their streams ended", n)
 	}
 }
+
+// request.headers.<name> is every value of the header joined with ',',
+// as Envoy's HeadersWrapper gives it; the single-header read gives only
+// the first.
+func TestJoinedHeaderProperty(t *testing.T) {
+	hs := [][2]string{{":path", "/"}, {"authorization", "Basic a"}, {"x", "1"}, {"authorization", "Bearer b"}}
+	if got, ok := joinedHeader(hs, "authorization"); !ok || string(got) != "Basic a,Bearer b" {
+		t.Errorf("joined = %q %v", got, ok)
+	}
+	if got, ok := joinedHeader(hs, "x"); !ok || string(got) != "1" {
+		t.Errorf("one value = %q %v", got, ok)
+	}
+	if _, ok := joinedHeader(hs, "absent"); ok {
+		t.Error("an absent header was found")
+	}
+}

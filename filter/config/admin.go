@@ -16,7 +16,8 @@ type Admin struct {
 	// compared (see the admin route in filter/engine).
 	PathPrefix string
 	// ClientCIDRs holds the addresses allowed to call, compared with the
-	// client address as client_ip resolves it.
+	// connection's address (never client_ip's, see the admin route in
+	// filter/engine).
 	ClientCIDRs *CIDRSet
 	// TokenSHA256 is the SHA-256 of the bearer token; the configuration
 	// never holds the token itself.

@@ -59,9 +59,10 @@ func (c *Config) LimitIndex(name string) int {
 type ClientIPSource uint8
 
 const (
-	// ClientIPPeer uses the downstream connection's address (source.address)
-	// without the port. It cannot be spoofed but is the proxy in front of
-	// Envoy, if there is one.
+	// ClientIPPeer uses Envoy's downstream remote address (source.address)
+	// without the port: the connection's address with use_remote_address,
+	// but without it the last X-Forwarded-For entry, which the client
+	// writes (see the field reference).
 	ClientIPPeer ClientIPSource = iota
 	// ClientIPXFF uses the X-Forwarded-For entry TrustedHops from the right,
 	// falling back to the peer when the header has fewer entries.

@@ -5,53 +5,98 @@ package engine
 // lives only in this Envoy's shared data.
 //
 // Which requests are admin requests: every request whose normalised path
-// (normalPath) is path_prefix or under it. Normalising decodes every
-// percent escape, turns '\' into '/', lower-cases ASCII letters, merges
-// runs of '/' and removes "." and ".." segments, and ignores the query;
-// so "/%2esluice/", "//.sluice/", "/.SLUICE/", "/x/../.sluice/" and
-// "/.sluice?quota" are all admin requests. Every admin request is answered
-// here and none reaches the upstream, whether or not it passes the checks:
-// a request carrying an admin token in a spelling the upstream might
-// resolve differently never leaves the filter.
+// (normalPath) is path_prefix or under it, and every request, whatever
+// its path, that carries the admin token (carriesAdminToken). Normalising
+// decodes every percent escape, turns '\' into '/', lower-cases ASCII
+// letters, merges runs of '/' and removes "." and ".." segments, and
+// ignores the query; so "/%2esluice/", "//.sluice/", "/.SLUICE/",
+// "/x/../.sluice/" and "/.sluice?quota" are all admin requests. The
+// token test catches the spellings no normalisation can enumerate (a
+// path parameter, a NUL, an overlong UTF-8 dot, fullwidth dots, a double
+// escape): a request carrying the token is the operator's, so it never
+// leaves the filter. Every admin request is answered here and none
+// reaches the upstream, whether or not it passes the checks.
 //
-// The checks, both always evaluated: the client address as client_ip
-// resolves it (the one limits key on: with the default "peer" source the
-// connection's address, which X-Forwarded-For cannot change) must be in
-// client_cidrs, and "Authorization: Bearer <token>" must carry a token
-// whose SHA-256 equals token_sha256, compared in constant time. A request
-// failing either gets an empty 404 with no header of ours, as a path the
-// upstream does not have, so the route's existence does not show; it is
-// counted (sluice.admin.denied) and logged with its source and reason.
-// An answered call is counted (sluice.admin.calls) and logged with its
-// source, action and limit, never its key values.
+// The checks, all always evaluated:
+//   - the connection's address must be in client_cidrs. That is Envoy's
+//     source.address, but only when it carries a port: Envoy sets
+//     source.address from X-Forwarded-For when the connection manager
+//     does not set use_remote_address (or from an original_ip_detection
+//     extension), and an address parsed from a header has port 0. No
+//     attribute gives a Wasm filter the connection's own address in that
+//     case (Envoy's downstreamDirectRemoteAddress is not one), so an
+//     address that may have come from a header is refused, whatever
+//     client_ip says; client_ip is not used here at all.
+//   - the source must not have sent too many wrong tokens lately: each
+//     wrong token from an allowed address takes one unit of a per-address
+//     (IPv6: per-/64) token bucket in shared data (adminFailLimit), and an
+//     address whose bucket is empty is refused, right token or not, until
+//     it refills.
+//   - "Authorization: Bearer <token>" must carry a token whose SHA-256
+//     equals token_sha256, compared in constant time.
+//
+// A request failing any gets an empty 404 with no header of ours, as a
+// path the upstream does not have, so the route's existence does not
+// show; it is counted (sluice.admin.denied, and sluice.admin.throttled for
+// the throttled ones) and logged with its source and reason. An answered
+// call is counted (sluice.admin.calls) and logged with its source, action
+// and limit, never its key values.
 
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host"
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 const (
-	metricAdminCalls  = "sluice.admin.calls"
-	metricAdminDenied = "sluice.admin.denied"
+	metricAdminCalls     = "sluice.admin.calls"
+	metricAdminDenied    = "sluice.admin.denied"
+	metricAdminThrottled = "sluice.admin.throttled"
+)
+
+// adminFailLimit is how many wrong tokens one address may send: 10 at
+// once, then one more every 6 seconds. A token of 32 random bytes cannot
+// be guessed at any rate; the limit stops a short or reused token from
+// being tried at line rate, and bounds what one address costs in hashing
+// and log lines. Its table is small: only addresses in client_cidrs that
+// send wrong tokens take a slot.
+var adminFailLimit = limiter.Limit{Algorithm: limiter.TokenBucket, Rate: 10, Period: time.Minute}
+
+const (
+	adminFailPrefix = "sluice.admin.fail."
+	adminFailSlots  = 256
 )
 
 // adminRuntime is the configured admin route.
 type adminRuntime struct {
-	cfg           *config.Admin
-	calls, denied host.Counter
+	cfg                      *config.Admin
+	calls, denied, throttled host.Counter
+	// fails counts wrong tokens per caller address, across workers.
+	fails *limiter.Table
 	// pathBuf holds the normalised path of the current request; a VM runs
 	// one callback at a time.
 	pathBuf []byte
 }
 
-func newAdminRuntime(hm host.Metrics, cfg *config.Admin) *adminRuntime {
-	return &adminRuntime{cfg: cfg, calls: hm.Counter(metricAdminCalls), denied: hm.Counter(metricAdminDenied)}
+func newAdminRuntime(hc *host.Host, cfg *config.Admin) (*adminRuntime, error) {
+	fails, err := limiter.NewTable(hc.Store, adminFailLimit, limiter.TableConfig{
+		Prefix: adminFailPrefix,
+		Seed:   limiter.Hash(0, adminFailPrefix),
+		Slots:  adminFailSlots,
+	})
+	if err != nil {
+		return nil, err
+	}
+	hm := hc.Metrics
+	return &adminRuntime{cfg: cfg, fails: fails, calls: hm.Counter(metricAdminCalls),
+		denied: hm.Counter(metricAdminDenied), throttled: hm.Counter(metricAdminThrottled)}, nil
 }
 
 // route returns what follows path_prefix in the normalised path (always
@@ -123,35 +168,185 @@ func endSegment(dst []byte, base, seg int) []byte {
 }
 
 // tokenMatches reports whether an Authorization value is "Bearer <token>"
-// with SHA-256(token) = want. The digests are compared in constant time,
-// and a value without a token is hashed all the same.
+// with SHA-256(token) = want. The scheme is matched without regard to
+// case and may be followed by any run of spaces or tabs, as lenient
+// servers read it. The digests are compared in constant time, and a value
+// without a token is hashed all the same.
 func tokenMatches(authorization string, want *[32]byte) bool {
-	const scheme = "bearer "
+	const scheme = "bearer"
 	token, ok := "", false
-	if len(authorization) > len(scheme) && strings.EqualFold(authorization[:len(scheme)], scheme) {
-		token, ok = strings.TrimSpace(authorization[len(scheme):]), true
+	v := strings.TrimLeft(authorization, " \t")
+	if len(v) > len(scheme) && strings.EqualFold(v[:len(scheme)], scheme) && (v[len(scheme)] == ' ' || v[len(scheme)] == '\t') {
+		token, ok = strings.Trim(v[len(scheme):], " \t"), true
 	}
-	sum := sha256.Sum256([]byte(token))
-	return subtle.ConstantTimeCompare(sum[:], want[:]) == 1 && ok && token != ""
+	return digestMatches(token, want) && ok
 }
 
-// serveAdmin answers an admin request whose route (after path_prefix) is
-// rest.
-func (h *Stream) serveAdmin(rest string, now time.Time) {
+// credentialsMatch reports whether any comma-separated credential in
+// list is the admin token (a client or proxy may fold repeated fields
+// into one line). Every credential is hashed.
+func credentialsMatch(list string, want *[32]byte) bool {
+	found := false
+	for n := 0; list != "" && n < maxTokenCandidates; n++ {
+		c := list
+		if i := strings.IndexByte(list, ','); i >= 0 {
+			c, list = list[:i], list[i+1:]
+		} else {
+			list = ""
+		}
+		found = tokenMatches(c, want) || found
+	}
+	return found
+}
+
+// propAuthorization is Envoy's request.headers attribute for
+// Authorization: every value of the header, joined with ',' (Envoy's
+// HeadersWrapper, getAllOfHeaderAsString), where the single-header read
+// gives only the first.
+var propAuthorization = []string{"request", "headers", "authorization"}
+
+// digestMatches reports whether SHA-256(word) = want, in constant time,
+// hashed from a stack buffer: application bearer tokens pass through here
+// on every request, and a conversion would allocate.
+func digestMatches(word string, want *[32]byte) bool {
+	var buf [256]byte
+	sum := sha256.Sum256(append(buf[:0], word...))
+	return subtle.ConstantTimeCompare(sum[:], want[:]) == 1 && word != ""
+}
+
+// wordsMatch reports whether any word of s is the admin token, words
+// being separated by the characters a token (b64token) never holds but
+// credential syntaxes put around one: "Bearer:<token>", "Token <token>",
+// a bare "<token>", "a,<token>". Every word is hashed.
+func wordsMatch(s string, want *[32]byte) bool {
+	found := false
+	for n := 0; s != "" && n < maxTokenCandidates; {
+		i := strings.IndexAny(s, " \t,:;\"")
+		w := s
+		if i >= 0 {
+			w, s = s[:i], s[i+1:]
+		} else {
+			s = ""
+		}
+		if w != "" {
+			found = digestMatches(w, want) || found
+			n++
+		}
+	}
+	return found
+}
+
+// maxTokenCandidates bounds the hashes one request costs: the words of its
+// Authorization, its access_token values, its credentials on the admin
+// path. A header of 60 KiB of one-letter words would otherwise cost
+// 30,000 hashes. The bound is for the operator's honest mistakes (the
+// token after a few other credentials); no one without the token gains
+// anything from hiding it further.
+const maxTokenCandidates = 16
+
+// authorization is every Authorization value of the request, joined with
+// ','; ok is false when it has none. A request without Authorization
+// costs one header read; one with it, one property read more. A host
+// without the attribute has the header map read instead.
+func (h *Stream) authorization() (string, bool) {
+	info := &h.info
+	if _, ok := info.host.RequestHeader("authorization"); !ok {
+		return "", false
+	}
+	if all := info.host.Property(propAuthorization); all != "" {
+		return all, true
+	}
+	all, _ := info.header("authorization") // joined as the attribute joins them
+	return all, true
+}
+
+// carriesAdminToken reports whether the admin token is anywhere a client
+// may send a bearer token: any word of any Authorization value (in any
+// credential syntax, or none), or an access_token query parameter (RFC
+// 6750's URI query form). Such a request is the operator's and must not
+// reach the upstream, however the rest of it is spelled.
+func (h *Stream) carriesAdminToken() bool {
+	want := &h.plugin.admin.cfg.TokenSHA256
+	found := false
+	if all, ok := h.authorization(); ok {
+		found = wordsMatch(all, want)
+	}
+	if q, ok := rawQuery(h.info.pseudo(needPath)); ok && strings.Contains(q, "access_token") {
+		for i, v := range queryValues(q, "access_token") {
+			if i == maxTokenCandidates {
+				break
+			}
+			found = digestMatches(v, want) || found
+		}
+	}
+	return found
+}
+
+// callerAddr is the address of the connection a request came on, from
+// Envoy's source.address ("ip:port"), and why it is unusable: "address"
+// when it is not an IP address with a port (a pipe, say), "forwarded"
+// when its port is 0. Envoy parses an address it takes from
+// X-Forwarded-For (without use_remote_address) or from an
+// original_ip_detection extension without a port, so port 0 is the mark
+// of an address a request header may have chosen; a connection's own
+// peer never has port 0.
+func callerAddr(sourceAddress string) (netip.Addr, string) {
+	ap, err := netip.ParseAddrPort(sourceAddress)
+	if err != nil {
+		return netip.Addr{}, "address"
+	}
+	addr := ap.Addr().WithZone("").Unmap()
+	if ap.Port() == 0 {
+		return addr, "forwarded"
+	}
+	return addr, ""
+}
+
+// serveAdmin answers an admin request: one under path_prefix (inPrefix,
+// and rest is what follows the prefix) or one that carries the admin
+// token on another path, which passes the checks only to be told there
+// is no such call.
+func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
 	p := h.plugin
 	a := p.admin
 	info := &h.info
-	source, _ := info.client(&p.cfg.ClientIP)
-	addr, ok := info.ClientAddr() // source, parsed as client_cidrs matches parse it
-	fromAllowed := ok && a.cfg.ClientCIDRs.Contains(addr)
-	auth, _ := info.header("authorization")
-	tokenOK := tokenMatches(auth, &a.cfg.TokenSHA256)
-	if !fromAllowed || !tokenOK {
-		a.denied.Increment(1)
-		reason := "address"
-		if fromAllowed {
-			reason = "token"
+	addr, reason := callerAddr(info.host.Property(propSourceAddress))
+	source := "unknown"
+	if addr.IsValid() {
+		source = addr.String()
+	}
+	if reason == "" && !a.cfg.ClientCIDRs.Contains(addr) {
+		reason = "address"
+	}
+	ns := now.UnixNano()
+	throttled := false
+	failKey := source
+	if reason == "" {
+		// Only allowed addresses take a slot, so no one outside
+		// client_cidrs can crowd the table. An IPv6 caller is counted by
+		// its /64, which one host usually holds whole: a fresh address
+		// of it is no fresh allowance. A store failure throttles: the
+		// route fails closed.
+		if addr.Is6() {
+			p, _ := addr.Prefix(64)
+			failKey = p.String()
 		}
+		res, err := a.fails.Peek(failKey, ns, 1)
+		throttled = err != nil || !res.Allowed
+	}
+	all, _ := h.authorization()
+	tokenOK := credentialsMatch(all, &a.cfg.TokenSHA256)
+	switch {
+	case reason != "":
+	case throttled:
+		reason = "throttled"
+		a.throttled.Increment(1)
+	case !tokenOK:
+		reason = "token"
+		_, _ = a.fails.AllowN(failKey, ns, 1) // an empty bucket stays empty
+	}
+	if reason != "" {
+		a.denied.Increment(1)
 		h.logAdmin("admin_denied", source, "reason", reason, 404)
 		h.replyAdmin(404, nil)
 		return
@@ -160,9 +355,9 @@ func (h *Stream) serveAdmin(rest string, now time.Time) {
 	method := info.pseudo(needMethod)
 	var action string
 	switch {
-	case rest == "quota/" && method == "GET":
+	case inPrefix && rest == "quota/" && method == "GET":
 		action = "get"
-	case rest == "quota/reset/" && method == "POST":
+	case inPrefix && rest == "quota/reset/" && method == "POST":
 		action = "reset"
 	default:
 		h.logAdmin("admin", source, "action", "unknown", 404)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -32,6 +33,19 @@ func TestNormalPath(t *testing.T) {
 		if got := string(appendNormalPath(nil, tc.in)); got != tc.want {
 			t.Errorf("%q: %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// Hashing is bounded per request, whatever the header holds.
+func TestTokenCandidatesAreBounded(t *testing.T) {
+	sum := sha256.Sum256([]byte("tok"))
+	few := strings.Repeat("a ", maxTokenCandidates-1) + "tok"
+	many := strings.Repeat("a ", maxTokenCandidates) + "tok"
+	if !wordsMatch(few, &sum) || wordsMatch(many, &sum) {
+		t.Fatal("words past the bound are hashed, or words within it are not")
+	}
+	if !credentialsMatch(strings.Repeat("a,", maxTokenCandidates-1)+"Bearer tok", &sum) || credentialsMatch(strings.Repeat("a,", maxTokenCandidates)+"Bearer tok", &sum) {
+		t.Fatal("credentials past the bound are hashed, or credentials within it are not")
 	}
 }
 
@@ -69,6 +83,8 @@ func FuzzAdminRoute(f *testing.F) {
 	f.Add("/.sluice/quota/reset?limit=l&key=k", "Bearer tok", "10.9.0.1:1")
 	f.Add("/%2esluice/quota", "Bearer x", "10.0.0.1:1")
 	f.Add("//.SLUICE/../.sluice/quota", "", "[::1]:80")
+	f.Add("/api?access_token=tok", "Basic x", "10.9.0.1:1")
+	f.Add("/api", "Bearer:tok", "10.9.0.1:0")
 	f.Fuzz(func(t *testing.T, path, auth, peer string) {
 		norm := appendNormalPath(nil, path)
 		if norm[0] != '/' || norm[len(norm)-1] != '/' || bytes.Contains(norm, []byte("//")) ||
@@ -97,7 +113,19 @@ func FuzzAdminRoute(f *testing.F) {
 		s := begin(p, fk, 2)
 		fk.Stream.Headers = [][2]string{{":method", "POST"}, {":path", path}, {":authority", "a"}, {"authorization", auth}}
 		fk.Stream.Properties = map[string]string{"source.address": peer}
-		_, admin := p.admin.route(path)
+		// An admin request: under the prefix, or carrying the token
+		// whatever its path.
+		_, inPrefix := p.admin.route(path)
+		// The token anywhere in Authorization or an access_token makes an
+		// admin request; only the Bearer form authorises.
+		carried := wordsMatch(auth, &sum)
+		if q, ok := rawQuery(path); ok {
+			for _, v := range queryValues(q, "access_token") {
+				carried = carried || v == "tok"
+			}
+		}
+		authorised := credentialsMatch(auth, &sum)
+		admin := inPrefix || carried
 		v := s.RequestHeaders()
 		replies := fk.Stream.Replies
 		if admin != (v == Pause) || admin != (len(replies) == 1) {
@@ -105,7 +133,6 @@ func FuzzAdminRoute(f *testing.F) {
 		}
 		// Only the token is judged here: the address check has cases of
 		// its own (filtertest), and the fuzzer's peers are rarely allowed.
-		authorised := tokenMatches(auth, &sum)
 		if admin && !authorised && (replies[0].Status != 404 || len(replies[0].Body) != 0 || len(replies[0].Headers) != 0) {
 			t.Fatalf("unauthorised admin request answered %d %q %v", replies[0].Status, replies[0].Body, replies[0].Headers)
 		}
@@ -148,6 +175,35 @@ func TestAdminCallsAreLoggedAndCounted(t *testing.T) {
 	}
 	if f.Metrics.Values[metricAdminCalls] != 1 || f.Metrics.Values[metricAdminDenied] != 2 || f.Metrics.Values[metricRequests] != 3 {
 		t.Fatalf("metrics %v", f.Metrics.Values)
+	}
+}
+
+// Wrong tokens are counted per IPv4 address and per IPv6 /64: another
+// address of the same /64 is throttled too, another /64 is not.
+func TestWrongTokensAreCountedPerV6Slash64(t *testing.T) {
+	sum := sha256.Sum256([]byte("tok"))
+	p, f := newNativePlugin(t, `{"admin":{"client_cidrs":["2001:db8::/32"],"token_sha256":"`+hex.EncodeToString(sum[:])+`"}}`)
+	call := func(peer, auth string) int {
+		s := begin(p, f, 1)
+		f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/.sluice/quota?limit=x&key=y"}, {"authorization", auth}}
+		f.Stream.Properties = map[string]string{"source.address": peer}
+		f.Stream.Replies = nil
+		s.RequestHeaders()
+		return f.Stream.Replies[0].Status
+	}
+	for i := range 10 {
+		call(fmt.Sprintf("[2001:db8:0:1::%x]:1000", i+1), "Bearer nope")
+	}
+	if f.Metrics.Values[metricAdminThrottled] != 0 {
+		t.Fatal("throttled before the bucket was empty")
+	}
+	if st := call("[2001:db8:0:1::ffff]:1000", "Bearer tok"); st != 404 || f.Metrics.Values[metricAdminThrottled] != 1 {
+		t.Fatalf("a fresh address of the same /64: %d, throttled %d", st, f.Metrics.Values[metricAdminThrottled])
+	}
+	// The right token from another /64 is answered (404: there is no
+	// limit x, after the checks).
+	if st := call("[2001:db8:0:2::1]:1000", "Bearer tok"); st != 404 || f.Metrics.Values[metricAdminCalls] != 1 {
+		t.Fatalf("another /64: %d, calls %d", st, f.Metrics.Values[metricAdminCalls])
 	}
 }
 

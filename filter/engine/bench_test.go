@@ -21,10 +21,22 @@ func BenchmarkEngineOneLimitOneBreakerAdmin(b *testing.B) {
 	benchOneLimitOneBreaker(b, `,"admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"`+strings.Repeat("0", 64)+`"}`, "/api/v1/users/12345?fields=name,email")
 }
 
-func benchOneLimitOneBreaker(b *testing.B, extra, path string) {
+// BenchmarkEngineOneLimitOneBreakerAdminBearer is the admin request of
+// BenchmarkEngineOneLimitOneBreakerAdmin carrying an application's bearer
+// token: its Authorization is hashed to tell it from the admin token.
+func BenchmarkEngineOneLimitOneBreakerAdminBearer(b *testing.B) {
+	benchOneLimitOneBreaker(b, `,"admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"`+strings.Repeat("0", 64)+`"}`, "/api/v1/users/12345?fields=name,email",
+		[2]string{"authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl"}, [2]string{"accept", "*/*"}, [2]string{"user-agent", "curl/8"})
+}
+
+func benchOneLimitOneBreaker(b *testing.B, extra, path string, headers ...[2]string) {
 	p, f := newNativePlugin(b, `{"limits":[{"name":"per-ip","key":["client_ip"],"requests_per_second":1000000000}],"breakers":[{"name":"backend"}]`+extra+`}`)
-	f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", path}, {":authority", "a"}}
+	f.Stream.Headers = append([][2]string{{":method", "GET"}, {":path", path}, {":authority", "a"}}, headers...)
 	f.Stream.Properties = map[string]string{"source.address": "10.0.0.1:5000", "xds.cluster_name": "backend"}
+	for _, h := range headers {
+		// Envoy's request.headers attribute, which the admin route reads.
+		f.Stream.Properties["request.headers."+h[0]] = h[1]
+	}
 	f.Stream.ResponseHeaderMap = [][2]string{{":status", "200"}}
 	s := &Stream{}
 	b.ReportAllocs()

@@ -126,9 +126,10 @@ func (h *Stream) RequestHeaders() Verdict {
 	h.start = p.host.Clock()
 	if p.admin != nil {
 		// Before anything else: an admin request is answered here, never
-		// limited, never forwarded (admin.go).
-		if rest, ok := p.admin.route(h.info.pseudo(needPath)); ok {
-			h.serveAdmin(rest, h.start)
+		// limited, never forwarded (admin.go), and so is any request
+		// carrying the admin token, whatever its path.
+		if rest, ok := p.admin.route(h.info.pseudo(needPath)); ok || h.carriesAdminToken() {
+			h.serveAdmin(rest, ok, h.start)
 			return Pause
 		}
 	}

@@ -184,7 +184,10 @@ func (p *Plugin) configure(cfg *config.Config) error {
 		p.routeHeader = cfg.External.RouteHeader
 	}
 	if cfg.Admin != nil {
-		p.admin = newAdminRuntime(p.host.Metrics, cfg.Admin)
+		var err error
+		if p.admin, err = newAdminRuntime(p.host, cfg.Admin); err != nil {
+			return err
+		}
 	}
 	for _, l := range p.limits {
 		l.nearLeft = perMillionAll - int64(config.PerMillion(100*cfg.Response.NearLimitRatio))

@@ -22,33 +22,44 @@ type QuotaKey struct {
 }
 
 // ResolveQuotaKey is the bucket of limit cfg for a request whose key parts
-// have the values parts, one per entry of cfg.Key, in order: host parts
-// lower-cased and the override chosen as the request path chooses them.
-// Values the request path would not find a bucket for are errors: a wrong
-// number of parts, an empty part (a missing key), and a value whose
-// override is unlimited or blocked.
+// have the values parts, one per entry of cfg.Key, in order, given as a
+// request carries them: a client address (masked as the part says), a
+// header value, a path, a decoded query value. The values are put where a
+// request carries them (quotaRequest) and the key is composed by the
+// request path's own code, appendKey, so masking, lower-casing and
+// whatever else the request path does apply alike; the override is chosen
+// as the request path chooses it. Values the request path would not find
+// a bucket for are errors: a wrong number of parts, an empty part (a
+// missing key), a value no request can carry in that part, and a value
+// whose override is unlimited or blocked.
 func ResolveQuotaKey(cfg *config.Limit, parts []string) (QuotaKey, error) {
 	if len(parts) != len(cfg.Key) {
 		return QuotaKey{}, fmt.Errorf("limit %q has %d key parts (%s), got %d values", cfg.Name, len(cfg.Key), keyKindsOf(cfg.Key), len(parts))
 	}
-	var b strings.Builder
 	for i, v := range parts {
 		if v == "" {
 			return QuotaKey{}, fmt.Errorf("limit %q: key part %d (%s) is empty, which the filter treats as a missing key: no bucket", cfg.Name, i+1, cfg.Key[i])
 		}
-		if i > 0 {
-			b.WriteByte(keySeparator)
-		}
-		if cfg.Key[i].Kind == config.KeyHost {
-			v = strings.ToLower(v)
-		}
-		b.WriteString(v)
 	}
-	q := QuotaKey{Key: b.String(), Rate: cfg.Rate}
+	req, err := newQuotaRequest(cfg.Key, parts)
+	if err != nil {
+		return QuotaKey{}, fmt.Errorf("limit %q: %v", cfg.Name, err)
+	}
+	info := requestInfo{host: req}
+	peer := &config.ClientIP{} // the client address is the value given, as the peer
+	key, v, ok := info.appendKey(nil, cfg.Key, peer, cfg.OverrideBy)
+	if !ok {
+		for i := range cfg.Key {
+			if _, _, ok := info.appendKey(nil, cfg.Key[i:i+1], peer, -1); !ok {
+				return QuotaKey{}, fmt.Errorf("limit %q: key part %d (%s): %q is not a value a request can carry there: no bucket", cfg.Name, i+1, cfg.Key[i], parts[i])
+			}
+		}
+		return QuotaKey{}, fmt.Errorf("limit %q: no request carries these values: no bucket", cfg.Name)
+	}
+	q := QuotaKey{Key: string(key), Rate: cfg.Rate}
 	if cfg.OverrideBy < 0 || cfg.OverrideBy >= len(parts) {
 		return q, nil
 	}
-	v := parts[cfg.OverrideBy]
 	if cfg.OverrideCIDRs != nil {
 		v = cfg.OverrideCIDRs.Resolve(v)
 	}
@@ -60,6 +71,115 @@ func ResolveQuotaKey(cfg *config.Limit, parts []string) (QuotaKey, error) {
 	}
 	return q, nil
 }
+
+// quotaRequest is a request that carries given key part values where a
+// request carries them, so that appendKey reads them back as it reads a
+// request's.
+type quotaRequest struct {
+	headers [][2]string
+	props   map[string]string // by property path, joined with '\x00'
+}
+
+// newQuotaRequest builds the request carrying values for parts. A value a
+// request cannot carry in its part is refused rather than read back as
+// something else: a path with a query or fragment, a path segment with a
+// '/', a cookie value with a ';', two client_ip parts naming different
+// addresses, or path segments another path part contradicts.
+func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, error) {
+	r := &quotaRequest{props: map[string]string{}}
+	var path, method, authority string
+	var query []byte
+	var segments []string
+	var given []bool
+	for i, p := range parts {
+		v := values[i]
+		switch p.Kind {
+		case config.KeyClientIP, config.KeyClientIPMasked:
+			if prev, ok := r.props["source\x00address"]; ok && prev != v {
+				return nil, fmt.Errorf("key parts name two client addresses, %q and %q", prev, v)
+			}
+			r.props["source\x00address"] = v
+		case config.KeyHeader:
+			r.headers = append(r.headers, [2]string{p.Header, v})
+		case config.KeyCookie:
+			if strings.ContainsRune(v, ';') {
+				return nil, fmt.Errorf("key part %d (%s): a cookie value cannot hold ';'", i+1, p)
+			}
+			r.headers = append(r.headers, [2]string{"cookie", p.Name + "=" + v})
+		case config.KeyPath:
+			if strings.ContainsAny(v, "?#") || !strings.HasPrefix(v, "/") {
+				return nil, fmt.Errorf("key part %d (%s): a path starts with '/' and holds no '?' or '#'", i+1, p)
+			}
+			path = v
+		case config.KeyPathSegment:
+			if strings.ContainsRune(v, '/') {
+				return nil, fmt.Errorf("key part %d (%s): a path segment cannot hold '/'", i+1, p)
+			}
+			for len(segments) < p.Segment {
+				segments, given = append(segments, "_"), append(given, false)
+			}
+			segments[p.Segment-1], given[p.Segment-1] = v, true
+		case config.KeyQuery:
+			if len(query) > 0 {
+				query = append(query, '&')
+			}
+			query = appendQueryEscaped(append(appendQueryEscaped(query, p.Name), '='), v)
+		case config.KeyMethod:
+			method = v
+		case config.KeyHost:
+			authority = v
+		case config.KeyRoute:
+			r.props[strings.Join(propRouteName, "\x00")] = v
+		case config.KeyCluster:
+			r.props[strings.Join(propClusterName, "\x00")] = v
+		case config.KeyMetadata:
+			r.props[strings.Join(p.Property, "\x00")] = v
+		}
+	}
+	if segments != nil {
+		built := "/" + strings.Join(segments, "/")
+		if path == "" {
+			path = built
+		}
+		for i, seg := range segments {
+			if got, _ := pathSegment(path, i+1); given[i] && got != seg {
+				return nil, fmt.Errorf("path %q has %q, not %q, as its segment %d", path, got, seg, i+1)
+			}
+		}
+	}
+	if path == "" {
+		path = "/"
+	}
+	if query != nil {
+		path += "?" + string(query)
+	}
+	r.headers = append(r.headers, [2]string{":path", path}, [2]string{":method", method}, [2]string{":authority", authority})
+	return r, nil
+}
+
+// appendQueryEscaped appends s with every byte but letters and digits
+// percent-encoded, which any query decoder reads back as s.
+func appendQueryEscaped(dst []byte, s string) []byte {
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+			dst = append(dst, c)
+			continue
+		}
+		dst = append(dst, '%', hex[c>>4], hex[c&15])
+	}
+	return dst
+}
+
+func (r *quotaRequest) RequestHeaders() [][2]string { return r.headers }
+
+// RequestHeader is read for the pseudo-headers, which appear once.
+func (r *quotaRequest) RequestHeader(name string) (string, bool) {
+	return combinedHeader(r.headers, name)
+}
+
+func (r *quotaRequest) Property(path []string) string { return r.props[strings.Join(path, "\x00")] }
 
 func overrideActionName(a config.OverrideAction) string {
 	if a == config.OverrideBlock {

@@ -3,6 +3,8 @@ package engine
 import (
 	"strings"
 	"testing"
+
+	"github.com/sluice-proxy/sluice/filter/config"
 )
 
 // ResolveQuotaKey names the bucket the request path fills: the key
@@ -41,4 +43,84 @@ func TestResolveQuotaKeyIsTheRequestPathsKey(t *testing.T) {
 			t.Errorf("%q: %v, want %q", tc.parts, err, tc.want)
 		}
 	}
+}
+
+// Every kind of key part: the values an operator gives compose the key
+// a request carrying them gets, masking and decoding included.
+func TestResolveQuotaKeyComposesEveryPartAsTheRequestPath(t *testing.T) {
+	for _, tc := range []struct {
+		key    string
+		values []string
+		// headers and props are the request carrying the values.
+		headers [][2]string
+		peer    string
+	}{
+		{`["client_ip/24/56"]`, []string{"127.0.5.9"}, nil, "127.0.5.200:4000"},
+		{`["client_ip/24/56"]`, []string{"2001:db8:0:1::9"}, nil, "[2001:db8:0:1:ffff::1]:4000"},
+		{`["client_ip"]`, []string{"::ffff:10.1.2.3"}, nil, "10.1.2.3:4000"},
+		{`["client_ip","client_ip/16/48"]`, []string{"10.1.2.3", "10.1.2.3"}, nil, "10.1.2.3:1"},
+		{`["query:q","query:r"]`, []string{"a b&c=%", "x"}, [][2]string{{":path", "/p?r=x&q=a+b%26c%3D%25"}}, ""},
+		{`["cookie:sid","header:x-t"]`, []string{"abc", "t1"}, [][2]string{{"cookie", "o=1; sid=abc"}, {"x-t", "t1"}}, ""},
+		{`["path_segment:2","method"]`, []string{"v2", "POST"}, [][2]string{{":path", "/api/v2/users"}, {":method", "POST"}}, ""},
+		{`["path","path_segment:1","query:q"]`, []string{"/api/x", "api", "1"}, [][2]string{{":path", "/api/x?q=1"}}, ""},
+		{`["host"]`, []string{"API.Example"}, [][2]string{{":authority", "api.example"}}, ""},
+	} {
+		p, f := newNativePlugin(t, `{"limits":[{"name":"t","key":`+tc.key+`,"requests_per_second":5}]}`)
+		l := p.limits[0]
+		s := begin(p, f, 1)
+		// The case's own pseudo-headers come first: the first value wins.
+		f.Stream.Headers = append(append([][2]string(nil), tc.headers...), [2]string{":method", "GET"}, [2]string{":path", "/"}, [2]string{":authority", "h"})
+		f.Stream.Properties = map[string]string{"source.address": tc.peer}
+		want, _, ok := s.info.appendKey(nil, l.cfg.Key, &p.cfg.ClientIP, -1)
+		if !ok {
+			t.Fatalf("%s: the request has no key", tc.key)
+		}
+		q, err := ResolveQuotaKey(l.cfg, tc.values)
+		if err != nil || q.Key != string(want) {
+			t.Errorf("%s %q: %q %v, the request path composes %q", tc.key, tc.values, q.Key, err, want)
+		}
+	}
+	for _, tc := range []struct {
+		key    string
+		values []string
+		want   string
+	}{
+		{`["client_ip/24/56"]`, []string{"127.0.5.0/24"}, `key part 1 (client_ip/24/56): "127.0.5.0/24" is not a value a request can carry`},
+		{`["client_ip"]`, []string{"example.com"}, "is not a value a request can carry"},
+		{`["client_ip","client_ip/24/56"]`, []string{"10.0.0.1", "10.0.0.2"}, "two client addresses"},
+		{`["path_segment:1"]`, []string{"a/b"}, "cannot hold '/'"},
+		{`["cookie:sid"]`, []string{"a;b"}, "cannot hold ';'"},
+		{`["path"]`, []string{"/a?b"}, "no '?' or '#'"},
+		{`["path","path_segment:1"]`, []string{"/a/b", "b"}, `has "a", not "b", as its segment 1`},
+	} {
+		p, _ := newNativePlugin(t, `{"limits":[{"name":"t","key":`+tc.key+`,"requests_per_second":5}]}`)
+		if _, err := ResolveQuotaKey(p.limits[0].cfg, tc.values); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %q: %v, want %q", tc.key, tc.values, err, tc.want)
+		}
+	}
+}
+
+// FuzzResolveQuotaKey gives any values to limits of every part kind:
+// nothing panics, and a query or header value comes back in the key
+// exactly as given, through the encoding quotaRequest puts it in.
+func FuzzResolveQuotaKey(f *testing.F) {
+	f.Add("a b&c=%", "t1", "127.0.5.9", "/api/v2")
+	f.Add("%zz+", "", "::ffff:1.2.3.4", "/a?b")
+	f.Add("\x00\xff", "x,y", "[::1]:80", "v2")
+	cfg, err := config.Parse([]byte(`{"limits":[
+		{"name":"qh","key":["query:q","header:x-h"],"requests_per_second":1},
+		{"name":"ip","key":["client_ip/24/56","path_segment:2"],"requests_per_second":1},
+		{"name":"path","key":["path","path_segment:1","cookie:c"],"requests_per_second":1}]}`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, q, h, ip, path string) {
+		if k, err := ResolveQuotaKey(&cfg.Limits[0], []string{q, h}); err == nil && k.Key != q+"\x00"+h {
+			t.Fatalf("%q %q composed %q", q, h, k.Key)
+		} else if err != nil && q != "" && h != "" {
+			t.Fatalf("%q %q: %v", q, h, err)
+		}
+		_, _ = ResolveQuotaKey(&cfg.Limits[1], []string{ip, path})
+		_, _ = ResolveQuotaKey(&cfg.Limits[2], []string{path, h, q})
+	})
 }

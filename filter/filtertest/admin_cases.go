@@ -2,7 +2,11 @@ package filtertest
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 func init() { Cases = append(Cases, adminCases...) }
@@ -132,14 +136,122 @@ var adminCases = []Case{
 			for _, path := range []string{"/%2esluice/quota", "//.sluice//quota/", "/.SLUICE/QUOTA", "/x/../.sluice/quota"} {
 				adminState(t, h.Do(t, adminCall("GET", path+q, adminPeer, AdminToken)))
 			}
-			// The admin path in the query is not the path: an ordinary
-			// request, never answered by the admin route.
-			resp := h.Do(t, adminCall("GET", "/?/.sluice/quota"+q, adminPeer, AdminToken))
+			// The admin path in the query is not the path: without the
+			// token an ordinary request, never answered by the admin route.
+			resp := h.Do(t, adminCall("GET", "/?/.sluice/quota"+q, adminPeer, ""))
 			if resp.Status != 200 || resp.Local {
 				t.Fatalf("query-only admin path: status %d local %v body %s, want the upstream's 200", resp.Status, resp.Local, resp.Body)
 			}
 			wantCounter(t, h, "sluice.admin.calls", 4)
 			wantCounter(t, h, "sluice.admin.denied", uint64(len(denied)))
+		},
+	},
+	{
+		Name:    "a request carrying the admin token never leaves the filter, whatever its path",
+		Config:  adminConfig,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			const q = "?limit=per-tenant&key=acme"
+			// Spellings an upstream may read as the admin path that no
+			// normalisation of ours resolves, and paths that are not the
+			// admin's at all: the token alone makes them admin requests.
+			paths := []string{
+				"/.sluice;v=1/quota" + q,     // a path parameter
+				"/.sluice%00/quota" + q,      // an escaped NUL
+				"/%c0%aesluice/quota" + q,    // an overlong UTF-8 '.'
+				"/.sluice./quota" + q,        // a trailing dot
+				"/%EF%BC%8Esluice/quota" + q, // a fullwidth '.'
+				"/%252esluice/quota" + q,     // a double escape
+				"/?/.sluice/quota" + q,       // the admin path in the query
+				"/api/anything",
+			}
+			for _, path := range paths {
+				// From an allowed address: the call is the operator's, and
+				// there is no such call.
+				resp := h.Do(t, adminCall("GET", path, adminPeer, AdminToken))
+				if resp.Status != 404 || !resp.Local || resp.UpstreamHeaders != nil || !strings.Contains(string(resp.Body), "no such admin call") {
+					t.Fatalf("%q with the token: status %d local %v reached upstream %v body %q, want the filter's 404 naming the calls",
+						path, resp.Status, resp.Local, resp.UpstreamHeaders != nil, resp.Body)
+				}
+				// From anywhere else: the empty 404 of a failed check.
+				wantHidden(t, path+" with the token from a disallowed address", h.Do(t, adminCall("GET", path, "10.0.0.1:40000", AdminToken)))
+			}
+			// The token in a second Authorization field, or folded after
+			// another credential, in any case of the scheme, with a tab.
+			for i, r := range []Request{
+				get("/api").with("authorization", "Basic dXNlcjpwYXNz").with("authorization", "Bearer "+AdminToken),
+				get("/api").with("authorization", "Bearer other, Bearer "+AdminToken),
+				get("/api").with("authorization", "bEaReR\t"+AdminToken),
+				// Other credential syntaxes a lenient upstream may accept,
+				// and RFC 6750's query parameter.
+				get("/api").with("authorization", "Bearer:"+AdminToken),
+				get("/api").with("authorization", AdminToken),
+				get("/api").with("authorization", "Token "+AdminToken),
+				get("/api?x=1&access_token=" + AdminToken),
+			} {
+				wantHidden(t, fmt.Sprintf("hidden token %d", i), h.Do(t, r))
+			}
+			wantCounter(t, h, "sluice.admin.calls", uint64(len(paths)))
+			wantCounter(t, h, "sluice.admin.denied", uint64(len(paths)+7))
+			// Other bearer tokens are the application's: they pass.
+			if resp := h.Do(t, get("/api").with("authorization", "Bearer "+AdminToken+"x")); resp.Status != 200 || resp.Local {
+				t.Fatalf("another bearer token: status %d local %v", resp.Status, resp.Local)
+			}
+		},
+	},
+	{
+		Name: "admin key values are composed as the request path composes them, masking included",
+		Config: `{"limits":[{"name":"per-subnet","key":["client_ip/24/56"],"limit":2,"window":"1h"}],
+		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			from := func(peer string) Request { r := get("/api"); r.Peer = peer; return r }
+			if got := admitted(t, h, 3, func(int) Request { return from("127.0.5.200:4000") }); got != 2 {
+				t.Fatalf("admitted %d of 3 from 127.0.5.0/24, want 2", got)
+			}
+			// Any address of the /24 names its bucket.
+			const q = "?limit=per-subnet&key=127.0.5.9"
+			st := adminState(t, h.Do(t, adminCall("GET", "/.sluice/quota"+q, adminPeer, AdminToken)))
+			if st["remaining"] != 0.0 {
+				t.Fatalf("get: %v, want the spent bucket", st)
+			}
+			st = adminState(t, h.Do(t, adminCall("POST", "/.sluice/quota/reset"+q, adminPeer, AdminToken)))
+			if st["reset"] != true || st["remaining"] != 2.0 {
+				t.Fatalf("reset: %v", st)
+			}
+			if got := admitted(t, h, 1, func(int) Request { return from("127.0.5.1:4000") }); got != 1 {
+				t.Fatal("the /24 is still limited after its reset")
+			}
+			// The masked form is not an address a request can come from.
+			resp := h.Do(t, adminCall("GET", "/.sluice/quota?limit=per-subnet&key=127.0.5.0/24", adminPeer, AdminToken))
+			if resp.Status != 400 || !strings.Contains(string(resp.Body), "not a value a request can carry") {
+				t.Fatalf("the masked form: %d %s", resp.Status, resp.Body)
+			}
+		},
+	},
+	{
+		Name:    "wrong admin tokens are rate-limited per source address",
+		Config:  adminConfig,
+		Workers: 2,
+		Run: func(t *testing.T, h Harness) {
+			const path = "/.sluice/quota?limit=per-tenant&key=acme"
+			// Ten wrong tokens from one allowed address, across workers:
+			// refused for the token.
+			for i := range 10 {
+				wantHidden(t, "wrong token", h.Do(t, adminCall("GET", path, adminPeer, "guess"+strconv.Itoa(i)).on(i%2)))
+			}
+			wantCounter(t, h, "sluice.admin.throttled", 0)
+			// The eleventh attempt is refused before its token counts,
+			// even the right one.
+			wantHidden(t, "right token after ten wrong ones", h.Do(t, adminCall("GET", path, adminPeer, AdminToken)))
+			wantCounter(t, h, "sluice.admin.throttled", 1)
+			// Another allowed address is not affected.
+			adminState(t, h.Do(t, adminCall("GET", path, "10.9.7.7:50000", AdminToken)))
+			// One wrong token refills every 6 seconds.
+			h.Advance(t, 6*time.Second)
+			adminState(t, h.Do(t, adminCall("GET", path, adminPeer, AdminToken).on(1)))
+			wantCounter(t, h, "sluice.admin.calls", 2)
+			wantCounter(t, h, "sluice.admin.denied", 11)
 		},
 	},
 }

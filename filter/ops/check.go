@@ -43,6 +43,8 @@ const (
 	warnXFF          = "xff_without_use_remote_address"
 	warnNeverMatches = "never_matches"
 	warnFailOpen     = "fail_open_replaces"
+	warnPeer         = "peer_without_use_remote_address"
+	warnAdmin        = "admin_without_use_remote_address"
 )
 
 // Check checks the plugin configurations in data, the content of file:

@@ -62,6 +62,14 @@ func writeFiles(t *testing.T, dir string, files map[string]string) map[string]st
 
 const xffConfig = `{"client_ip": {"source": "xff", "trusted_hops": 1}, "limits": [{"name": "per-ip", "requests_per_second": 5}]}`
 
+// peerConfig keys two limits and a concurrency limit on the peer's
+// address, and one limit on a header.
+const peerConfig = `{"limits": [{"name": "per-ip", "requests_per_second": 5}, {"name": "per-subnet", "key": ["client_ip/24/56"], "requests_per_second": 50}, ` +
+	`{"name": "per-tenant", "key": ["header:x-tenant"], "requests_per_second": 5}], "concurrency": [{"name": "c", "key": ["client_ip"], "max_in_flight": 2}]}`
+
+// adminOnlyConfig has the admin route and no client_ip key.
+const adminOnlyConfig = `{"admin": {"client_cidrs": ["10.0.0.0/8"], "token_sha256": "757224ba37701e155c211a2dc2ed5debaf36faba66aa0cde42587cfc27fa1c30"}}`
+
 const ecdsFile = `resources:
   - "@type": type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig
     name: sluice
@@ -101,6 +109,20 @@ func TestCheck(t *testing.T) {
 		{name: "xff without use_remote_address", files: map[string]string{"envoy.yaml": bootstrap(false, inlineSluice(xffConfig))},
 			out: []string{"envoy.yaml:21", "warning: client_ip: reads X-Forwarded-For, but the HTTP connection manager at envoy.yaml:8 does not set use_remote_address: true", "[xff_without_use_remote_address]"}},
 		{name: "xff with use_remote_address", files: map[string]string{"envoy.yaml": bootstrap(true, inlineSluice(xffConfig))},
+			out: []string{"0 error(s), 0 warning(s)"}},
+		{name: "peer keys without use_remote_address", files: map[string]string{"envoy.yaml": bootstrap(false, inlineSluice(peerConfig))},
+			out: []string{"warning: client_ip: limits[0].key (per-ip), limits[1].key (per-subnet), concurrency[0].key (c) key on client_ip from the peer (source.address), " +
+				"but the HTTP connection manager at envoy.yaml:8 does not set use_remote_address: true, so Envoy takes source.address from the last X-Forwarded-For entry",
+				"[peer_without_use_remote_address]", "1 warning(s)"},
+			absent: []string{"per-tenant"}},
+		{name: "peer keys with use_remote_address", files: map[string]string{"envoy.yaml": bootstrap(true, inlineSluice(peerConfig))},
+			out: []string{"0 error(s), 0 warning(s)"}},
+		{name: "peer keys in a plain JSON file cannot be judged", files: map[string]string{"c.json": peerConfig},
+			out: []string{"0 error(s), 0 warning(s)"}},
+		{name: "the admin route without use_remote_address", files: map[string]string{"envoy.yaml": bootstrap(false, inlineSluice(adminOnlyConfig))},
+			out: []string{"warning: admin: the HTTP connection manager at envoy.yaml:8 does not set use_remote_address: true", "refuses every call that carries one",
+				"[admin_without_use_remote_address]", "1 warning(s)"}},
+		{name: "the admin route with use_remote_address", files: map[string]string{"envoy.yaml": bootstrap(true, inlineSluice(adminOnlyConfig))},
 			out: []string{"0 error(s), 0 warning(s)"}},
 		{name: "xff in a plain JSON file cannot be judged", files: map[string]string{"c.json": xffConfig},
 			out: []string{"0 error(s), 0 warning(s)"}},

@@ -56,7 +56,8 @@ func adminQuota(a *quotaArgs, cfg *config.Config) (quotaState, error) {
 	switch {
 	case resp.StatusCode == http.StatusNotFound && len(body) == 0:
 		return quotaState{}, fmt.Errorf("%s answered an empty 404: the admin route refused the call (a token whose SHA-256 is not admin.token_sha256, "+
-			"a client address outside admin.client_cidrs), or that Envoy serves no admin route under %s", a.envy, cfg.Admin.PathPrefix)
+			"a connection from outside admin.client_cidrs, an address Envoy took from X-Forwarded-For because the connection manager lacks "+
+			"use_remote_address, too many wrong tokens from this address lately), or that Envoy serves no admin route under %s", a.envy, cfg.Admin.PathPrefix)
 	case resp.StatusCode != http.StatusOK && st.Error != "":
 		return quotaState{}, fmt.Errorf("%s: HTTP %d: %s", a.envy, resp.StatusCode, st.Error)
 	case resp.StatusCode != http.StatusOK || jsonErr != nil:

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/filter/backend"
 )
 
 // Usage and configuration mistakes are named before anything is sent,
@@ -68,5 +70,26 @@ leases ahead:   20
 	}
 	if !strings.Contains(string(readme), want) {
 		t.Fatal("README.md's quota get sample is not what sluicectl prints")
+	}
+}
+
+// quota names the Redis key explain shows for a request carrying the
+// same values: a masked client address is masked alike.
+func TestQuotaKeyIsExplainsKey(t *testing.T) {
+	cfg := `{"limits":[{"name":"subnet","key":["client_ip/24/56"],"requests_per_second":5,"mode":"global"}],"backend":{"cluster":"redis"}}`
+	file := filepath.Join(t.TempDir(), "c.json")
+	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := Explain([]byte(cfg), Request{Method: "GET", Path: "/", Authority: "h", Client: "127.0.5.9:4000"}, time.Now(), false)
+	if err != nil || len(ex.Limits) != 1 || ex.Limits[0].RedisKey == "" {
+		t.Fatalf("explain: %+v %v", ex, err)
+	}
+	_, lim, q, err := quotaLimit(&quotaArgs{configFile: file, limit: "subnet", keys: keyValues{"127.0.5.9"}, webdis: "http://127.0.0.1:9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := backend.Key(lim.Name, lim.Rate.Limiter(lim.Algorithm).Algorithm, q.Key); got != ex.Limits[0].RedisKey {
+		t.Fatalf("quota targets %s, explain shows %s", got, ex.Limits[0].RedisKey)
 	}
 }

@@ -19,6 +19,9 @@ func warnings(cfg *config.Config, hcm *connectionManager) []Finding {
 				"so Envoy does not append the peer and the entries trusted_hops counts can be written by the client",
 			hcm.File, hcm.Line)})
 	}
+	if hcm != nil && !hcm.UseRemoteAddress {
+		out = append(out, withoutRemoteAddress(cfg, hcm)...)
+	}
 	for i := range cfg.Limits {
 		if msg := neverMatches(cfg, i); msg != "" {
 			out = append(out, Finding{Code: warnNeverMatches, Path: config.IndexPath("limits", i), Message: "never matches: " + msg})
@@ -26,6 +29,68 @@ func warnings(cfg *config.Config, hcm *connectionManager) []Finding {
 	}
 	out = append(out, failOpenReplaces(cfg)...)
 	return out
+}
+
+// withoutRemoteAddress warns about what Envoy's source.address means when
+// the connection manager lacks use_remote_address: Envoy then takes it
+// from the last X-Forwarded-For entry, which the client writes.
+//   - Keys on client_ip from the peer: a client picks its own bucket by
+//     sending an X-Forwarded-For.
+//   - The admin route: it refuses every address that may have come from
+//     that header, so calls through a proxy that adds one are refused.
+func withoutRemoteAddress(cfg *config.Config, hcm *connectionManager) []Finding {
+	var out []Finding
+	if readsPeer(&cfg.ClientIP) {
+		var keyed []string
+		for i := range cfg.Limits {
+			if l := &cfg.Limits[i]; !l.Disabled && keysOnClient(l.Key) {
+				keyed = append(keyed, config.FieldPath(config.IndexPath("limits", i), "key")+" ("+l.Name+")")
+			}
+		}
+		for i := range cfg.Concurrency {
+			if c := &cfg.Concurrency[i]; keysOnClient(c.Key) {
+				keyed = append(keyed, config.FieldPath(config.IndexPath("concurrency", i), "key")+" ("+c.Name+")")
+			}
+		}
+		if len(keyed) > 0 {
+			out = append(out, Finding{Code: warnPeer, Path: "client_ip", Message: fmt.Sprintf(
+				"%s key on client_ip from the peer (source.address), but the HTTP connection manager at %s:%d does not set use_remote_address: true, "+
+					"so Envoy takes source.address from the last X-Forwarded-For entry and a client picks its own bucket by sending one; "+
+					"set use_remote_address: true (and xff_num_trusted_hops for proxies you trust)",
+				strings.Join(keyed, ", "), hcm.File, hcm.Line)})
+		}
+	}
+	if cfg.Admin != nil {
+		out = append(out, Finding{Code: warnAdmin, Path: "admin", Message: fmt.Sprintf(
+			"the HTTP connection manager at %s:%d does not set use_remote_address: true, so Envoy takes source.address from the last X-Forwarded-For entry: "+
+				"the admin route refuses every call that carries one (the address may be the caller's choice) and answers only calls made "+
+				"straight to this listener without it; set use_remote_address: true", hcm.File, hcm.Line)})
+	}
+	return out
+}
+
+// readsPeer reports whether client_ip reads the peer of its own accord:
+// the peer source, or a sources list naming it. (xff falls back to the
+// peer too, but reading X-Forwarded-For has its own warning.)
+func readsPeer(c *config.ClientIP) bool {
+	if len(c.Sources) == 0 {
+		return c.Source == config.ClientIPPeer
+	}
+	for _, s := range c.Sources {
+		if s.Kind == config.ClientIPPeer {
+			return true
+		}
+	}
+	return false
+}
+
+func keysOnClient(parts []config.KeyPart) bool {
+	for _, p := range parts {
+		if p.Kind == config.KeyClientIP || p.Kind == config.KeyClientIPMasked {
+			return true
+		}
+	}
+	return false
 }
 
 func readsXFF(c *config.ClientIP) bool {
