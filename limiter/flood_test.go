@@ -25,18 +25,21 @@ func pureDrain(l Limit, st State, now int64) int {
 	}
 }
 
+var perMinute5Algorithms = []Limit{perMinute5, {Algorithm: FixedWindow, Rate: 5, Period: time.Minute},
+	{Algorithm: SlidingWindow, Rate: 5, Period: time.Minute}, {Algorithm: SlidingLog, Rate: 5, Period: time.Minute}}
+
 // TestTableActiveKeyKeepsStateUnderFlood is defect 3 of issue #13: a key
 // that made one request, then a flood of distinct keys far larger than the
-// table. The key must get exactly what its own bucket has left, not the
-// drained state of whoever took its slot over.
+// table. With forgetting off, the key must get exactly what its own bucket
+// has left, not the drained state of whoever took its slot over, and the
+// flood is decided on the overflow buckets.
 func TestTableActiveKeyKeepsStateUnderFlood(t *testing.T) {
-	for _, l := range []Limit{perMinute5, {Algorithm: FixedWindow, Rate: 5, Period: time.Minute}, {Algorithm: SlidingWindow, Rate: 5, Period: time.Minute},
-		{Algorithm: SlidingLog, Rate: 5, Period: time.Minute}} {
+	for _, l := range perMinute5Algorithms {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			s := store.NewMemory()
 			// A tiny one-way table, so that flood keys keep arriving on the
 			// existing key's slot after its state went idle (+12s).
-			tab := newTable(t, s, l, TableConfig{Slots: 4, Ways: 1})
+			tab := newTable(t, s, l, TableConfig{Slots: 4, Ways: 1, ForgetMaxUsed: ForgetNone})
 			if r, err := tab.AllowN("existing", t0, 1); err != nil || !r.Allowed {
 				t.Fatalf("first request: %+v %v", r, err)
 			}
@@ -63,13 +66,13 @@ func TestTableActiveKeyKeepsStateUnderFlood(t *testing.T) {
 	}
 }
 
-// A key keeps its slot for a refill span after its state went idle: a
-// newcomer arriving meanwhile is decided on the overflow bucket instead of
-// making the key a newcomer when it comes back.
+// With forgetting off, a key keeps its slot for a refill span after its
+// state went idle: a newcomer arriving meanwhile is decided on the
+// overflow bucket instead of making the key a newcomer when it comes back.
 func TestTableRecentKeyKeepsSlot(t *testing.T) {
 	s := store.NewMemory()
 	l := Limit{Rate: 10, Period: time.Second} // refill span 1s
-	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
+	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1, ForgetMaxUsed: ForgetNone})
 	if r, _ := tab.AllowN("a", t0, 1); !r.Allowed {
 		t.Fatal("a denied")
 	}
@@ -91,7 +94,8 @@ func TestTableRecentKeyKeepsSlot(t *testing.T) {
 }
 
 // fillSlots gives every slot of a one-way table a live key that has used
-// one unit at now, and returns those keys by slot.
+// two units at now (more than DefaultForgetMaxUsed: none is forgotten),
+// and returns those keys by slot.
 func fillSlots(t *testing.T, tab *Table, now int64) []string {
 	t.Helper()
 	owners := make([]string, tab.Slots())
@@ -104,7 +108,7 @@ func fillSlots(t *testing.T, tab *Table, now int64) []string {
 		}
 		owners[slot] = k
 		left--
-		if r, err := tab.AllowN(k, now, 1); err != nil || !r.Allowed {
+		if r, err := tab.AllowN(k, now, 2); err != nil || !r.Allowed {
 			t.Fatalf("%s: %+v %v", k, r, err)
 		}
 	}
@@ -132,8 +136,8 @@ func TestTableHomelessShareOverflow(t *testing.T) {
 		t.Fatalf("30 homeless newcomers admitted %d, want one shared bucket of 10", admitted)
 	}
 	for _, k := range residents {
-		if got := drain(t, tab, k, t0); got != 9 {
-			t.Fatalf("resident %s admitted %d, want its own 9 left", k, got)
+		if got := drain(t, tab, k, t0); got != 8 {
+			t.Fatalf("resident %s admitted %d, want its own 8 left", k, got)
 		}
 	}
 	if st := tab.Stats(); st.Overflow != 30 || st.OverflowDenied != 20 || st.Evictions != 0 {
@@ -150,7 +154,7 @@ func TestTableHomelessShareOverflow(t *testing.T) {
 func TestTablePlacementInheritsOverflow(t *testing.T) {
 	s := store.NewMemory()
 	l := Limit{Rate: 10, Period: time.Second}
-	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
+	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1, ForgetMaxUsed: ForgetNone})
 	if r, _ := tab.AllowN("resident", t0, 1); !r.Allowed {
 		t.Fatal("resident denied")
 	}
@@ -186,8 +190,8 @@ func TestTablePlacementRacesOverflowDecision(t *testing.T) {
 		t.Run(fmt.Sprintf("placementFirst=%v", bFirst), func(t *testing.T) {
 			s := store.NewMemory()
 			l := Limit{Rate: 10, Period: time.Second}
-			a := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
-			b := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
+			cfg := TableConfig{Slots: 1, Ways: 1, ForgetMaxUsed: ForgetNone}
+			a, b := newTable(t, s, l, cfg), newTable(t, s, l, cfg)
 			if r, _ := a.AllowN("resident", t0, 1); !r.Allowed {
 				t.Fatal("resident denied")
 			}
@@ -242,9 +246,10 @@ func TestTablePlacementRacesOverflowDecision(t *testing.T) {
 // A random model test: several workers, each with its own tables over one
 // store, small tables flooded with keys, races injected at random moments
 // (another worker runs a whole decision between a read and a write), and
-// AllowN, Charge and AllowAll mixed. Whatever each key was admitted (and
-// charged) must be admissible by that key's own fresh bucket, replayed in
-// commit order: no key ever gets more than its own limit.
+// AllowN, Charge and AllowAll mixed. With forgetting off, whatever each
+// key was admitted (and charged) must be admissible by that key's own
+// fresh bucket, replayed in commit order: no key ever gets more than its
+// own limit.
 func TestTableFloodNeverOverAdmitsModel(t *testing.T) {
 	for _, l := range []Limit{
 		{Rate: 5, Period: time.Second, Burst: 2},
@@ -273,7 +278,7 @@ func runFloodModel(t *testing.T, l Limit, seed int64) {
 	const workers = 3
 	type worker struct{ main, second *Table }
 	ws := make([]worker, workers)
-	cfg := TableConfig{Slots: 8, Ways: 1 + int(seed)%2, OverflowSlots: 1 + int(seed)%3, MaxRetries: 3}
+	cfg := TableConfig{Slots: 8, Ways: 1 + int(seed)%2, OverflowSlots: 1 + int(seed)%3, MaxRetries: 3, ForgetMaxUsed: ForgetNone}
 	for i := range ws {
 		c2 := cfg
 		c2.Prefix = "second."
