@@ -1,10 +1,13 @@
 package limiter
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -259,7 +262,7 @@ func TestTableFloodNeverOverAdmitsModel(t *testing.T) {
 	} {
 		for seed := int64(1); seed <= 6; seed++ {
 			t.Run(fmt.Sprintf("%v/seed=%d", l.Algorithm, seed), func(t *testing.T) {
-				runFloodModel(t, l, seed)
+				runFloodModel(t, l, seed, ForgetNone)
 			})
 		}
 	}
@@ -271,18 +274,48 @@ type modelOp struct {
 	charge bool
 }
 
-func runFloodModel(t *testing.T, l Limit, seed int64) {
+// forgetEvent is a key's state replaced by another key's in its slot, as
+// the store saw it: Used units of the state replaced, at now.
+type forgetEvent struct{ now, used int64 }
+
+// watchedStore reports every successful Set with the value it replaced.
+// Every Set of a table is conditional (a CAS or CreateCAS), so the value
+// read before a successful Set is the one it replaced, even when an
+// injected race ran in between.
+type watchedStore struct {
+	*store.Memory
+	written func(key string, old, value []byte)
+}
+
+func (w *watchedStore) Set(key string, value []byte, cas uint32) error {
+	old, _, err := w.Memory.Get(key)
+	if err != nil {
+		old = nil
+	}
+	if err := w.Memory.Set(key, value, cas); err != nil {
+		return err
+	}
+	w.written(key, old, value)
+	return nil
+}
+
+// runFloodModel runs the model with forgetting set to forget: with
+// ForgetNone every key's admissions must replay on its own bucket; with
+// forgetting, within its own limit plus the units the store saw forgotten
+// (checkForgetBound).
+func runFloodModel(t *testing.T, l Limit, seed int64, forget int64) {
 	rng := rand.New(rand.NewSource(seed))
 	s := store.NewMemory()
 	other := Limit{Algorithm: FixedWindow, Rate: 7, Period: time.Second}
 	const workers = 3
 	type worker struct{ main, second *Table }
 	ws := make([]worker, workers)
-	cfg := TableConfig{Slots: 8, Ways: 1 + int(seed)%2, OverflowSlots: 1 + int(seed)%3, MaxRetries: 3, ForgetMaxUsed: ForgetNone}
+	cfg := TableConfig{Slots: 8, Ways: 1 + int(seed)%2, OverflowSlots: 1 + int(seed)%3, MaxRetries: 3, ForgetMaxUsed: forget}
+	watched := &watchedStore{Memory: s}
 	for i := range ws {
 		c2 := cfg
 		c2.Prefix = "second."
-		ws[i] = worker{newTable(t, s, l, cfg), newTable(t, s, other, c2)}
+		ws[i] = worker{newTable(t, watched, l, cfg), newTable(t, watched, other, c2)}
 	}
 	history := map[string][]modelOp{} // "table/key" -> ops that took effect
 	now := t0
@@ -292,11 +325,55 @@ func runFloodModel(t *testing.T, l Limit, seed int64) {
 		}
 		return "flood-" + strconv.Itoa(rng.Intn(400))
 	}
+	names := map[uint64]string{}
+	for i := 0; i < 400; i++ {
+		names[Hash(0, "flood-"+strconv.Itoa(i))] = "flood-" + strconv.Itoa(i)
+	}
+	for i := 0; i < 4; i++ {
+		names[Hash(0, "steady-"+strconv.Itoa(i))] = "steady-" + strconv.Itoa(i)
+		names[Hash(0, "route-"+strconv.Itoa(i))] = "route-" + strconv.Itoa(i)
+	}
+	forgotten := map[string][]forgetEvent{}
+	// The op under way (nested ones included), and each slot's last write:
+	// an AllowAll rollback puts back, in the same op, the value its commit
+	// replaced, which is no key forgotten.
+	opID, ops := 0, 0
+	type lastWrite struct {
+		op  int
+		old []byte
+	}
+	replaced := map[string]lastWrite{}
+	watched.written = func(slot string, old, value []byte) {
+		last := replaced[slot]
+		restored := last.op == opID && bytes.Equal(value, last.old)
+		replaced[slot] = lastWrite{opID, old}
+		table, lim := "main/", l
+		if strings.HasPrefix(slot, "second.") {
+			table, lim = "second/", other
+		}
+		if restored || strings.Contains(slot, "of.") || len(old) < fingerprintLen ||
+			binary.LittleEndian.Uint64(old) == binary.LittleEndian.Uint64(value) {
+			return
+		}
+		name, ok := names[binary.LittleEndian.Uint64(old)]
+		st, err := lim.DecodeState(old[fingerprintLen:], now)
+		if !ok || err != nil {
+			return
+		}
+		u := lim.Used(st, now)
+		if u > max(forget, 0) {
+			t.Errorf("%s%s forgotten with %d units used, more than %d", table, name, u, forget)
+		}
+		forgotten[table+name] = append(forgotten[table+name], forgetEvent{now, u})
+	}
 	busy := -1 // the worker whose decision is under way: a Table is not reentrant
 	var op func(w int)
 	op = func(wi int) {
 		w := ws[wi]
 		busy = wi
+		ops++
+		defer func(outer int) { opID = outer }(opID)
+		opID = ops
 		k, n := key(), 1+rng.Int63n(3)
 		switch rng.Intn(5) {
 		case 0:
@@ -349,6 +426,10 @@ func runFloodModel(t *testing.T, l Limit, seed int64) {
 		if name[:7] == "second/" {
 			lim = other
 		}
+		if forget != ForgetNone {
+			checkForgetBound(t, name, lim, ops, forgotten[name])
+			continue
+		}
 		// Nested decisions are recorded before the outer one even when they
 		// commit after it (during its rollback or settling writes), always
 		// at the same now. Within one now, replay admissions before charges:
@@ -371,10 +452,17 @@ func runFloodModel(t *testing.T, l Limit, seed int64) {
 	}
 	var st Stats
 	for _, w := range ws {
-		st = w.main.Stats()
+		ws := w.main.Stats()
+		st.Overflow += ws.Overflow
+		st.LosslessTakeovers += ws.LosslessTakeovers
+		st.Forgotten += ws.Forgotten
+		st.CASMismatches += ws.CASMismatches
 	}
-	if st.Overflow == 0 || st.LosslessTakeovers == 0 {
+	switch {
+	case forget == ForgetNone && (st.Overflow == 0 || st.LosslessTakeovers == 0):
 		t.Fatalf("stats %+v: the flood did not exercise overflow and takeovers", st)
+	case forget != ForgetNone && (st.Forgotten == 0 || st.CASMismatches == 0):
+		t.Fatalf("stats %+v: the flood did not exercise forgetting and races", st)
 	}
 	if s.Len() > 2*(cfg.Slots+ws[0].main.OverflowSlots()) {
 		t.Fatalf("%d shared-data keys", s.Len())
