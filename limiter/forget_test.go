@@ -195,70 +195,60 @@ func raceTables(t *testing.T, most int64) (s *store.Memory, owner, other *Table)
 
 var rps10 = Limit{Rate: 10, Period: time.Second}
 
-// once runs f before the first Set of key, between the caller's read and
-// its CAS.
-func once(s *store.Memory, key string, f func()) *bool {
-	done := new(bool)
+// raced runs decide with race injected once, before the first Set of key
+// (between decide's read and its CAS), and fails unless it ran.
+func raced(t *testing.T, s *store.Memory, key string, race, decide func()) {
+	t.Helper()
+	done := false
 	s.BeforeSet = func(k string) bool {
-		if k == key && !*done {
-			*done = true
-			f()
+		if k == key && !done {
+			done = true
+			race()
 		}
 		return false
 	}
-	return done
+	decide()
+	s.BeforeSet = nil
+	if !done {
+		t.Fatal("the race was not staged")
+	}
+}
+
+// allow takes n units for key from tab at t0 and fails unless admitted.
+func allow(t *testing.T, tab *Table, key string, n int64) func() {
+	return func() {
+		t.Helper()
+		if r, err := tab.AllowN(key, t0, n); err != nil || !r.Allowed {
+			t.Errorf("%s: %+v %v", key, r, err)
+		}
+	}
 }
 
 // Forgetting is a CAS on the victim's slot. Here the victim's own update
-// lands between the newcomer's read and its CAS and takes it past the cap:
-// the CAS fails, the newcomer reads again and, finding no key it may
-// forget, is decided on its overflow bucket. The victim keeps its state.
-func TestForgetRaceOwnerUpdatePastTheCap(t *testing.T) {
-	s, owner, other := raceTables(t, 1)
-	staged := once(s, other.SlotKey(0), func() {
-		if r, _ := owner.AllowN("victim", t0, 1); !r.Allowed {
-			t.Error("victim's second unit denied")
+// (its second unit) lands between the newcomer's read and its CAS, and the
+// CAS fails. The newcomer reads again. With a cap of 1 the victim may no
+// longer be forgotten: the newcomer is decided on its overflow bucket and
+// the victim keeps its state. With a cap of 2 the retried forget replaces
+// the state the CAS matched and counts its units (2, not the 1 first
+// read), which is exactly what the victim gets back when it returns (and
+// forgets the newcomer).
+func TestForgetRaceOwnerUpdateFirst(t *testing.T) {
+	for _, c := range []struct {
+		most, forgotten, units, overflow int64
+		victimGets                       int
+	}{
+		{most: 1, overflow: 1, victimGets: 8},
+		{most: 2, forgotten: 1, units: 2, victimGets: 10},
+	} {
+		s, owner, other := raceTables(t, c.most)
+		raced(t, s, other.SlotKey(0), allow(t, owner, "victim", 1), allow(t, other, "newcomer", 1))
+		if st := other.Stats(); st.Forgotten != uint64(c.forgotten) || st.ForgottenUnits != uint64(c.units) ||
+			st.CASMismatches != 1 || st.Overflow != uint64(c.overflow) {
+			t.Fatalf("cap %d: stats %+v", c.most, st)
 		}
-	})
-	if r, err := other.AllowN("newcomer", t0, 1); err != nil || !r.Allowed {
-		t.Fatalf("newcomer: %+v %v", r, err)
-	}
-	s.BeforeSet = nil
-	if !*staged {
-		t.Fatal("the race was not staged")
-	}
-	if st := other.Stats(); st.Forgotten != 0 || st.CASMismatches != 1 || st.Overflow != 1 {
-		t.Fatalf("stats %+v: want the forget's CAS lost and the newcomer on the overflow bucket", st)
-	}
-	if got := drain(t, owner, "victim", t0); got != 8 {
-		t.Fatalf("victim admitted %d, want its own 8", got)
-	}
-}
-
-// The victim's update lands first but stays within the cap: the retried
-// forget replaces the state the CAS matched, and counts its units (2, not
-// the 1 first read), which is exactly what the victim gets back.
-func TestForgetRaceCountsTheUnitsItReplaced(t *testing.T) {
-	s, owner, other := raceTables(t, 2)
-	staged := once(s, other.SlotKey(0), func() {
-		if r, _ := owner.AllowN("victim", t0, 1); !r.Allowed {
-			t.Error("victim's second unit denied")
+		if got := drain(t, owner, "victim", t0); got != c.victimGets {
+			t.Fatalf("cap %d: victim admitted %d, want %d", c.most, got, c.victimGets)
 		}
-	})
-	if r, err := other.AllowN("newcomer", t0, 1); err != nil || !r.Allowed {
-		t.Fatalf("newcomer: %+v %v", r, err)
-	}
-	s.BeforeSet = nil
-	if !*staged {
-		t.Fatal("the race was not staged")
-	}
-	if st := other.Stats(); st.Forgotten != 1 || st.ForgottenUnits != 2 || st.CASMismatches != 1 {
-		t.Fatalf("stats %+v: want one key of 2 units forgotten after a lost CAS", st)
-	}
-	// The victim comes back and forgets the newcomer (1 unit): its own 8
-	// plus the 2 forgotten.
-	if got := drain(t, owner, "victim", t0); got != 10 {
-		t.Fatalf("victim admitted %d, want 8 + 2", got)
 	}
 }
 
@@ -268,18 +258,7 @@ func TestForgetRaceCountsTheUnitsItReplaced(t *testing.T) {
 // unit the forget gave back.
 func TestForgetRaceForgetBeforeOwnerUpdate(t *testing.T) {
 	s, owner, other := raceTables(t, 1)
-	staged := once(s, owner.SlotKey(0), func() {
-		if r, _ := other.AllowN("newcomer", t0, 1); !r.Allowed {
-			t.Error("newcomer denied")
-		}
-	})
-	if r, err := owner.AllowN("victim", t0, 1); err != nil || !r.Allowed {
-		t.Fatalf("victim: %+v %v", r, err)
-	}
-	s.BeforeSet = nil
-	if !*staged {
-		t.Fatal("the race was not staged")
-	}
+	raced(t, s, owner.SlotKey(0), allow(t, other, "newcomer", 1), allow(t, owner, "victim", 1))
 	if o, n := owner.Stats(), other.Stats(); o.CASMismatches != 1 || o.Forgotten != 1 || n.Forgotten != 1 || n.ForgottenUnits != 1 {
 		t.Fatalf("stats owner %+v newcomer %+v", o, n)
 	}
@@ -296,20 +275,13 @@ func TestForgetRolledBackByAllowAll(t *testing.T) {
 	s, owner, other := raceTables(t, 1)
 	b := newTable(t, s, Limit{Rate: 1, Period: time.Second}, TableConfig{Prefix: "b."})
 	otherB := newTable(t, s, b.Limit(), TableConfig{Prefix: "b."})
-	staged := once(s, slotOf(b, "y", 0), func() {
-		// Another worker takes y's only unit before our commit.
-		if r, _ := otherB.AllowN("y", t0, 1); !r.Allowed {
-			t.Error("racer denied")
+	// Another worker takes y's only unit before our commit.
+	raced(t, s, slotOf(b, "y", 0), allow(t, otherB, "y", 1), func() {
+		res := make([]Result, 2)
+		if ok, err := AllowAll(t0, []Request{{other, "newcomer", 1}, {b, "y", 1}}, res); ok || err != nil {
+			t.Fatalf("%v %v %+v", ok, err, res)
 		}
 	})
-	res := make([]Result, 2)
-	if ok, err := AllowAll(t0, []Request{{other, "newcomer", 1}, {b, "y", 1}}, res); ok || err != nil {
-		t.Fatalf("%v %v %+v", ok, err, res)
-	}
-	s.BeforeSet = nil
-	if !*staged {
-		t.Fatal("the race was not staged")
-	}
 	if got := drain(t, owner, "victim", t0); got != 9 {
 		t.Fatalf("victim admitted %d, want its own 9 back", got)
 	}

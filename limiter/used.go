@@ -24,7 +24,7 @@ func (l Limit) usage(st State, now int64) (units uint64, rank u128) {
 	if !l.valid() {
 		return 0, u128{}
 	}
-	limit, period := uint64(l.Rate), uint64(l.Period)
+	period := uint64(l.Period)
 	switch l.Algorithm {
 	case TokenBucket:
 		debt, _ := l.bucketDebt(st, now)
@@ -34,18 +34,7 @@ func (l Limit) usage(st State, now int64) (units uint64, rank u128) {
 		return used, u128{0, used}
 	}
 	win, elapsed, _, plausible := l.window(st, now)
-	var cur, prev uint64
-	switch {
-	case !plausible:
-		cur = limit
-	case st.At == win:
-		cur = uint64(st.N)
-		if l.Algorithm == SlidingWindow {
-			prev = uint64(st.Prev)
-		}
-	case st.At == win-1 && l.Algorithm == SlidingWindow:
-		prev = uint64(st.N)
-	}
+	cur, prev := l.windowCounts(st, win, plausible)
 	if l.Algorithm == FixedWindow {
 		return cur, u128{0, cur}
 	}
