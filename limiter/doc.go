@@ -250,8 +250,9 @@
 // those of the state the CAS replaced (Stats.Forgotten,
 // Stats.ForgottenUnits; a state with Used = 0 is a lossless takeover).
 // The forgotten key, if it returns, is a newcomer: it starts from its
-// overflow bucket's state (fresh in normal operation), never less than
-// its own.
+// overflow bucket's state, fresh unless homeless keys are using that
+// bucket (then it may get less than its own state had left, until the
+// bucket refills; with every flood key forgettable nobody is homeless).
 //
 // The bound. A key forgotten at f with u = Used units can be admitted at
 // most u units beyond its limit, in every span that contains f:
