@@ -124,15 +124,7 @@ func (l Limit) Charge(st State, now int64, n int64) (State, Result) {
 	case FixedWindow, SlidingWindow:
 		limit := uint64(l.Rate)
 		win, _, _, plausible := l.window(st, now)
-		var cur, prev uint64
-		switch {
-		case !plausible:
-			cur = limit
-		case st.At == win:
-			cur, prev = uint64(st.N), uint64(st.Prev)
-		case st.At == win-1 && l.Algorithm == SlidingWindow:
-			prev = uint64(st.N)
-		}
+		cur, prev := l.windowCounts(st, win, plausible)
 		cur = min(cur+min(uint64(n), limit), limit)
 		next = State{At: win, N: uint32(cur)}
 		if l.Algorithm == SlidingWindow {
@@ -182,6 +174,22 @@ func (l Limit) window(st State, now int64) (win int64, elapsed, delay uint64, pl
 	return st.At, 0, ahead*uint64(period) - elapsed, true
 }
 
+// windowCounts is what st counts in window win, as window found it
+// (plausible or not): the units in win and, for a sliding window, in
+// win−1 (a fixed window's Prev is always 0). An implausible state counts
+// as a full window.
+func (l Limit) windowCounts(st State, win int64, plausible bool) (cur, prev uint64) {
+	switch {
+	case !plausible:
+		return uint64(l.Rate), 0
+	case st.At == win:
+		return uint64(st.N), uint64(st.Prev)
+	case st.At == win-1 && l.Algorithm == SlidingWindow:
+		return 0, uint64(st.N)
+	}
+	return 0, 0
+}
+
 func (l Limit) decideFixed(st State, now int64, n int64) (State, Result) {
 	limit := uint64(l.Rate)
 	period := uint64(l.Period)
@@ -226,15 +234,7 @@ func (l Limit) decideSliding(st State, now int64, n int64) (State, Result) {
 	limit := uint64(l.Rate)
 	period := uint64(l.Period)
 	win, elapsed, delay, plausible := l.window(st, now)
-	var cur, prev uint64
-	switch {
-	case !plausible:
-		cur = limit
-	case st.At == win:
-		cur, prev = uint64(st.N), uint64(st.Prev)
-	case st.At == win-1:
-		prev = uint64(st.N)
-	}
+	cur, prev := l.windowCounts(st, win, plausible)
 	capacity := mul(limit, period)
 	// headroom(c) = L×P − prev×(P−e) − c×P: units still admissible, scaled.
 	headroom := func(c uint64) (u128, bool) {

@@ -215,28 +215,74 @@
 // is missing, else the first whose state was already idle one refill span
 // ago (lossless: a full bucket carries no information;
 // Stats.LosslessTakeovers), else the first whose value is unreadable even
-// after healing (Stats.Evictions). The refill span is how long a used-up
-// key takes to become full: Σ for a token bucket, P for the windows. A slot
-// holding any other state is never taken over, so a key keeps its state
-// and its slot for at least a refill span after its last request, however
-// many new keys arrive (and a key that comes back within that span is not
-// a newcomer). A key with no slot and no such candidate is homeless: it is
-// decided on its overflow bucket, with the same Limit and the same CAS
-// commit (Stats.Overflow, Stats.OverflowDenied, which also count keys placed
-// from an overflow bucket that was not full). Homeless keys sharing an
-// overflow bucket share its allowance: during a flood of new keys they are
-// refused once it is used up, while keys holding slots are unaffected.
+// after healing (Stats.Evictions), else the one whose key has used the
+// least, if at most TableConfig.ForgetMaxUsed units (see "Forgetting the
+// least-used key"). The refill span is how long a used-up key takes to
+// become full: Σ for a token bucket, P for the windows. A slot holding a
+// key that has used more than ForgetMaxUsed is never taken over, however
+// many new keys arrive. A key with no slot and no such candidate is
+// homeless: it is decided on its overflow bucket, with the same Limit and
+// the same CAS commit (Stats.Overflow, Stats.OverflowDenied, which also
+// count keys placed from an overflow bucket that was not full). Homeless
+// keys sharing an overflow bucket share its allowance: they are refused
+// once it is used up, while keys holding slots are unaffected.
 //
-// Never over-admitting. A key's admissions while homeless are a subset of
-// its overflow bucket's admissions (it always maps to the same one). For
-// every algorithm a state that admitted a superset of a key's admissions
-// under the same Limit is at least as used as the key's own state: a TAT
+// # Forgetting the least-used key
+//
+// A newcomer whose candidates all hold live state of other keys forgets
+// one of them rather than share an overflow bucket: a per-key limit bounds
+// each key, and a flood's aggregate is a global limit's job. Limit.Used is
+// what forgetting a state gives back, in whole units:
+//
+//	token_bucket:   ⌈D/τ⌉ (the debt; up to 2C after charges)
+//	fixed_window:   used in now's window
+//	sliding_window: cur + prev, unweighted
+//	sliding_log:    the live units
+//
+// The candidate with the least use is forgotten if Used ≤ ForgetMaxUsed
+// (default 1; ForgetNone forgets nothing, and the table then never
+// over-admits); among equals the first. "Least" is finer than Used where
+// the state says more: the debt itself for a token bucket (a unit used
+// earlier is mostly refilled), the weighted count for a sliding window.
+// The forget is the placement's CAS on the victim's slot: an update by the
+// victim's worker between the read and the write makes it fail, and the
+// newcomer reads and decides again, so the units forgotten are exactly
+// those of the state the CAS replaced (Stats.Forgotten,
+// Stats.ForgottenUnits; a state with Used = 0 is a lossless takeover).
+// The forgotten key, if it returns, is a newcomer: it starts from its
+// overflow bucket's state, fresh unless homeless keys are using that
+// bucket (then it may get less than its own state had left, until the
+// bucket refills; with every flood key forgettable nobody is homeless).
+//
+// The bound. A key forgotten at f with u = Used units can be admitted at
+// most u units beyond its limit, in every span that contains f:
+//
+//	token_bucket:   admitted in [s, t] ≤ C + (t−s)·L/P + u
+//	fixed_window:   admitted in f's window ≤ L + u
+//	sliding_window: cur of f's window ≤ L + u (the weighted count
+//	                exceeds L by at most u)
+//	sliding_log:    admitted in any (t−P, t] ∋ f ≤ L + u
+//
+// because forgetting is the same as giving the key u units back at f (the
+// stored state never counts less than the key used, see below), and
+// nothing else changes. Over several forgettings the u add up: a key
+// forgotten k times is over-admitted by at most k·ForgetMaxUsed, so during
+// a flood that keeps every slot churning, a key that never has more than
+// ForgetMaxUsed units outstanding can restart again and again; a key above
+// it keeps its state. TestForgetModel checks the bound for every key of a
+// randomized flood with injected races, from the writes the store saw.
+//
+// Never over-admitting otherwise. A key's admissions while homeless are a
+// subset of its overflow bucket's admissions (it always maps to the same
+// one). For every algorithm a state that admitted a superset of a key's
+// admissions under the same Limit is at least as used as the key's own state: a TAT
 // only grows with each admission, and window counts only add up (Charge
-// caps are monotone too). So a key placed in a slot (a missing one or an
-// idle one taken over) starts from its overflow bucket's state, not from a
-// fresh bucket: fresh in normal operation, where the overflow buckets are
-// idle or missing; drained during and just after a flood. A key whose slot
-// was taken over lost nothing, as its state was idle (full). Two races
+// caps are monotone too). So a key placed in a slot (a missing one, or
+// one taken over or forgotten) starts from its overflow bucket's state,
+// not from a fresh bucket: fresh in normal operation, where the overflow
+// buckets are idle or missing; drained after homeless keys used them. A
+// key whose slot was taken over losslessly lost nothing, as its state was
+// idle (full); a forgotten one lost at most ForgetMaxUsed units. Two races
 // between workers are closed: a decision committed to the overflow bucket
 // checks afterwards whether the key has been placed meanwhile and charges
 // its units to that slot too (Limit.Charge); a placement rereads the
@@ -251,10 +297,11 @@
 //
 // Size Slots to about four times the number of distinct keys seen within
 // two refill spans (a key holds its slot for up to two spans after its last
-// request: one until its state is full, one more before it may be taken):
-// with A such keys, a new key finds every candidate held with a
-// probability of about (A/Slots)^Ways, 1/16 with two ways at a quarter
-// full, and is then decided on a shared overflow bucket.
+// request: one until its state is full, one more before it may be taken,
+// unless it is forgotten): with A such keys, a new key finds every
+// candidate held with a probability of about (A/Slots)^Ways, 1/16 with two
+// ways at a quarter full, and then forgets a key or is decided on a shared
+// overflow bucket.
 //
 // # CAS discipline
 //

@@ -1,10 +1,13 @@
 package limiter
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,18 +28,21 @@ func pureDrain(l Limit, st State, now int64) int {
 	}
 }
 
+var perMinute5Algorithms = []Limit{perMinute5, {Algorithm: FixedWindow, Rate: 5, Period: time.Minute},
+	{Algorithm: SlidingWindow, Rate: 5, Period: time.Minute}, {Algorithm: SlidingLog, Rate: 5, Period: time.Minute}}
+
 // TestTableActiveKeyKeepsStateUnderFlood is defect 3 of issue #13: a key
 // that made one request, then a flood of distinct keys far larger than the
-// table. The key must get exactly what its own bucket has left, not the
-// drained state of whoever took its slot over.
+// table. With forgetting off, the key must get exactly what its own bucket
+// has left, not the drained state of whoever took its slot over, and the
+// flood is decided on the overflow buckets.
 func TestTableActiveKeyKeepsStateUnderFlood(t *testing.T) {
-	for _, l := range []Limit{perMinute5, {Algorithm: FixedWindow, Rate: 5, Period: time.Minute}, {Algorithm: SlidingWindow, Rate: 5, Period: time.Minute},
-		{Algorithm: SlidingLog, Rate: 5, Period: time.Minute}} {
+	for _, l := range perMinute5Algorithms {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			s := store.NewMemory()
 			// A tiny one-way table, so that flood keys keep arriving on the
 			// existing key's slot after its state went idle (+12s).
-			tab := newTable(t, s, l, TableConfig{Slots: 4, Ways: 1})
+			tab := newTable(t, s, l, TableConfig{Slots: 4, Ways: 1, ForgetMaxUsed: ForgetNone})
 			if r, err := tab.AllowN("existing", t0, 1); err != nil || !r.Allowed {
 				t.Fatalf("first request: %+v %v", r, err)
 			}
@@ -63,13 +69,13 @@ func TestTableActiveKeyKeepsStateUnderFlood(t *testing.T) {
 	}
 }
 
-// A key keeps its slot for a refill span after its state went idle: a
-// newcomer arriving meanwhile is decided on the overflow bucket instead of
-// making the key a newcomer when it comes back.
+// With forgetting off, a key keeps its slot for a refill span after its
+// state went idle: a newcomer arriving meanwhile is decided on the
+// overflow bucket instead of making the key a newcomer when it comes back.
 func TestTableRecentKeyKeepsSlot(t *testing.T) {
 	s := store.NewMemory()
 	l := Limit{Rate: 10, Period: time.Second} // refill span 1s
-	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
+	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1, ForgetMaxUsed: ForgetNone})
 	if r, _ := tab.AllowN("a", t0, 1); !r.Allowed {
 		t.Fatal("a denied")
 	}
@@ -91,7 +97,8 @@ func TestTableRecentKeyKeepsSlot(t *testing.T) {
 }
 
 // fillSlots gives every slot of a one-way table a live key that has used
-// one unit at now, and returns those keys by slot.
+// two units at now (more than DefaultForgetMaxUsed: none is forgotten),
+// and returns those keys by slot.
 func fillSlots(t *testing.T, tab *Table, now int64) []string {
 	t.Helper()
 	owners := make([]string, tab.Slots())
@@ -104,7 +111,7 @@ func fillSlots(t *testing.T, tab *Table, now int64) []string {
 		}
 		owners[slot] = k
 		left--
-		if r, err := tab.AllowN(k, now, 1); err != nil || !r.Allowed {
+		if r, err := tab.AllowN(k, now, 2); err != nil || !r.Allowed {
 			t.Fatalf("%s: %+v %v", k, r, err)
 		}
 	}
@@ -132,8 +139,8 @@ func TestTableHomelessShareOverflow(t *testing.T) {
 		t.Fatalf("30 homeless newcomers admitted %d, want one shared bucket of 10", admitted)
 	}
 	for _, k := range residents {
-		if got := drain(t, tab, k, t0); got != 9 {
-			t.Fatalf("resident %s admitted %d, want its own 9 left", k, got)
+		if got := drain(t, tab, k, t0); got != 8 {
+			t.Fatalf("resident %s admitted %d, want its own 8 left", k, got)
 		}
 	}
 	if st := tab.Stats(); st.Overflow != 30 || st.OverflowDenied != 20 || st.Evictions != 0 {
@@ -150,7 +157,7 @@ func TestTableHomelessShareOverflow(t *testing.T) {
 func TestTablePlacementInheritsOverflow(t *testing.T) {
 	s := store.NewMemory()
 	l := Limit{Rate: 10, Period: time.Second}
-	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
+	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1, ForgetMaxUsed: ForgetNone})
 	if r, _ := tab.AllowN("resident", t0, 1); !r.Allowed {
 		t.Fatal("resident denied")
 	}
@@ -186,8 +193,8 @@ func TestTablePlacementRacesOverflowDecision(t *testing.T) {
 		t.Run(fmt.Sprintf("placementFirst=%v", bFirst), func(t *testing.T) {
 			s := store.NewMemory()
 			l := Limit{Rate: 10, Period: time.Second}
-			a := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
-			b := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
+			cfg := TableConfig{Slots: 1, Ways: 1, ForgetMaxUsed: ForgetNone}
+			a, b := newTable(t, s, l, cfg), newTable(t, s, l, cfg)
 			if r, _ := a.AllowN("resident", t0, 1); !r.Allowed {
 				t.Fatal("resident denied")
 			}
@@ -242,9 +249,10 @@ func TestTablePlacementRacesOverflowDecision(t *testing.T) {
 // A random model test: several workers, each with its own tables over one
 // store, small tables flooded with keys, races injected at random moments
 // (another worker runs a whole decision between a read and a write), and
-// AllowN, Charge and AllowAll mixed. Whatever each key was admitted (and
-// charged) must be admissible by that key's own fresh bucket, replayed in
-// commit order: no key ever gets more than its own limit.
+// AllowN, Charge and AllowAll mixed. With forgetting off, whatever each
+// key was admitted (and charged) must be admissible by that key's own
+// fresh bucket, replayed in commit order: no key ever gets more than its
+// own limit.
 func TestTableFloodNeverOverAdmitsModel(t *testing.T) {
 	for _, l := range []Limit{
 		{Rate: 5, Period: time.Second, Burst: 2},
@@ -254,7 +262,7 @@ func TestTableFloodNeverOverAdmitsModel(t *testing.T) {
 	} {
 		for seed := int64(1); seed <= 6; seed++ {
 			t.Run(fmt.Sprintf("%v/seed=%d", l.Algorithm, seed), func(t *testing.T) {
-				runFloodModel(t, l, seed)
+				runFloodModel(t, l, seed, ForgetNone)
 			})
 		}
 	}
@@ -266,18 +274,48 @@ type modelOp struct {
 	charge bool
 }
 
-func runFloodModel(t *testing.T, l Limit, seed int64) {
+// forgetEvent is a key's state replaced by another key's in its slot, as
+// the store saw it: Used units of the state replaced, at now.
+type forgetEvent struct{ now, used int64 }
+
+// watchedStore reports every successful Set with the value it replaced.
+// Every Set of a table is conditional (a CAS or CreateCAS), so the value
+// read before a successful Set is the one it replaced, even when an
+// injected race ran in between.
+type watchedStore struct {
+	*store.Memory
+	written func(key string, old, value []byte)
+}
+
+func (w *watchedStore) Set(key string, value []byte, cas uint32) error {
+	old, _, err := w.Memory.Get(key)
+	if err != nil {
+		old = nil
+	}
+	if err := w.Memory.Set(key, value, cas); err != nil {
+		return err
+	}
+	w.written(key, old, value)
+	return nil
+}
+
+// runFloodModel runs the model with forgetting set to forget: with
+// ForgetNone every key's admissions must replay on its own bucket; with
+// forgetting, within its own limit plus the units the store saw forgotten
+// (checkForgetBound).
+func runFloodModel(t *testing.T, l Limit, seed int64, forget int64) {
 	rng := rand.New(rand.NewSource(seed))
 	s := store.NewMemory()
 	other := Limit{Algorithm: FixedWindow, Rate: 7, Period: time.Second}
 	const workers = 3
 	type worker struct{ main, second *Table }
 	ws := make([]worker, workers)
-	cfg := TableConfig{Slots: 8, Ways: 1 + int(seed)%2, OverflowSlots: 1 + int(seed)%3, MaxRetries: 3}
+	cfg := TableConfig{Slots: 8, Ways: 1 + int(seed)%2, OverflowSlots: 1 + int(seed)%3, MaxRetries: 3, ForgetMaxUsed: forget}
+	watched := &watchedStore{Memory: s}
 	for i := range ws {
 		c2 := cfg
 		c2.Prefix = "second."
-		ws[i] = worker{newTable(t, s, l, cfg), newTable(t, s, other, c2)}
+		ws[i] = worker{newTable(t, watched, l, cfg), newTable(t, watched, other, c2)}
 	}
 	history := map[string][]modelOp{} // "table/key" -> ops that took effect
 	now := t0
@@ -287,11 +325,55 @@ func runFloodModel(t *testing.T, l Limit, seed int64) {
 		}
 		return "flood-" + strconv.Itoa(rng.Intn(400))
 	}
+	names := map[uint64]string{}
+	for i := 0; i < 400; i++ {
+		names[Hash(0, "flood-"+strconv.Itoa(i))] = "flood-" + strconv.Itoa(i)
+	}
+	for i := 0; i < 4; i++ {
+		names[Hash(0, "steady-"+strconv.Itoa(i))] = "steady-" + strconv.Itoa(i)
+		names[Hash(0, "route-"+strconv.Itoa(i))] = "route-" + strconv.Itoa(i)
+	}
+	forgotten := map[string][]forgetEvent{}
+	// The op under way (nested ones included), and each slot's last write:
+	// an AllowAll rollback puts back, in the same op, the value its commit
+	// replaced, which is no key forgotten.
+	opID, ops := 0, 0
+	type lastWrite struct {
+		op  int
+		old []byte
+	}
+	replaced := map[string]lastWrite{}
+	watched.written = func(slot string, old, value []byte) {
+		last := replaced[slot]
+		restored := last.op == opID && bytes.Equal(value, last.old)
+		replaced[slot] = lastWrite{opID, old}
+		table, lim := "main/", l
+		if strings.HasPrefix(slot, "second.") {
+			table, lim = "second/", other
+		}
+		if restored || strings.Contains(slot, "of.") || len(old) < fingerprintLen ||
+			binary.LittleEndian.Uint64(old) == binary.LittleEndian.Uint64(value) {
+			return
+		}
+		name, ok := names[binary.LittleEndian.Uint64(old)]
+		st, err := lim.DecodeState(old[fingerprintLen:], now)
+		if !ok || err != nil {
+			return
+		}
+		u := lim.Used(st, now)
+		if u > max(forget, 0) {
+			t.Errorf("%s%s forgotten with %d units used, more than %d", table, name, u, forget)
+		}
+		forgotten[table+name] = append(forgotten[table+name], forgetEvent{now, u})
+	}
 	busy := -1 // the worker whose decision is under way: a Table is not reentrant
 	var op func(w int)
 	op = func(wi int) {
 		w := ws[wi]
 		busy = wi
+		ops++
+		defer func(outer int) { opID = outer }(opID)
+		opID = ops
 		k, n := key(), 1+rng.Int63n(3)
 		switch rng.Intn(5) {
 		case 0:
@@ -344,6 +426,10 @@ func runFloodModel(t *testing.T, l Limit, seed int64) {
 		if name[:7] == "second/" {
 			lim = other
 		}
+		if forget != ForgetNone {
+			checkForgetBound(t, name, lim, ops, forgotten[name])
+			continue
+		}
 		// Nested decisions are recorded before the outer one even when they
 		// commit after it (during its rollback or settling writes), always
 		// at the same now. Within one now, replay admissions before charges:
@@ -366,10 +452,17 @@ func runFloodModel(t *testing.T, l Limit, seed int64) {
 	}
 	var st Stats
 	for _, w := range ws {
-		st = w.main.Stats()
+		ws := w.main.Stats()
+		st.Overflow += ws.Overflow
+		st.LosslessTakeovers += ws.LosslessTakeovers
+		st.Forgotten += ws.Forgotten
+		st.CASMismatches += ws.CASMismatches
 	}
-	if st.Overflow == 0 || st.LosslessTakeovers == 0 {
+	switch {
+	case forget == ForgetNone && (st.Overflow == 0 || st.LosslessTakeovers == 0):
 		t.Fatalf("stats %+v: the flood did not exercise overflow and takeovers", st)
+	case forget != ForgetNone && (st.Forgotten == 0 || st.CASMismatches == 0):
+		t.Fatalf("stats %+v: the flood did not exercise forgetting and races", st)
 	}
 	if s.Len() > 2*(cfg.Slots+ws[0].main.OverflowSlots()) {
 		t.Fatalf("%d shared-data keys", s.Len())

@@ -337,11 +337,11 @@ func FuzzSlidingLog(f *testing.F) {
 
 // A log whose newest entry left the window a window ago is idle: its slot
 // goes to a newcomer without loss, as any idle slot does, and until then
-// the newcomer is decided on the overflow bucket.
+// (with forgetting off) the newcomer is decided on the overflow bucket.
 func TestTableReclaimsIdleLog(t *testing.T) {
 	l := Limit{Algorithm: SlidingLog, Rate: 3, Period: time.Second}
 	s := store.NewMemory()
-	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
+	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1, ForgetMaxUsed: ForgetNone})
 	for _, at := range []time.Duration{0, 300 * ms} {
 		if r, _ := tab.AllowN("a", t0+int64(at), 1); !r.Allowed {
 			t.Fatal("a denied")

@@ -35,6 +35,14 @@ const (
 	DefaultMaxRetries = 8
 	// DefaultPrefix prefixes every shared-data key of a table.
 	DefaultPrefix = "sluice.rl."
+	// DefaultForgetMaxUsed is the default TableConfig.ForgetMaxUsed: a
+	// key that has used at most one unit may be forgotten for a newcomer,
+	// which can then over-admit it by at most one unit.
+	DefaultForgetMaxUsed = 1
+	// ForgetNone, as TableConfig.ForgetMaxUsed, forgets no key: a
+	// newcomer takes only a slot idle for a refill span, and the table
+	// never over-admits.
+	ForgetNone = -1
 
 	fingerprintLen = 8
 
@@ -90,6 +98,13 @@ type TableConfig struct {
 	// OnContention decides when retries run out or the store fails.
 	// Zero: ContentionDeny.
 	OnContention ContentionPolicy
+	// ForgetMaxUsed is the most units (Limit.Used) a key may have used
+	// and still be forgotten, its slot given to a newcomer whose
+	// candidates are all held; a forgotten key that returns can be
+	// over-admitted by at most the units it had used (see the package
+	// doc, "Forgetting the least-used key"). Zero: DefaultForgetMaxUsed.
+	// Negative (ForgetNone): no key is forgotten.
+	ForgetMaxUsed int64
 }
 
 // Stats counts events since the Table was created; the filter exports them
@@ -99,8 +114,9 @@ type Stats struct {
 	// after healing (a slot holding another key's readable, non-idle state
 	// is never taken over). The new key starts from a used-up state.
 	Evictions uint64
-	// LosslessTakeovers counts slots taken over whose state had been idle
-	// (full) for at least one refill span.
+	// LosslessTakeovers counts slots taken over whose state was idle
+	// (full): for at least one refill span, or, when forgetting is on
+	// (TableConfig.ForgetMaxUsed), at all.
 	LosslessTakeovers uint64
 	// Overflow counts decisions made on an overflow bucket's state: of keys
 	// with no slot and no candidate free to take (homeless), and of keys
@@ -109,6 +125,11 @@ type Stats struct {
 	Overflow uint64
 	// OverflowDenied counts the Overflow decisions that were denied.
 	OverflowDenied uint64
+	// Forgotten counts keys forgotten to place a newcomer: a slot holding
+	// another key's state that had used from 1 to ForgetMaxUsed units.
+	// ForgottenUnits adds up those units (Limit.Used when forgotten): the
+	// most the forgotten keys can be over-admitted by, all together.
+	Forgotten, ForgottenUnits uint64
 	// OverflowRaces counts keys placed in a slot while a decision of the
 	// same key on its overflow bucket raced with the placement; the placed
 	// state is then raised to used up (see "Bounded keys").
@@ -146,6 +167,8 @@ type Table struct {
 	maxRetries int
 	policy     ContentionPolicy
 	ovMask     uint64
+	// forgetMax is TableConfig.ForgetMaxUsed resolved; negative: none.
+	forgetMax int64
 	// hold is how long a slot's state must have been idle before another
 	// key may take the slot: the limit's refill span.
 	hold int64
@@ -205,6 +228,10 @@ func NewTable(s store.Store, l Limit, cfg TableConfig) (*Table, error) {
 		return nil, err
 	}
 	ovSize := PowerOfTwo(ov)
+	forget := cfg.ForgetMaxUsed
+	if forget == 0 {
+		forget = DefaultForgetMaxUsed
+	}
 	prefix := cfg.Prefix
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -218,6 +245,7 @@ func NewTable(s store.Store, l Limit, cfg TableConfig) (*Table, error) {
 		maxRetries: retries,
 		policy:     cfg.OnContention,
 		ovMask:     uint64(ovSize - 1),
+		forgetMax:  max(forget, ForgetNone),
 		hold:       refillSpan(l),
 		slotKeys:   store.NewSlotNames(prefix, uint64(size)),
 		ovKeys:     store.NewSlotNames(prefix+"of.", uint64(ovSize)),
@@ -318,6 +346,9 @@ const (
 	newSlot
 	losslessTakeover
 	lossyTakeover
+	// forgetTakeover: the slot held the least-used live state of another
+	// key, which is forgotten (TableConfig.ForgetMaxUsed).
+	forgetTakeover
 	// overflowBucket: the key is homeless and decided on its overflow
 	// bucket; the view's slot is that bucket.
 	overflowBucket
@@ -347,7 +378,7 @@ func (t *Table) reclaimable(st State, now int64) bool {
 
 // placed reports a view that puts the key into a slot it did not hold.
 func (k takeoverKind) placed() bool {
-	return k == newSlot || k == losslessTakeover || k == lossyTakeover
+	return k == newSlot || k == losslessTakeover || k == lossyTakeover || k == forgetTakeover
 }
 
 // readSlot reads one slot into r, healing a corrupt value. Slots are read
@@ -484,6 +515,11 @@ func (t *Table) lookup(v *view, h uint64, now int64, place bool) error {
 			chosen, kind = i, lossyTakeover
 		}
 	}
+	if chosen < 0 {
+		if chosen = t.leastUsed(&slots, now); chosen >= 0 {
+			kind = forgetTakeover
+		}
+	}
 	// Every placement starts from the overflow bucket's state, which has
 	// admitted at least everything this key was admitted while homeless:
 	// fresh in normal operation (the bucket is idle or absent), drained
@@ -511,6 +547,23 @@ func (t *Table) lookup(v *view, h uint64, now int64, place bool) error {
 	return nil
 }
 
+// leastUsed is the candidate, every one holding valid live state of
+// another key, whose key has used the least, if at most forgetMax units;
+// the first of equals; -1 if none may be forgotten.
+func (t *Table) leastUsed(slots *[MaxWays]slotRead, now int64) int {
+	if t.forgetMax < 0 {
+		return -1
+	}
+	chosen, least := -1, u128{}
+	for i := 0; i < t.ways; i++ {
+		units, rank := t.limit.usage(slots[i].state, now)
+		if units <= uint64(t.forgetMax) && (chosen < 0 || rank.less(least)) {
+			chosen, least = i, rank
+		}
+	}
+	return chosen
+}
+
 func (t *Table) encode(fp uint64, st State) []byte {
 	b := binary.LittleEndian.AppendUint64(t.buf[:0], fp)
 	b = t.limit.AppendState(b, st)
@@ -534,6 +587,15 @@ func (t *Table) commit(v *view, next State, now, n int64) error {
 		t.stats.Evictions++
 	case losslessTakeover:
 		t.stats.LosslessTakeovers++
+	case forgetTakeover:
+		// The CAS replaced the state read: what the forgotten key may get
+		// back. A key that had used nothing loses nothing.
+		if u := t.limit.Used(v.slot.state, now); u == 0 {
+			t.stats.LosslessTakeovers++
+		} else {
+			t.stats.Forgotten++
+			t.stats.ForgottenUnits += uint64(u)
+		}
 	}
 	if v.hasDup {
 		// Best effort: if this loses a race the duplicate is merged again
@@ -852,41 +914,33 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 				done = append(done, committed{table: t, view: v, written: next})
 				break
 			}
-			if !errors.Is(err, store.ErrCASMismatch) {
-				results[i], err = t.storeFailure(err)
-				if results[i].Allowed {
-					failOpen = cmp.Or(failOpen, err)
-					break
+			if errors.Is(err, store.ErrCASMismatch) {
+				t.stats.CASMismatches++
+				if attempt >= t.maxRetries {
+					results[i] = t.contended(results[i])
+					if results[i].Allowed {
+						break
+					}
+					rollback(done)
+					return false, nil
 				}
-				rollback(done)
-				return false, err
-			}
-			t.stats.CASMismatches++
-			if attempt >= t.maxRetries {
-				results[i] = t.contended(results[i])
-				if results[i].Allowed {
-					break
+				if err = t.read(&v, v.h, now); err == nil {
+					next, results[i] = t.decide(v.state, now, r.Cost, false)
+					if !results[i].Allowed {
+						rollback(done)
+						return false, nil
+					}
+					continue
 				}
-				rollback(done)
-				return false, nil
 			}
-			err = t.read(&v, v.h, now)
-			if err != nil {
-				results[i], err = t.storeFailure(err)
-				if results[i].Allowed {
-					failOpen = cmp.Or(failOpen, err)
-					break
-				}
-				rollback(done)
-				return false, err
+			// The store failed, writing or reading again.
+			results[i], err = t.storeFailure(err)
+			if results[i].Allowed {
+				failOpen = cmp.Or(failOpen, err)
+				break
 			}
-			var res Result
-			next, res = t.decide(v.state, now, r.Cost, false)
-			results[i] = res
-			if !res.Allowed {
-				rollback(done)
-				return false, nil
-			}
+			rollback(done)
+			return false, err
 		}
 	}
 	return true, failOpen

@@ -107,11 +107,12 @@ func TestTableBoundedKeys(t *testing.T) {
 		t.Fatalf("%d shared-data keys for 4096 slots and %d overflow buckets", s.Len(), tab.OverflowSlots())
 	}
 	st := tab.Stats()
-	// 100 keys per ms into 4096 slots, each unit refilling in 1ms: some
-	// arrivals find every candidate live and are decided on an overflow
-	// bucket, others a refilled slot (lossless). Live state is never taken.
-	if st.Evictions != 0 || st.Overflow == 0 || st.LosslessTakeovers == 0 {
-		t.Fatalf("stats %+v: expected overflow decisions and lossless takeovers only", st)
+	// 100 keys per ms into 4096 slots, each unit refilling in 1ms: an
+	// arrival takes a refilled slot (lossless) or forgets a key that used
+	// its one unit, and is never decided on an overflow bucket.
+	if st.Evictions != 0 || st.Overflow != 0 || st.LosslessTakeovers == 0 || st.Forgotten == 0 ||
+		st.ForgottenUnits != st.Forgotten {
+		t.Fatalf("stats %+v: expected lossless takeovers and keys of one unit forgotten only", st)
 	}
 	t.Logf("keys=%d stats=%+v", s.Len(), st)
 }
@@ -749,5 +750,72 @@ func TestTableDuplicateInFirstCandidateMerge(t *testing.T) {
 	}
 	if tab.Stats().DuplicateMerges != 1 {
 		t.Fatalf("stats %+v", tab.Stats())
+	}
+}
+
+// brokenStore fails the Get or the Set of one key, as a host that lost
+// its shared data would.
+type brokenStore struct {
+	*store.Memory
+	key              string
+	failGet, failSet bool
+}
+
+func (b *brokenStore) Get(key string) ([]byte, uint32, error) {
+	if b.failGet && key == b.key {
+		return nil, 0, errors.New("host gone")
+	}
+	return b.Memory.Get(key)
+}
+
+func (b *brokenStore) Set(key string, v []byte, cas uint32) error {
+	if b.failSet && key == b.key {
+		return errors.New("host gone")
+	}
+	return b.Memory.Set(key, v, cas)
+}
+
+// A store failure while AllowAll commits, on the write itself or on the
+// read again after a lost CAS, denies the request and gives the keys
+// committed before back (ContentionDeny), or admits it with that limit not
+// enforced (ContentionAllow).
+func TestAllowAllStoreFailureWhileCommitting(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		policy   ContentionPolicy
+		mismatch bool // the write loses a CAS race, the read again fails
+	}{
+		{"write fails, deny", ContentionDeny, false},
+		{"write fails, allow", ContentionAllow, false},
+		{"read again fails, deny", ContentionDeny, true},
+		{"read again fails, allow", ContentionAllow, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := store.NewMemory()
+			s := &brokenStore{Memory: mem, failSet: !c.mismatch}
+			a := newTable(t, s, Limit{Rate: 10, Period: time.Second}, TableConfig{Prefix: "a."})
+			b := newTable(t, s, Limit{Rate: 10, Period: time.Second}, TableConfig{Prefix: "b.", OnContention: c.policy})
+			s.key = slotOf(b, "y", 0)
+			mem.BeforeSet = func(key string) bool {
+				if key == s.key && c.mismatch {
+					s.failGet = true
+					return true
+				}
+				return false
+			}
+			res := make([]Result, 2)
+			ok, err := AllowAll(t0, []Request{{a, "x", 1}, {b, "y", 1}}, res)
+			mem.BeforeSet = nil
+			if err == nil || res[1].Reason != ReasonStoreError || ok != (c.policy == ContentionAllow) {
+				t.Fatalf("%v %v %+v", ok, err, res)
+			}
+			want := int64(10) // given back
+			if ok {
+				want = 9
+			}
+			if r, _ := a.Peek("x", t0, 0); r.Remaining != want {
+				t.Fatalf("x has %d left, want %d", r.Remaining, want)
+			}
+		})
 	}
 }

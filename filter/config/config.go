@@ -424,6 +424,11 @@ type Limit struct {
 	// OverflowSlots is the number of overflow buckets (limiter
 	// TableConfig.OverflowSlots), 1 to Slots; 0 means Slots/16.
 	OverflowSlots int
+	// ForgetMaxUsed is the most units a key may have used and still be
+	// forgotten for a newcomer (limiter TableConfig.ForgetMaxUsed), 0 to
+	// limiter.MaxRate, default limiter.DefaultForgetMaxUsed; 0 forgets no
+	// key.
+	ForgetMaxUsed int64
 	// Disabled ("enabled": false) keeps the entry configured but switched
 	// off: never evaluated, never counted; its metrics stay at zero.
 	Disabled bool

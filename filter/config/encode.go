@@ -97,7 +97,7 @@ func wireExternalOf(e *External) *wireExternal {
 		OnMissingKey: l.OnMissingKey.String(),
 		OnLimit:      wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
 		Fallback:     wireFallback{wireRate: wireRateOf(l.Rate, TokenBucket), Key: []string{}},
-		Slots:        l.Slots, OverflowSlots: l.OverflowSlots,
+		Slots:        l.Slots, OverflowSlots: l.OverflowSlots, ForgetMaxUsed: l.ForgetMaxUsed,
 	}
 	if e.ForwardAll {
 		w.ForwardHeaders = append(w.ForwardHeaders, "*")
@@ -138,6 +138,7 @@ func (c *Config) wireLimit(l *Limit) wireLimit {
 		Slots:                      l.Slots,
 		UpstreamHeadersWhenLimited: headerObject(l.UpstreamHeadersWhenLimited),
 		OverflowSlots:              l.OverflowSlots,
+		ForgetMaxUsed:              l.ForgetMaxUsed,
 	}
 	w.wireRate = wireRateOf(l.Rate, l.Algorithm)
 	if ch := l.CostHeader; ch != nil {
@@ -300,8 +301,9 @@ type wireLimit struct {
 	Replaces                   []string          `json:"replaces,omitempty"`
 	Slots                      int               `json:"slots"`
 	// OverflowSlots is 0, absent, when it is the default Slots/16.
-	OverflowSlots int  `json:"overflow_slots,omitempty"`
-	Enabled       bool `json:"enabled"`
+	OverflowSlots int   `json:"overflow_slots,omitempty"`
+	ForgetMaxUsed int64 `json:"forget_max_used"`
+	Enabled       bool  `json:"enabled"`
 }
 
 type wireRollout struct {
@@ -434,6 +436,7 @@ type wireExternal struct {
 	Fallback       wireFallback `json:"fallback"`
 	Slots          int          `json:"slots"`
 	OverflowSlots  int          `json:"overflow_slots,omitempty"`
+	ForgetMaxUsed  int64        `json:"forget_max_used"`
 }
 
 type wireFallback struct {

@@ -85,7 +85,7 @@ const (
 
 var externalFields = []string{"name", "match", "cluster", "authority", "path", "timeout", "forward_headers",
 	"cache_key", "cache_ttl", "stale_ttl", "max_cached", "mode", "failure_policy", "instances",
-	"on_missing_key", "on_limit", "fallback", "slots", "overflow_slots", "deny_headers",
+	"on_missing_key", "on_limit", "fallback", "slots", "overflow_slots", "forget_max_used", "deny_headers",
 	"max_concurrent_requests", "route_header", "allowed_routes"}
 
 func (p *parser) external(o *object, cfg *Config) *External {

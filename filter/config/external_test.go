@@ -73,7 +73,7 @@ func TestParseExternalDefaults(t *testing.T) {
 	want := &External{
 		Limit: Limit{
 			Name: "external", Key: []KeyPart{tenant, plan}, Rate: Rate{Limit: 100, Window: time.Second, Burst: 50},
-			Cost: 1, OverrideBy: -1, Instances: 1, OnLimit: OnLimit{Action: ActionReject, Status: 429}, Slots: 16384,
+			Cost: 1, OverrideBy: -1, Instances: 1, OnLimit: OnLimit{Action: ActionReject, Status: 429}, Slots: 16384, ForgetMaxUsed: 1,
 			Rollout: FullRollout,
 		},
 		Cluster: "limits", Authority: "limits", Path: "/limits", Timeout: 100 * time.Millisecond,
@@ -91,7 +91,7 @@ func TestParseExternalEverything(t *testing.T) {
 	    "path": "/v2/limits", "timeout": "2s", "forward_headers": ["x-tenant-id", "*", "Cookie"],
 	    "cache_key": ["header:x-tenant-id", "method"], "cache_ttl": "10s", "stale_ttl": "1h", "max_cached": 50,
 	    "mode": "global", "instances": 4, "on_missing_key": "deny", "on_limit": {"action": "delay", "max_delay": "1s"},
-	    "slots": 65536, "overflow_slots": 65536,
+	    "slots": 65536, "overflow_slots": 65536, "forget_max_used": 7,
 	    "fallback": {"limit": 60, "window": "1m", "burst": 5, "key": ["client_ip"]}}}`)
 	e := c.External
 	want := &External{
@@ -100,7 +100,7 @@ func TestParseExternalEverything(t *testing.T) {
 			Rate: Rate{Limit: 60, Window: time.Minute, Burst: 5}, Cost: 1, OverrideBy: -1, Mode: ModeGlobal,
 			FailurePolicy: FailDeny, Instances: 4, OnMissingKey: MissingKeyDeny,
 			OnLimit: OnLimit{Action: ActionDelay, MaxDelay: time.Second, Status: 429},
-			Slots:   65536, OverflowSlots: 65536, Rollout: FullRollout,
+			Slots:   65536, OverflowSlots: 65536, ForgetMaxUsed: 7, Rollout: FullRollout,
 		},
 		Cluster: "limits", Authority: "limits.internal", Path: "/v2/limits", Timeout: 2 * time.Second,
 		ForwardHeaders: []string{"x-tenant-id", "cookie"}, ForwardAll: true,

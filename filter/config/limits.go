@@ -16,7 +16,7 @@ import (
 var limitFields = []string{"name", "match", "key", "algorithm", "requests_per_second", "burst", "limit",
 	"window", "cost", "cost_from_response", "overrides", "override_by", "mode", "failure_policy", "instances",
 	"on_missing_key", "on_limit", "shadow", "replaces", "slots", "overflow_slots",
-	"rollout", "upstream_headers_when_limited", "enabled"}
+	"forget_max_used", "rollout", "upstream_headers_when_limited", "enabled"}
 
 // replacesRef is one replaces entry, kept until every limit name is known.
 type replacesRef struct {
@@ -64,6 +64,8 @@ func defaultLimit(name string) Limit {
 		OnLimit:    OnLimit{Action: ActionReject, Status: DefaultLimitStatus},
 		Slots:      limiter.DefaultSlots,
 		Rollout:    FullRollout,
+
+		ForgetMaxUsed: limiter.DefaultForgetMaxUsed,
 	}
 }
 
@@ -132,9 +134,9 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 	return l, refs
 }
 
-// slots reads slots and overflow_slots, shared by limits and the external
-// block. The bounds are the limiter's: past MaxSlots one limit's shared
-// data alone would pass 100 MB.
+// slots reads slots, overflow_slots and forget_max_used, shared by limits
+// and the external block. The bounds are the limiter's: past MaxSlots one
+// limit's shared data alone would pass 100 MB.
 func (p *parser) slots(o *object, l *Limit) {
 	if n, ok := o.integer("slots", 1, limiter.MaxSlots); ok {
 		l.Slots = int(n)
@@ -144,6 +146,9 @@ func (p *parser) slots(o *object, l *Limit) {
 		if n > int64(l.Slots) {
 			o.errorf("overflow_slots", "%d is more than slots (%d)", n, l.Slots)
 		}
+	}
+	if n, ok := o.integer("forget_max_used", 0, limiter.MaxRate); ok {
+		l.ForgetMaxUsed = n
 	}
 }
 

@@ -44,7 +44,9 @@ func TestParseLimitDefaults(t *testing.T) {
 		Instances:  1,
 		OnLimit:    OnLimit{Action: ActionReject, Status: 429},
 		Slots:      16384,
-		Rollout:    FullRollout,
+
+		ForgetMaxUsed: 1,
+		Rollout:       FullRollout,
 	}
 	if !reflect.DeepEqual(c.Limits, []Limit{want}) {
 		t.Errorf("got %+v\nwant %+v", c.Limits, []Limit{want})
@@ -102,7 +104,8 @@ func TestParseEverything(t *testing.T) {
 	              "instances": 3,
 	              "breaker": {"failure_threshold": 7, "window": "10s", "open_timeout": "5s", "half_open_max_requests": 3}},
 	  "limits": [
-	    {"name": "base", "key": [], "limit": 6000, "window": "1m", "burst": 100, "slots": 1000, "overflow_slots": 10},
+	    {"name": "base", "key": [], "limit": 6000, "window": "1m", "burst": 100, "slots": 1000, "overflow_slots": 10,
+	     "forget_max_used": 0},
 	    {"name": "api-per-ip",
 	     "match": {"path_prefix": "/api", "methods": ["get", "Post"], "hosts": ["API.example.com", "*.Example.org"],
 	               "headers": [{"name": "X-Tier", "value": "free"}, {"name": "x-debug", "present": true},
@@ -146,7 +149,7 @@ func TestParseEverything(t *testing.T) {
 
 	wantLimits := []Limit{
 		{Name: "base", Key: []KeyPart{}, Rate: Rate{Limit: 6000, Window: time.Minute, Burst: 100}, Cost: 1,
-			OverrideBy: -1, Instances: 1, OnLimit: OnLimit{Status: 429}, Slots: 1000, OverflowSlots: 10},
+			OverrideBy: -1, Instances: 1, OnLimit: OnLimit{Status: 429}, Slots: 1000, OverflowSlots: 10, ForgetMaxUsed: 0},
 		{Name: "api-per-ip",
 			Match: Match{PathPrefix: "/api", Methods: []string{"GET", "POST"},
 				Hosts: []string{"api.example.com", "*.example.org"},
@@ -160,10 +163,10 @@ func TestParseEverything(t *testing.T) {
 			Overrides:  map[string]Rate{"premium": {Limit: 100, Window: time.Second}, "a.b c": {Limit: 5, Window: 2 * time.Second}},
 			OverrideBy: 1, Mode: ModeGlobal, FailurePolicy: FailDeny, Instances: 4, OnMissingKey: MissingKeyDeny,
 			OnLimit:  OnLimit{Action: ActionDelay, MaxDelay: 250 * time.Millisecond, Status: 503},
-			Replaces: []int{0}, Slots: 16384},
+			Replaces: []int{0}, Slots: 16384, ForgetMaxUsed: 1},
 		{Name: "exact", Match: Match{Path: "/login"}, Key: []KeyPart{{Kind: KeyClientIP}}, Algorithm: FixedWindow,
 			Rate: Rate{Limit: 1, Window: time.Second}, Cost: 1, OverrideBy: -1, Mode: ModeGlobal,
-			FailurePolicy: FailLocal, Instances: 3, Shadow: true, OnLimit: OnLimit{Status: 420}, Slots: 16384},
+			FailurePolicy: FailLocal, Instances: 3, Shadow: true, OnLimit: OnLimit{Status: 420}, Slots: 16384, ForgetMaxUsed: 1},
 	}
 	for i := range wantLimits {
 		wantLimits[i].Rollout = FullRollout
@@ -376,6 +379,10 @@ var badCases = []badCase{
 	{name: "slots not integer", in: lim(`, "slots": 1.5`), want: []string{"limits[0].slots: must be an integer"}},
 	{name: "overflow slots zero and slots huge", in: lim(`, "overflow_slots": 0, "slots": 4194304`),
 		want: []string{"limits[0].overflow_slots: must be >= 1", "limits[0].slots: must be <= 1048576"}},
+	{name: "forget max used negative, too large, fractional", in: `{"limits": [{"name": "a", "requests_per_second": 1, "forget_max_used": -1},
+	  {"name": "b", "requests_per_second": 1, "forget_max_used": 4294967296}, {"name": "c", "requests_per_second": 1, "forget_max_used": 0.5}]}`,
+		want: []string{"limits[0].forget_max_used: must be >= 0", "limits[1].forget_max_used: must be <= 4294967295",
+			"limits[2].forget_max_used: must be an integer"}},
 	{name: "overflow slots above slots", in: lim(`, "slots": 64, "overflow_slots": 65`),
 		want: []string{"limits[0].overflow_slots: 65 is more than slots (64)"}, schemaAccepts: true},
 	{name: "burst with fixed window", in: lim(`, "algorithm": "fixed_window", "burst": 1`), want: []string{`limits[0].burst: only valid with algorithm "token_bucket"`}},

@@ -84,6 +84,7 @@ var goodConfigs = []string{
 	``,
 	`{}`,
 	`{"limits": [{"name": "a", "requests_per_second": 5, "burst": 2}]}`,
+	`{"limits": [{"name": "a", "requests_per_second": 5, "forget_max_used": 0}, {"name": "b", "requests_per_second": 5, "forget_max_used": 4294967295}]}`,
 	`{"limits": [{"name": "a", "algorithm": "fixed_window", "limit": 100, "window": "1m"}]}`,
 	`{"limits": [{"name": "a", "algorithm": "sliding_window", "limit": 100, "window": "1m30s", "cost": 2}]}`,
 	`{"limits": [{"name": "a", "key": [], "requests_per_second": 1, "on_limit": {"action": "delay"}}]}`,

@@ -23,10 +23,10 @@ const (
 
 type limitMetrics struct {
 	allowed, limited, shadowLimited, delayed, missingKey, nearLimit host.Counter
-	// evictions, overflow and overflowDenied export the local table's
-	// Stats of the same names (see limiter.Stats).
-	evictions, overflow, overflowDenied host.Counter
-	cost                                costMetrics
+	// evictions, overflow, overflowDenied and forgotten export the local
+	// table's Stats of the same names (see limiter.Stats).
+	evictions, overflow, overflowDenied, forgotten host.Counter
+	cost                                           costMetrics
 }
 
 func defineLimitMetrics(hm host.Metrics, name string) limitMetrics {
@@ -41,6 +41,7 @@ func defineLimitMetrics(hm host.Metrics, name string) limitMetrics {
 		evictions:      hm.Counter(p + "evictions"),
 		overflow:       hm.Counter(p + "overflow"),
 		overflowDenied: hm.Counter(p + "overflow_denied"),
+		forgotten:      hm.Counter(p + "forgotten"),
 	}
 }
 

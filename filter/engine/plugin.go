@@ -314,7 +314,17 @@ func newTable(s store.Store, cfg *config.Limit, r config.Rate, prefix, seedSourc
 		Seed:          limiter.Hash(0, seedSource),
 		Slots:         cfg.Slots,
 		OverflowSlots: cfg.OverflowSlots,
+		ForgetMaxUsed: forgetMaxUsed(cfg.ForgetMaxUsed),
 	})
+}
+
+// forgetMaxUsed is the config's forget_max_used for limiter.TableConfig,
+// where 0 is the default and forgetting nothing is ForgetNone.
+func forgetMaxUsed(n int64) int64 {
+	if n == 0 {
+		return limiter.ForgetNone
+	}
+	return n
 }
 
 // overrideTable is the table of one override; value is its key in the
@@ -343,7 +353,7 @@ func (l *limitRuntime) table(overrideValue string) (*limiter.Table, config.Rate,
 }
 
 // tableCounts are the Stats of a limit's tables that become metrics.
-type tableCounts struct{ evictions, overflow, overflowDenied uint64 }
+type tableCounts struct{ evictions, overflow, overflowDenied, forgotten uint64 }
 
 // exportTableStats adds what this worker's tables of the limit counted
 // since the last call to the limit's counters.
@@ -354,6 +364,7 @@ func (l *limitRuntime) exportTableStats() {
 		now.evictions += st.Evictions
 		now.overflow += st.Overflow
 		now.overflowDenied += st.OverflowDenied
+		now.forgotten += st.Forgotten
 	}
 	add(l.def)
 	if l.overrides != nil { // as in table: no iterator over a nil map
@@ -364,6 +375,7 @@ func (l *limitRuntime) exportTableStats() {
 	increment(l.metrics.evictions, now.evictions, l.tableSeen.evictions)
 	increment(l.metrics.overflow, now.overflow, l.tableSeen.overflow)
 	increment(l.metrics.overflowDenied, now.overflowDenied, l.tableSeen.overflowDenied)
+	increment(l.metrics.forgotten, now.forgotten, l.tableSeen.forgotten)
 	l.tableSeen = now
 }
 
