@@ -37,6 +37,29 @@ func appendQueryValue(dst []byte, query, name string) (out []byte, found bool) {
 	return dst, found
 }
 
+// appendQueryKey appends the decoded value of parameter name in query to
+// dst, for a key: found is false when the parameter does not occur, and
+// also when it occurs with two different decoded values, which is then
+// ambiguous (see requestInfo.appendKey); repeats of one value are that
+// value ("a=1&a=%31" is "1").
+func appendQueryKey(dst []byte, query, name string) (out []byte, found, ambiguous bool) {
+	start := len(dst)
+	for query != "" {
+		var v string
+		var ok bool
+		if v, query, ok = nextQueryValue(query, name); !ok {
+			continue
+		}
+		if !found {
+			found = true
+			dst = appendQueryUnescaped(dst, v)
+		} else if !queryComponentEquals(v, arenaString(dst[start:])) {
+			return dst[:start], false, true
+		}
+	}
+	return dst, found, false
+}
+
 // queryValues is every decoded value of parameter name in query, in
 // order, each on its own (the admin route's repeated key parameters).
 func queryValues(query, name string) []string {
