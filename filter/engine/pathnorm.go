@@ -1,5 +1,7 @@
 package engine
 
+import "strings"
+
 // Path normalisation: one mechanism for every place that must see every
 // spelling of a path as one path, so that a client cannot re-spell a
 // resource into a fresh bucket (keys and path matches) or around the
@@ -15,6 +17,9 @@ package engine
 //     Windows servers read them; a spelling the upstream reads as a
 //     plain byte then merely shares the bucket of the path it resembles,
 //     which no client can use to escape its own;
+//   - a segment's parameters, from ';' to its end, are dropped, as
+//     servlet containers drop them ("/t/alice;jsessionid=1/x" is
+//     "/t/alice/x", and Tomcat's "/..;/" is "/../");
 //   - runs of '/' are merged, and "." and ".." segments removed, ".."
 //     never above the root;
 //   - the path ends at '?' or '#'; the result starts with '/', and ends
@@ -52,7 +57,7 @@ func pathIsNormal(path string, form pathForm) bool {
 	}
 	for i := 0; i < len(path); i++ {
 		switch c := path[i]; c {
-		case '\\', '?', '#':
+		case '\\', '?', '#', ';':
 			return false
 		case '%':
 			if _, decode, ok := pathEscape(path, i, form, path[:i]); ok && (decode || path[i+1] >= 'a' || path[i+2] >= 'a') {
@@ -132,6 +137,12 @@ func appendPath(dst []byte, path string, form pathForm) []byte {
 		c := path[i]
 		if c == '?' || c == '#' {
 			break
+		}
+		if c == ';' {
+			for i+1 < len(path) && strings.IndexByte(`/\?#`, path[i+1]) < 0 {
+				i++
+			}
+			continue
 		}
 		if c == '%' {
 			b, decode, ok := pathEscape(path, i, form, dst)

@@ -16,6 +16,9 @@ func TestNormalPathForKeys(t *testing.T) {
 		{"/t%2Falice%2fx", "/t/alice/x"},
 		{`/t\alice%5Cx`, "/t/alice/x"},
 		{"/t/alice#frag", "/t/alice"},
+		{"/t/alice;jsessionid=1/x;y", "/t/alice/x"}, // servlet path parameters
+		{"/t/junk/..;/alice", "/t/alice"},           // Tomcat's ..;
+		{"/t/;x/alice%3Bx", "/t/alice%3Bx"},         // an escaped ';' is not one
 		{"/t/alice?q=/../x", "/t/alice"},
 		{"/../../t/alice", "/t/alice"},
 		{"/t/Alice", "/t/Alice"},                 // case is kept
@@ -53,6 +56,17 @@ func TestNormalPathAllocatesNothingWhenNormal(t *testing.T) {
 func referencePath(path string, form pathForm) string {
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
+	}
+	for {
+		i := strings.IndexByte(path, ';')
+		if i < 0 {
+			break
+		}
+		end := strings.IndexAny(path[i:], `/\`)
+		if end < 0 {
+			end = len(path) - i
+		}
+		path = path[:i] + path[i+end:]
 	}
 	var b strings.Builder
 	for i := 0; i < len(path); i++ {

@@ -155,12 +155,15 @@ func (r *requestInfo) normalPath() string {
 
 // keyHeader is the value of a header for a key: its one value, or
 // missing and ambiguous when it is sent more than once with different
-// values (see appendKey).
+// values (see appendKey). A name spelled with '_' for '-' is the same
+// header here: CGI and WSGI servers (Flask's) read "x_api_key" and
+// "x-api-key" as one variable, HTTP_X_API_KEY, so a client could
+// otherwise send its key under a name no limit reads.
 func (r *requestInfo) keyHeader(name string) (string, bool) {
 	r.loadHeaders()
 	v, found := "", false
 	for _, kv := range r.headers {
-		if kv[0] != name {
+		if !sameHeaderName(kv[0], name) {
 			continue
 		}
 		if found && kv[1] != v {
@@ -170,6 +173,20 @@ func (r *requestInfo) keyHeader(name string) (string, bool) {
 		v, found = kv[1], true
 	}
 	return v, found
+}
+
+// sameHeaderName reports whether the lower-case header name have is want,
+// with '_' read as '-'.
+func sameHeaderName(have, want string) bool {
+	if len(have) != len(want) {
+		return false
+	}
+	for i := 0; i < len(have); i++ {
+		if c := have[i]; c != want[i] && !(c == '_' && want[i] == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // client returns the client address as configured.

@@ -77,7 +77,8 @@ func TestRepeatedKeyValues(t *testing.T) {
 	sameKey(t, q, "query", [][][2]string{path("/?api_key=alice"), path("/?api_key=alice&api_key=alice"),
 		path("/?api_key=alice&x=1&api_key=%61lice")})
 	h := []config.KeyPart{{Kind: config.KeyHeader, Header: "x-api-key"}}
-	sameKey(t, h, "header", [][][2]string{{{"x-api-key", "alice"}}, {{"x-api-key", "alice"}, {"x-api-key", "alice"}}})
+	sameKey(t, h, "header", [][][2]string{{{"x-api-key", "alice"}}, {{"x-api-key", "alice"}, {"x-api-key", "alice"}},
+		{{"x_api_key", "alice"}}, {{"x-api_key", "alice"}, {"x-api-key", "alice"}}})
 	for _, tc := range []struct {
 		parts   []config.KeyPart
 		headers [][2]string
@@ -87,6 +88,7 @@ func TestRepeatedKeyValues(t *testing.T) {
 		{q, path("/?api_key=&api_key=alice")},
 		{h, [][2]string{{"x-api-key", "alice"}, {"x-api-key", "junk1"}}},
 		{h, [][2]string{{"x-api-key", ""}, {"x-api-key", "alice"}}},
+		{h, [][2]string{{"x-api-key", "junk1"}, {"x_api_key", "alice"}}},
 	} {
 		r := &requestInfo{host: &fakeHost{headers: tc.headers}}
 		if key, _, ok := r.appendKey(nil, tc.parts, &config.ClientIP{}, -1); ok || !r.ambiguous {

@@ -30,6 +30,8 @@ var respellCases = []Case{
 				{"escaped slashes", get("/t%2Falice%2Fx"), false},
 				{"backslashes", get(`/t\alice\x`), false},
 				{"a fragment", get("/t/alice#junk"), false},
+				{"a servlet path parameter", get("/t/alice;jsessionid=9/x"), false},
+				{"Tomcat's ..;", get("/t/junk/..;/alice/x"), false},
 				{".. above the root", get("/../../t/alice"), false},
 				{"case is kept: Alice is another caller", get("/t/Alice/x"), true},
 				{"bob", get("/t/bob/x"), true},
@@ -91,6 +93,8 @@ var respellCases = []Case{
 				{"header alice then junk", get("/h").with("x-api-key", "alice").with("x-api-key", "junk"), false},
 				{"header junk then alice", get("/h").with("x-api-key", "junk").with("x-api-key", "alice"), false},
 				{"header alice twice is alice", get("/h").with("x-api-key", "alice").with("x-api-key", "alice"), false},
+				{"header x_api_key, as WSGI reads it, is alice", get("/h").with("x_api_key", "alice"), false},
+				{"junk, then x_api_key alice", get("/h").with("x-api-key", "junk").with("x_api_key", "alice"), false},
 				{"header bob", get("/h").with("x-api-key", "bob"), true},
 			})
 			// A concurrency limit refuses it too, with its own status.
@@ -99,7 +103,7 @@ var respellCases = []Case{
 			}
 			wantCounter(t, h, "sluice.concurrency.cc.missing_key", 1)
 			wantCounter(t, h, "sluice.limit.q.missing_key", 3)
-			wantCounter(t, h, "sluice.limit.hd.missing_key", 2)
+			wantCounter(t, h, "sluice.limit.hd.missing_key", 3)
 		},
 	},
 	{
