@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/filter/host/hosttest"
 )
 
 // BenchmarkEngineOneLimitOneBreaker is the lifecycle benchmark's "one
@@ -26,6 +28,12 @@ func benchOneLimitOneBreaker(b *testing.B, extra, path string) {
 	f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", path}, {":authority", "a"}}
 	f.Stream.Properties = map[string]string{"source.address": "10.0.0.1:5000", "xds.cluster_name": "backend"}
 	f.Stream.ResponseHeaderMap = [][2]string{{":status", "200"}}
+	benchRequests(b, p, f, true)
+}
+
+// benchRequests sends b.N admitted requests through p, each ended after
+// its request headers, or after its response headers with response.
+func benchRequests(b *testing.B, p *Plugin, f *hosttest.Fakes, response bool) {
 	s := &Stream{}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
@@ -34,7 +42,9 @@ func benchOneLimitOneBreaker(b *testing.B, extra, path string) {
 		if s.RequestHeaders() != Continue {
 			b.Fatal("request not admitted")
 		}
-		s.ResponseHeaders()
+		if response {
+			s.ResponseHeaders()
+		}
 		s.Done()
 	}
 }
@@ -52,16 +62,7 @@ func BenchmarkKeyParts(b *testing.B) {
 			f.Stream.Headers = headers
 			f.Stream.Properties = map[string]string{"source.address": "10.0.0.1:5000",
 				"metadata.filter_metadata.jwt.sub": "alice"}
-			s := &Stream{}
-			b.ReportAllocs()
-			for i := 0; i < b.N; i++ {
-				f.Clock.Advance(time.Microsecond)
-				p.Begin(s, uint32(i+1))
-				if s.RequestHeaders() != Continue {
-					b.Fatal("request not admitted")
-				}
-				s.Done()
-			}
+			benchRequests(b, p, f, false)
 		})
 	}
 }
