@@ -19,7 +19,8 @@ import "strings"
 //     which no client can use to escape its own;
 //   - a segment's parameters, from ';' to its end, are dropped, as
 //     servlet containers drop them ("/t/alice;jsessionid=1/x" is
-//     "/t/alice/x", and Tomcat's "/..;/" is "/../");
+//     "/t/alice/x", and Tomcat's "/..;/" is "/../"); not for the admin
+//     route, whose decoded "%3B" would then be cut on a second pass;
 //   - runs of '/' are merged, and "." and ".." segments removed, ".."
 //     never above the root;
 //   - the path ends at '?' or '#'; the result starts with '/', and ends
@@ -57,8 +58,12 @@ func pathIsNormal(path string, form pathForm) bool {
 	}
 	for i := 0; i < len(path); i++ {
 		switch c := path[i]; c {
-		case '\\', '?', '#', ';':
+		case '\\', '?', '#':
 			return false
+		case ';':
+			if form == pathKey {
+				return false
+			}
 		case '%':
 			if _, decode, ok := pathEscape(path, i, form, path[:i]); ok && (decode || path[i+1] >= 'a' || path[i+2] >= 'a') {
 				return false // decoded, or its hex upper-cased
@@ -138,7 +143,7 @@ func appendPath(dst []byte, path string, form pathForm) []byte {
 		if c == '?' || c == '#' {
 			break
 		}
-		if c == ';' {
+		if c == ';' && form == pathKey {
 			for i+1 < len(path) && strings.IndexByte(`/\?#`, path[i+1]) < 0 {
 				i++
 			}

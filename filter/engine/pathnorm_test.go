@@ -57,7 +57,7 @@ func referencePath(path string, form pathForm) string {
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
 	}
-	for {
+	for form == pathKey {
 		i := strings.IndexByte(path, ';')
 		if i < 0 {
 			break
