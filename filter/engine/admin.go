@@ -68,11 +68,11 @@ func (a *adminRuntime) route(path string) (string, bool) {
 }
 
 // appendNormalPath appends the admin route's normal form of the path
-// part of a :path (see pathnorm.go): it starts with '/' and, after each
+// part of a :path (config.AppendPath): it starts with '/' and, after each
 // segment, ends with '/', so that the prefix "/.sluice/" matches
 // "/.sluice" too.
 func appendNormalPath(dst []byte, path string) []byte {
-	dst = appendPath(dst, path, pathAdmin)
+	dst = config.AppendPath(dst, path, config.PathAdmin)
 	if dst[len(dst)-1] != '/' {
 		dst = append(dst, '/')
 	}

@@ -165,7 +165,7 @@ func FuzzAppendKey(f *testing.F) {
 					t.Fatalf("host part %q is not lower-cased", v)
 				}
 			case config.KeyPath:
-				if strings.ContainsRune(v, '?') || normalPath(v, pathKey) != v {
+				if strings.ContainsRune(v, '?') || config.NormalPath(v, config.PathKey) != v {
 					t.Fatalf("path part %q kept its query or is not in normal form", v)
 				}
 			case config.KeyRoute:

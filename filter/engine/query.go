@@ -1,6 +1,10 @@
 package engine
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+)
 
 // The query string is never parsed into a map: a key part scans the raw
 // query for its one parameter and decodes the value straight into the key
@@ -99,7 +103,7 @@ func appendQueryUnescaped(dst []byte, s string) []byte {
 		case '+':
 			c = ' '
 		case '%':
-			if b, ok := unhexPair(s, i+1); ok {
+			if b, ok := config.UnhexPair(s, i+1); ok {
 				c = b
 				i += 2
 			}
@@ -119,7 +123,7 @@ func queryComponentEquals(s, want string) bool {
 		case '+':
 			c = ' '
 		case '%':
-			if b, ok := unhexPair(s, i+1); ok {
+			if b, ok := config.UnhexPair(s, i+1); ok {
 				c = b
 				i += 2
 			}
@@ -130,26 +134,4 @@ func queryComponentEquals(s, want string) bool {
 		j++
 	}
 	return j == len(want)
-}
-
-// unhexPair decodes the two hex digits at s[i:i+2].
-func unhexPair(s string, i int) (byte, bool) {
-	if i+1 >= len(s) {
-		return 0, false
-	}
-	hi, ok1 := unhex(s[i])
-	lo, ok2 := unhex(s[i+1])
-	return hi<<4 | lo, ok1 && ok2
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
 }

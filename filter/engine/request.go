@@ -24,7 +24,7 @@ type requestInfo struct {
 	path         string
 	authority    string
 
-	// normPath is pathOnly in normal form (pathnorm.go), for keys and
+	// normPath is pathOnly in normal form (config.NormalPath), for keys and
 	// path matches; normLoaded says it is computed.
 	normLoaded bool
 	normPath   string
@@ -142,12 +142,12 @@ func (r *requestInfo) pathOnly() string {
 
 // normalPath is the path without its query in normal form: the form path
 // keys and path matches read, so that no re-spelling of a path
-// (pathnorm.go) is a path of its own. An empty :path stays empty.
+// (config/pathnorm.go) is a path of its own. An empty :path stays empty.
 func (r *requestInfo) normalPath() string {
 	if !r.normLoaded {
 		r.normLoaded = true
 		if p := r.pathOnly(); p != "" {
-			r.normPath = normalPath(p, pathKey)
+			r.normPath = config.NormalPath(p, config.PathKey)
 		}
 	}
 	return r.normPath

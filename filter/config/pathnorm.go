@@ -1,11 +1,12 @@
-package engine
+package config
 
 import "strings"
 
 // Path normalisation: one mechanism for every place that must see every
 // spelling of a path as one path, so that a client cannot re-spell a
-// resource into a fresh bucket (keys and path matches) or around the
-// admin route. It is RFC 3986 section 6.2.2 plus what upstreams commonly
+// resource into a fresh bucket (the engine's keys and path matches) or
+// around the admin route, and so that a match's own path can be checked
+// to be in the form requests are compared in. It is RFC 3986 section 6.2.2 plus what upstreams commonly
 // treat as the same path:
 //
 //   - a percent escape of an unreserved byte (letters, digits, "-._~")
@@ -28,31 +29,31 @@ import "strings"
 //     "..", as RFC 3986's remove_dot_segments leaves it;
 //   - case is kept: paths are case-sensitive.
 //
-// The admin route (pathAdmin) also decodes every escape and lower-cases
+// The admin route (PathAdmin) also decodes every escape and lower-cases
 // ASCII letters: it must catch every spelling an upstream might resolve
 // to its prefix, and a false positive only keeps a request from the
 // upstream.
 
-// pathForm selects the normalisation's extras.
-type pathForm uint8
+// PathForm selects the normalisation's extras.
+type PathForm uint8
 
 const (
-	pathKey   pathForm = iota // keys and path matches
-	pathAdmin                 // the admin route: every escape decoded, letters lower-cased
+	PathKey   PathForm = iota // keys and path matches
+	PathAdmin                 // the admin route: every escape decoded, letters lower-cased
 )
 
-// normalPath returns the normal form of path (the path part of a :path),
+// NormalPath returns the normal form of path (the path part of a :path),
 // path itself when it is already normal, which is the common case and
 // allocates nothing.
-func normalPath(path string, form pathForm) string {
-	if pathIsNormal(path, form) {
+func NormalPath(path string, form PathForm) string {
+	if PathIsNormal(path, form) {
 		return path
 	}
-	return string(appendPath(make([]byte, 0, len(path)+1), path, form))
+	return string(AppendPath(make([]byte, 0, len(path)+1), path, form))
 }
 
-// pathIsNormal reports whether appendPath would return path unchanged.
-func pathIsNormal(path string, form pathForm) bool {
+// PathIsNormal reports whether appendPath would return path unchanged.
+func PathIsNormal(path string, form PathForm) bool {
 	if path == "" || path[0] != '/' {
 		return false
 	}
@@ -61,7 +62,7 @@ func pathIsNormal(path string, form pathForm) bool {
 		case '\\', '?', '#':
 			return false
 		case ';':
-			if form == pathKey {
+			if form == PathKey {
 				return false
 			}
 		case '%':
@@ -73,7 +74,7 @@ func pathIsNormal(path string, form pathForm) bool {
 				return false
 			}
 		default:
-			if form == pathAdmin && 'A' <= c && c <= 'Z' {
+			if form == PathAdmin && 'A' <= c && c <= 'Z' {
 				return false
 			}
 		}
@@ -104,11 +105,11 @@ func dotSegmentAt(path string, i int) bool {
 // '%' and digit stays escaped: decoding it would complete the broken one
 // ("%0%61" would become the escape "%0a"), and the normal form must be
 // its own normal form.
-func pathEscape[S string | []byte](path string, i int, form pathForm, before S) (b byte, decode, ok bool) {
-	if b, ok = unhexPair(path, i+1); !ok {
+func pathEscape[S string | []byte](path string, i int, form PathForm, before S) (b byte, decode, ok bool) {
+	if b, ok = UnhexPair(path, i+1); !ok {
 		return 0, false, false
 	}
-	decode = form == pathAdmin || unreservedOrSlash(b)
+	decode = form == PathAdmin || unreservedOrSlash(b)
 	if n := len(before); decode && isHexDigit(b) &&
 		(n >= 1 && before[n-1] == '%' || n >= 2 && before[n-2] == '%' && isHexDigit(before[n-1])) {
 		decode = false
@@ -132,8 +133,8 @@ func unreservedOrSlash(b byte) bool {
 	return false
 }
 
-// appendPath appends the normal form of path to dst.
-func appendPath(dst []byte, path string, form pathForm) []byte {
+// AppendPath appends the normal form of path to dst.
+func AppendPath(dst []byte, path string, form PathForm) []byte {
 	const hex = "0123456789ABCDEF"
 	dst = append(dst, '/')
 	base := len(dst)
@@ -143,7 +144,7 @@ func appendPath(dst []byte, path string, form pathForm) []byte {
 		if c == '?' || c == '#' {
 			break
 		}
-		if c == ';' && form == pathKey {
+		if c == ';' && form == PathKey {
 			for i+1 < len(path) && strings.IndexByte(`/\?#`, path[i+1]) < 0 {
 				i++
 			}
@@ -164,7 +165,7 @@ func appendPath(dst []byte, path string, form pathForm) []byte {
 		switch {
 		case c == '\\':
 			c = '/'
-		case form == pathAdmin && 'A' <= c && c <= 'Z':
+		case form == PathAdmin && 'A' <= c && c <= 'Z':
 			c += 'a' - 'A'
 		}
 		if c == '/' {
@@ -201,4 +202,27 @@ func endSegment(dst []byte, base, seg int) []byte {
 		return dst
 	}
 	return append(dst, '/')
+}
+
+// UnhexPair decodes the two hex digits at s[i:i+2], as a percent escape
+// holds them.
+func UnhexPair(s string, i int) (byte, bool) {
+	if i+1 >= len(s) {
+		return 0, false
+	}
+	hi, ok1 := unhex(s[i])
+	lo, ok2 := unhex(s[i+1])
+	return hi<<4 | lo, ok1 && ok2
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }

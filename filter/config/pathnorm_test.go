@@ -1,4 +1,4 @@
-package engine
+package config
 
 import (
 	"strings"
@@ -33,7 +33,7 @@ func TestNormalPathForKeys(t *testing.T) {
 		{"t/alice", "/t/alice"},
 		{"*", "/*"},
 	} {
-		if got := normalPath(tc.in, pathKey); got != tc.want {
+		if got := NormalPath(tc.in, PathKey); got != tc.want {
 			t.Errorf("%q: %q, want %q", tc.in, got, tc.want)
 		}
 	}
@@ -41,10 +41,10 @@ func TestNormalPathForKeys(t *testing.T) {
 
 func TestNormalPathAllocatesNothingWhenNormal(t *testing.T) {
 	for _, p := range []string{"/", "/api/v1/users/12345", "/a%20b/.well-known/", "/%zz"} {
-		if !pathIsNormal(p, pathKey) {
+		if !PathIsNormal(p, PathKey) {
 			t.Errorf("%q is not normal", p)
 		}
-		if n := testing.AllocsPerRun(100, func() { normalPath(p, pathKey) }); n != 0 {
+		if n := testing.AllocsPerRun(100, func() { NormalPath(p, PathKey) }); n != 0 {
 			t.Errorf("%q: %v allocations", p, n)
 		}
 	}
@@ -53,11 +53,11 @@ func TestNormalPathAllocatesNothingWhenNormal(t *testing.T) {
 // referencePath is the normalisation written the plain way, to check
 // pathnorm.go against: decode what the form decodes, split at slashes,
 // resolve dot segments with a stack, join.
-func referencePath(path string, form pathForm) string {
+func referencePath(path string, form PathForm) string {
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
 	}
-	for form == pathKey {
+	for form == PathKey {
 		i := strings.IndexByte(path, ';')
 		if i < 0 {
 			break
@@ -76,7 +76,7 @@ func referencePath(path string, form pathForm) string {
 			sofar := b.String()
 			n := len(sofar)
 			joins := isHexDigit(v) && (strings.HasSuffix(sofar, "%") || n >= 2 && sofar[n-2] == '%' && isHexDigit(sofar[n-1]))
-			if !joins && (form == pathAdmin || strings.IndexByte("-._~/\\", v) >= 0 ||
+			if !joins && (form == PathAdmin || strings.IndexByte("-._~/\\", v) >= 0 ||
 				'a' <= v && v <= 'z' || 'A' <= v && v <= 'Z' || '0' <= v && v <= '9') {
 				c = v
 			} else {
@@ -89,7 +89,7 @@ func referencePath(path string, form pathForm) string {
 		if c == '\\' {
 			c = '/'
 		}
-		if form == pathAdmin && 'A' <= c && c <= 'Z' {
+		if form == PathAdmin && 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
 		}
 		b.WriteByte(c)
@@ -132,14 +132,14 @@ func FuzzNormalPath(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		out := normalPath(in, pathKey)
-		if want := referencePath(in, pathKey); out != want {
+		out := NormalPath(in, PathKey)
+		if want := referencePath(in, PathKey); out != want {
 			t.Fatalf("%q: %q, reference %q", in, out, want)
 		}
-		if admin, want := string(appendPath(nil, in, pathAdmin)), referencePath(in, pathAdmin); admin != want {
+		if admin, want := string(AppendPath(nil, in, PathAdmin)), referencePath(in, PathAdmin); admin != want {
 			t.Fatalf("admin %q: %q, reference %q", in, admin, want)
 		}
-		if again := normalPath(out, pathKey); again != out {
+		if again := NormalPath(out, PathKey); again != out {
 			t.Fatalf("%q: %q, then %q", in, out, again)
 		}
 		if len(out) > len(in)+1 || (strings.HasPrefix(in, "/") && len(out) > len(in)) {
@@ -153,8 +153,8 @@ func FuzzNormalPath(f *testing.F) {
 				t.Fatalf("%q: %q keeps a dot segment", in, out)
 			}
 		}
-		if pathIsNormal(in, pathKey) != (in == out) {
-			t.Fatalf("%q: normal %v, but normalises to %q", in, pathIsNormal(in, pathKey), out)
+		if PathIsNormal(in, PathKey) != (in == out) {
+			t.Fatalf("%q: normal %v, but normalises to %q", in, PathIsNormal(in, PathKey), out)
 		}
 	})
 }
@@ -166,7 +166,7 @@ func BenchmarkNormalPath(b *testing.B) {
 		b.Run(p, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				normalPath(p, pathKey)
+				NormalPath(p, PathKey)
 			}
 		})
 	}
