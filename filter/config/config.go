@@ -607,7 +607,7 @@ func (m *Match) Matches(r Request) bool {
 	if m.Methods != nil && !containsFold(m.Methods, r.Method) {
 		return false
 	}
-	if m.Hosts != nil && !matchHost(m.Hosts, stripPort(r.Host)) {
+	if m.Hosts != nil && !matchHost(m.Hosts, HostName(r.Host)) {
 		return false
 	}
 	if m.Routes != nil && !contains(m.Routes, r.Route) {
@@ -652,6 +652,16 @@ func matchHost(hosts []string, host string) bool {
 		}
 	}
 	return false
+}
+
+// HostName is the host of an :authority as hosts matches and the host key
+// part read it: without its port (any port: an upstream that routes by
+// name, as nginx's server_name and Go's ServeMux do, ignores it, and a
+// port's spellings are endless: ":80", ":080") and without trailing dots
+// ("api.example." is the fully qualified "api.example"). Case is left to
+// the caller, which compares or folds it.
+func HostName(authority string) string {
+	return strings.TrimRight(stripPort(authority), ".")
 }
 
 // stripPort removes ":port" from a host, leaving bracketed IPv6 literals

@@ -25,6 +25,10 @@ func (p *parser) match(o *object) Match {
 			o.errorf(name, `must start with "/"`)
 		case strings.ContainsAny(s, "?#"):
 			o.errorf(name, "must not contain a query or fragment; paths are matched without them")
+		case !PathIsNormal(s, PathKey):
+			// Requests are compared in normal form, so this one could
+			// never match.
+			o.errorf(name, "must be in normal form, as request paths are compared: %q", NormalPath(s, PathKey))
 		}
 		if name == "path" {
 			m.Path = s

@@ -112,59 +112,16 @@ func (a *adminRuntime) route(path string) (string, bool) {
 	return norm[len(prefix):], true
 }
 
-// appendNormalPath appends the normal form of the path part of a :path
-// (see the top of this file): it starts with '/' and, after each
-// segment, ends with '/'.
+// appendNormalPath appends the admin route's normal form of the path
+// part of a :path (config.AppendPath): it starts with '/' and, after each
+// segment, ends with '/', so that the prefix "/.sluice/" matches
+// "/.sluice" too.
 func appendNormalPath(dst []byte, path string) []byte {
-	dst = append(dst, '/')
-	base := len(dst)
-	seg := base
-	for i := 0; i < len(path); i++ {
-		c := path[i]
-		if c == '?' || c == '#' {
-			break
-		}
-		if c == '%' {
-			if b, ok := unhexPair(path, i+1); ok {
-				c = b
-				i += 2
-			}
-		}
-		switch {
-		case c == '\\':
-			c = '/'
-		case 'A' <= c && c <= 'Z':
-			c += 'a' - 'A'
-		}
-		if c == '/' {
-			dst = endSegment(dst, base, seg)
-			seg = len(dst)
-			continue
-		}
-		dst = append(dst, c)
+	dst = config.AppendPath(dst, path, config.PathAdmin)
+	if dst[len(dst)-1] != '/' {
+		dst = append(dst, '/')
 	}
-	return endSegment(dst, base, seg)
-}
-
-// endSegment closes the segment dst[seg:], which follows a '/': an empty
-// one (merged slashes) and "." are dropped, ".." is dropped with the
-// segment before it (never past base, the root), any other gets its '/'.
-func endSegment(dst []byte, base, seg int) []byte {
-	switch string(dst[seg:]) {
-	case "", ".":
-		return dst[:seg]
-	case "..":
-		dst = dst[:seg]
-		if len(dst) > base {
-			i := len(dst) - 2
-			for i >= base && dst[i] != '/' {
-				i--
-			}
-			dst = dst[:i+1]
-		}
-		return dst
-	}
-	return append(dst, '/')
+	return dst
 }
 
 // tokenMatches reports whether an Authorization value is "Bearer <token>"

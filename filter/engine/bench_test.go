@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/filter/host/hosttest"
 )
 
 // BenchmarkEngineOneLimitOneBreaker is the lifecycle benchmark's "one
@@ -38,6 +40,12 @@ func benchOneLimitOneBreaker(b *testing.B, extra, path string, headers ...[2]str
 		f.Stream.Properties["request.headers."+h[0]] = h[1]
 	}
 	f.Stream.ResponseHeaderMap = [][2]string{{":status", "200"}}
+	benchRequests(b, p, f, true)
+}
+
+// benchRequests sends b.N admitted requests through p, each ended after
+// its request headers, or after its response headers with response.
+func benchRequests(b *testing.B, p *Plugin, f *hosttest.Fakes, response bool) {
 	s := &Stream{}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
@@ -46,7 +54,27 @@ func benchOneLimitOneBreaker(b *testing.B, extra, path string, headers ...[2]str
 		if s.RequestHeaders() != Continue {
 			b.Fatal("request not admitted")
 		}
-		s.ResponseHeaders()
+		if response {
+			s.ResponseHeaders()
+		}
 		s.Done()
+	}
+}
+
+// BenchmarkKeyParts is one allowed request through one limit keyed on
+// each request-derived key part, with a value that is already in normal
+// form: what reading and normalising the part costs the common request.
+func BenchmarkKeyParts(b *testing.B) {
+	headers := [][2]string{{":method", "GET"}, {":path", "/t/alice/x?api_key=alice&page=2"},
+		{":authority", "api.example"}, {"x-api-key", "alice"}}
+	for _, part := range []string{"path", "path_segment:2", "host", "query:api_key", "header:x-api-key",
+		"metadata:jwt:sub"} {
+		b.Run(part, func(b *testing.B) {
+			p, f := newNativePlugin(b, `{"limits":[{"name":"l","key":["`+part+`"],"requests_per_second":1000000000}]}`)
+			f.Stream.Headers = headers
+			f.Stream.Properties = map[string]string{"source.address": "10.0.0.1:5000",
+				"metadata.filter_metadata.jwt.sub": "alice"}
+			benchRequests(b, p, f, false)
+		})
 	}
 }

@@ -151,6 +151,15 @@ func (h *Stream) acquireConcurrency(now time.Time) bool {
 		}
 		if !ok {
 			c.metrics.missingKey.Increment(1)
+			if h.info.ambiguous && !c.cfg.Shadow {
+				// Refused, as a rate limit refuses it (appendKey).
+				h.releaseConcurrency(now)
+				h.releaseTickets()
+				c.logRejection("ambiguous_key", inflight.Result{})
+				ct, body := missingKeyBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)
+				h.reject(config.ReplyMissingKey, replyValues{limit: c.cfg.Name}, c.cfg.Status, nil, ct, body)
+				return false
+			}
 			continue
 		}
 		// The table hashes the key and keeps nothing of it.

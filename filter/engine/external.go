@@ -136,14 +136,16 @@ func (x *externalRuntime) appendLookupKey(dst []byte, info *requestInfo) []byte 
 }
 
 // requestBody renders the lookup: {"method", "path", "headers"}. The path
-// is sent without its query, which can carry credentials.
+// is sent without its query, which can carry credentials, and in normal
+// form: the form a path cache_key part holds, so that an answer the
+// service gave a re-spelled path is cached for the path it names.
 func (x *externalRuntime) requestBody(info *requestInfo) []byte {
 	info.loadHeaders()
 	b := make([]byte, 0, 256)
 	b = append(b, `{"method":`...)
 	b = appendJSONString(b, info.method)
 	b = append(b, `,"path":`...)
-	b = appendJSONString(b, info.pathOnly())
+	b = appendJSONString(b, info.normalPath())
 	b = append(b, `,"headers":{`...)
 	first := true
 	field := func(name, value string) {

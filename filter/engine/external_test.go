@@ -175,6 +175,14 @@ func TestExternalLookupRequest(t *testing.T) {
 			}
 		}
 	})
+	t.Run("re-spelled path in normal form", func(t *testing.T) {
+		d, f := newExtHarness(t, extConfig(""), tenantQuotas)
+		respelled := append([][2]string{{":method", "GET"}, {":path", "/api/x/../v1//%6Frders;jsessionid=1?token=s3cret"}}, hs[2:]...)
+		d.doHeaders(respelled)
+		if f.last.Path != "/api/v1/orders" {
+			t.Fatalf("lookup path %q, want the normal form /api/v1/orders", f.last.Path)
+		}
+	})
 	t.Run("named sensitive header", func(t *testing.T) {
 		cfg := strings.Replace(extConfig(""), `"forward_headers":["x-tenant-id"]`, `"forward_headers":["x-tenant-id","Authorization"]`, 1)
 		d, f := newExtHarness(t, cfg, tenantQuotas)

@@ -118,14 +118,16 @@ func TestNormalizeIPDropsZone(t *testing.T) {
 // caller's arena.
 func TestRequestKeyPartsAllocateNothing(t *testing.T) {
 	host := &fakeHost{
-		headers: [][2]string{{":path", "/api/v1/users?page=2&user=b%20ob&user=x"}, {"cookie", "a=1; sid=s9"}},
-		props:   map[string]string{"source.address": "192.0.2.77:4000"},
+		headers: [][2]string{{":path", "/api/v1/users?page=2&user=b%20ob&user=b+ob"}, {"cookie", "a=1; sid=s9"},
+			{":authority", "API.example:80"}},
+		props: map[string]string{"source.address": "192.0.2.77:4000"},
 	}
 	parts := []config.KeyPart{{Kind: config.KeyQuery, Name: "user"}, {Kind: config.KeyCookie, Name: "sid"},
-		{Kind: config.KeyPathSegment, Segment: 2}, {Kind: config.KeyClientIPMasked, V4Bits: 24, V6Bits: 56}}
+		{Kind: config.KeyPathSegment, Segment: 2}, {Kind: config.KeyClientIPMasked, V4Bits: 24, V6Bits: 56},
+		{Kind: config.KeyHost}, {Kind: config.KeyPath}}
 	cfg := &config.ClientIP{}
 	buf := make([]byte, 0, 256)
-	want := "b ob,x\x00s9\x00v1\x00192.0.2.0/24"
+	want := "b ob\x00s9\x00v1\x00192.0.2.0/24\x00api.example\x00/api/v1/users"
 	r := &requestInfo{host: host}
 	if key, _, ok := r.appendKey(buf, parts, cfg, -1); !ok || string(key) != want {
 		t.Fatalf("key %q %v, want %q", key, ok, want)

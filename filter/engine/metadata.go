@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -14,12 +15,15 @@ import (
 // which, so:
 //   - 8 bytes that are not printable UTF-8 text are a number, rendered in
 //     its shortest decimal form: integers below 2^53 without a fraction or
-//     exponent ("42"), others as strconv's shortest 'g' ("0.5", "1e+300");
-//     NaN and infinities are missing;
-//   - any other value holding a control byte (a bool, a struct or list,
-//     which are not scalars a key can use) is missing, which also keeps
-//     the key separator out of keys;
-//   - everything else is a string, taken as is; an empty one is missing.
+//     exponent ("42"), others as strconv's shortest 'g' ("0.5", "1e+300"),
+//     and NaN and the infinities as "NaN", "+Inf" and "-Inf": a value a
+//     client may control (a claim, a header copied into metadata) must
+//     not make its request unlimited by being absurd;
+//   - any other value starting with a control byte (a bool, a struct or
+//     list, which are not scalars a key can use) or holding a NUL, the
+//     key separator, is missing;
+//   - everything else is a string, taken as is, whether or not it is
+//     UTF-8; an empty one is missing.
 //
 // An 8-byte string of printable text is a string even if a double has
 // the same bytes; such doubles are far outside any claim's range.
@@ -35,26 +39,30 @@ func appendMetadata(dst []byte, raw string) ([]byte, bool) {
 	if raw == "" {
 		return dst, false
 	}
-	text := utf8.ValidString(raw)
-	for i := 0; i < len(raw) && text; i++ {
-		if c := raw[i]; c < ' ' || c == 0x7f {
-			text = false
+	if len(raw) == 8 && !printableText(raw) {
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw)))
+		switch {
+		case math.IsNaN(f):
+			return append(dst, "NaN"...), true
+		case f == math.Trunc(f) && math.Abs(f) < 1<<53:
+			return strconv.AppendInt(dst, int64(f), 10), true
+		}
+		return strconv.AppendFloat(dst, f, 'g', -1, 64), true // ±Inf is "+Inf", "-Inf"
+	}
+	if c := raw[0]; c < ' ' || c == 0x7f || strings.IndexByte(raw, 0) >= 0 {
+		return dst, false
+	}
+	return append(dst, raw...), true
+}
+
+// printableText reports whether s is UTF-8 without control bytes.
+func printableText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c == 0x7f {
+			return false
 		}
 	}
-	if text {
-		return append(dst, raw...), true
-	}
-	if len(raw) != 8 {
-		return dst, false
-	}
-	f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw)))
-	switch {
-	case math.IsNaN(f) || math.IsInf(f, 0):
-		return dst, false
-	case f == math.Trunc(f) && math.Abs(f) < 1<<53:
-		return strconv.AppendInt(dst, int64(f), 10), true
-	}
-	return strconv.AppendFloat(dst, f, 'g', -1, 64), true
+	return utf8.ValidString(s)
 }
 
 // Metadata makes requestInfo a config.RequestExtra: the value at property

@@ -28,8 +28,15 @@ func TestAppendMetadata(t *testing.T) {
 		{"fraction", double(0.5), "0.5", true},
 		{"large", double(1e300), "1e+300", true},
 		{"beyond 2^53", double(1 << 60), "1.152921504606847e+18", true},
-		{"NaN", double(math.NaN()), "", false},
-		{"infinity", double(math.Inf(1)), "", false},
+		// A number a client may control never makes its request unlimited.
+		{"NaN", double(math.NaN()), "NaN", true},
+		{"another NaN", "\x01\x00\x00\x00\x00\x00\xf8\xff", "NaN", true},
+		{"infinity", double(math.Inf(1)), "+Inf", true},
+		{"minus infinity", double(math.Inf(-1)), "-Inf", true},
+		// Strings are used as they are, UTF-8 or not.
+		{"latin-1 string", "zo\xeb", "zo\xeb", true},
+		{"invalid utf-8", "\xff\xfe-alice!", "\xff\xfe-alice!", true},
+		{"tab inside", "a\tb", "a\tb", true},
 		{"absent", "", "", false},
 		{"bool", "\x01", "", false},
 		{"struct bytes", "\x0a\x03sub\x12\x02\x1a\x00", "", false},

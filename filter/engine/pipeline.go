@@ -312,7 +312,9 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 				continue // counted on the first evaluation
 			}
 			l.metrics.missingKey.Increment(1)
-			if l.cfg.OnMissingKey == config.MissingKeyDeny && !shadow {
+			// An ambiguous key (appendKey) is refused even under skip,
+			// which would leave a client choosing it unlimited.
+			if (l.cfg.OnMissingKey == config.MissingKeyDeny || info.ambiguous) && !shadow {
 				h.rejectMissingKey(l)
 				return verdictReject
 			}

@@ -1,6 +1,10 @@
 package engine
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+)
 
 // The query string is never parsed into a map: a key part scans the raw
 // query for its one parameter and decodes the value straight into the key
@@ -35,6 +39,29 @@ func appendQueryValue(dst []byte, query, name string) (out []byte, found bool) {
 		dst = appendQueryUnescaped(dst, v)
 	}
 	return dst, found
+}
+
+// appendQueryKey appends the decoded value of parameter name in query to
+// dst, for a key: found is false when the parameter does not occur, and
+// also when it occurs with two different decoded values, which is then
+// ambiguous (see requestInfo.appendKey); repeats of one value are that
+// value ("a=1&a=%31" is "1").
+func appendQueryKey(dst []byte, query, name string) (out []byte, found, ambiguous bool) {
+	start := len(dst)
+	for query != "" {
+		var v string
+		var ok bool
+		if v, query, ok = nextQueryValue(query, name); !ok {
+			continue
+		}
+		if !found {
+			found = true
+			dst = appendQueryUnescaped(dst, v)
+		} else if !queryComponentEquals(v, arenaString(dst[start:])) {
+			return dst[:start], false, true
+		}
+	}
+	return dst, found, false
 }
 
 // queryValues is every decoded value of parameter name in query, in
@@ -76,7 +103,7 @@ func appendQueryUnescaped(dst []byte, s string) []byte {
 		case '+':
 			c = ' '
 		case '%':
-			if b, ok := unhexPair(s, i+1); ok {
+			if b, ok := config.UnhexPair(s, i+1); ok {
 				c = b
 				i += 2
 			}
@@ -96,7 +123,7 @@ func queryComponentEquals(s, want string) bool {
 		case '+':
 			c = ' '
 		case '%':
-			if b, ok := unhexPair(s, i+1); ok {
+			if b, ok := config.UnhexPair(s, i+1); ok {
 				c = b
 				i += 2
 			}
@@ -107,26 +134,4 @@ func queryComponentEquals(s, want string) bool {
 		j++
 	}
 	return j == len(want)
-}
-
-// unhexPair decodes the two hex digits at s[i:i+2].
-func unhexPair(s string, i int) (byte, bool) {
-	if i+1 >= len(s) {
-		return 0, false
-	}
-	hi, ok1 := unhex(s[i])
-	lo, ok2 := unhex(s[i+1])
-	return hi<<4 | lo, ok1 && ok2
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
 }

@@ -24,6 +24,14 @@ type requestInfo struct {
 	path         string
 	authority    string
 
+	// normPath is pathOnly in normal form (config.NormalPath), for keys and
+	// path matches; normLoaded says it is computed.
+	normLoaded bool
+	normPath   string
+	// ambiguous says the last appendKey found a query parameter or header
+	// given more than once with different values.
+	ambiguous bool
+
 	routeLoaded bool
 	route       string
 
@@ -132,6 +140,55 @@ func (r *requestInfo) pathOnly() string {
 	return p
 }
 
+// normalPath is the path without its query in normal form: the form path
+// keys and path matches read, so that no re-spelling of a path
+// (config/pathnorm.go) is a path of its own. An empty :path stays empty.
+func (r *requestInfo) normalPath() string {
+	if !r.normLoaded {
+		r.normLoaded = true
+		if p := r.pathOnly(); p != "" {
+			r.normPath = config.NormalPath(p, config.PathKey)
+		}
+	}
+	return r.normPath
+}
+
+// keyHeader is the value of a header for a key: its one value, or
+// missing and ambiguous when it is sent more than once with different
+// values (see appendKey). A name spelled with '_' for '-' is the same
+// header here: CGI and WSGI servers (Flask's) read "x_api_key" and
+// "x-api-key" as one variable, HTTP_X_API_KEY, so a client could
+// otherwise send its key under a name no limit reads.
+func (r *requestInfo) keyHeader(name string) (string, bool) {
+	r.loadHeaders()
+	v, found := "", false
+	for _, kv := range r.headers {
+		if !sameHeaderName(kv[0], name) {
+			continue
+		}
+		if found && kv[1] != v {
+			r.ambiguous = true
+			return "", false
+		}
+		v, found = kv[1], true
+	}
+	return v, found
+}
+
+// sameHeaderName reports whether the lower-case header name have is want,
+// with '_' read as '-'.
+func sameHeaderName(have, want string) bool {
+	if len(have) != len(want) {
+		return false
+	}
+	for i := 0; i < len(have); i++ {
+		if c := have[i]; c != want[i] && !(c == '_' && want[i] == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // client returns the client address as configured.
 func (r *requestInfo) client(cfg *config.ClientIP) (string, bool) {
 	if r.clientIPLoaded {
@@ -169,6 +226,9 @@ func (r *requestInfo) retain() {
 	for _, kv := range r.headers {
 		n += len(kv[0]) + len(kv[1])
 	}
+	// The normal path may view the host's :path; it is made again from
+	// the copy when next needed.
+	r.normLoaded, r.normPath = false, ""
 	if n == 0 {
 		return
 	}
@@ -204,7 +264,7 @@ func (r *requestInfo) RequestHeader(name string) (string, bool) { return r.heade
 func (r *requestInfo) matchRequest(needs requestNeeds) config.Request {
 	req := config.Request{Header: r, Extra: r}
 	if needs&needPath != 0 {
-		req.Path = r.pseudo(needPath)
+		req.Path = r.normalPath()
 	}
 	if needs&needMethod != 0 {
 		req.Method = r.pseudo(needMethod)
@@ -227,10 +287,17 @@ const keySeparator = '\x00'
 // parameter (a present, empty one is an empty value), a path with fewer
 // segments, an unknown client address, route or cluster; dst is then
 // returned as it came. An empty parts list is the single global bucket
-// and always ok.
+// and always ok. A query parameter or header given more than once with
+// different values is missing too, and r.ambiguous says so: upstreams
+// disagree on which value is the caller (Go, Flask and servlets take the
+// first, PHP and Rails the last), so any value taken here, or all of
+// them joined, would let a client be counted as one caller and served as
+// another; the callers refuse such a request whatever on_missing_key
+// says, as skipping it would leave it unlimited.
 // overrideValue is the value of parts[overrideBy], for tier lookups.
 func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *config.ClientIP, overrideBy int) (key []byte, overrideValue string, ok bool) {
 	orig := len(dst)
+	r.ambiguous = false
 	for i, p := range parts {
 		if i > 0 {
 			dst = append(dst, keySeparator)
@@ -240,9 +307,9 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 		case config.KeyClientIP:
 			v, ok = r.client(clientCfg)
 		case config.KeyHeader:
-			v, ok = r.header(p.Header)
+			v, ok = r.keyHeader(p.Header)
 		case config.KeyPath:
-			v, ok = r.pathOnly(), true
+			v, ok = r.normalPath(), true
 		case config.KeyRoute:
 			v = r.routeName()
 			ok = true
@@ -251,13 +318,11 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 			ok = true
 		case config.KeyMethod:
 			v, ok = r.pseudo(needMethod), true
-		case config.KeyHost:
-			v, ok = strings.ToLower(r.pseudo(needHost)), true
 		case config.KeyCookie:
 			v, ok = r.cookie(p.Name)
 		case config.KeyPathSegment:
-			v, ok = pathSegment(r.pathOnly(), p.Segment)
-		case config.KeyQuery, config.KeyClientIPMasked, config.KeyMetadata:
+			v, ok = pathSegment(r.normalPath(), p.Segment)
+		case config.KeyQuery, config.KeyClientIPMasked, config.KeyMetadata, config.KeyHost:
 			// These decode or mask into dst rather than slicing a value.
 			start := len(dst)
 			if dst, ok = r.appendDerived(dst, p, clientCfg); !ok {
@@ -281,24 +346,48 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 	return dst, overrideValue, true
 }
 
-// appendDerived appends the value of a query or masked client address
-// part, which exist only once decoded or masked.
+// appendDerived appends the value of a query, host, metadata or masked
+// client address part, which exist only once decoded, folded, rendered
+// or masked.
 func (r *requestInfo) appendDerived(dst []byte, p config.KeyPart, clientCfg *config.ClientIP) ([]byte, bool) {
-	if p.Kind == config.KeyMetadata {
+	switch p.Kind {
+	case config.KeyMetadata:
 		return appendMetadata(dst, r.host.Property(p.Property))
-	}
-	if p.Kind == config.KeyQuery {
+	case config.KeyHost:
+		return appendHostKey(dst, r.pseudo(needHost))
+	case config.KeyQuery:
 		q, ok := rawQuery(r.pseudo(needPath))
 		if !ok {
 			return dst, false
 		}
-		return appendQueryValue(dst, q, p.Name)
+		var ambiguous bool
+		dst, ok, ambiguous = appendQueryKey(dst, q, p.Name)
+		r.ambiguous = r.ambiguous || ambiguous
+		return dst, ok
 	}
 	ip, ok := r.client(clientCfg)
 	if !ok {
 		return dst, false
 	}
 	return appendMaskedIP(dst, ip, p.V4Bits, p.V6Bits)
+}
+
+// appendHostKey appends the host key part of an :authority: its
+// config.HostName lower-cased, so "API.example.:080" is "api.example".
+// An authority that is nothing but a port or dots is missing.
+func appendHostKey(dst []byte, authority string) ([]byte, bool) {
+	h := config.HostName(authority)
+	if h == "" {
+		return dst, false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst, true
 }
 
 // Property paths read on the request path.

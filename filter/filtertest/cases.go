@@ -347,29 +347,32 @@ var Cases = []Case{
 		},
 	},
 	{
-		Name: "a repeated header is one key value, joined with a comma",
+		Name: "a repeated header: a match sees it joined with a comma, a key refuses different values",
 		Config: `{"limits":[
-			{"name":"joined","match":{"headers":[{"name":"x-tenant","value":"c,d"}]},"key":[],"requests_per_second":1},
-			{"name":"tenant","key":["header:x-tenant"],"requests_per_second":1}]}`,
+			{"name":"joined","match":{"path_prefix":"/j","headers":[{"name":"x-tenant","value":"c,d"}]},"key":[],"requests_per_second":1},
+			{"name":"tenant","match":{"path_prefix":"/t"},"key":["header:x-tenant"],"requests_per_second":1}]}`,
 		Workers: 1,
 		Run: func(t *testing.T, h Harness) {
-			both := get("/").with("x-tenant", "a").with("x-tenant", "b")
-			if got := admitted(t, h, 2, func(int) Request { return both }); got != 1 {
-				t.Fatalf("a then b admitted %d of 2, want 1: one bucket", got)
+			// Upstreams disagree on which of a and b is the tenant, so
+			// neither is: refused, though on_missing_key is skip.
+			both := get("/t").with("x-tenant", "a").with("x-tenant", "b")
+			if got := admitted(t, h, 2, func(int) Request { return both }); got != 0 {
+				t.Fatalf("a then b admitted %d of 2, want 0: ambiguous", got)
 			}
-			// "a,b" is not "a": not the first value's bucket.
-			if got := admitted(t, h, 1, func(int) Request { return get("/").with("x-tenant", "a") }); got != 1 {
-				t.Fatal("a alone shares the bucket of a and b")
+			if got := admitted(t, h, 1, func(int) Request { return get("/t").with("x-tenant", "a") }); got != 1 {
+				t.Fatal("a alone was not admitted")
 			}
-			if got := admitted(t, h, 1, func(int) Request { return get("/").with("x-tenant", "b").with("x-tenant", "a") }); got != 1 {
-				t.Fatal("b then a shares the bucket of a then b")
+			// a twice is a: a's bucket, now empty.
+			if got := admitted(t, h, 1, func(int) Request { return get("/t").with("x-tenant", "a").with("x-tenant", "a") }); got != 0 {
+				t.Fatal("a twice has a bucket apart from a's")
 			}
-			// A match sees the joined value too: only "c,d" matches "joined".
-			if got := admitted(t, h, 2, func(int) Request { return get("/").with("x-tenant", "c").with("x-tenant", "d") }); got != 1 {
+			// A match sees the joined value: only "c,d" matches "joined".
+			if got := admitted(t, h, 2, func(int) Request { return get("/j").with("x-tenant", "c").with("x-tenant", "d") }); got != 1 {
 				t.Fatalf("c then d admitted %d of 2, want 1", got)
 			}
 			wantCounter(t, h, "sluice.limit.joined.limited", 1)
 			wantCounter(t, h, "sluice.limit.tenant.limited", 1)
+			wantCounter(t, h, "sluice.limit.tenant.missing_key", 2)
 		},
 	},
 	{

@@ -32,7 +32,7 @@ func from(peer string, r Request) Request { r.Peer = peer; return r }
 
 var keyCases = []Case{
 	{
-		Name:    "query key: one bucket per decoded value, repeats joined, absent is missing",
+		Name:    "query key: one bucket per decoded value, conflicting repeats refused, absent is missing",
 		Config:  `{"limits":[{"name":"q","key":["query:user"],"requests_per_second":1,"burst":0,"on_missing_key":"deny"}]}`,
 		Workers: 1,
 		Run: func(t *testing.T, h Harness) {
@@ -42,8 +42,8 @@ var keyCases = []Case{
 				{"bob after 2000 other parameters", get("/a?" + strings.Repeat("p=1&", 2000) + "user=bob"), false},
 				{"the name percent-encoded", get("/a?u%73er=bob"), false},
 				{"alice", get("/a?user=alice"), true},
-				{"bob then alice is a value of its own", get("/a?user=bob&user=alice"), true},
-				{"alice then bob is another", get("/a?user=alice&user=bob"), true},
+				{"bob then alice is ambiguous: refused", get("/a?user=bob&user=alice"), false},
+				{"alice then bob too", get("/a?user=alice&user=bob"), false},
 				{"empty value", get("/a?user="), true},
 				{"no '=' is the same empty value", get("/a?user"), false},
 				{"a broken escape is kept literally", get("/a?user=%zz"), true},
@@ -53,11 +53,11 @@ var keyCases = []Case{
 				{"absent", get("/a"), false},
 				{"another parameter", get("/a?users=bob"), false},
 			})
-			// Repeating a value does not escape its limit by volume: each
-			// repeat count is one more bucket, like any other new value.
+			// Repeating one value is that value, however often.
 			rep := "/a?" + strings.TrimSuffix(strings.Repeat("user=x&", 10000), "&")
-			expect(t, h, []step{{"x 10,000 times", get(rep), true}, {"again", get(rep), false}})
-			wantCounter(t, h, "sluice.limit.q.missing_key", 2)
+			expect(t, h, []step{{"x 10,000 times", get(rep), true}, {"again", get(rep), false},
+				{"x once", get("/a?user=x"), false}})
+			wantCounter(t, h, "sluice.limit.q.missing_key", 4)
 		},
 	},
 	{

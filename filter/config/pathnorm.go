@@ -1,0 +1,228 @@
+package config
+
+import "strings"
+
+// Path normalisation: one mechanism for every place that must see every
+// spelling of a path as one path, so that a client cannot re-spell a
+// resource into a fresh bucket (the engine's keys and path matches) or
+// around the admin route, and so that a match's own path can be checked
+// to be in the form requests are compared in. It is RFC 3986 section 6.2.2 plus what upstreams commonly
+// treat as the same path:
+//
+//   - a percent escape of an unreserved byte (letters, digits, "-._~")
+//     is decoded ("%61lice" is "alice", "%2e%2e" is ".."); any other
+//     valid escape is kept, its hex digits upper-cased ("%2f" is "%2F");
+//     a broken escape ("%zz", "%4") is kept literally;
+//   - '\', "%2F" and "%5C" count as '/', as Istio's
+//     DECODE_AND_MERGE_SLASHES, WSGI servers (Flask), nginx and
+//     Windows servers read them; a spelling the upstream reads as a
+//     plain byte then merely shares the bucket of the path it resembles,
+//     which no client can use to escape its own;
+//   - a segment's parameters, from ';' to its end, are dropped, as
+//     servlet containers drop them ("/t/alice;jsessionid=1/x" is
+//     "/t/alice/x", and Tomcat's "/..;/" is "/../"); not for the admin
+//     route, whose decoded "%3B" would then be cut on a second pass;
+//   - runs of '/' are merged, and "." and ".." segments removed, ".."
+//     never above the root;
+//   - the path ends at '?' or '#'; the result starts with '/', and ends
+//     with '/' exactly when the input's last segment was empty, "." or
+//     "..", as RFC 3986's remove_dot_segments leaves it;
+//   - case is kept: paths are case-sensitive.
+//
+// The admin route (PathAdmin) also decodes every escape and lower-cases
+// ASCII letters: it must catch every spelling an upstream might resolve
+// to its prefix, and a false positive only keeps a request from the
+// upstream.
+
+// PathForm selects the normalisation's extras.
+type PathForm uint8
+
+const (
+	PathKey   PathForm = iota // keys and path matches
+	PathAdmin                 // the admin route: every escape decoded, letters lower-cased
+)
+
+// NormalPath returns the normal form of path (the path part of a :path),
+// path itself when it is already normal, which is the common case and
+// allocates nothing.
+func NormalPath(path string, form PathForm) string {
+	if PathIsNormal(path, form) {
+		return path
+	}
+	return string(AppendPath(make([]byte, 0, len(path)+1), path, form))
+}
+
+// PathIsNormal reports whether appendPath would return path unchanged.
+func PathIsNormal(path string, form PathForm) bool {
+	if path == "" || path[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(path); i++ {
+		switch c := path[i]; c {
+		case '\\', '?', '#':
+			return false
+		case ';':
+			if form == PathKey {
+				return false
+			}
+		case '%':
+			if _, decode, ok := pathEscape(path, i, form, path[:i]); ok && (decode || path[i+1] >= 'a' || path[i+2] >= 'a') {
+				return false // decoded, or its hex upper-cased
+			}
+		case '/':
+			if dotSegmentAt(path, i+1) {
+				return false
+			}
+		default:
+			if form == PathAdmin && 'A' <= c && c <= 'Z' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// dotSegmentAt reports whether the segment at path[i:] is empty, "." or
+// "..", which normalising removes.
+func dotSegmentAt(path string, i int) bool {
+	end := i
+	for end < len(path) && end-i < 3 && path[end] != '/' && path[end] != '?' && path[end] != '#' {
+		end++
+	}
+	switch path[i:end] {
+	case "":
+		return end < len(path) && path[end] == '/'
+	case ".", "..":
+		return true
+	}
+	return false
+}
+
+// pathEscape reads the escape at path[i] ('%'): the byte it stands for,
+// whether the normal form has that byte (decode) or keeps the escape,
+// and whether it is a valid escape at all. before is the normal form so
+// far. An escape of a hex digit right after a broken escape's '%' or
+// '%' and digit stays escaped: decoding it would complete the broken one
+// ("%0%61" would become the escape "%0a"), and the normal form must be
+// its own normal form.
+func pathEscape[S string | []byte](path string, i int, form PathForm, before S) (b byte, decode, ok bool) {
+	if b, ok = UnhexPair(path, i+1); !ok {
+		return 0, false, false
+	}
+	decode = form == PathAdmin || unreservedOrSlash(b)
+	if n := len(before); decode && isHexDigit(b) &&
+		(n >= 1 && before[n-1] == '%' || n >= 2 && before[n-2] == '%' && isHexDigit(before[n-1])) {
+		decode = false
+	}
+	return b, decode, true
+}
+
+func isHexDigit(c byte) bool { _, ok := unhex(c); return ok }
+
+// unreservedOrSlash reports whether an escape of b is decoded for keys:
+// RFC 3986's unreserved bytes, and the slashes.
+func unreservedOrSlash(b byte) bool {
+	switch {
+	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		return true
+	}
+	switch b {
+	case '-', '.', '_', '~', '/', '\\':
+		return true
+	}
+	return false
+}
+
+// AppendPath appends the normal form of path to dst.
+func AppendPath(dst []byte, path string, form PathForm) []byte {
+	const hex = "0123456789ABCDEF"
+	dst = append(dst, '/')
+	base := len(dst)
+	seg := base
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		if c == '?' || c == '#' {
+			break
+		}
+		if c == ';' && form == PathKey {
+			for i+1 < len(path) && strings.IndexByte(`/\?#`, path[i+1]) < 0 {
+				i++
+			}
+			continue
+		}
+		if c == '%' {
+			b, decode, ok := pathEscape(path, i, form, dst)
+			if ok && !decode {
+				dst = append(dst, '%', hex[b>>4], hex[b&15])
+				i += 2
+				continue
+			}
+			if ok {
+				c = b
+				i += 2
+			}
+		}
+		switch {
+		case c == '\\':
+			c = '/'
+		case form == PathAdmin && 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		if c == '/' {
+			dst = endSegment(dst, base, seg)
+			seg = len(dst)
+			continue
+		}
+		dst = append(dst, c)
+	}
+	if seg == len(dst) || isDotSegment(dst[seg:]) {
+		return endSegment(dst, base, seg)
+	}
+	return dst // the last segment gets no '/' of its own
+}
+
+func isDotSegment(s []byte) bool { return string(s) == "." || string(s) == ".." }
+
+// endSegment closes the segment dst[seg:], which follows a '/': an empty
+// one (merged slashes) and "." are dropped, ".." is dropped with the
+// segment before it (never past base, the root), any other gets its '/'.
+func endSegment(dst []byte, base, seg int) []byte {
+	switch string(dst[seg:]) {
+	case "", ".":
+		return dst[:seg]
+	case "..":
+		dst = dst[:seg]
+		if len(dst) > base {
+			i := len(dst) - 2
+			for i >= base && dst[i] != '/' {
+				i--
+			}
+			dst = dst[:i+1]
+		}
+		return dst
+	}
+	return append(dst, '/')
+}
+
+// UnhexPair decodes the two hex digits at s[i:i+2], as a percent escape
+// holds them.
+func UnhexPair(s string, i int) (byte, bool) {
+	if i+1 >= len(s) {
+		return 0, false
+	}
+	hi, ok1 := unhex(s[i])
+	lo, ok2 := unhex(s[i+1])
+	return hi<<4 | lo, ok1 && ok2
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}

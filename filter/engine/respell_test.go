@@ -1,0 +1,111 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+)
+
+// keyOf is the key of parts for a request with these headers, and
+// whether it is present.
+func keyOf(parts []config.KeyPart, headers ...[2]string) (string, bool) {
+	r := &requestInfo{host: &fakeHost{headers: headers}}
+	key, _, ok := r.appendKey(nil, parts, &config.ClientIP{}, -1)
+	return string(key), ok
+}
+
+// sameKey checks that every spelling has the key of the first, and that
+// none is missing.
+func sameKey(t *testing.T, parts []config.KeyPart, name string, spellings [][][2]string) {
+	t.Helper()
+	want, ok := keyOf(parts, spellings[0]...)
+	if !ok {
+		t.Fatalf("%s: %v has no key", name, spellings[0])
+	}
+	for _, s := range spellings[1:] {
+		if got, ok := keyOf(parts, s...); got != want || !ok {
+			t.Errorf("%s: %v is key %q %v, want %q as %v", name, s, got, ok, want, spellings[0])
+		}
+	}
+}
+
+func path(p string) [][2]string { return [][2]string{{":path", p}} }
+
+// TestKeysOfRespelledPaths: every spelling of /t/alice/x that an
+// upstream serves as that path is one key, for path and path_segment.
+func TestKeysOfRespelledPaths(t *testing.T) {
+	spellings := [][][2]string{path("/t/alice/x"), path("/t/junk/../alice/x"), path("/t/./alice/x"),
+		path("//t//alice/x"), path("/t/%61lice/x"), path("/t/junk/%2e%2e/alice/x"), path("/t%2Falice%2Fx"),
+		path(`/t\alice\x`), path("/t/alice/x#junk"), path("/t/alice/x?q=/../y")}
+	sameKey(t, []config.KeyPart{{Kind: config.KeyPathSegment, Segment: 2}}, "path_segment:2", spellings)
+	sameKey(t, []config.KeyPart{{Kind: config.KeyPath}}, "path", spellings)
+	if a, b := keyOf([]config.KeyPart{{Kind: config.KeyPath}}, path("/t/Alice/x")...); a == "/t/alice/x" || !b {
+		t.Errorf("paths are case-sensitive: /t/Alice/x is %q", a)
+	}
+}
+
+// TestPathMatchesReadTheNormalPath: path and path_prefix see the path as
+// keys do.
+func TestPathMatchesReadTheNormalPath(t *testing.T) {
+	m := config.Match{PathPrefix: "/t/alice/"}
+	for _, p := range []string{"/t/junk/../alice/x", "/t/./alice/x", "//t/alice/x", "/t/%61lice/x"} {
+		r := &requestInfo{host: &fakeHost{headers: path(p)}}
+		if !m.Matches(r.matchRequest(needPath)) {
+			t.Errorf("%q does not match path_prefix /t/alice/", p)
+		}
+	}
+}
+
+func TestKeysOfRespelledHosts(t *testing.T) {
+	host := func(h string) [][2]string { return [][2]string{{":authority", h}} }
+	sameKey(t, []config.KeyPart{{Kind: config.KeyHost}}, "host", [][][2]string{host("api.example"),
+		host("api.example:80"), host("api.example:080"), host("api.example."), host("API.Example.:443"),
+		host("api.example:")})
+	if k, ok := keyOf([]config.KeyPart{{Kind: config.KeyHost}}, host("[::1]:80")...); k != "[::1]" || !ok {
+		t.Errorf("[::1]:80 is %q %v", k, ok)
+	}
+	if _, ok := keyOf([]config.KeyPart{{Kind: config.KeyHost}}, host(":80")...); ok {
+		t.Error("an authority of only a port has a host")
+	}
+}
+
+// TestRepeatedKeyValues: a repeated query parameter or header is its one
+// value when every repeat agrees, and ambiguous (missing, flagged)
+// otherwise: never a bucket per junk value.
+func TestRepeatedKeyValues(t *testing.T) {
+	q := []config.KeyPart{{Kind: config.KeyQuery, Name: "api_key"}}
+	sameKey(t, q, "query", [][][2]string{path("/?api_key=alice"), path("/?api_key=alice&api_key=alice"),
+		path("/?api_key=alice&x=1&api_key=%61lice")})
+	h := []config.KeyPart{{Kind: config.KeyHeader, Header: "x-api-key"}}
+	sameKey(t, h, "header", [][][2]string{{{"x-api-key", "alice"}}, {{"x-api-key", "alice"}, {"x-api-key", "alice"}},
+		{{"x_api_key", "alice"}}, {{"x-api_key", "alice"}, {"x-api-key", "alice"}}})
+	for _, tc := range []struct {
+		parts   []config.KeyPart
+		headers [][2]string
+	}{
+		{q, path("/?api_key=alice&api_key=junk1")},
+		{q, path("/?api_key=junk1&api_key=alice")},
+		{q, path("/?api_key=&api_key=alice")},
+		{h, [][2]string{{"x-api-key", "alice"}, {"x-api-key", "junk1"}}},
+		{h, [][2]string{{"x-api-key", ""}, {"x-api-key", "alice"}}},
+		{h, [][2]string{{"x-api-key", "junk1"}, {"x_api_key", "alice"}}},
+	} {
+		r := &requestInfo{host: &fakeHost{headers: tc.headers}}
+		if key, _, ok := r.appendKey(nil, tc.parts, &config.ClientIP{}, -1); ok || !r.ambiguous {
+			t.Errorf("%v: key %q %v, ambiguous %v; want refused as ambiguous", tc.headers, key, ok, r.ambiguous)
+		}
+	}
+}
+
+// TestAmbiguousKeyIsRefusedUnderSkip: on_missing_key skip does not let
+// an ambiguous key through unlimited.
+func TestAmbiguousKeyIsRefusedUnderSkip(t *testing.T) {
+	p, fk := newNativePlugin(t, `{"limits":[{"name":"l","key":["query:api_key"],"requests_per_second":1,"burst":0}]}`)
+	for i := range 3 {
+		s := begin(p, fk, uint32(i+1))
+		fk.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/?api_key=alice&api_key=junk" + string(rune('0'+i))}, {":authority", "a"}}
+		if v := s.RequestHeaders(); v == Continue {
+			t.Fatalf("request %d with two api keys admitted", i)
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package filtertest
+
+import (
+	"math"
+	"testing"
+)
+
+func init() { Cases = append(Cases, respellCases...) }
+
+// respellCases are issue 23's re-spellings: a client writing its path,
+// host, query parameter, header or metadata another way that its
+// upstream reads as the same resource or caller must land in the same
+// bucket (or be refused), never in a fresh one. Every limit here keeps
+// the default on_missing_key "skip", under which a spelling that made
+// the key missing would go unlimited.
+var respellCases = []Case{
+	{
+		Name:    "path_segment key: dot segments, merged and escaped slashes, escaped letters are one path",
+		Config:  `{"limits":[{"name":"seg","key":["path_segment:2"],"requests_per_second":1,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"alice", get("/t/alice/x"), true},
+				{"through a junk segment", get("/t/junk1/../alice/x"), false},
+				{"through another", get("/t/junk2/../alice/x"), false},
+				{"a dot segment", get("/t/./alice/x"), false},
+				{"merged slashes", get("//t///alice/x"), false},
+				{"an escaped letter", get("/t/%61lice/x"), false},
+				{"escaped dots", get("/t/junk/%2e%2E/alice/x"), false},
+				{"escaped slashes", get("/t%2Falice%2Fx"), false},
+				{"backslashes", get(`/t\alice\x`), false},
+				{"a fragment", get("/t/alice#junk"), false},
+				{"a servlet path parameter", get("/t/alice;jsessionid=9/x"), false},
+				{"Tomcat's ..;", get("/t/junk/..;/alice/x"), false},
+				{".. above the root", get("/../../t/alice"), false},
+				{"case is kept: Alice is another caller", get("/t/Alice/x"), true},
+				{"bob", get("/t/bob/x"), true},
+			})
+			wantCounter(t, h, "sluice.limit.seg.missing_key", 0)
+		},
+	},
+	{
+		Name: "path key and path matches read the normal path",
+		Config: `{"limits":[{"name":"p","key":["path"],"requests_per_second":1,"burst":0},
+			{"name":"m","match":{"path_prefix":"/private/"},"requests_per_second":1,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"/a/b", get("/a/b?q=1"), true},
+				{"/a/junk/../b", get("/a/junk/../b"), false},
+				{"/a/./b/", get("/a/./b/"), true}, // a trailing slash is another resource
+				{"/private/x", get("/private/x"), true},
+				{"/public/../private/y", get("/public/../private/y"), false},
+				{"/private escaped", get("/%70rivate/z"), false},
+			})
+			wantCounter(t, h, "sluice.limit.m.limited", 2)
+		},
+	},
+	{
+		Name: "host key and hosts match: port, trailing dot and case are one host",
+		Config: `{"limits":[{"name":"api","match":{"hosts":["api.example"]},"key":["path"],"requests_per_second":1,"burst":0},
+			{"name":"h","key":["host"],"requests_per_second":1,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			on := func(host string) Request { r := get("/"); r.Host = host; return r }
+			expect(t, h, []step{
+				{"api.example", on("api.example"), true},
+				{"with port 80", on("api.example:80"), false},
+				{"with port 080", on("api.example:080"), false},
+				{"with a trailing dot", on("api.example."), false},
+				{"upper case, dot and port", on("API.Example.:8080"), false},
+				{"another host", on("other.example"), true},
+			})
+			wantCounter(t, h, "sluice.limit.api.limited", 4)
+		},
+	},
+	{
+		Name: "repeated query parameter and header keys: one value is that value, two are refused",
+		Config: `{"limits":[{"name":"q","match":{"path_prefix":"/q"},"key":["query:api_key"],"requests_per_second":1,"burst":0},
+			{"name":"hd","match":{"path_prefix":"/h"},"key":["header:x-api-key"],"requests_per_second":1,"burst":0},
+			{"name":"c","match":{"path_prefix":"/c"},"key":["header:x-api-key"],"requests_per_second":100,"burst":100}],
+			"concurrency":[{"name":"cc","match":{"path_prefix":"/c"},"key":["query:api_key"],"max_in_flight":100}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"alice", get("/q?api_key=alice"), true},
+				{"alice then junk", get("/q?api_key=alice&api_key=junk1"), false},
+				{"junk then alice", get("/q?api_key=junk2&api_key=alice"), false},
+				{"empty then alice", get("/q?api_key=&api_key=alice"), false},
+				{"alice twice is alice", get("/q?api_key=alice&api_key=%61lice"), false},
+				{"bob", get("/q?api_key=bob"), true},
+				{"header alice", get("/h").with("x-api-key", "alice"), true},
+				{"header alice then junk", get("/h").with("x-api-key", "alice").with("x-api-key", "junk"), false},
+				{"header junk then alice", get("/h").with("x-api-key", "junk").with("x-api-key", "alice"), false},
+				{"header alice twice is alice", get("/h").with("x-api-key", "alice").with("x-api-key", "alice"), false},
+				{"header x_api_key, as WSGI reads it, is alice", get("/h").with("x_api_key", "alice"), false},
+				{"junk, then x_api_key alice", get("/h").with("x-api-key", "junk").with("x_api_key", "alice"), false},
+				{"header bob", get("/h").with("x-api-key", "bob"), true},
+			})
+			// A concurrency limit refuses it too, with its own status.
+			if resp := h.Do(t, get("/c?api_key=a&api_key=b").with("x-api-key", "k")); resp.Status != 503 || !resp.Local {
+				t.Fatalf("ambiguous concurrency key: status %d local %v, want the filter's 503", resp.Status, resp.Local)
+			}
+			wantCounter(t, h, "sluice.concurrency.cc.missing_key", 1)
+			wantCounter(t, h, "sluice.limit.q.missing_key", 3)
+			wantCounter(t, h, "sluice.limit.hd.missing_key", 3)
+		},
+	},
+	{
+		Name:    "metadata key: NaN and infinities are buckets, non-UTF-8 strings are used as they are",
+		Config:  `{"limits":[{"name":"m","key":["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"],"requests_per_second":1,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"NaN", withMetadata(get("/"), sub(math.NaN())), true},
+				{"NaN again", withMetadata(get("/"), sub(math.NaN())), false},
+				{"+Inf", withMetadata(get("/"), sub(math.Inf(1))), true},
+				{"+Inf again", withMetadata(get("/"), sub(math.Inf(1))), false},
+				{"-Inf", withMetadata(get("/"), sub(math.Inf(-1))), true},
+				{"-Inf again", withMetadata(get("/"), sub(math.Inf(-1))), false},
+				{"latin-1 zoë", withMetadata(get("/"), sub("zo\xeb")), true},
+				{"latin-1 zoë again", withMetadata(get("/"), sub("zo\xeb")), false},
+			})
+			wantCounter(t, h, "sluice.limit.m.missing_key", 0)
+		},
+	},
+}
