@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // FieldError is one problem with the configuration, located by its JSON path
@@ -53,7 +54,7 @@ func (es Errors) sort() {
 // in this package and in the filter, so they all read the same way.
 func FieldPath(path, name string) string {
 	if !plainName(name) {
-		return path + "[" + strconv.Quote(name) + "]"
+		return path + "[" + Quote(name) + "]"
 	}
 	if path == "" {
 		return name
@@ -67,3 +68,21 @@ func IndexPath(path string, i int) string {
 }
 
 func plainName(s string) bool { return s != "" && alnumOr(s, "_-") }
+
+// MaxQuoted is how many bytes of a value an error message quotes at most.
+const MaxQuoted = 64
+
+// Quote is s quoted for an error message or an error path: a value longer
+// than MaxQuoted bytes is cut at a character boundary and its length
+// given, so a hostile value of megabytes still gives a short message
+// that names it.
+func Quote(s string) string {
+	if len(s) <= MaxQuoted {
+		return strconv.Quote(s)
+	}
+	cut := MaxQuoted
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
