@@ -286,12 +286,12 @@ func (p *parser) response(o *object) Response {
 				}
 			}
 			if idx < 0 {
-				p.errorf(ipath, item.Index, "unknown header family %s; want one of %s", item.Raw, strings.Join(headerFamilyNames, ", "))
+				p.errorf(ipath, item.Index, "unknown header family %s; want one of %s", Excerpt(item.Raw), strings.Join(headerFamilyNames, ", "))
 				continue
 			}
 			f := HeaderFamilies(1) << idx
 			if r.Headers.Has(f) {
-				p.errorf(ipath, item.Index, "duplicate header family %q", item.Str)
+				p.errorf(ipath, item.Index, "duplicate header family %s", Quote(item.Str))
 			}
 			r.Headers |= f
 		}

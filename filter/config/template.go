@@ -116,7 +116,7 @@ func (p *parser) templates(o *object) *Templates {
 	t := &Templates{ContentType: DefaultTemplateContentType}
 	if ct, ok := o.str("content_type"); ok {
 		if _, ok := mediaType(ct); !ok || !headerValue(ct) {
-			o.errorf("content_type", "must be a media type such as application/json, got %q", ct)
+			o.errorf("content_type", "must be a media type such as application/json, got %s", Quote(ct))
 		} else {
 			t.ContentType = ct
 		}
@@ -262,7 +262,7 @@ func (p *parser) template(path string, at int, src string, kind ReplyKind, isJSO
 		if !json.Valid(sample) {
 			var v any
 			err := json.Unmarshal(sample, &v)
-			p.errorf(path, at, "is not valid JSON with sample values (%v): %s", err, oneLine(string(sample)))
+			p.errorf(path, at, "is not valid JSON with sample values (%v): %s", err, Excerpt(string(sample)))
 			return nil
 		}
 	}
@@ -277,7 +277,7 @@ func placeholderOf(name string, kind ReplyKind) (Placeholder, string, string) {
 	ph, arg := PlaceholderNone, ""
 	if h, ok := strings.CutPrefix(name, "header:"); ok {
 		if !headerToken(h) {
-			return 0, "", fmt.Sprintf("placeholder {%s} does not name a header", name)
+			return 0, "", fmt.Sprintf("placeholder {%s} does not name a header", Excerpt(name))
 		}
 		ph, arg = PlaceholderHeader, strings.ToLower(h)
 	} else {
@@ -289,14 +289,14 @@ func placeholderOf(name string, kind ReplyKind) (Placeholder, string, string) {
 	}
 	known := placeholdersOf[kind]
 	if ph == PlaceholderNone {
-		return 0, "", fmt.Sprintf("unknown placeholder {%s}; %s knows %s", name, kind, placeholderList(known))
+		return 0, "", fmt.Sprintf("unknown placeholder {%s}; %s knows %s", Excerpt(name), kind, placeholderList(known))
 	}
 	for _, k := range known {
 		if k == ph {
 			return ph, arg, ""
 		}
 	}
-	return 0, "", fmt.Sprintf("placeholder {%s} is not known in %s, which knows %s", name, kind, placeholderList(known))
+	return 0, "", fmt.Sprintf("placeholder {%s} is not known in %s, which knows %s", Excerpt(name), kind, placeholderList(known))
 }
 
 func placeholderList(ps []Placeholder) string {
@@ -388,7 +388,7 @@ func (p *parser) responseContract(o *object, r *Response) {
 	}
 	if v, ok := o.fields["near_limit_ratio"]; ok {
 		if v.Type != gjson.Number || v.Num <= 0 || v.Num > 1 {
-			o.errorf("near_limit_ratio", "must be a number above 0 and at most 1, got %s", v.Raw)
+			o.errorf("near_limit_ratio", "must be a number above 0 and at most 1, got %s", Excerpt(v.Raw))
 		} else {
 			r.NearLimitRatio = v.Num
 		}
