@@ -60,6 +60,7 @@ func TestJSONUsage(t *testing.T) {
 		{"a string, then cut off", `{"usage":{"total_tokens":"4"`, 0, usageMissing},
 		{"later members skipped", `{"usage":{"total_tokens":4,"x":[1,{"y":"}"}]},"id":"c1"}` + "\n", 4, usageOK},
 		{"true", `{"usage":{"total_tokens":true}}`, 0, usageNotNumber},
+		{"led by a byte-order mark", "\xEF\xBB\xBF" + `{"usage":{"total_tokens":4}}`, 0, usageMissing},
 	} {
 		n, fault := jsonUsage([]byte(tc.doc), totalTokens)
 		if n != tc.want || fault != tc.fault {
