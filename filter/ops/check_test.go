@@ -296,6 +296,31 @@ func TestCheckBoundsWhatItReads(t *testing.T) {
 	}
 }
 
+// The bound on YAML holds for a bootstrap and the ECDS files it names
+// together: one large ECDS file named four times is not parsed four times.
+func TestCheckBoundsYAMLWithItsECDSFiles(t *testing.T) {
+	filter := `                  - name: sluice
+                    config_discovery:
+                      config_source: {path_config_source: {path: big-filter.yaml}}
+                      type_urls: [type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm]
+`
+	big := ecdsFile + "pad: [" + strings.Repeat("a,", maxYAMLStarts/3) + "a]\n"
+	for _, tc := range []struct {
+		filters int
+		want    string
+	}{
+		{2, "error: limits[0].burst: must be >= 0"}, // the ECDS file's own error, twice
+		{4, "with the ECDS files it names, is too large to check"},
+	} {
+		files := writeFiles(t, t.TempDir(), map[string]string{"envoy.yaml": bootstrap(false, strings.Repeat(filter, tc.filters)), "big-filter.yaml": big})
+		var stdout, stderr bytes.Buffer
+		Main([]string{"check", files["envoy.yaml"]}, &stdout, &stderr)
+		if out := stdout.String() + stderr.String(); !strings.Contains(out, tc.want) {
+			t.Errorf("%d filters: %q, want %q", tc.filters, out, tc.want)
+		}
+	}
+}
+
 // Every message quotes at most a bounded prefix of a bad value, however
 // long the value.
 func TestCheckQuotesBoundedPrefixes(t *testing.T) {

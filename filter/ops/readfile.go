@@ -16,7 +16,8 @@ const (
 	// line or by a config_discovery.
 	maxConfigFile = 16 << 20
 	// maxYAMLStarts bounds the lines and node-starting indicator bytes
-	// of a YAML file (see yamlStarts), counted before it is parsed.
+	// (see yamlStarts) of a YAML file and the ECDS files it names,
+	// together, counted before each is parsed.
 	maxYAMLStarts = 1 << 18
 )
 
@@ -72,10 +73,12 @@ func yamlStarts(data []byte) int {
 	return n
 }
 
-// checkYAMLSize refuses YAML whose tree could be too large to build.
-func checkYAMLSize(file string, data []byte) error {
-	if n := yamlStarts(data); n > maxYAMLStarts {
-		return fmt.Errorf("%s: YAML with more than %d lines and indicators (-, ?, :, ',', [, {, *) is too large to check", file, maxYAMLStarts)
+// chargeYAML takes the starts of data, the YAML of file, from what is
+// left to the walk, and refuses it when they are more: its tree could
+// be too large to build.
+func (w *walker) chargeYAML(file string, data []byte) error {
+	if w.starts -= yamlStarts(data); w.starts < 0 {
+		return fmt.Errorf("%s: YAML with more than %d lines and indicators (-, ?, :, ',', [, {, *), with the ECDS files it names, is too large to check", file, maxYAMLStarts)
 	}
 	return nil
 }
