@@ -310,9 +310,15 @@ func TestCheckBoundsYAMLWithItsECDSFiles(t *testing.T) {
 		want    string
 	}{
 		{2, "error: limits[0].burst: must be >= 0"}, // the ECDS file's own error, twice
-		{4, "with the ECDS files it names, is too large to check"},
+		{4, "lines and indicators (-, ?, :, ',', [, {, *), with the ECDS files it names, is too large to check"},
+		// A long scalar has few starts, but its bytes count.
+		{5, "bytes, with the ECDS files it names, is too large to check"},
 	} {
-		files := writeFiles(t, t.TempDir(), map[string]string{"envoy.yaml": bootstrap(false, strings.Repeat(filter, tc.filters)), "big-filter.yaml": big})
+		ecds := big
+		if tc.filters == 5 {
+			ecds = ecdsFile + "pad: " + strings.Repeat("a", maxConfigFile-len(ecdsFile)-10) + "\n"
+		}
+		files := writeFiles(t, t.TempDir(), map[string]string{"envoy.yaml": bootstrap(false, strings.Repeat(filter, tc.filters)), "big-filter.yaml": ecds})
 		var stdout, stderr bytes.Buffer
 		Main([]string{"check", files["envoy.yaml"]}, &stdout, &stderr)
 		if out := stdout.String() + stderr.String(); !strings.Contains(out, tc.want) {

@@ -83,7 +83,7 @@ func isJSON(file string, data []byte) bool {
 // their own), and in Istio WasmPlugin resources (spec.pluginConfig). A
 // file may hold several YAML documents.
 func findPluginConfigs(file string, data []byte) ([]pluginConfig, error) {
-	w := &walker{file: file, budget: maxWalkNodes, starts: maxYAMLStarts}
+	w := &walker{file: file, budget: maxWalkNodes, starts: maxYAMLStarts, bytes: maxYAMLBytes}
 	if err := w.documents(data); err != nil {
 		return nil, err
 	}
@@ -93,10 +93,11 @@ func findPluginConfigs(file string, data []byte) ([]pluginConfig, error) {
 type walker struct {
 	file   string
 	budget int
-	// starts is what is left of maxYAMLStarts for this file and the
-	// ECDS files it names, together: a bootstrap naming one large ECDS
-	// file a thousand times is not parsed a thousand times.
-	starts int
+	// starts and bytes are what is left of maxYAMLStarts and
+	// maxYAMLBytes for this file and the ECDS files it names, together:
+	// a bootstrap naming one large ECDS file a thousand times is not
+	// parsed a thousand times.
+	starts, bytes int
 	found  []pluginConfig
 	// ecdsDepth counts the ECDS files being walked inside one another.
 	ecdsDepth int
@@ -197,7 +198,7 @@ func (w *walker) ecds(name string, line int, hcm *connectionManager) error {
 		if err := w.chargeYAML(c, data); err != nil {
 			return err
 		}
-		sub := &walker{file: c, budget: w.budget, starts: w.starts, ecdsDepth: w.ecdsDepth + 1}
+		sub := &walker{file: c, budget: w.budget, starts: w.starts, bytes: w.bytes, ecdsDepth: w.ecdsDepth + 1}
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		var doc yaml.Node
 		if err := dec.Decode(&doc); err != nil {
@@ -208,7 +209,7 @@ func (w *walker) ecds(name string, line int, hcm *connectionManager) error {
 				return err
 			}
 		}
-		w.budget, w.starts = sub.budget, sub.starts
+		w.budget, w.starts, w.bytes = sub.budget, sub.starts, sub.bytes
 		w.found = append(w.found, sub.found...)
 		return nil
 	}

@@ -19,6 +19,9 @@ const (
 	// (see yamlStarts) of a YAML file and the ECDS files it names,
 	// together, counted before each is parsed.
 	maxYAMLStarts = 1 << 18
+	// maxYAMLBytes bounds the bytes of a YAML file and the ECDS files
+	// it names, together.
+	maxYAMLBytes = 4 * maxConfigFile
 )
 
 // readRegular reads a regular file of at most maxConfigFile bytes. A
@@ -79,6 +82,9 @@ func yamlStarts(data []byte) int {
 func (w *walker) chargeYAML(file string, data []byte) error {
 	if w.starts -= yamlStarts(data); w.starts < 0 {
 		return fmt.Errorf("%s: YAML with more than %d lines and indicators (-, ?, :, ',', [, {, *), with the ECDS files it names, is too large to check", file, maxYAMLStarts)
+	}
+	if w.bytes -= len(data); w.bytes < 0 {
+		return fmt.Errorf("%s: YAML of more than %d bytes, with the ECDS files it names, is too large to check", file, maxYAMLBytes)
 	}
 	return nil
 }
