@@ -98,7 +98,7 @@ type walker struct {
 	// a bootstrap naming one large ECDS file a thousand times is not
 	// parsed a thousand times.
 	starts, bytes int
-	found  []pluginConfig
+	found         []pluginConfig
 	// ecdsDepth counts the ECDS files being walked inside one another.
 	ecdsDepth int
 }
