@@ -93,14 +93,15 @@ func findPluginConfigs(file string, data []byte) ([]pluginConfig, error) {
 type walker struct {
 	file   string
 	budget int
+	found  []pluginConfig
+	// ecdsDepth counts the ECDS files being walked inside one another.
+	ecdsDepth int
+
 	// starts and bytes are what is left of maxYAMLStarts and
 	// maxYAMLBytes for this file and the ECDS files it names, together:
 	// a bootstrap naming one large ECDS file a thousand times is not
 	// parsed a thousand times.
 	starts, bytes int
-	found         []pluginConfig
-	// ecdsDepth counts the ECDS files being walked inside one another.
-	ecdsDepth int
 }
 
 func (w *walker) documents(data []byte) error {
