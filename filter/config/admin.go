@@ -35,7 +35,7 @@ func (p *parser) admin(o *object) *Admin {
 		if adminPrefix(s) {
 			a.PathPrefix = s
 		} else {
-			o.errorf("path_prefix", `%q: want a path such as "/.sluice/": starting and ending with "/", of lower-case letters, digits, "-", ".", "_" and "~", without empty, "." or ".." segments`, s)
+			o.errorf("path_prefix", `%s: want a path such as "/.sluice/": starting and ending with "/", of lower-case letters, digits, "-", ".", "_" and "~", without empty, "." or ".." segments`, Quote(s))
 		}
 	}
 	if !o.has("client_cidrs") {

@@ -46,24 +46,24 @@ func u128Of(a netip.Addr) u128 {
 // are refused: a zone names an interface of this host, not clients.
 func ParseCIDR(s string) (netip.Prefix, error) {
 	if strings.ContainsRune(s, '%') {
-		return netip.Prefix{}, fmt.Errorf("%q: a zone is not allowed in a CIDR", s)
+		return netip.Prefix{}, fmt.Errorf("%s: a zone is not allowed in a CIDR", Quote(s))
 	}
 	var p netip.Prefix
 	if strings.ContainsRune(s, '/') {
 		var err error
 		if p, err = netip.ParsePrefix(s); err != nil {
-			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR such as 10.0.0.0/8 or 2001:db8::/32", s)
+			return netip.Prefix{}, fmt.Errorf("%s is not a CIDR such as 10.0.0.0/8 or 2001:db8::/32", Quote(s))
 		}
 	} else {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR such as 10.0.0.0/8 or 2001:db8::/32", s)
+			return netip.Prefix{}, fmt.Errorf("%s is not a CIDR such as 10.0.0.0/8 or 2001:db8::/32", Quote(s))
 		}
 		p = netip.PrefixFrom(a, a.BitLen())
 	}
 	if a := p.Addr(); a.Is4In6() {
 		if p.Bits() < 96 {
-			return netip.Prefix{}, fmt.Errorf("%q: an IPv4-mapped prefix must be at least /96", s)
+			return netip.Prefix{}, fmt.Errorf("%s: an IPv4-mapped prefix must be at least /96", Quote(s))
 		}
 		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 	}

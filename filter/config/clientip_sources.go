@@ -57,7 +57,7 @@ func (p *parser) clientIPSources(o *object) []ClientIPFrom {
 		case strings.HasPrefix(s, "header:") && headerToken(s[len("header:"):]):
 			f = ClientIPFrom{Kind: ClientIPHeader, Header: strings.ToLower(s[len("header:"):])}
 		default:
-			p.errorf(ipath, item.Index, `unknown source %q; want xff, header:<name> or peer`, s)
+			p.errorf(ipath, item.Index, `unknown source %s; want xff, header:<name> or peer`, Quote(s))
 			continue
 		}
 		for _, g := range out {

@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // FieldError is one problem with the configuration, located by its JSON path
@@ -49,11 +50,12 @@ func (es Errors) sort() {
 // would make the path ambiguous (override values can be any string):
 // FieldPath("limits[0]", "overrides") is "limits[0].overrides" and
 // FieldPath("limits[0].overrides", "a.b") is `limits[0].overrides["a.b"]`.
+// A name longer than MaxQuoted is quoted, cut, as Quote cuts it.
 // Every error path about a configuration is built with it and IndexPath,
 // in this package and in the filter, so they all read the same way.
 func FieldPath(path, name string) string {
-	if !plainName(name) {
-		return path + "[" + strconv.Quote(name) + "]"
+	if !plainName(name) || len(name) > MaxQuoted {
+		return path + "[" + Quote(name) + "]"
 	}
 	if path == "" {
 		return name
@@ -67,3 +69,35 @@ func IndexPath(path string, i int) string {
 }
 
 func plainName(s string) bool { return s != "" && alnumOr(s, "_-") }
+
+// MaxQuoted is how many bytes of a value an error message quotes at most.
+const MaxQuoted = 128
+
+// Quote is s quoted for an error message or an error path: a value longer
+// than MaxQuoted bytes is cut at a character boundary and its length
+// given, so a hostile value of megabytes still gives a short message
+// that names it.
+func Quote(s string) string {
+	prefix, rest := cutQuoted(s)
+	return strconv.Quote(prefix) + rest
+}
+
+// Excerpt is raw JSON text (a number, a value of the wrong type) cut as
+// Quote cuts, on one line.
+func Excerpt(raw string) string {
+	prefix, rest := cutQuoted(raw)
+	return oneLine(prefix) + rest
+}
+
+// cutQuoted splits s into what a message shows and, when it is cut, the
+// note of its length.
+func cutQuoted(s string) (string, string) {
+	if len(s) <= MaxQuoted {
+		return s, ""
+	}
+	cut := MaxQuoted
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut], "… (" + strconv.Itoa(len(s)) + " bytes)"
+}

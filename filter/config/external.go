@@ -134,7 +134,7 @@ func (p *parser) external(o *object, cfg *Config) *External {
 			case item.Type != gjson.String || !headerToken(item.Str):
 				p.errorf(ipath, item.Index, `must be a header name or "*"`)
 			case contains(e.ForwardHeaders, strings.ToLower(item.Str)):
-				p.errorf(ipath, item.Index, "duplicate header %q", strings.ToLower(item.Str))
+				p.errorf(ipath, item.Index, "duplicate header %s", Quote(strings.ToLower(item.Str)))
 			default:
 				h := strings.ToLower(item.Str)
 				e.ForwardHeaders = append(e.ForwardHeaders, h)

@@ -28,9 +28,9 @@ func (p *parser) denyHeaders(o *object, e *External) {
 		h := strings.ToLower(item.Str)
 		switch {
 		case contains(e.DenyHeaders, h):
-			p.errorf(ipath, item.Index, "duplicate header %q", h)
+			p.errorf(ipath, item.Index, "duplicate header %s", Quote(h))
 		case contains(e.ForwardHeaders, h):
-			p.errorf(ipath, item.Index, "%q is also named in forward_headers, which sends it", h)
+			p.errorf(ipath, item.Index, "%s is also named in forward_headers, which sends it", Quote(h))
 		default:
 			e.DenyHeaders = append(e.DenyHeaders, h)
 		}

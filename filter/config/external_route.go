@@ -36,9 +36,9 @@ func (p *parser) routes(o *object, e *External) {
 		case s != strings.ToLower(s):
 			o.errorf("route_header", "must be lower case, as Envoy's header maps and cluster_header are")
 		case contains(unroutableHeaders, s):
-			o.errorf("route_header", "%q cannot carry a route: it is hop-by-hop or the :authority", s)
+			o.errorf("route_header", "%s cannot carry a route: it is hop-by-hop or the :authority", Quote(s))
 		case contains(e.ForwardHeaders, s):
-			o.errorf("route_header", "%q is also in forward_headers, which would always send it empty: the client's value is removed first", s)
+			o.errorf("route_header", "%s is also in forward_headers, which would always send it empty: the client's value is removed first", Quote(s))
 		default:
 			e.RouteHeader = s
 		}
@@ -57,7 +57,7 @@ func (p *parser) routes(o *object, e *External) {
 			case !visibleASCII(item.Str):
 				p.errorf(ipath, item.Index, "must be visible ASCII without spaces: it becomes a header value and a cluster name")
 			case contains(e.AllowedRoutes, item.Str):
-				p.errorf(ipath, item.Index, "duplicate route %q", item.Str)
+				p.errorf(ipath, item.Index, "duplicate route %s", Quote(item.Str))
 			default:
 				e.AllowedRoutes = append(e.AllowedRoutes, item.Str)
 			}

@@ -12,20 +12,20 @@ import (
 func parseRequestKeyPart(s string) (part KeyPart, err string, ok bool) {
 	if name, found := strings.CutPrefix(s, "query:"); found {
 		if !queryName(name) {
-			return KeyPart{}, fmt.Sprintf("invalid query parameter name %q: want printable ASCII without space, & or =", name), true
+			return KeyPart{}, fmt.Sprintf("invalid query parameter name %s: want printable ASCII without space, & or =", Quote(name)), true
 		}
 		return KeyPart{Kind: KeyQuery, Name: name}, "", true
 	}
 	if name, found := strings.CutPrefix(s, "cookie:"); found {
 		if !headerToken(name) {
-			return KeyPart{}, fmt.Sprintf("invalid cookie name %q", name), true
+			return KeyPart{}, fmt.Sprintf("invalid cookie name %s", Quote(name)), true
 		}
 		return KeyPart{Kind: KeyCookie, Name: name}, "", true
 	}
 	if n, found := strings.CutPrefix(s, "path_segment:"); found {
 		i, ok := smallDecimal(n, MaxPathSegment)
 		if !ok || i < 1 {
-			return KeyPart{}, fmt.Sprintf("invalid path segment %q: want 1 to %d", n, MaxPathSegment), true
+			return KeyPart{}, fmt.Sprintf("invalid path segment %s: want 1 to %d", Quote(n), MaxPathSegment), true
 		}
 		return KeyPart{Kind: KeyPathSegment, Segment: i}, "", true
 	}
@@ -34,7 +34,7 @@ func parseRequestKeyPart(s string) (part KeyPart, err string, ok bool) {
 		v4, ok4 := smallDecimal(v4s, 32)
 		v6, ok6 := smallDecimal(v6s, 128)
 		if !ok4 || !ok6 {
-			return KeyPart{}, fmt.Sprintf("invalid masked client address %q: want client_ip/<0-32>/<0-128>", s), true
+			return KeyPart{}, fmt.Sprintf("invalid masked client address %s: want client_ip/<0-32>/<0-128>", Quote(s)), true
 		}
 		return KeyPart{Kind: KeyClientIPMasked, V4Bits: uint8(v4), V6Bits: uint8(v6)}, "", true
 	}

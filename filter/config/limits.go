@@ -47,7 +47,7 @@ func (p *parser) name(o *object) string {
 		return ""
 	}
 	if !validName(s) {
-		o.errorf("name", "must be 1-%d characters of A-Z a-z 0-9 _ -, got %q", maxNameLen, s)
+		o.errorf("name", "must be 1-%d characters of A-Z a-z 0-9 _ -, got %s", maxNameLen, Quote(s))
 		return ""
 	}
 	return s
@@ -327,7 +327,7 @@ func (p *parser) overrides(o *object, l *Limit) {
 			}
 		}
 		if l.OverrideBy < 0 {
-			o.errorf("override_by", "%q is not a part of key", s)
+			o.errorf("override_by", "%s is not a part of key", Quote(s))
 		}
 	case len(l.Key) == 1:
 		l.OverrideBy = 0
@@ -422,7 +422,7 @@ func (p *parser) costFromResponse(o *object, l *Limit) {
 		if path, valid := usagePath(s); valid {
 			rc.JSON = path
 		} else {
-			c.errorf("json", "invalid path %q: member names joined with dots, none empty", s)
+			c.errorf("json", "invalid path %s: member names joined with dots, none empty", Quote(s))
 		}
 	}
 	switch {
@@ -500,14 +500,14 @@ func parseKeyPart(s string) (KeyPart, string) {
 	}
 	if name, ok := strings.CutPrefix(s, "header:"); ok {
 		if !headerToken(name) {
-			return KeyPart{}, fmt.Sprintf("invalid header name %q", name)
+			return KeyPart{}, fmt.Sprintf("invalid header name %s", Quote(name))
 		}
 		return KeyPart{Kind: KeyHeader, Header: strings.ToLower(name)}, ""
 	}
 	if part, err, ok := parseRequestKeyPart(s); ok {
 		return part, err
 	}
-	return KeyPart{}, fmt.Sprintf("unknown key part %q; want client_ip, client_ip/<v4 bits>/<v6 bits>, header:<name>, query:<name>, cookie:<name>, path, path_segment:<n>, route, cluster, method or host", s)
+	return KeyPart{}, fmt.Sprintf("unknown key part %s; want client_ip, client_ip/<v4 bits>/<v6 bits>, header:<name>, query:<name>, cookie:<name>, path, path_segment:<n>, route, cluster, method or host", Quote(s))
 }
 
 func (p *parser) key(path string, items []gjson.Result) []KeyPart {
@@ -528,7 +528,7 @@ func (p *parser) key(path string, items []gjson.Result) []KeyPart {
 			dup = dup || q.Same(part)
 		}
 		if dup {
-			p.errorf(ipath, item.Index, "duplicate key part %q", part.String())
+			p.errorf(ipath, item.Index, "duplicate key part %s", Quote(part.String()))
 			continue
 		}
 		parts = append(parts, part)
@@ -553,11 +553,11 @@ func (p *parser) resolveReplaces(cfg *Config, path string, refs [][]replacesRef)
 			j, ok := byName[r.name]
 			switch {
 			case !ok:
-				p.errorf(r.path, r.at, "unknown limit %q", r.name)
+				p.errorf(r.path, r.at, "unknown limit %s", Quote(r.name))
 			case j == i:
 				p.errorf(r.path, r.at, "a limit cannot replace itself")
 			case seen[j]:
-				p.errorf(r.path, r.at, "duplicate entry %q", r.name)
+				p.errorf(r.path, r.at, "duplicate entry %s", Quote(r.name))
 			default:
 				seen[j] = true
 				cfg.Limits[i].Replaces = append(cfg.Limits[i].Replaces, j)

@@ -47,9 +47,9 @@ func (p *parser) match(o *object) Match {
 			up := strings.ToUpper(item.Str)
 			switch {
 			case !contains(knownMethods, up):
-				p.errorf(ipath, item.Index, "unknown method %q", item.Str)
+				p.errorf(ipath, item.Index, "unknown method %s", Quote(item.Str))
 			case contains(m.Methods, up):
-				p.errorf(ipath, item.Index, "duplicate method %q", up)
+				p.errorf(ipath, item.Index, "duplicate method %s", Quote(up))
 			default:
 				m.Methods = append(m.Methods, up)
 			}

@@ -20,16 +20,26 @@ type Regex struct {
 	re     *regexp.Regexp
 }
 
-// CompileRegex compiles s anchored at both ends.
+// CompileRegex compiles s anchored at both ends. s is first compiled on
+// its own: wrapped in ^(?:…)$ unchecked, a regex such as "/a)|(?:/b"
+// would close our group and leave both halves unanchored. Once s is
+// valid alone its parentheses balance, so the wrapper keeps its meaning;
+// the one thing that can still reach past s is a \Q that s never ends,
+// which would quote our ")$", so an \E closes it first.
 func CompileRegex(s string) (*Regex, error) {
-	re, err := regexp.Compile(`^(?:` + s + `)$`)
-	if err != nil {
-		// The syntax error quotes the anchored text; name the operator's.
+	if _, err := regexp.Compile(s); err != nil {
 		var e *syntax.Error
 		if errors.As(err, &e) {
-			return nil, fmt.Errorf("invalid regex %q: %s", s, e.Code)
+			return nil, fmt.Errorf("invalid regex %s: %s", Quote(s), e.Code)
 		}
-		return nil, fmt.Errorf("invalid regex %q", s)
+		return nil, fmt.Errorf("invalid regex %s", Quote(s))
+	}
+	re, err := regexp.Compile(`^(?:` + s + `)$`)
+	if err != nil {
+		re, err = regexp.Compile(`^(?:` + s + `\E)$`)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("invalid regex %s", Quote(s))
 	}
 	return &Regex{Source: s, re: re}, nil
 }
@@ -184,7 +194,7 @@ func (p *parser) matchMore(o *object, m *Match) {
 			if queryName(s) {
 				qm.Name = s
 			} else {
-				q.errorf("name", "invalid query parameter name %q: want printable ASCII without space, & or =", s)
+				q.errorf("name", "invalid query parameter name %s: want printable ASCII without space, & or =", Quote(s))
 			}
 		} else if !q.has("name") {
 			q.errorf("name", "required")

@@ -1,5 +1,11 @@
 package config
 
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
 func init() {
 	badCases = append(badCases, matchMoreBadCases...)
 	goodConfigs = append(goodConfigs,
@@ -16,6 +22,17 @@ var matchMoreBadCases = []badCase{
 		want: []string{`limits[0].match.path_regex: invalid regex "/a(b": missing closing )`}, schemaAccepts: true},
 	{name: "bad header regex in not", in: lim(`, "match": {"not": {"headers": [{"name": "x", "regex": "*"}]}}`),
 		want: []string{`limits[0].match.not.headers[0].regex: invalid regex "*": missing argument to repetition operator`}, schemaAccepts: true},
+	// Each regex is compiled on its own before it is anchored: wrapped
+	// unchecked, these close the group and match unanchored.
+	{name: "path regex that would escape its anchors", in: lim(`, "match": {"path_regex": "/only)|(?:/never"}`),
+		want: []string{`limits[0].match.path_regex: invalid regex "/only)|(?:/never": unexpected )`}, schemaAccepts: true},
+	{name: "header and query regexes that would escape their anchors",
+		in: lim(`, "match": {"headers": [{"name": "x", "regex": "v1)|(?:.*"}], "query": [{"name": "q", "regex": "v1)|(?:.*"}], "not": {"headers": [{"name": "y", "regex": ")("}]}}`),
+		want: []string{`limits[0].match.headers[0].regex: invalid regex "v1)|(?:.*": unexpected )`,
+			`limits[0].match.query[0].regex: invalid regex "v1)|(?:.*": unexpected )`,
+			`limits[0].match.not.headers[0].regex: invalid regex ")(": unexpected )`}, schemaAccepts: true},
+	{name: "a long bad regex is quoted in part", in: lim(`, "match": {"path_regex": "` + strings.Repeat("a", 200) + `)"}`),
+		want: []string{`limits[0].match.path_regex: invalid regex "` + strings.Repeat("a", MaxQuoted) + `"… (201 bytes): unexpected )`}, schemaAccepts: true},
 	{name: "header two comparisons", in: lim(`, "match": {"headers": [{"name": "x", "prefix": "a", "regex": "b"}]}`),
 		want: []string{"limits[0].match.headers[0].regex: cannot be combined with prefix"}},
 	{name: "header empty prefix", in: lim(`, "match": {"headers": [{"name": "x", "contains": ""}]}`),
@@ -32,4 +49,63 @@ var matchMoreBadCases = []badCase{
 			"limits[0].match.client_cidrs[3]: must be a string"}},
 	{name: "empty cidrs", in: lim(`, "match": {"client_cidrs": []}`), want: []string{"limits[0].match.client_cidrs: " + anyIfOmitted}},
 	{name: "not unknown field", in: lim(`, "match": {"not": {"paths": ["/x"]}}`), want: []string{"limits[0].match.not.paths: unknown field"}},
+}
+
+// A regex valid on its own keeps its meaning when anchored: a value
+// matches exactly when the regex, leftmost-longest, spans all of it. \Q
+// without \E stays a literal to the end of the regex.
+func TestCompileRegexKeepsItsMeaning(t *testing.T) {
+	for _, tc := range []struct {
+		re       string
+		match    []string
+		notMatch []string
+	}{
+		{`a|ab`, []string{"a", "ab"}, []string{"abc", "b"}},
+		{`\Qa(b`, []string{"a(b"}, []string{"a(b)$", "ab"}},
+		{`\Q`, []string{""}, []string{")$"}},
+		{`x{2`, []string{"x{2"}, []string{"xx"}},
+		{`(?i)v1|v2`, []string{"V1", "v2"}, []string{"v1x", "xv2"}},
+		{`(?m)a$`, []string{"a"}, []string{"a\n"}},
+	} {
+		r, err := CompileRegex(tc.re)
+		if err != nil {
+			t.Errorf("%q: %v", tc.re, err)
+			continue
+		}
+		for _, v := range tc.match {
+			if !r.MatchString(v) {
+				t.Errorf("%q does not match %q", tc.re, v)
+			}
+		}
+		for _, v := range tc.notMatch {
+			if r.MatchString(v) {
+				t.Errorf("%q matches %q", tc.re, v)
+			}
+		}
+	}
+}
+
+func FuzzCompileRegex(f *testing.F) {
+	for _, s := range []string{`/only)|(?:/never`, `v1)|(?:.*`, `\Qa(b`, `a|ab`, `x{2`, `(?i)bot.*`, `[0-9]+`, `)(`} {
+		f.Add(s, "v1")
+	}
+	f.Fuzz(func(t *testing.T, re, v string) {
+		alone, aloneErr := regexp.Compile(re)
+		r, err := CompileRegex(re)
+		if (aloneErr == nil) != (err == nil) {
+			t.Fatalf("%q: alone %v, anchored %v", re, aloneErr, err)
+		}
+		if err != nil {
+			if len(err.Error()) > 4*MaxQuoted+100 { // strconv.Quote writes a byte as at most 4
+				t.Fatalf("error of %d bytes: %v", len(err.Error()), err)
+			}
+			return
+		}
+		alone.Longest()
+		loc := alone.FindStringIndex(v)
+		whole := loc != nil && loc[0] == 0 && loc[1] == len(v)
+		if r.MatchString(v) != whole {
+			t.Fatalf("%q on %q: anchored %v, whole match alone %v", re, v, !whole, whole)
+		}
+	})
 }

@@ -34,7 +34,7 @@ func parseMetadataKey(s string) (part KeyPart, err string, ok bool) {
 	}
 	ns, path, _ := strings.Cut(rest, ":")
 	if e := metadataNameError(ns, path); e != "" {
-		return KeyPart{}, fmt.Sprintf("invalid metadata key %q: %s", s, e), true
+		return KeyPart{}, fmt.Sprintf("invalid metadata key %s: %s", Quote(s), e), true
 	}
 	return KeyPart{Kind: KeyMetadata, Name: ns, MetaPath: path, Property: MetadataProperty(ns, path)}, "", true
 }

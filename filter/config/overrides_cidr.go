@@ -67,7 +67,7 @@ func (p *parser) overridePrefixes(l *Limit, opath string, ov gjson.Result) {
 			byLen[lf] = m
 		}
 		if other, dup := m[pfx]; dup {
-			p.errorf(FieldPath(opath, key), k.Index, "names the same prefix %s as %q", pfx, other)
+			p.errorf(FieldPath(opath, key), k.Index, "names the same prefix %s as %s", pfx, Quote(other))
 			return true
 		}
 		m[pfx] = key

@@ -75,8 +75,11 @@ func Parse(data []byte) (*Config, error) {
 	}
 	p := &parser{}
 	cfg := p.config(gjson.ParseBytes(data))
-	if len(p.errs) > 0 {
+	if p.found > 0 {
 		p.errs.sort()
+		if more := p.found - len(p.errs); more > 0 {
+			p.errs = append(p.errs, FieldError{Message: fmt.Sprintf("and %d more errors, not listed", more), offset: len(data)})
+		}
 		return nil, p.errs
 	}
 	return cfg, nil
@@ -114,9 +117,20 @@ func checkJSON(data []byte) *FieldError {
 
 type parser struct {
 	errs Errors
+	// found counts every error, also those past MaxErrors that errs
+	// does not keep.
+	found int
 }
 
+// MaxErrors is how many errors Parse lists at most; one more entry
+// counts the rest. A hostile document can hold millions (a key repeated
+// over 16 MiB), and each listed one is a log line in Envoy.
+const MaxErrors = 100
+
 func (p *parser) errorf(path string, at int, format string, args ...any) {
+	if p.found++; p.found > MaxErrors {
+		return
+	}
 	p.errs = append(p.errs, FieldError{Path: path, Message: fmt.Sprintf(format, args...), offset: at})
 }
 

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -818,5 +819,27 @@ func BenchmarkMatches(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.Matches(r)
+	}
+}
+
+// A document with more errors than MaxErrors lists the first ones found,
+// in document order, and counts the rest, so a hostile configuration of
+// millions of errors costs neither the memory nor the log lines.
+func TestParseListsAtMostMaxErrors(t *testing.T) {
+	n := 3 * MaxErrors
+	doc := "{" + strings.Repeat(`"x": 1, `, n) + `"limits": [{"name": "a", "requests_per_second": 1, "burst": -1}]}`
+	_, err := Parse([]byte(doc))
+	var errs Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("error %v", err)
+	}
+	if len(errs) != MaxErrors+1 {
+		t.Fatalf("%d errors listed, want %d and a count", len(errs), MaxErrors)
+	}
+	if errs[0].Error() != "x: unknown field" || errs[MaxErrors-1].Error() != "x: unknown field" {
+		t.Errorf("first %q, last listed %q", errs[0].Error(), errs[MaxErrors-1].Error())
+	}
+	if want := fmt.Sprintf("and %d more errors, not listed", n+1-MaxErrors); errs[MaxErrors].Error() != want {
+		t.Errorf("last entry %q, want %q", errs[MaxErrors].Error(), want)
 	}
 }

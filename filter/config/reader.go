@@ -87,7 +87,7 @@ func (o *object) headerName(name, missing string) string {
 	case ok && headerToken(s):
 		return strings.ToLower(s)
 	case ok:
-		o.errorf(name, "invalid header name %q", s)
+		o.errorf(name, "invalid header name %s", Quote(s))
 	case !o.has(name) && missing != "":
 		o.errorf(name, "%s", missing)
 	}
@@ -161,7 +161,7 @@ func (p *parser) namedEntries(path string, items []gjson.Result, fields []string
 			continue
 		}
 		if prev, dup := first[name]; dup {
-			o.errorf("name", "duplicate name %q (also %s)", name, prev)
+			o.errorf("name", "duplicate name %s (also %s)", Quote(name), prev)
 		} else {
 			first[name] = ipath
 		}
@@ -344,7 +344,7 @@ func (o *object) enum(name string, values ...string) (int, bool) {
 			return i, true
 		}
 	}
-	o.errorf(name, "unknown value %q; want one of %s", s, strings.Join(values, ", "))
+	o.errorf(name, "unknown value %s; want one of %s", Quote(s), strings.Join(values, ", "))
 	return 0, false
 }
 

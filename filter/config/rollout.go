@@ -59,7 +59,7 @@ func (o *object) percent(name string) (float64, bool) {
 		return 0, false
 	}
 	if v.Num < 0 || v.Num > 100 {
-		o.errorf(name, "must be from 0 to 100, got %s", v.Raw)
+		o.errorf(name, "must be from 0 to 100, got %s", Excerpt(v.Raw))
 		return 0, false
 	}
 	return v.Num, true

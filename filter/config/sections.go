@@ -138,7 +138,7 @@ func (p *parser) breakers(cfg *Config, path string, items []gjson.Result) {
 }
 
 func (p *parser) breaker(o *object) Breaker {
-	errsBefore := len(p.errs)
+	errsBefore := p.found
 	b := Breaker{
 		FailureStatuses:     append([]int(nil), DefaultFailureStatuses...),
 		FailureOnTimeout:    true,
@@ -244,7 +244,7 @@ func (p *parser) breaker(o *object) Breaker {
 	// The breaker core is the authority on its settings; asking it here
 	// turns anything it would refuse at plugin start into errors with
 	// their paths, all at once, even if the bounds above drift from its.
-	if len(p.errs) == errsBefore {
+	if p.found == errsBefore {
 		set := b.Settings()
 		if joined, ok := set.Validate().(interface{ Unwrap() []error }); ok {
 			for _, err := range joined.Unwrap() {
@@ -286,12 +286,12 @@ func (p *parser) response(o *object) Response {
 				}
 			}
 			if idx < 0 {
-				p.errorf(ipath, item.Index, "unknown header family %s; want one of %s", item.Raw, strings.Join(headerFamilyNames, ", "))
+				p.errorf(ipath, item.Index, "unknown header family %s; want one of %s", Excerpt(item.Raw), strings.Join(headerFamilyNames, ", "))
 				continue
 			}
 			f := HeaderFamilies(1) << idx
 			if r.Headers.Has(f) {
-				p.errorf(ipath, item.Index, "duplicate header family %q", item.Str)
+				p.errorf(ipath, item.Index, "duplicate header family %s", Quote(item.Str))
 			}
 			r.Headers |= f
 		}

@@ -74,11 +74,27 @@ type Template struct {
 	Parts  []TemplatePart
 }
 
+// Escaping is how a template escapes the values it inserts, chosen by
+// its content type, so a header value a client sends cannot change the
+// structure of the reply.
+type Escaping uint8
+
+const (
+	// EscapeNone inserts values as they are (text/plain and any type
+	// not below).
+	EscapeNone Escaping = iota
+	// EscapeJSON escapes them as the inside of a JSON string.
+	EscapeJSON
+	// EscapeMarkup escapes &, <, >, " and ' as character references,
+	// for HTML and XML.
+	EscapeMarkup
+)
+
 // Templates are response.templates.
 type Templates struct {
 	ContentType string
-	// JSON is set when ContentType is JSON: values are then escaped.
-	JSON bool
+	// Escape is how ContentType needs values escaped.
+	Escape Escaping
 	// ByKind is nil for a kind without a template, which gets the
 	// built-in "json" body.
 	ByKind [ReplyKinds]*Template
@@ -100,12 +116,12 @@ func (p *parser) templates(o *object) *Templates {
 	t := &Templates{ContentType: DefaultTemplateContentType}
 	if ct, ok := o.str("content_type"); ok {
 		if _, ok := mediaType(ct); !ok || !headerValue(ct) {
-			o.errorf("content_type", "must be a media type such as application/json, got %q", ct)
+			o.errorf("content_type", "must be a media type such as application/json, got %s", Quote(ct))
 		} else {
 			t.ContentType = ct
 		}
 	}
-	t.JSON = IsJSONMediaType(t.ContentType)
+	t.Escape = EscapingOf(t.ContentType)
 	some := false
 	for k := ReplyKind(0); k < ReplyKinds; k++ {
 		src, ok := o.str(k.String())
@@ -113,7 +129,7 @@ func (p *parser) templates(o *object) *Templates {
 			continue
 		}
 		some = true
-		if tpl := p.template(o.path1(k.String()), o.offset(k.String()), src, k, t.JSON); tpl != nil {
+		if tpl := p.template(o.path1(k.String()), o.offset(k.String()), src, k, t.Escape == EscapeJSON); tpl != nil {
 			t.ByKind[k] = tpl
 		}
 	}
@@ -123,10 +139,22 @@ func (p *parser) templates(o *object) *Templates {
 	return t
 }
 
-// IsJSONMediaType reports application/json and any +json type.
-func IsJSONMediaType(ct string) bool {
+// EscapingOf is the escaping a content type needs: JSON for
+// application/json and any +json type; markup for text/html,
+// application/xhtml+xml, text/xml, application/xml and any +xml type;
+// none for the rest.
+func EscapingOf(ct string) Escaping {
 	mt, ok := mediaType(ct)
-	return ok && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+	switch {
+	case !ok:
+		return EscapeNone
+	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+		return EscapeJSON
+	case mt == "text/html" || mt == "application/xhtml+xml" || mt == "text/xml" || mt == "application/xml" ||
+		strings.HasSuffix(mt, "+xml"):
+		return EscapeMarkup
+	}
+	return EscapeNone
 }
 
 // mediaType returns the lower-cased type/subtype of a Content-Type value
@@ -230,11 +258,11 @@ func (p *parser) template(path string, at int, src string, kind ReplyKind, isJSO
 		return nil
 	}
 	if isJSON {
-		sample := t.Render(true, sampleValue)
+		sample := t.Render(EscapeJSON, sampleValue)
 		if !json.Valid(sample) {
 			var v any
 			err := json.Unmarshal(sample, &v)
-			p.errorf(path, at, "is not valid JSON with sample values (%v): %s", err, oneLine(string(sample)))
+			p.errorf(path, at, "is not valid JSON with sample values (%v): %s", err, Excerpt(string(sample)))
 			return nil
 		}
 	}
@@ -249,7 +277,7 @@ func placeholderOf(name string, kind ReplyKind) (Placeholder, string, string) {
 	ph, arg := PlaceholderNone, ""
 	if h, ok := strings.CutPrefix(name, "header:"); ok {
 		if !headerToken(h) {
-			return 0, "", fmt.Sprintf("placeholder {%s} does not name a header", name)
+			return 0, "", fmt.Sprintf("placeholder {%s} does not name a header", Excerpt(name))
 		}
 		ph, arg = PlaceholderHeader, strings.ToLower(h)
 	} else {
@@ -261,14 +289,14 @@ func placeholderOf(name string, kind ReplyKind) (Placeholder, string, string) {
 	}
 	known := placeholdersOf[kind]
 	if ph == PlaceholderNone {
-		return 0, "", fmt.Sprintf("unknown placeholder {%s}; %s knows %s", name, kind, placeholderList(known))
+		return 0, "", fmt.Sprintf("unknown placeholder {%s}; %s knows %s", Excerpt(name), kind, placeholderList(known))
 	}
 	for _, k := range known {
 		if k == ph {
 			return ph, arg, ""
 		}
 	}
-	return 0, "", fmt.Sprintf("placeholder {%s} is not known in %s, which knows %s", name, kind, placeholderList(known))
+	return 0, "", fmt.Sprintf("placeholder {%s} is not known in %s, which knows %s", Excerpt(name), kind, placeholderList(known))
 }
 
 func placeholderList(ps []Placeholder) string {
@@ -290,9 +318,9 @@ func sampleValue(p Placeholder, _ string) string {
 }
 
 // Render substitutes value(placeholder, header name) into the template,
-// JSON-escaped (without quotes: the template supplies them) when
-// escapeJSON is set.
-func (t *Template) Render(escapeJSON bool, value func(Placeholder, string) string) []byte {
+// escaped as esc says: for JSON without quotes (the template supplies
+// them).
+func (t *Template) Render(esc Escaping, value func(Placeholder, string) string) []byte {
 	b := make([]byte, 0, len(t.Source)+64)
 	for _, part := range t.Parts {
 		if part.Placeholder == PlaceholderNone {
@@ -300,10 +328,37 @@ func (t *Template) Render(escapeJSON bool, value func(Placeholder, string) strin
 			continue
 		}
 		v := value(part.Placeholder, part.Text)
-		if escapeJSON {
+		switch esc {
+		case EscapeJSON:
 			b = AppendJSONStringContent(b, v)
-		} else {
+		case EscapeMarkup:
+			b = appendMarkupEscaped(b, v)
+		default:
 			b = append(b, v...)
+		}
+	}
+	return b
+}
+
+// appendMarkupEscaped appends s with the five characters that can end
+// text or a quoted attribute in HTML or XML written as character
+// references; invalid UTF-8 becomes U+FFFD, as in JSON.
+func appendMarkupEscaped(b []byte, s string) []byte {
+	s = strings.ToValidUTF8(s, "\ufffd")
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '&':
+			b = append(b, "&amp;"...)
+		case '<':
+			b = append(b, "&lt;"...)
+		case '>':
+			b = append(b, "&gt;"...)
+		case '"':
+			b = append(b, "&#34;"...)
+		case '\'':
+			b = append(b, "&#39;"...)
+		default:
+			b = append(b, c)
 		}
 	}
 	return b
@@ -333,7 +388,7 @@ func (p *parser) responseContract(o *object, r *Response) {
 	}
 	if v, ok := o.fields["near_limit_ratio"]; ok {
 		if v.Type != gjson.Number || v.Num <= 0 || v.Num > 1 {
-			o.errorf("near_limit_ratio", "must be a number above 0 and at most 1, got %s", v.Raw)
+			o.errorf("near_limit_ratio", "must be a number above 0 and at most 1, got %s", Excerpt(v.Raw))
 		} else {
 			r.NearLimitRatio = v.Num
 		}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -63,10 +64,10 @@ func TestTemplateParts(t *testing.T) {
 	c := mustParse(t, resp(`"body": "template", "templates": {"content_type": "application/problem+json",
 		"rate_limited": "{\"l\": \"{limit}\", \"n\": {limit_value}, \"t\": \"{header:X-Tenant}\"}"}`))
 	tpl := c.Response.Templates
-	if !tpl.JSON || tpl.ContentType != "application/problem+json" {
+	if tpl.Escape != EscapeJSON || tpl.ContentType != "application/problem+json" {
 		t.Fatalf("templates = %+v", tpl)
 	}
-	got := tpl.ByKind[ReplyRateLimited].Render(true, func(p Placeholder, h string) string {
+	got := tpl.ByKind[ReplyRateLimited].Render(EscapeJSON, func(p Placeholder, h string) string {
 		switch p {
 		case PlaceholderLimit:
 			return `a"b`
@@ -79,6 +80,29 @@ func TestTemplateParts(t *testing.T) {
 	})
 	if want := `{"l": "a\"b", "n": 7, "t": "x-tenant=` + "\ufffd" + `\n"}`; string(got) != want {
 		t.Errorf("rendered %s, want %s", got, want)
+	}
+}
+
+// Values are escaped as the content type needs: markup for HTML and XML,
+// JSON for JSON, nothing for other types.
+func TestTemplateEscaping(t *testing.T) {
+	for _, tc := range []struct {
+		ct   string
+		want string
+	}{
+		{"text/html", `<p title="&lt;b&gt;&#34;it&#39;s&#34; &amp; co` + "\ufffd" + `">x</p>`},
+		{"Text/HTML; charset=utf-8", `<p title="&lt;b&gt;&#34;it&#39;s&#34; &amp; co` + "\ufffd" + `">x</p>`},
+		{"application/xhtml+xml", `<p title="&lt;b&gt;&#34;it&#39;s&#34; &amp; co` + "\ufffd" + `">x</p>`},
+		{"application/atom+xml", `<p title="&lt;b&gt;&#34;it&#39;s&#34; &amp; co` + "\ufffd" + `">x</p>`},
+		{"text/plain", `<p title="<b>"it's" & co` + "\xff" + `">x</p>`},
+	} {
+		src, _ := json.Marshal(`<p title="{header:x-name}">x</p>`)
+		c := mustParse(t, resp(`"body": "template", "templates": {"content_type": "`+tc.ct+`", "rate_limited": `+string(src)+`}`))
+		tpl := c.Response.Templates
+		got := tpl.ByKind[ReplyRateLimited].Render(tpl.Escape, func(Placeholder, string) string { return `<b>"it's" & co` + "\xff" })
+		if string(got) != tc.want {
+			t.Errorf("%s: rendered %s, want %s", tc.ct, got, tc.want)
+		}
 	}
 }
 
@@ -100,7 +124,7 @@ func FuzzTemplate(f *testing.F) {
 			return
 		}
 		tpl := c.Response.Templates.ByKind[ReplyRateLimited]
-		out := tpl.Render(true, func(p Placeholder, _ string) string {
+		out := tpl.Render(EscapeJSON, func(p Placeholder, _ string) string {
 			if sampleValue(p, "") == "1" {
 				return strconv.Itoa(int(n) + 1)
 			}
@@ -108,6 +132,37 @@ func FuzzTemplate(f *testing.F) {
 		})
 		if !json.Valid(out) {
 			t.Fatalf("accepted template %q renders invalid JSON %q", src, out)
+		}
+	})
+}
+
+// FuzzTemplateMarkup: in an HTML template every <, >, " and ' of the
+// reply is the template's own, whatever a value holds.
+func FuzzTemplateMarkup(f *testing.F) {
+	f.Add(`<p title="{header:x-name}">{limit}</p>`, `<script>"it's" & co</script>`)
+	f.Add(`{header:a}<{header:b}>`, "\xff<\xef\xbb")
+	f.Fuzz(func(t *testing.T, src, text string) {
+		if len(src) > 2*MaxTemplateSize {
+			return
+		}
+		doc, _ := json.Marshal(map[string]any{"response": map[string]any{"body": "template",
+			"templates": map[string]string{"content_type": "text/html", "rate_limited": src}}})
+		c, err := Parse(doc)
+		if err != nil {
+			return
+		}
+		tpl := c.Response.Templates.ByKind[ReplyRateLimited]
+		out := tpl.Render(c.Response.Templates.Escape, func(Placeholder, string) string { return text })
+		var literal []byte
+		for _, part := range tpl.Parts {
+			if part.Placeholder == PlaceholderNone {
+				literal = append(literal, part.Text...)
+			}
+		}
+		for _, c := range []string{"<", ">", `"`, "'"} {
+			if bytes.Count(out, []byte(c)) != bytes.Count(literal, []byte(c)) {
+				t.Fatalf("%q with %q renders %q: a value added %s", src, text, out, c)
+			}
 		}
 	})
 }

@@ -30,7 +30,7 @@ func (h *Stream) reject(kind config.ReplyKind, v replyValues, status int, header
 	}
 	if t := r.Templates; r.Body == config.BodyTemplate && t != nil && t.ByKind[kind] != nil {
 		ct = t.ContentType
-		body = t.ByKind[kind].Render(t.JSON, func(ph config.Placeholder, header string) string {
+		body = t.ByKind[kind].Render(t.Escape, func(ph config.Placeholder, header string) string {
 			return h.placeholder(ph, header, v, status)
 		})
 	}
@@ -61,8 +61,20 @@ func (h *Stream) placeholder(ph config.Placeholder, header string, v replyValues
 	case config.PlaceholderPath:
 		return h.info.pathOnly()
 	case config.PlaceholderHeader:
-		s, _ := h.info.header(header)
-		return s
+		return h.info.firstHeader(header)
+	}
+	return ""
+}
+
+// firstHeader is the value of the first field of a request header named
+// name (lower case), "" when absent: {header:<name>} inserts that one,
+// not the values of a repeated header joined.
+func (r *requestInfo) firstHeader(name string) string {
+	r.loadHeaders()
+	for _, kv := range r.headers {
+		if kv[0] == name {
+			return kv[1]
+		}
 	}
 	return ""
 }

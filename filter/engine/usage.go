@@ -49,7 +49,12 @@ func (f usageFault) String() string {
 // jsonUsage returns the whole number at path (object member names, outer
 // first) in doc. A member name that repeats is taken at its first
 // occurrence. Member names are compared byte for byte with the JSON
-// source, so a name written with escapes does not match.
+// source, so a name written with escapes does not match. The number
+// counts only when the document is whole: the value is a complete JSON
+// token, and after it every object on the path closes and nothing but
+// space follows. So a body cut off after the number (a reset, a
+// truncating proxy) or broken after it is missing, never a partial
+// number.
 func jsonUsage(doc []byte, path []string) (int64, usageFault) {
 	i := skipSpace(doc, 0)
 	for _, name := range path {
@@ -86,38 +91,85 @@ func jsonUsage(doc []byte, path []string) (int64, usageFault) {
 			i = skipSpace(doc, i+1)
 		}
 	}
-	return wholeNumber(doc, i)
-}
-
-// wholeNumber reads the JSON value at doc[i:] as a whole number >= 0.
-// A number with a fraction or an exponent is not a count of tokens.
-func wholeNumber(doc []byte, i int) (int64, usageFault) {
-	if i >= len(doc) {
+	end := skipValue(doc, i)
+	if end < 0 || !closesObjects(doc, end, len(path)) {
 		return 0, usageMissing
 	}
-	neg := doc[i] == '-'
+	return wholeNumber(doc[i:end])
+}
+
+// closesObjects reports whether doc, from i (just past a member's
+// value), ends open objects, skipping their remaining members, and then
+// has nothing but space.
+func closesObjects(doc []byte, i, open int) bool {
+	for open > 0 {
+		i = skipSpace(doc, i)
+		if i >= len(doc) {
+			return false
+		}
+		switch doc[i] {
+		case '}':
+			open--
+			i++
+		case ',':
+			i = skipSpace(doc, i+1)
+			if i >= len(doc) || doc[i] != '"' {
+				return false
+			}
+			if i = skipString(doc, i); i < 0 {
+				return false
+			}
+			i = skipSpace(doc, i)
+			if i >= len(doc) || doc[i] != ':' {
+				return false
+			}
+			if i = skipValue(doc, skipSpace(doc, i+1)); i < 0 {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return skipSpace(doc, i) == len(doc)
+}
+
+// wholeNumber reads v, one whole JSON value, as a whole number >= 0. A
+// number with a fraction or an exponent is not a count of tokens; a
+// token that is not JSON at all (4x00, 012, -) makes the document
+// malformed, so the usage is missing.
+func wholeNumber(v []byte) (int64, usageFault) {
+	switch {
+	case len(v) == 0:
+		return 0, usageMissing
+	case v[0] == '"' || v[0] == '{' || v[0] == '[':
+		return 0, usageNotNumber
+	case string(v) == "null" || string(v) == "true" || string(v) == "false":
+		return 0, usageNotNumber
+	}
+	i := 0
+	neg := v[0] == '-'
 	if neg {
 		i++
 	}
 	start := i
 	var n int64
 	over := false
-	for ; i < len(doc) && doc[i] >= '0' && doc[i] <= '9'; i++ {
-		d := int64(doc[i] - '0')
+	for ; i < len(v) && v[i] >= '0' && v[i] <= '9'; i++ {
+		d := int64(v[i] - '0')
 		if n > (1<<63-1-d)/10 {
 			over = true
 		} else {
 			n = n*10 + d
 		}
 	}
-	if i == start {
-		return 0, usageNotNumber
+	if i == start || v[start] == '0' && i-start > 1 {
+		return 0, usageMissing
 	}
-	if i < len(doc) {
-		switch doc[i] {
-		case '.', 'e', 'E':
-			return 0, usageNotNumber
+	if i < len(v) {
+		if !jsonNumberTail(v[i:]) {
+			return 0, usageMissing
 		}
+		return 0, usageNotNumber
 	}
 	switch {
 	case neg && n > 0:
@@ -126,6 +178,37 @@ func wholeNumber(doc []byte, i int) (int64, usageFault) {
 		return 0, usageTooLarge
 	}
 	return n, usageOK
+}
+
+// jsonNumberTail reports whether t is a JSON number's fraction and
+// exponent: ('.' digits)? ([eE] [+-]? digits)?, not both empty.
+func jsonNumberTail(t []byte) bool {
+	digits := func(i int) int {
+		j := i
+		for j < len(t) && t[j] >= '0' && t[j] <= '9' {
+			j++
+		}
+		if j == i {
+			return -1
+		}
+		return j
+	}
+	i := 0
+	if i < len(t) && t[i] == '.' {
+		if i = digits(i + 1); i < 0 {
+			return false
+		}
+	}
+	if i < len(t) && (t[i] == 'e' || t[i] == 'E') {
+		i++
+		if i < len(t) && (t[i] == '+' || t[i] == '-') {
+			i++
+		}
+		if i = digits(i); i < 0 {
+			return false
+		}
+	}
+	return i == len(t) && i > 0
 }
 
 func skipSpace(doc []byte, i int) int {
@@ -187,7 +270,7 @@ func skipValue(doc []byte, i int) int {
 	start := i
 	for ; i < len(doc); i++ {
 		switch c := doc[i]; {
-		case c >= '0' && c <= '9', c >= 'a' && c <= 'z', c == '-', c == '+', c == '.', c == 'E':
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '-', c == '+', c == '.':
 		default:
 			if i == start {
 				return -1
@@ -223,17 +306,49 @@ type sseFramer struct {
 	lineBytes int
 	// dropped counts the events dropped for their size.
 	dropped int
+	// bomSeen counts the bytes of a leading byte-order mark matched so
+	// far, and pastStart is set once the stream's start is behind: the
+	// standard decodes the stream as UTF-8, which drops one leading BOM,
+	// so "\uFEFFdata: …" is a data line.
+	bomSeen   uint8
+	pastStart bool
 }
 
 func (f *sseFramer) reset() {
 	f.line, f.data = f.line[:0], f.data[:0]
 	f.hasData, f.overlong, f.afterCR = false, false, false
 	f.lineBytes, f.dropped = 0, 0
+	f.bomSeen, f.pastStart = 0, false
+}
+
+// utf8BOM is the byte-order mark in UTF-8.
+const utf8BOM = "\xEF\xBB\xBF"
+
+// skipBOM drops a byte-order mark from the stream's start, even one
+// split between chunks; bytes that only began like one are the first
+// line's.
+func (f *sseFramer) skipBOM(chunk []byte) []byte {
+	for len(chunk) > 0 && int(f.bomSeen) < len(utf8BOM) {
+		if chunk[0] != utf8BOM[f.bomSeen] {
+			f.pastStart = true
+			if f.bomSeen > 0 {
+				f.keepLine([]byte(utf8BOM[:f.bomSeen]))
+			}
+			return chunk
+		}
+		f.bomSeen++
+		chunk = chunk[1:]
+	}
+	f.pastStart = int(f.bomSeen) == len(utf8BOM)
+	return chunk
 }
 
 // feed scans one chunk; dispatch runs for every complete event that has
 // data, with the data valid only during the call.
 func (f *sseFramer) feed(chunk []byte, dispatch func(data []byte)) {
+	if !f.pastStart {
+		chunk = f.skipBOM(chunk)
+	}
 	for i := 0; i < len(chunk); {
 		if f.afterCR {
 			f.afterCR = false

@@ -44,6 +44,23 @@ func TestJSONUsage(t *testing.T) {
 		{"10,000 nested arrays, truncated", `{"x":` + deep[:15_000], 0, usageMissing},
 		{"10,000 nested objects", deepObj, 0, usageMissing},
 		{"huge", huge, 77, usageOK},
+		// The number counts only in a whole document.
+		{"ends after the number", `{"usage":{"total_tokens":4`, 0, usageMissing},
+		{"ends after the number and a space", `{"usage":{"total_tokens":400 `, 0, usageMissing},
+		{"malformed after the number", `{"usage":{"total_tokens":4x00}}`, 0, usageMissing},
+		{"upper-case letters after the number", `{"usage":{"total_tokens":4X00}}`, 0, usageMissing},
+		{"inner object closed, outer not", `{"usage":{"total_tokens":4}`, 0, usageMissing},
+		{"ends in a later member", `{"usage":{"total_tokens":4,"prompt_tokens":1`, 0, usageMissing},
+		{"ends in a later string", `{"usage":{"total_tokens":4},"id":"c`, 0, usageMissing},
+		{"garbage after the document", `{"usage":{"total_tokens":4}} x`, 0, usageMissing},
+		{"two documents", `{"usage":{"total_tokens":4}}{"usage":{"total_tokens":5}}`, 0, usageMissing},
+		{"a bare minus", `{"usage":{"total_tokens":-}}`, 0, usageMissing},
+		{"a leading zero", `{"usage":{"total_tokens":012}}`, 0, usageMissing},
+		{"a dangling exponent", `{"usage":{"total_tokens":1e}}`, 0, usageMissing},
+		{"a string, then cut off", `{"usage":{"total_tokens":"4"`, 0, usageMissing},
+		{"later members skipped", `{"usage":{"total_tokens":4,"x":[1,{"y":"}"}]},"id":"c1"}` + "\n", 4, usageOK},
+		{"true", `{"usage":{"total_tokens":true}}`, 0, usageNotNumber},
+		{"led by a byte-order mark", "\xEF\xBB\xBF" + `{"usage":{"total_tokens":4}}`, 0, usageMissing},
 	} {
 		n, fault := jsonUsage([]byte(tc.doc), totalTokens)
 		if n != tc.want || fault != tc.fault {
@@ -81,6 +98,10 @@ func TestSSEFramer(t *testing.T) {
 		{"unterminated event not dispatched", "data: a\n\ndata: b\n", []string{"a"}, 0},
 		{"an endless line", "data: " + long, nil, 0},
 		{"an overlong event is dropped, the next one kept", "data: " + long + "\ndata: more\n\ndata: ok\n\n", []string{"ok"}, 1},
+		{"a leading byte-order mark is dropped", "\xEF\xBB\xBFdata: a\n\n", []string{"a"}, 0},
+		{"only one byte-order mark is dropped", "\xEF\xBB\xBF\xEF\xBB\xBFdata: a\n\ndata: b\n\n", []string{"b"}, 0},
+		{"a byte-order mark after the start is text", "data: a\n\n\xEF\xBB\xBFdata: b\n\n", []string{"a"}, 0},
+		{"the start of a byte-order mark is text", "\xEF\xBBdata: a\n\ndata: b\n\n", []string{"b"}, 0},
 		{"overlong across lines", "data: " + long[:maxSSEEvent/2] + "\ndata: " + long[:maxSSEEvent/2] + "\n\ndata: ok\n\n", []string{"ok"}, 1},
 	} {
 		events, dropped := sseEvents(tc.stream)
@@ -121,6 +142,7 @@ func FuzzJSONUsage(f *testing.F) {
 	for _, s := range []string{
 		`{"usage":{"total_tokens":12}}`, `{"a":[{"b":"}"}],"usage":{"total_tokens":-1}}`, `{"usage":{"total_tokens":1.0}}`,
 		`{"usage":{"total_tokens":99999999999999999999}}`, `[[[[`, `{"usage":{"total_tokens":`, `{"usage" "x"}`,
+		`{"usage":{"total_tokens":4`, `{"usage":{"total_tokens":4x00}}`, `{"usage":{"total_tokens":4}} x`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -134,6 +156,15 @@ func FuzzJSONUsage(f *testing.F) {
 		}
 		if n < 0 {
 			t.Fatalf("negative usage %d accepted", n)
+		}
+		// A document cut short never yields a number: only the whole one.
+		if len(doc) <= 1024 {
+			whole := len(bytes.TrimRight(doc, " \t\r\n"))
+			for k := 0; k < whole; k++ {
+				if m, fault := jsonUsage(doc[:k], totalTokens); fault == usageOK {
+					t.Fatalf("%q cut to %q yields %d", doc, doc[:k], m)
+				}
+			}
 		}
 		// Where the document is valid JSON with each name once, the
 		// reference decoder finds the same whole number.
@@ -162,6 +193,7 @@ func FuzzJSONUsage(f *testing.F) {
 func FuzzSSEFramer(f *testing.F) {
 	for _, s := range []string{
 		"data: {\"usage\":{\"total_tokens\":3}}\n\ndata: [DONE]\n\n", "data: a\r\n\r\n", "data:x\rdata:y\r\r", ": c\n\ndata\n\n",
+		"\xEF\xBB\xBFdata: {\"usage\":{\"total_tokens\":3}}\n\n", "\xEF\xBBdata: a\n\n",
 	} {
 		f.Add([]byte(s), uint16(3))
 	}

@@ -82,4 +82,42 @@ var bodyCases = []Case{
 			wantCounter(t, h, "sluice.limit.tokens.response_cost", 70+1+3)
 		},
 	},
+	{
+		Name:    "a JSON body cut off or broken after the number is charged the default, never the number",
+		Config:  strings.Replace(tokensFromBody, `"max_body_bytes":64`, `"max_body_bytes":64,"default":5`, 1),
+		Workers: 2,
+		Run: func(t *testing.T, h Harness) {
+			for i, body := range [][]string{
+				{`{"usage":{"total_tokens":4`},          // ends early
+				{`{"usage":{"total_`, `tokens":4x00}}`}, // malformed after the number
+				{`{"usage":{"total_tokens":40}`},        // the outer object never closes
+			} {
+				resp := h.Do(t, get("/").on(i%2).streaming("application/json", body...))
+				wantBody(t, "broken answer", resp, body)
+			}
+			// Three defaults of 5, one unit each taken at admission:
+			// 100 - 3*5 = 85 left, and this request takes one more.
+			wantRemaining(t, "after three defaults", h.Do(t, get("/")), "84")
+			// The bodyless answer to that request is a fourth.
+			wantCounter(t, h, "sluice.limit.tokens.response_usage_missing", 4)
+			wantCounter(t, h, "sluice.limit.tokens.response_cost", 4*5)
+		},
+	},
+	{
+		Name:    "an event stream that starts with a byte-order mark is read from its first event",
+		Config:  tokensFromBody,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			// The mark is split between chunks, and the only event with
+			// the path is the first.
+			events := []string{"\xEF\xBB", "\xBFdata: {\"usage\":{\"total_tokens\":50}}\n\n", "data: [DONE]\n\n"}
+			resp := h.Do(t, get("/").streaming("text/event-stream", events...))
+			wantBody(t, "streamed answer", resp, events)
+			// 100 - 50 = 50 left, and this request takes one more.
+			wantRemaining(t, "after 50", h.Do(t, get("/")), "49")
+			// Only that bodyless answer missed its usage.
+			wantCounter(t, h, "sluice.limit.tokens.response_usage_missing", 1)
+			wantCounter(t, h, "sluice.limit.tokens.response_cost", 50+1)
+		},
+	},
 }

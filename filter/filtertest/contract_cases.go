@@ -119,6 +119,24 @@ var contractCases = []Case{
 		},
 	},
 	{
+		Name: "an HTML template escapes its values for HTML, and {header:} gives the header's first value",
+		Config: `{"limits":[{"name":"l","key":[],"requests_per_second":1}],
+			"response":{"body":"template","templates":{"content_type":"text/html; charset=utf-8",
+			"rate_limited":"<p title=\"{header:x-name}\">{header:x-name} ({limit})</p>"}}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			h.Do(t, get("/"))
+			resp := h.Do(t, get("/").with("x-name", `<script>"it's" & co</script>`).with("x-name", "second"))
+			v := `&lt;script&gt;&#34;it&#39;s&#34; &amp; co&lt;/script&gt;`
+			if want := `<p title="` + v + `">` + v + ` (l)</p>`; resp.Status != 429 || string(resp.Body) != want {
+				t.Fatalf("%d %s, want 429 %s", resp.Status, resp.Body, want)
+			}
+			if ct := resp.Headers.Get("content-type"); ct != "text/html; charset=utf-8" {
+				t.Fatalf("content-type %q", ct)
+			}
+		},
+	},
+	{
 		Name: "gRPC requests get trailers-only replies: 8 for limits, 14 for an open circuit",
 		Config: `{"limits":[{"name":"l","key":["path"],"match":{"path_prefix":"/svc.A"},"requests_per_second":1},{"name":"p","key":[],"match":{"path":"/plain"},"requests_per_second":1}],
 			"concurrency":[{"name":"c","key":[],"match":{"path":"/slow"},"max_in_flight":1}],

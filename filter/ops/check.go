@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/sluice-proxy/sluice/filter/config"
@@ -122,7 +121,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	all := CheckReport{Configs: []ConfigRef{}, Errors: []Finding{}, Warnings: []Finding{}}
 	unreadable := false
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readRegular(f)
 		if err != nil {
 			fmt.Fprintf(stderr, "sluicectl check: %v\n", err)
 			unreadable = true

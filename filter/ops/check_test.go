@@ -278,3 +278,114 @@ func TestCheckUsage(t *testing.T) {
 		}
 	}
 }
+
+// A file over the size bound is refused before it is read whole, and
+// YAML whose node tree could be too large before it is parsed: an 8 MiB
+// flow sequence once took 892 MiB and 6 s to reach the walk's bound.
+func TestCheckBoundsWhatItReads(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, []byte("a: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(big, maxConfigFile+1); err != nil { // sparse: no disk used
+		t.Fatal(err)
+	}
+	nodes := "[" + strings.Repeat("a,", maxYAMLStarts) + "a]\n"
+	files := writeFiles(t, dir, map[string]string{
+		"nodes.yaml": nodes,
+		// Under the bound, a large file is checked as usual.
+		"many.yaml": bootstrap(false, inlineSluice(xffConfig)) + "---\nx: [" + strings.Repeat("a,", maxYAMLStarts/2) + "a]\n",
+	})
+	for _, tc := range []struct {
+		file, want string
+	}{
+		{big, "more than the 16777216 bytes a configuration file may have"},
+		{files["nodes.yaml"], "too large to check"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := Main([]string{"check", tc.file}, &stdout, &stderr)
+		if out := stdout.String() + stderr.String(); code == 0 || !strings.Contains(out, tc.want) || len(out) > 1000 {
+			t.Errorf("%s: exit %d, output %q; want %q", tc.file, code, out, tc.want)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"check", files["many.yaml"]}, &stdout, &stderr); code != 0 {
+		t.Errorf("a large file under the bounds: exit %d: %s%s", code, stdout.String(), stderr.String())
+	}
+	if n := yamlStarts([]byte(nodes)); n <= maxYAMLStarts {
+		t.Fatalf("the flow sequence counts %d starts", n)
+	}
+}
+
+// The bound on YAML holds for a bootstrap and the ECDS files it names
+// together: one large ECDS file named four times is not parsed four times.
+func TestCheckBoundsYAMLWithItsECDSFiles(t *testing.T) {
+	filter := `                  - name: sluice
+                    config_discovery:
+                      config_source: {path_config_source: {path: big-filter.yaml}}
+                      type_urls: [type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm]
+`
+	big := ecdsFile + "pad: [" + strings.Repeat("a,", maxYAMLStarts/3) + "a]\n"
+	for _, tc := range []struct {
+		filters int
+		want    string
+	}{
+		{2, "error: limits[0].burst: must be >= 0"}, // the ECDS file's own error, twice
+		{4, "lines and indicators (-, ?, :, ',', [, {, *), with the ECDS files it names, is too large to check"},
+		// A long scalar has few starts, but its bytes count.
+		{5, "bytes, with the ECDS files it names, is too large to check"},
+	} {
+		ecds := big
+		if tc.filters == 5 {
+			ecds = ecdsFile + "pad: " + strings.Repeat("a", maxConfigFile-len(ecdsFile)-10) + "\n"
+		}
+		files := writeFiles(t, t.TempDir(), map[string]string{"envoy.yaml": bootstrap(false, strings.Repeat(filter, tc.filters)), "big-filter.yaml": ecds})
+		var stdout, stderr bytes.Buffer
+		Main([]string{"check", files["envoy.yaml"]}, &stdout, &stderr)
+		if out := stdout.String() + stderr.String(); !strings.Contains(out, tc.want) {
+			t.Errorf("%d filters: %q, want %q", tc.filters, out, tc.want)
+		}
+	}
+}
+
+// Every message quotes at most a bounded prefix of a bad value, however
+// long the value.
+func TestCheckQuotesBoundedPrefixes(t *testing.T) {
+	long := strings.Repeat("x", 1<<20)
+	cfg := `{"limits": [{"name": "` + long + `", "requests_per_second": 1, "key": ["header:` + long + `!", "` + long + `"],
+	  "match": {"path_regex": "(` + long + `", "methods": ["` + long + `"], "client_cidrs": ["` + long + `"]},
+	  "cost_from_response": {"json": "` + long + `..x"}, "` + long + `": 1}],
+	  "response": {"near_limit_ratio": 1` + strings.Repeat("0", 1<<20) + `, "body": "template",
+	    "templates": {"content_type": "` + long + `", "rate_limited": "x"}}}`
+	yml := `static_resources:
+  listeners:
+    - filter_chains:
+        - filters:
+            - typed_config:
+                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+                http_filters:
+                  - name: sluice
+                    config_discovery:
+                      config_source: {path_config_source: {path: ` + long + `}}
+                      type_urls: [type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm]
+`
+	ytype := bootstrap(false, `                  - name: envoy.filters.http.wasm
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+                      config:
+                        root_id: sluice
+                        configuration:
+                          "@type": `+long)
+	for name, data := range map[string]string{"long.json": cfg, "ecds.yaml": yml, "type.yaml": ytype} {
+		r := Check(name, []byte(data))
+		if len(r.Errors) == 0 {
+			t.Errorf("%s: no error", name)
+		}
+		for _, e := range r.Errors {
+			if n := len(e.Path) + len(e.Message); n > 1000 {
+				t.Errorf("%s: a finding of %d bytes: %.300s…", name, n, e.text())
+			}
+		}
+	}
+}

@@ -6,12 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-proxy/sluice/filter/config"
 )
 
 // The Envoy and Istio shapes a Sluice configuration sits in. Our e2e
@@ -82,7 +83,7 @@ func isJSON(file string, data []byte) bool {
 // their own), and in Istio WasmPlugin resources (spec.pluginConfig). A
 // file may hold several YAML documents.
 func findPluginConfigs(file string, data []byte) ([]pluginConfig, error) {
-	w := &walker{file: file, budget: maxWalkNodes}
+	w := &walker{file: file, budget: maxWalkNodes, starts: maxYAMLStarts, bytes: maxYAMLBytes}
 	if err := w.documents(data); err != nil {
 		return nil, err
 	}
@@ -95,9 +96,18 @@ type walker struct {
 	found  []pluginConfig
 	// ecdsDepth counts the ECDS files being walked inside one another.
 	ecdsDepth int
+
+	// starts and bytes are what is left of maxYAMLStarts and
+	// maxYAMLBytes for this file and the ECDS files it names, together:
+	// a bootstrap naming one large ECDS file a thousand times is not
+	// parsed a thousand times.
+	starts, bytes int
 }
 
 func (w *walker) documents(data []byte) error {
+	if err := w.chargeYAML(w.file, data); err != nil {
+		return err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
 		var doc yaml.Node
@@ -186,7 +196,10 @@ func (w *walker) ecds(name string, line int, hcm *connectionManager) error {
 		if err != nil {
 			continue
 		}
-		sub := &walker{file: c, budget: w.budget, ecdsDepth: w.ecdsDepth + 1}
+		if err := w.chargeYAML(c, data); err != nil {
+			return err
+		}
+		sub := &walker{file: c, budget: w.budget, starts: w.starts, bytes: w.bytes, ecdsDepth: w.ecdsDepth + 1}
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		var doc yaml.Node
 		if err := dec.Decode(&doc); err != nil {
@@ -197,28 +210,14 @@ func (w *walker) ecds(name string, line int, hcm *connectionManager) error {
 				return err
 			}
 		}
-		w.budget = sub.budget
+		w.budget, w.starts, w.bytes = sub.budget, sub.starts, sub.bytes
 		w.found = append(w.found, sub.found...)
 		return nil
 	}
-	return fmt.Errorf("%s:%d: cannot read the ECDS file %q (tried %s); check it on its own", w.file, line, name, strings.Join(candidates, ", "))
-}
-
-// maxECDSFile bounds an ECDS file read: Envoy's are a few KiB.
-const maxECDSFile = 16 << 20
-
-// readRegular reads a regular file of at most maxECDSFile bytes: a path
-// in a config may name a device or a FIFO (/dev/zero, /dev/stdin), which
-// would never end.
-func readRegular(name string) ([]byte, error) {
-	st, err := os.Stat(name)
-	if err != nil {
-		return nil, err
+	for i, c := range candidates {
+		candidates[i] = config.Quote(c)
 	}
-	if !st.Mode().IsRegular() || st.Size() > maxECDSFile {
-		return nil, fmt.Errorf("%s: not a regular file of at most %d bytes", name, maxECDSFile)
-	}
-	return os.ReadFile(name)
+	return fmt.Errorf("%s:%d: cannot read the ECDS file %s (tried %s); check it on its own", w.file, line, config.Quote(name), strings.Join(candidates, ", "))
 }
 
 // discoversWasm reports whether a config_discovery may deliver a wasm
@@ -287,7 +286,7 @@ func (w *walker) wasmFilter(cfg *yaml.Node, path string, hcm *connectionManager)
 	case "type.googleapis.com/google.protobuf.Struct":
 		pc.Config, pc.Err = nodeJSON(value)
 	default:
-		pc.Err = fmt.Sprintf("configuration type %q is not passed to a module (StringValue, BytesValue and Struct are)", t)
+		pc.Err = fmt.Sprintf("configuration type %s is not passed to a module (StringValue, BytesValue and Struct are)", config.Quote(t))
 	}
 	w.found = append(w.found, pc)
 }
@@ -380,7 +379,12 @@ func scalar(n *yaml.Node) string {
 	return n.Value
 }
 
+// joinYAML adds key to a node's path; a key longer than config.MaxQuoted
+// is quoted and cut, so no finding carries a hostile key whole.
 func joinYAML(path, key string) string {
+	if len(key) > config.MaxQuoted {
+		return path + "[" + config.Quote(key) + "]"
+	}
 	if path == "" {
 		return key
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -321,7 +320,7 @@ FILE is a plugin config JSON, or Envoy YAML holding exactly one Sluice filter.`
 // explainConfig reads the plugin configuration of file: the file itself
 // when it is JSON, or the one Sluice filter configuration in Envoy YAML.
 func explainConfig(file string) ([]byte, error) {
-	data, err := os.ReadFile(file)
+	data, err := readRegular(file)
 	if err != nil {
 		return nil, err
 	}

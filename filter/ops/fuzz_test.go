@@ -61,10 +61,22 @@ func FuzzCheck(f *testing.F) {
 	f.Add([]byte("kind: WasmPlugin\nspec:\n  pluginConfig: {limits: [{name: a, requests_per_second: 1}]}\n"))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte(`{"limits": [{"name": "a", "requests_per_second": 1, "match": {"not": {}}}]}`))
+	// Hostile inputs: a flow sequence past the bound on nodes, long bad
+	// values, and regexes that would escape their anchors.
+	f.Add([]byte("x: [" + strings.Repeat("a,", maxYAMLStarts) + "a]\n"))
+	f.Add([]byte(`{"limits": [{"name": "` + strings.Repeat("n", 300) + `", "match": {"path_regex": "/only)|(?:/never"}}]}`))
+	f.Add([]byte("kind: WasmPlugin\nspec:\n  pluginConfig: {limits: [{name: a, requests_per_second: 1, match: {headers: [{name: x, regex: 'v1)|(?:.*'}]}}]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := Check("fuzz.yaml", data)
 		if len(r.Configs) == 0 && len(r.Errors) == 0 {
 			t.Fatal("no configuration found and no error")
+		}
+		for _, e := range r.Errors {
+			// A template's messages are the longest: they quote a
+			// placeholder and the sample, each cut.
+			if n := len(e.Path) + len(e.Message) + len(e.YAMLPath); n > 2000 {
+				t.Fatalf("a finding of %d bytes: %.200s…", n, e.text())
+			}
 		}
 		for _, w := range r.Warnings {
 			if w.Code == "" || w.File == "" {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -156,7 +155,7 @@ func quota(a *quotaArgs) (quotaState, error) {
 // for the key values. The limit's mode must suit the way asked: local
 // limits through an Envoy, global and hybrid ones in Redis.
 func quotaLimit(a *quotaArgs) (*config.Config, *config.Limit, engine.QuotaKey, error) {
-	data, err := os.ReadFile(a.configFile)
+	data, err := readRegular(a.configFile)
 	if err != nil {
 		return nil, nil, engine.QuotaKey{}, err
 	}

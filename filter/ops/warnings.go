@@ -169,12 +169,12 @@ func contradiction(m *config.Match) string {
 				return x.what + " must be absent and also present"
 			}
 			if x.hasValue && y.hasValue && x.exact && y.exact && x.value != y.value {
-				return fmt.Sprintf("%s must equal both %q and %q", x.what, x.value, y.value)
+				return fmt.Sprintf("%s must equal both %s and %s", x.what, config.Quote(x.value), config.Quote(y.value))
 			}
 		}
 	}
 	if m.Path != "" && m.PathRegex != nil && !m.PathRegex.MatchString(m.Path) {
-		return fmt.Sprintf("path %q does not match the path_regex %q", m.Path, m.PathRegex.Source)
+		return fmt.Sprintf("path %s does not match the path_regex %s", config.Quote(m.Path), config.Quote(m.PathRegex.Source))
 	}
 	if m.Not != nil && subset(m.Not.Conditions(), m.Conditions()) {
 		return "its not holds whenever the rest of the match does"
