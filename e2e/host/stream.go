@@ -186,7 +186,9 @@ func (s *stream) signal() {
 // filter chain does. The callbacks run on the worker's loop; the calling
 // goroutine (the connection's) only waits for them, and waits off the loop
 // while the stream is parked or its request is upstream, so the worker keeps
-// serving its other streams meanwhile.
+// serving its other streams meanwhile. Called with the context of
+// Runtime.OnWorker for that worker, Serve runs the same turns on the loop
+// itself instead.
 func (p *Plugin) Serve(ctx context.Context, req *Request, next Upstream) (*Response, error) {
 	if req.Worker < 0 || req.Worker >= len(p.workers) {
 		return nil, fmt.Errorf("worker %d out of range [0,%d)", req.Worker, len(p.workers))
@@ -194,27 +196,40 @@ func (p *Plugin) Serve(ctx context.Context, req *Request, next Upstream) (*Respo
 	if p.closed.Load() {
 		return nil, errors.New("plugin is closed")
 	}
-	sr := &streamRun{p: p, w: p.workers[req.Worker], ctx: ctx, req: req, next: next, done: make(chan struct{}, 1)}
+	w := p.workers[req.Worker]
+	sr := &streamRun{p: p, w: w, ctx: ctx, req: req, next: next}
+	if on := loopOf(ctx); on == w.loop {
+		sr.onLoop = true
+	} else if on != nil {
+		// The caller's loop would wait for another's: loops never do.
+		return nil, fmt.Errorf("worker %d served from the loop of another worker", req.Worker)
+	} else {
+		sr.done = make(chan struct{}, 1)
+	}
 	for !sr.step() {
 	}
 	return sr.resp, sr.err
 }
 
-// step posts one turn of the stream to its worker's loop, waits for it,
-// and gets off the loop what the turn said the stream needs next. It
-// reports true when the stream is over (resp, err are the answer) or
-// when its response headers went downstream ahead of a streamed body.
+// step runs one turn of the stream on its worker's loop (posted there and
+// waited for, or run in place when the caller is the loop), then gets what
+// the turn said the stream needs next. It reports true when the stream is
+// over (resp, err are the answer) or when its response headers went
+// downstream ahead of a streamed body.
 func (sr *streamRun) step() bool {
-	if !sr.w.loop.post(sr) {
+	if sr.onLoop {
+		sr.run()
+	} else if !sr.w.loop.post(sr) {
 		sr.resp, sr.err, sr.need = nil, ErrPluginClosed, needNothing
 		return true
+	} else {
+		<-sr.done
 	}
-	<-sr.done
 	switch sr.need {
 	case needNothing, needHeaders:
 		return true
 	case needResume:
-		sr.parkErr = sr.st.waitResume(sr.ctx)
+		sr.parkErr = sr.waitResume()
 		sr.resumed = sr.parkErr == nil
 	case needUpstream:
 		sr.upResp, sr.upErr = sr.next(sr.ctx, sr.up)
@@ -282,6 +297,9 @@ type streamRun struct {
 	req  *Request
 	next Upstream
 	done chan struct{} // a turn ended (capacity 1, so the loop never waits)
+	// onLoop: the caller is the worker's loop (Runtime.OnWorker), which
+	// runs the turns in place; done is then nil.
+	onLoop bool
 
 	// Set by the first turn: the VM and the stream (nil when the stream
 	// never reached a VM).
@@ -357,7 +375,9 @@ func (sr *streamRun) run() {
 	default:
 		sr.need = sr.finish()
 	}
-	sr.done <- struct{}{}
+	if sr.done != nil {
+		sr.done <- struct{}{}
+	}
 }
 
 func failStreamResponse() *Response {
@@ -525,18 +545,42 @@ func (sr *streamRun) park(ph phase) streamNeed {
 	return needResume
 }
 
-// waitResume is the parked stream's wait, off the loop.
-func (st *stream) waitResume(ctx context.Context) error {
-	select {
-	case <-st.resume:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-st.vmCtx.Done():
-		// The plugin was closed under a parked stream.
-		return ErrPluginClosed
+// waitResume is the parked stream's wait, for the plugin to resume it, the
+// stream's context to end or the plugin to close. Off the loop it only
+// waits. On the loop, only the loop's other tasks can resume the stream,
+// so it runs them meanwhile, as a dispatcher goes on with other events
+// while a filter holds a stream.
+func (sr *streamRun) waitResume() error {
+	st, l := sr.st, sr.w.loop
+	for {
+		var wake <-chan struct{} // nil off the loop: never ready
+		if sr.onLoop {
+			wake = l.wake
+			if l.runNext() {
+				// Look again without waiting: the task may have resumed
+				// the stream, or more may be queued.
+				wake = alwaysReady
+			}
+		}
+		select {
+		case <-st.resume:
+			return nil
+		case <-sr.ctx.Done():
+			return sr.ctx.Err()
+		case <-st.vmCtx.Done():
+			// The plugin was closed under a parked stream.
+			return ErrPluginClosed
+		case <-wake:
+		}
 	}
 }
+
+// alwaysReady is a closed channel: a select case on it never waits.
+var alwaysReady = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // unparkFailed ends the stream if its wait ended without the plugin
 // resuming it.
