@@ -40,9 +40,11 @@ type Request struct {
 
 // Response is what goes back downstream (or what an upstream returned).
 type Response struct {
-	Status   int
-	Headers  [][2]string // without :status
-	Body     []byte
+	Status  int
+	Headers [][2]string // without :status
+	Body    []byte
+	// Trailers follow Body. A BodyStream's trailers come from the stream
+	// itself, at its end (TrailingBody).
 	Trailers [][2]string
 	// Details is response.code_details ("via_upstream",
 	// "upstream_response_timeout", "wasm_fail_stream", …).
@@ -54,7 +56,8 @@ type Response struct {
 	// then empty). An upstream sets it for a body it sends as it goes;
 	// Serve then runs proxy_on_response_body once per chunk, as Envoy
 	// runs it per data frame, and returns as soon as the response headers
-	// go downstream, with a BodyStream of what the filter lets through.
+	// go downstream, with a BodyStream (a TrailingBody) of what the
+	// filter lets through.
 	BodyStream BodyStream
 }
 
@@ -65,6 +68,18 @@ type Response struct {
 // reply, a reset, a failed VM), as Envoy resets the upstream request.
 type BodyStream interface {
 	Next(ctx context.Context) ([]byte, error)
+}
+
+// TrailingBody is a BodyStream whose body may be followed by trailers, as
+// a chunked HTTP/1.1 or an HTTP/2 body can be. Trailers is asked once Next
+// returned io.EOF, and returns them (nil for none). Serve hands an
+// upstream's trailers to proxy_on_response_trailers, as Envoy does after
+// the last data frame, whose proxy_on_response_body then says
+// end_of_stream false; the BodyStream Serve returns is a TrailingBody too,
+// with the trailers as the filter left them.
+type TrailingBody interface {
+	BodyStream
+	Trailers() [][2]string
 }
 
 // Upstream is the rest of the filter chain (next filter / router).
@@ -261,6 +276,15 @@ func (sr *streamRun) fetchChunk() {
 // through: each Next runs the stream's turns until the filter forwards
 // data or the stream ends.
 type downstreamBody struct{ sr *streamRun }
+
+// Trailers are the response trailers as the filter left them, once Next
+// returned io.EOF.
+func (d downstreamBody) Trailers() [][2]string {
+	if sr := d.sr; sr.over && sr.err == nil {
+		return sr.st.respTrailers
+	}
+	return nil
+}
 
 func (d downstreamBody) Next(context.Context) ([]byte, error) {
 	sr := d.sr
@@ -834,61 +858,101 @@ func (sr *streamRun) sendHeaders() streamNeed {
 
 // body runs proxy_on_response_body on the chunk the upstream sent (sr.chunk),
 // as Envoy runs it per data frame: the callback sees what the host buffered
-// for it so far followed by the chunk, with end_of_stream on the last one.
+// for it so far followed by the chunk, with end_of_stream on the last one
+// unless trailers follow, which then go to proxy_on_response_trailers.
 // Continue forwards all of it; Pause (StopIterationAndBuffer) keeps it
 // buffered for the next callback. An upstream reset ends the stream.
 func (sr *streamRun) body() streamNeed {
 	if n, over := sr.unparkFailed(); over {
 		return n
 	}
-	w, v, st := sr.w, sr.v, sr.st
-	eos := false
 	if sr.resumed {
 		// proxy_continue_stream after a Pause at the end of the stream.
 		sr.resumed = false
-		eos = true
-	} else {
-		chunk, err := sr.chunk, sr.chunkErr
-		sr.chunk, sr.chunkErr = nil, nil
-		eos = errors.Is(err, io.EOF)
-		sr.upEnded = err != nil
-		if err != nil && !eos {
-			return sr.end(nil, err)
-		}
+		return sr.endStreamedBody()
+	}
+	v, st := sr.v, sr.st
+	chunk, err := sr.chunk, sr.chunkErr
+	sr.chunk, sr.chunkErr = nil, nil
+	ended := errors.Is(err, io.EOF)
+	sr.upEnded = err != nil
+	if err != nil && !ended {
+		return sr.end(nil, err)
+	}
+	if tb, ok := sr.upBody.(TrailingBody); ok && ended {
+		st.respTrailers = lowerPairs(tb.Trailers())
+	}
+	eos := ended && len(st.respTrailers) == 0
+	// Envoy hands on no empty data frame ahead of trailers.
+	if !ended || eos || len(chunk) > 0 {
 		st.respBody = append(sr.buffered, chunk...)
 		st.respBodyReadable = true
 		act := v.call(st.id, v.fnRespBody, uint64(st.id), uint64(len(st.respBody)), b2u(eos))
 		st.respBodyReadable = false
-		if v.failed || w.vm != v {
-			if sr.headersSent {
-				return sr.end(nil, errFailedMidBody)
-			}
-			return sr.failedMidStream()
-		}
-		if st.reset || (st.local != nil && sr.headersSent) {
-			// A local reply after the headers went out can only reset.
-			return sr.end(nil, ErrStreamReset)
-		}
-		if st.local != nil {
-			return sr.replaceWithLocal()
+		if n, over := sr.streamedCallbackEnded(); over {
+			return n
 		}
 		if uint32(act) == actionPause && !st.pendingResume {
 			sr.buffered = st.respBody
-			if eos {
+			switch {
+			case eos:
 				return sr.park(phaseResponse)
+			case !ended:
+				return needChunk
 			}
-			return needChunk
+			// Trailers follow: they decide what the buffered body does.
+		} else {
+			st.pendingResume = false
+			sr.fwd = append(sr.fwd, st.respBody...)
+			sr.buffered = nil
 		}
-		st.pendingResume = false
+		st.respBody = nil
 	}
-	sr.fwd = append(sr.fwd, st.respBody...)
-	sr.buffered, st.respBody = nil, nil
-	if !eos {
+	if !ended {
 		if !sr.headersSent {
 			return sr.sendHeaders()
 		}
 		return needChunk
 	}
+	if !eos {
+		act := v.call(st.id, v.fnRespTrailers, uint64(st.id), uint64(len(st.respTrailers)))
+		if n, over := sr.streamedCallbackEnded(); over {
+			return n
+		}
+		if uint32(act) == actionPause && !st.pendingResume {
+			return sr.park(phaseResponse)
+		}
+		st.pendingResume = false
+	}
+	return sr.endStreamedBody()
+}
+
+// streamedCallbackEnded ends the stream if a response body or trailers
+// callback of a streamed response failed the VM, reset the stream or sent
+// a local reply, and reports whether it did.
+func (sr *streamRun) streamedCallbackEnded() (streamNeed, bool) {
+	w, v, st := sr.w, sr.v, sr.st
+	switch {
+	case v.failed || w.vm != v:
+		if sr.headersSent {
+			return sr.end(nil, errFailedMidBody), true
+		}
+		return sr.failedMidStream(), true
+	case st.reset || (st.local != nil && sr.headersSent):
+		// A local reply after the headers went out can only reset.
+		return sr.end(nil, ErrStreamReset), true
+	case st.local != nil:
+		return sr.replaceWithLocal(), true
+	}
+	return 0, false
+}
+
+// endStreamedBody ends a streamed response whose filter callbacks are
+// done: what the filter still held goes downstream, then its trailers.
+func (sr *streamRun) endStreamedBody() streamNeed {
+	st := sr.st
+	sr.fwd = append(sr.fwd, sr.buffered...)
+	sr.buffered, st.respBody = nil, nil
 	if !sr.headersSent {
 		// The filter held everything: the client gets one whole response.
 		out := st.buildResponse()
