@@ -194,7 +194,7 @@ func (c *upstreamCluster) roundTrip(ctx context.Context, headers [][2]string, bo
 	}
 	out := &host.Response{Status: resp.StatusCode}
 	if stream && resp.ContentLength < 0 {
-		out.BodyStream = &upstreamBody{r: resp.Body}
+		out.BodyStream = &upstreamBody{r: resp.Body, trailer: resp}
 	} else {
 		defer resp.Body.Close()
 		rb, err := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody+1))
@@ -218,13 +218,24 @@ func (c *upstreamCluster) roundTrip(ctx context.Context, headers [][2]string, bo
 	if resp.ContentLength >= 0 && resp.Header.Get("Content-Length") == "" {
 		out.Headers = append(out.Headers, [2]string{"content-length", fmt.Sprint(resp.ContentLength)})
 	}
-	for k, vs := range resp.Trailer {
-		for _, v := range vs {
-			out.Trailers = append(out.Trailers, [2]string{strings.ToLower(k), v})
-		}
+	if out.BodyStream == nil {
+		out.Trailers = trailerPairs(resp.Trailer)
 	}
 	sortPairs(out.Headers)
 	return out, nil
+}
+
+// trailerPairs are an upstream's trailers, read once its body ended,
+// lower-cased and sorted by name.
+func trailerPairs(t http.Header) [][2]string {
+	var out [][2]string
+	for k, vs := range t {
+		for _, v := range vs {
+			out = append(out, [2]string{strings.ToLower(k), v})
+		}
+	}
+	sortPairs(out)
+	return out
 }
 
 // upstreamBody is a streamed upstream body, one read at a time: each read
@@ -233,7 +244,14 @@ func (c *upstreamCluster) roundTrip(ctx context.Context, headers [][2]string, bo
 type upstreamBody struct {
 	r    io.ReadCloser
 	done func()
+	// trailer is the response whose Trailer net/http fills in when the
+	// body has been read to its end.
+	trailer *http.Response
 }
+
+// Trailers are the trailers that followed the body (a chunked HTTP/1.1
+// body can have them), once Next returned io.EOF.
+func (b *upstreamBody) Trailers() [][2]string { return trailerPairs(b.trailer.Trailer) }
 
 func (b *upstreamBody) Next(context.Context) ([]byte, error) {
 	buf := make([]byte, upstreamReadSize)

@@ -1,7 +1,11 @@
 package envoy
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -71,5 +75,58 @@ func BenchmarkWriteResponse(b *testing.B) {
 	for range b.N {
 		clear(w.h)
 		writeResponse(w, r, sluiceResponse)
+	}
+}
+
+// trailerBody is a streamed body of one chunk followed by trailers.
+type trailerBody struct {
+	sent     bool
+	trailers [][2]string
+}
+
+func (b *trailerBody) Next(context.Context) ([]byte, error) {
+	if b.sent {
+		return nil, io.EOF
+	}
+	b.sent = true
+	return []byte("streamed"), nil
+}
+
+func (b *trailerBody) Trailers() [][2]string { return b.trailers }
+
+// TestWriteResponseTrailers: trailers reach a real HTTP/1.1 client after
+// the body, whether the filters held the whole body or let it stream;
+// hop-by-hop names and pseudo-headers do not.
+func TestWriteResponseTrailers(t *testing.T) {
+	trailers := [][2]string{{"grpc-status", "0"}, {"X-Usage", "7"}, {"connection", "close"}, {":status", "200"}}
+	for _, c := range []struct {
+		name string
+		resp func() *host.Response
+		body string
+	}{
+		{"whole body", func() *host.Response {
+			return &host.Response{Status: 200, Body: []byte("whole"), Trailers: trailers}
+		}, "whole"},
+		{"streamed body", func() *host.Response {
+			return &host.Response{Status: 200, BodyStream: &trailerBody{trailers: trailers}}
+		}, "streamed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeResponse(w, r, c.resp()) }))
+			defer srv.Close()
+			resp, err := http.Get(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || string(b) != c.body {
+				t.Fatalf("body %q %v", b, err)
+			}
+			want := http.Header{"Grpc-Status": {"0"}, "X-Usage": {"7"}}
+			if fmt.Sprint(resp.Trailer) != fmt.Sprint(want) {
+				t.Errorf("trailers %v, want %v", resp.Trailer, want)
+			}
+		})
 	}
 }

@@ -984,8 +984,15 @@ func writeResponse(w http.ResponseWriter, r *http.Request, resp *host.Response) 
 	switch {
 	case r.Method == http.MethodHead && upstreamLength != "":
 		h.Set("Content-Length", upstreamLength)
-	case bodyAllowed && resp.BodyStream == nil:
+	case bodyAllowed && resp.BodyStream == nil && len(resp.Trailers) == 0:
+		// A body with trailers goes chunked: HTTP/1.1 carries trailers
+		// only after a chunked body.
 		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	}
+	if bodyAllowed && resp.BodyStream == nil && r.Method != http.MethodHead {
+		// Before the headers: net/http decides on a chunked body, which
+		// alone carries trailers in HTTP/1.1, when the headers go out.
+		writeTrailers(w, resp.Trailers)
 	}
 	w.WriteHeader(status)
 	if resp.BodyStream != nil {
@@ -997,8 +1004,23 @@ func writeResponse(w http.ResponseWriter, r *http.Request, resp *host.Response) 
 	}
 }
 
+// writeTrailers has trailers follow the body: net/http writes what the
+// handler sets under http.TrailerPrefix as the chunked body's trailer
+// section (HTTP/1.1) or the trailing HEADERS frame (HTTP/2).
+func writeTrailers(w http.ResponseWriter, trailers [][2]string) {
+	h := w.Header()
+	for _, kv := range trailers {
+		k := strings.ToLower(kv[0])
+		if strings.HasPrefix(k, ":") || hopByHop[k] || k == "content-length" {
+			continue
+		}
+		ck := http.TrailerPrefix + canonicalKey(k)
+		h[ck] = append(h[ck], kv[1])
+	}
+}
+
 // writeStreamed sends a streamed body chunk by chunk, flushing each, as
-// Envoy sends each data frame the filters let through. The stream is
+// Envoy sends each data frame the filters let through, then its trailers. The stream is
 // read to its end even when the client has gone, so the filters see the
 // stream end; a reset (any error but io.EOF) drops the connection.
 func writeStreamed(w http.ResponseWriter, r *http.Request, body host.BodyStream) {
@@ -1017,6 +1039,9 @@ func writeStreamed(w http.ResponseWriter, r *http.Request, body host.BodyStream)
 			}
 		}
 		if errors.Is(err, io.EOF) {
+			if tb, ok := body.(host.TrailingBody); ok && !gone {
+				writeTrailers(w, tb.Trailers())
+			}
 			return
 		}
 		if err != nil {

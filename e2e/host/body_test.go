@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func (c chanBody) Next(ctx context.Context) ([]byte, error) {
 }
 
 // serveStreamed runs a probe stream whose upstream answers with body.
-func serveStreamed(t *testing.T, probe string, body chanBody) (*Plugin, *Response) {
+func serveStreamed(t *testing.T, probe string, body BodyStream) (*Plugin, *Response) {
 	t.Helper()
 	r, _ := newRT(t, "")
 	p := probePlugin(t, r, PluginConfig{Configuration: []byte("x")})
@@ -141,4 +142,62 @@ func TestStreamedBodyClosedWhenTheStreamEndsFirst(t *testing.T) {
 	default:
 		t.Fatal("the upstream body was left open")
 	}
+}
+
+// trailingBody is a chanBody followed by trailers, as a chunked HTTP/1.1
+// or an HTTP/2 body can be.
+type trailingBody struct {
+	chanBody
+	trailers [][2]string
+}
+
+func (b trailingBody) Trailers() [][2]string { return b.trailers }
+
+// wantTrailers checks the trailers the client gets after the body.
+func wantTrailers(t *testing.T, resp *Response, want [][2]string) {
+	t.Helper()
+	tb, ok := resp.BodyStream.(TrailingBody)
+	if !ok {
+		t.Fatalf("the client's body %T has no trailers", resp.BodyStream)
+	}
+	if got := tb.Trailers(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("trailers %q, want %q", got, want)
+	}
+}
+
+// As Envoy: when trailers follow the body, the last body callback says
+// end_of_stream false (and an end without data of its own gets no body
+// callback), proxy_on_response_trailers gets the trailers, and the client
+// gets them after the body, with what the filter added.
+func TestStreamedBodyTrailersReachTheFilterAndTheClient(t *testing.T) {
+	upstream := [][2]string{{"Grpc-Status", "0"}, {"x-usage", "7"}}
+	t.Run("passed as they come", func(t *testing.T) {
+		body := trailingBody{make(chanBody), upstream}
+		_, resp := serveStreamed(t, "stream-body", body)
+		sendAll(body.chanBody, chunk{b: []byte("first")}, chunk{b: []byte("second")}, chunk{err: io.EOF})
+		wantNext(t, "first chunk", resp, "first")
+		wantNext(t, "second chunk", resp, "second")
+		wantEOF(t, resp)
+		wantTrailers(t, resp, [][2]string{{"grpc-status", "0"}, {"x-usage", "7"},
+			{"x-probe-trailers", "2:ok grpc-status=0 x-usage=7 |5/false;6/false;"}})
+	})
+	t.Run("buffered", func(t *testing.T) {
+		body := trailingBody{make(chanBody), upstream}
+		_, resp := serveStreamed(t, "buffer-body", body)
+		sendAll(body.chanBody, chunk{b: []byte("ab")}, chunk{b: []byte("cd"), err: io.EOF})
+		// The filter held the body to its end: it goes on with the
+		// trailers.
+		wantNext(t, "the whole body", resp, "abcd")
+		wantEOF(t, resp)
+		wantTrailers(t, resp, [][2]string{{"grpc-status", "0"}, {"x-usage", "7"},
+			{"x-probe-trailers", "2:ok grpc-status=0 x-usage=7 |2/false;4/false;"}})
+	})
+	t.Run("none", func(t *testing.T) {
+		body := trailingBody{chanBody: make(chanBody)}
+		_, resp := serveStreamed(t, "stream-body", body)
+		sendAll(body.chanBody, chunk{b: []byte("all"), err: io.EOF})
+		wantNext(t, "the body and what the filter saw", resp, "all|3/true;")
+		wantEOF(t, resp)
+		wantTrailers(t, resp, nil)
+	})
 }

@@ -1,7 +1,9 @@
 package host
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -24,6 +26,13 @@ type loop struct {
 	stopped bool
 	wake    chan struct{} // capacity 1: "the queue may be non-empty"
 	exited  chan struct{}
+
+	// batch[pos:] is what the loop took off the queue and has yet to run.
+	// Only the loop's goroutine touches them; they are fields so that a
+	// task waiting on the loop (a stream served there and parked, see
+	// waitResume) runs the next tasks in the same order the loop would.
+	batch []task
+	pos   int
 }
 
 // A task is work for a loop. It is an interface rather than a func so
@@ -74,27 +83,54 @@ func (l *loop) do(f func()) error {
 
 func (l *loop) run() {
 	defer close(l.exited)
-	var batch []task
 	for {
+		t := l.next(true)
+		if t == nil {
+			return
+		}
+		t.run()
+	}
+}
+
+// next takes the loop's next task. With wait, it waits for one and
+// returns nil only once the loop is stopped and drained; without, it
+// returns nil when nothing is queued. Loop goroutine only.
+func (l *loop) next(wait bool) task {
+	for {
+		if l.pos < len(l.batch) {
+			t := l.batch[l.pos]
+			l.batch[l.pos] = nil
+			l.pos++
+			return t
+		}
 		l.mu.Lock()
-		for len(l.queue) == 0 {
-			if l.stopped {
-				l.mu.Unlock()
-				return
-			}
+		if len(l.queue) == 0 {
+			stopped := l.stopped
 			l.mu.Unlock()
+			if !wait || stopped {
+				return nil
+			}
 			<-l.wake
-			l.mu.Lock()
+			continue
 		}
 		// Take the whole queue: posters then append to a fresh slice while
 		// the batch runs, and the lock is taken once per batch.
-		batch, l.queue = l.queue, batch[:0]
+		l.batch, l.queue, l.pos = l.queue, l.batch[:0], 0
 		l.mu.Unlock()
-		for i, t := range batch {
-			batch[i] = nil
-			t.run()
-		}
 	}
+}
+
+// runNext runs the loop's next queued task, if there is one, and reports
+// whether it did. Only a task of this loop may call it: it is how a task
+// that waits for other tasks (a parked stream served on the loop) lets
+// the loop go on meanwhile.
+func (l *loop) runNext() bool {
+	t := l.next(false)
+	if t == nil {
+		return false
+	}
+	t.run()
+	return true
 }
 
 // stop runs what is already queued, then ends the loop.
@@ -120,4 +156,40 @@ func (r *Runtime) loops(n int) ([]*loop, error) {
 		r.workerLoops = append(r.workerLoops, newLoop(len(r.workerLoops)))
 	}
 	return r.workerLoops[:n:n], nil
+}
+
+// onLoopKey marks a context given to a function running on a loop.
+type onLoopKey struct{}
+
+// OnWorker runs f on worker's loop as one task and waits for it, as the
+// code of an Envoy worker thread runs on that thread. The ctx f gets says
+// so: Serve called with it (or a context derived from it) for a request
+// on that worker drives the stream right there, on the loop's goroutine,
+// with no goroutine handoff between its callbacks; the same turns run in
+// the same order as when Serve is called off the loop, but the upstream
+// (Upstream) is called on the loop too, so it must answer without waiting
+// for this worker. While a stream served so is parked, the loop runs its
+// other tasks (ticks, http-call replies, other streams) until the plugin
+// resumes it; otherwise nothing else runs on the worker until f returns.
+//
+// Benchmarks use it to measure a stream's callbacks as Envoy runs them,
+// without the cost of crossing goroutines that Serve pays off the loop.
+// f must not wait for this worker by any other way (Plugin.Tick, OnWorker
+// on the same worker), nor serve a request of another worker with ctx.
+func (r *Runtime) OnWorker(ctx context.Context, worker int, f func(ctx context.Context)) error {
+	if worker < 0 {
+		return fmt.Errorf("worker %d out of range", worker)
+	}
+	ls, err := r.loops(worker + 1)
+	if err != nil {
+		return err
+	}
+	l := ls[worker]
+	return l.do(func() { f(context.WithValue(ctx, onLoopKey{}, l)) })
+}
+
+// loopOf is the loop ctx says its holder runs on, or nil.
+func loopOf(ctx context.Context) *loop {
+	l, _ := ctx.Value(onLoopKey{}).(*loop)
+	return l
 }

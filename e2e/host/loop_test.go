@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -292,4 +293,132 @@ func TestWorkerLoopsOwnTheirVMs(t *testing.T) {
 		}()
 	}
 	both.Wait()
+}
+
+// TestOnWorkerServesStreamsOnTheLoop checks Runtime.OnWorker, which the
+// lifecycle benchmarks drive streams with: Serve with its context runs
+// the whole stream on the worker's loop goroutine (callbacks and the
+// upstream), with the same outcome as Serve from a connection's
+// goroutine; a stream parked there lets the loop run other tasks, one of
+// which resumes it; and the context serves no other worker.
+func TestOnWorkerServesStreamsOnTheLoop(t *testing.T) {
+	sink := &logSink{}
+	r := NewRuntime(RuntimeOptions{ManualTicks: true, Logger: sink.log})
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	p := probePlugin(t, r, PluginConfig{Configuration: []byte("tick=5"), Concurrency: 2})
+	var loopG uint64
+	if err := r.OnWorker(context.Background(), 0, func(context.Context) { loopG = goroutineID() }); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.workers[0].loop.do(func() {
+		if g := goroutineID(); g != loopG {
+			t.Errorf("OnWorker ran on goroutine %d, worker 0's loop is %d", loopG, g)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The same requests from a connection's goroutine and from the loop.
+	reqs := func() []*Request {
+		body := probeReq(0, "body")
+		body.Headers = append(body.Headers, [2]string{":method", "POST"})
+		body.Body = []byte("abc")
+		return []*Request{probeReq(0, "x"), probeReq(0, "local", [2]string{"x-status", "429"}),
+			probeReq(0, "rewrite", [2]string{"x-remove-me", "1"}), body, probeReq(0, "local-resp"), probeReq(0, "props")}
+	}
+	type outcome struct {
+		resp     *Response
+		upstream *Request // nil: the upstream was not called
+		upG      uint64   // the goroutine the upstream ran on
+	}
+	serveAll := func(ctx context.Context) []outcome {
+		var out []outcome
+		for _, req := range reqs() {
+			var o outcome
+			up := func(ctx context.Context, r *Request) (*Response, error) {
+				o.upstream, o.upG = r, goroutineID()
+				return &Response{Status: 200, Headers: [][2]string{{"content-type", "text/plain"}}, Body: []byte("upstream")}, nil
+			}
+			resp, err := p.Serve(ctx, req, up)
+			if err != nil {
+				t.Errorf("%s: %v", hv(req.Headers, "x-probe"), err)
+			}
+			o.resp = resp
+			out = append(out, o)
+		}
+		return out
+	}
+	off := serveAll(context.Background())
+	var on []outcome
+	if err := r.OnWorker(context.Background(), 0, func(ctx context.Context) { on = serveAll(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range off {
+		probe := hv(reqs()[i].Headers, "x-probe")
+		a, b := off[i], on[i]
+		if fmt.Sprint(a.resp) != fmt.Sprint(b.resp) {
+			t.Errorf("%s: on the loop %+v, off it %+v", probe, b.resp, a.resp)
+		}
+		if (a.upstream == nil) != (b.upstream == nil) || a.upstream != nil && fmt.Sprint(a.upstream.Headers, string(a.upstream.Body)) != fmt.Sprint(b.upstream.Headers, string(b.upstream.Body)) {
+			t.Errorf("%s: upstream got %+v on the loop, %+v off it", probe, b.upstream, a.upstream)
+		}
+		if b.upstream != nil && b.upG != loopG {
+			t.Errorf("%s: upstream ran on goroutine %d, not on the loop %d", probe, b.upG, loopG)
+		}
+		if a.upstream != nil && a.upG == loopG {
+			t.Errorf("%s: off the loop, the upstream ran on the loop", probe)
+		}
+	}
+	if want := len(reqs()); strings.Count(strings.Join(sink.messages(), "\n"), "probe: done ") != 2*want {
+		t.Errorf("want %d streams done, logs %q", 2*want, sink.messages())
+	}
+
+	// A stream parked on the loop: the tick another goroutine posts runs
+	// while it waits, and resumes it.
+	parked := make(chan struct{})
+	ticked := make(chan bool, 1)
+	go func() {
+		<-parked
+		ticked <- p.Tick(0)
+	}()
+	rc := &recorder{}
+	var resp *Response
+	var err error
+	if werr := r.OnWorker(context.Background(), 0, func(ctx context.Context) {
+		req := probeReq(0, "tick-pause")
+		req.OnPark = func() { close(parked) }
+		resp, err = p.Serve(ctx, req, rc.up)
+	}); werr != nil {
+		t.Fatal(werr)
+	}
+	if err != nil || resp.Status != 200 || hv(rc.last().Headers, "x-resumed-by") != "tick" || !<-ticked {
+		t.Errorf("parked stream on the loop: %+v %v, upstream got %+v", resp, err, rc.last())
+	}
+
+	// Cancelled while parked on the loop: the stream ends, and the loop
+	// serves on.
+	ctx, cancel := context.WithCancel(context.Background())
+	if werr := r.OnWorker(ctx, 0, func(ctx context.Context) {
+		req := probeReq(0, "tick-pause")
+		req.OnPark = cancel
+		_, err = p.Serve(ctx, req, rc.up)
+	}); werr != nil {
+		t.Fatal(werr)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled parked stream on the loop: %v", err)
+	}
+	if resp, err := p.Serve(context.Background(), probeReq(0, "x"), rc.up); err != nil || resp.Status != 200 {
+		t.Errorf("worker 0 after a cancelled stream on its loop: %+v %v", resp, err)
+	}
+
+	// Worker 0's loop does not wait for worker 1.
+	if werr := r.OnWorker(context.Background(), 0, func(ctx context.Context) {
+		_, err = p.Serve(ctx, probeReq(1, "x"), rc.up)
+	}); werr != nil {
+		t.Fatal(werr)
+	}
+	if err == nil {
+		t.Error("worker 1 served from worker 0's loop")
+	}
 }

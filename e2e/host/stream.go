@@ -40,9 +40,11 @@ type Request struct {
 
 // Response is what goes back downstream (or what an upstream returned).
 type Response struct {
-	Status   int
-	Headers  [][2]string // without :status
-	Body     []byte
+	Status  int
+	Headers [][2]string // without :status
+	Body    []byte
+	// Trailers follow Body. A BodyStream's trailers come from the stream
+	// itself, at its end (TrailingBody).
 	Trailers [][2]string
 	// Details is response.code_details ("via_upstream",
 	// "upstream_response_timeout", "wasm_fail_stream", …).
@@ -54,7 +56,8 @@ type Response struct {
 	// then empty). An upstream sets it for a body it sends as it goes;
 	// Serve then runs proxy_on_response_body once per chunk, as Envoy
 	// runs it per data frame, and returns as soon as the response headers
-	// go downstream, with a BodyStream of what the filter lets through.
+	// go downstream, with a BodyStream (a TrailingBody) of what the
+	// filter lets through.
 	BodyStream BodyStream
 }
 
@@ -65,6 +68,18 @@ type Response struct {
 // reply, a reset, a failed VM), as Envoy resets the upstream request.
 type BodyStream interface {
 	Next(ctx context.Context) ([]byte, error)
+}
+
+// TrailingBody is a BodyStream whose body may be followed by trailers, as
+// a chunked HTTP/1.1 or an HTTP/2 body can be. Trailers is asked once Next
+// returned io.EOF, and returns them (nil for none). Serve hands an
+// upstream's trailers to proxy_on_response_trailers, as Envoy does after
+// the last data frame, whose proxy_on_response_body then says
+// end_of_stream false; the BodyStream Serve returns is a TrailingBody too,
+// with the trailers as the filter left them.
+type TrailingBody interface {
+	BodyStream
+	Trailers() [][2]string
 }
 
 // Upstream is the rest of the filter chain (next filter / router).
@@ -175,6 +190,9 @@ func lowerPairs(in [][2]string) [][2]string {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
+// signal wakes the stream's wait if it is parked (a stream that never
+// parked has no channel yet: the send is skipped, and the turn that would
+// park it sees what the signal was for first).
 func (s *stream) signal() {
 	select {
 	case s.resume <- struct{}{}:
@@ -186,7 +204,9 @@ func (s *stream) signal() {
 // filter chain does. The callbacks run on the worker's loop; the calling
 // goroutine (the connection's) only waits for them, and waits off the loop
 // while the stream is parked or its request is upstream, so the worker keeps
-// serving its other streams meanwhile.
+// serving its other streams meanwhile. Called with the context of
+// Runtime.OnWorker for that worker, Serve runs the same turns on the loop
+// itself instead.
 func (p *Plugin) Serve(ctx context.Context, req *Request, next Upstream) (*Response, error) {
 	if req.Worker < 0 || req.Worker >= len(p.workers) {
 		return nil, fmt.Errorf("worker %d out of range [0,%d)", req.Worker, len(p.workers))
@@ -194,27 +214,40 @@ func (p *Plugin) Serve(ctx context.Context, req *Request, next Upstream) (*Respo
 	if p.closed.Load() {
 		return nil, errors.New("plugin is closed")
 	}
-	sr := &streamRun{p: p, w: p.workers[req.Worker], ctx: ctx, req: req, next: next, done: make(chan struct{}, 1)}
+	w := p.workers[req.Worker]
+	sr := &streamRun{p: p, w: w, ctx: ctx, req: req, next: next}
+	if on := loopOf(ctx); on == w.loop {
+		sr.onLoop = true
+	} else if on != nil {
+		// The caller's loop would wait for another's: loops never do.
+		return nil, fmt.Errorf("worker %d served from the loop of another worker", req.Worker)
+	} else {
+		sr.done = make(chan struct{}, 1)
+	}
 	for !sr.step() {
 	}
 	return sr.resp, sr.err
 }
 
-// step posts one turn of the stream to its worker's loop, waits for it,
-// and gets off the loop what the turn said the stream needs next. It
-// reports true when the stream is over (resp, err are the answer) or
-// when its response headers went downstream ahead of a streamed body.
+// step runs one turn of the stream on its worker's loop (posted there and
+// waited for, or run in place when the caller is the loop), then gets what
+// the turn said the stream needs next. It reports true when the stream is
+// over (resp, err are the answer) or when its response headers went
+// downstream ahead of a streamed body.
 func (sr *streamRun) step() bool {
-	if !sr.w.loop.post(sr) {
+	if sr.onLoop {
+		sr.run()
+	} else if !sr.w.loop.post(sr) {
 		sr.resp, sr.err, sr.need = nil, ErrPluginClosed, needNothing
 		return true
+	} else {
+		<-sr.done
 	}
-	<-sr.done
 	switch sr.need {
 	case needNothing, needHeaders:
 		return true
 	case needResume:
-		sr.parkErr = sr.st.waitResume(sr.ctx)
+		sr.parkErr = sr.waitResume()
 		sr.resumed = sr.parkErr == nil
 	case needUpstream:
 		sr.upResp, sr.upErr = sr.next(sr.ctx, sr.up)
@@ -246,6 +279,15 @@ func (sr *streamRun) fetchChunk() {
 // through: each Next runs the stream's turns until the filter forwards
 // data or the stream ends.
 type downstreamBody struct{ sr *streamRun }
+
+// Trailers are the response trailers as the filter left them, once Next
+// returned io.EOF.
+func (d downstreamBody) Trailers() [][2]string {
+	if sr := d.sr; sr.over && sr.err == nil {
+		return sr.st.respTrailers
+	}
+	return nil
+}
 
 func (d downstreamBody) Next(context.Context) ([]byte, error) {
 	sr := d.sr
@@ -282,11 +324,19 @@ type streamRun struct {
 	req  *Request
 	next Upstream
 	done chan struct{} // a turn ended (capacity 1, so the loop never waits)
+	// onLoop: the caller is the worker's loop (Runtime.OnWorker), which
+	// runs the turns in place; done is then nil.
+	onLoop bool
 
 	// Set by the first turn: the VM and the stream (nil when the stream
 	// never reached a VM).
 	v  *vm
 	st *stream
+
+	// Where st and the request sent upstream live: one allocation per
+	// stream rather than three.
+	stream stream
+	upReq  Request
 
 	at      stage
 	idx     int  // next callback of the direction: headers, body, trailers
@@ -357,7 +407,9 @@ func (sr *streamRun) run() {
 	default:
 		sr.need = sr.finish()
 	}
-	sr.done <- struct{}{}
+	if sr.done != nil {
+		sr.done <- struct{}{}
+	}
 }
 
 func failStreamResponse() *Response {
@@ -452,8 +504,8 @@ func (sr *streamRun) begin() streamNeed {
 			return needNothing
 		}
 	}
-	st := &stream{req: req, resume: make(chan struct{}, 1), vmCtx: v.ctx,
-		routeName: req.RouteName, clusterName: req.ClusterName}
+	st := &sr.stream
+	*st = stream{req: req, vmCtx: v.ctx, routeName: req.RouteName, clusterName: req.ClusterName}
 	st.reqHeaders = requestHeaderMap(req)
 	st.reqBody = req.Body
 	st.reqTrailers = lowerPairs(req.Trailers)
@@ -517,6 +569,10 @@ func (sr *streamRun) failedMidStream() streamNeed {
 // reply or reset); the next turn starts where this one stopped.
 func (sr *streamRun) park(ph phase) streamNeed {
 	st := sr.st
+	if st.resume == nil {
+		// Made on the first park: most streams never wait.
+		st.resume = make(chan struct{}, 1)
+	}
 	st.paused = ph
 	sr.v.syncParked(st)
 	if st.req.OnPark != nil {
@@ -525,18 +581,42 @@ func (sr *streamRun) park(ph phase) streamNeed {
 	return needResume
 }
 
-// waitResume is the parked stream's wait, off the loop.
-func (st *stream) waitResume(ctx context.Context) error {
-	select {
-	case <-st.resume:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-st.vmCtx.Done():
-		// The plugin was closed under a parked stream.
-		return ErrPluginClosed
+// waitResume is the parked stream's wait, for the plugin to resume it, the
+// stream's context to end or the plugin to close. Off the loop it only
+// waits. On the loop, only the loop's other tasks can resume the stream,
+// so it runs them meanwhile, as a dispatcher goes on with other events
+// while a filter holds a stream.
+func (sr *streamRun) waitResume() error {
+	st, l := sr.st, sr.w.loop
+	for {
+		var wake <-chan struct{} // nil off the loop: never ready
+		if sr.onLoop {
+			wake = l.wake
+			if l.runNext() {
+				// Look again without waiting: the task may have resumed
+				// the stream, or more may be queued.
+				wake = alwaysReady
+			}
+		}
+		select {
+		case <-st.resume:
+			return nil
+		case <-sr.ctx.Done():
+			return sr.ctx.Err()
+		case <-st.vmCtx.Done():
+			// The plugin was closed under a parked stream.
+			return ErrPluginClosed
+		case <-wake:
+		}
 	}
 }
+
+// alwaysReady is a closed channel: a select case on it never waits.
+var alwaysReady = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // unparkFailed ends the stream if its wait ended without the plugin
 // resuming it.
@@ -612,11 +692,12 @@ func (sr *streamRun) request() streamNeed {
 		}
 	}
 	routeName, clusterName := st.route()
-	sr.up = &Request{
+	sr.upReq = Request{
 		Worker: req.Worker, Headers: st.reqHeaders, Body: st.reqBody, Trailers: st.reqTrailers,
 		SourceAddress: req.SourceAddress, DestinationAddress: req.DestinationAddress,
 		RouteName: routeName, ClusterName: clusterName, Route: req.Route, RequestID: req.RequestID,
 	}
+	sr.up = &sr.upReq
 	sr.at = stageUpstream
 	return needUpstream
 }
@@ -790,61 +871,101 @@ func (sr *streamRun) sendHeaders() streamNeed {
 
 // body runs proxy_on_response_body on the chunk the upstream sent (sr.chunk),
 // as Envoy runs it per data frame: the callback sees what the host buffered
-// for it so far followed by the chunk, with end_of_stream on the last one.
+// for it so far followed by the chunk, with end_of_stream on the last one
+// unless trailers follow, which then go to proxy_on_response_trailers.
 // Continue forwards all of it; Pause (StopIterationAndBuffer) keeps it
 // buffered for the next callback. An upstream reset ends the stream.
 func (sr *streamRun) body() streamNeed {
 	if n, over := sr.unparkFailed(); over {
 		return n
 	}
-	w, v, st := sr.w, sr.v, sr.st
-	eos := false
 	if sr.resumed {
 		// proxy_continue_stream after a Pause at the end of the stream.
 		sr.resumed = false
-		eos = true
-	} else {
-		chunk, err := sr.chunk, sr.chunkErr
-		sr.chunk, sr.chunkErr = nil, nil
-		eos = errors.Is(err, io.EOF)
-		sr.upEnded = err != nil
-		if err != nil && !eos {
-			return sr.end(nil, err)
-		}
+		return sr.endStreamedBody()
+	}
+	v, st := sr.v, sr.st
+	chunk, err := sr.chunk, sr.chunkErr
+	sr.chunk, sr.chunkErr = nil, nil
+	ended := errors.Is(err, io.EOF)
+	sr.upEnded = err != nil
+	if err != nil && !ended {
+		return sr.end(nil, err)
+	}
+	if tb, ok := sr.upBody.(TrailingBody); ok && ended {
+		st.respTrailers = lowerPairs(tb.Trailers())
+	}
+	eos := ended && len(st.respTrailers) == 0
+	// Envoy hands on no empty data frame ahead of trailers.
+	if !ended || eos || len(chunk) > 0 {
 		st.respBody = append(sr.buffered, chunk...)
 		st.respBodyReadable = true
 		act := v.call(st.id, v.fnRespBody, uint64(st.id), uint64(len(st.respBody)), b2u(eos))
 		st.respBodyReadable = false
-		if v.failed || w.vm != v {
-			if sr.headersSent {
-				return sr.end(nil, errFailedMidBody)
-			}
-			return sr.failedMidStream()
-		}
-		if st.reset || (st.local != nil && sr.headersSent) {
-			// A local reply after the headers went out can only reset.
-			return sr.end(nil, ErrStreamReset)
-		}
-		if st.local != nil {
-			return sr.replaceWithLocal()
+		if n, over := sr.streamedCallbackEnded(); over {
+			return n
 		}
 		if uint32(act) == actionPause && !st.pendingResume {
 			sr.buffered = st.respBody
-			if eos {
+			switch {
+			case eos:
 				return sr.park(phaseResponse)
+			case !ended:
+				return needChunk
 			}
-			return needChunk
+			// Trailers follow: they decide what the buffered body does.
+		} else {
+			st.pendingResume = false
+			sr.fwd = append(sr.fwd, st.respBody...)
+			sr.buffered = nil
 		}
-		st.pendingResume = false
+		st.respBody = nil
 	}
-	sr.fwd = append(sr.fwd, st.respBody...)
-	sr.buffered, st.respBody = nil, nil
-	if !eos {
+	if !ended {
 		if !sr.headersSent {
 			return sr.sendHeaders()
 		}
 		return needChunk
 	}
+	if !eos {
+		act := v.call(st.id, v.fnRespTrailers, uint64(st.id), uint64(len(st.respTrailers)))
+		if n, over := sr.streamedCallbackEnded(); over {
+			return n
+		}
+		if uint32(act) == actionPause && !st.pendingResume {
+			return sr.park(phaseResponse)
+		}
+		st.pendingResume = false
+	}
+	return sr.endStreamedBody()
+}
+
+// streamedCallbackEnded ends the stream if a response body or trailers
+// callback of a streamed response failed the VM, reset the stream or sent
+// a local reply, and reports whether it did.
+func (sr *streamRun) streamedCallbackEnded() (streamNeed, bool) {
+	w, v, st := sr.w, sr.v, sr.st
+	switch {
+	case v.failed || w.vm != v:
+		if sr.headersSent {
+			return sr.end(nil, errFailedMidBody), true
+		}
+		return sr.failedMidStream(), true
+	case st.reset || (st.local != nil && sr.headersSent):
+		// A local reply after the headers went out can only reset.
+		return sr.end(nil, ErrStreamReset), true
+	case st.local != nil:
+		return sr.replaceWithLocal(), true
+	}
+	return 0, false
+}
+
+// endStreamedBody ends a streamed response whose filter callbacks are
+// done: what the filter still held goes downstream, then its trailers.
+func (sr *streamRun) endStreamedBody() streamNeed {
+	st := sr.st
+	sr.fwd = append(sr.fwd, sr.buffered...)
+	sr.buffered, st.respBody = nil, nil
 	if !sr.headersSent {
 		// The filter held everything: the client gets one whole response.
 		out := st.buildResponse()

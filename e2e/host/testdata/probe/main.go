@@ -302,6 +302,20 @@ func (s *stream) OnHttpResponseBody(size int, eos bool) types.Action {
 	return types.ActionContinue
 }
 
+// OnHttpResponseTrailers reports, in a trailer of its own, the trailers it
+// was handed and the body callbacks before them.
+func (s *stream) OnHttpResponseTrailers(n int) types.Action {
+	if s.probe == "buffer-body" || s.probe == "stream-body" {
+		trailers, err := proxywasm.GetHttpResponseTrailers()
+		got := strconv.Itoa(n) + ":" + errText(err)
+		for _, kv := range trailers {
+			got += " " + kv[0] + "=" + kv[1]
+		}
+		_ = proxywasm.AddHttpResponseTrailer("x-probe-trailers", got+" |"+s.bodies)
+	}
+	return types.ActionContinue
+}
+
 func (s *stream) OnHttpStreamDone() {
 	proxywasm.LogInfof("probe: done %d %s", s.id, s.probe)
 }
