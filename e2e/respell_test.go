@@ -3,8 +3,6 @@ package e2e_test
 import (
 	"bufio"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -85,22 +83,16 @@ func TestRespelledIdentitiesEndToEnd(t *testing.T) {
 		{"score 42", "/m", "", []string{"x-score", "42"}, 200},
 		{"score 42.0", "/m", "", []string{"x-score", "42.0"}, 429},
 	} {
-		if got := rawRequest(t, addr, s.target, s.host, s.headers...); got != s.want {
+		if got := statusOf(t, addr, s.target, s.host, s.headers...); got != s.want {
 			t.Errorf("%s (%s): status %d, want %d", s.what, s.target, got, s.want)
 		}
 	}
 }
 
-// rawRequest sends one GET with the request target exactly as given and
-// returns the status.
-func rawRequest(t *testing.T, addr, target, host string, headers ...string) int {
+// statusOf sends a GET of target, written by hand so that no client
+// library re-spells it, over rawRequest, and returns the status.
+func statusOf(t *testing.T, addr, target, host string, headers ...string) int {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if host == "" {
 		host = "example.com"
 	}
@@ -110,14 +102,11 @@ func rawRequest(t *testing.T, addr, target, host string, headers ...string) int 
 		fmt.Fprintf(&b, "%s: %s\r\n", headers[i], headers[i+1])
 	}
 	b.WriteString("\r\n")
-	if _, err := io.WriteString(conn, b.String()); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	out := rawRequest(t, "127.0.0.1", addr, b.String())
+	resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(out)), nil)
 	if err != nil {
 		t.Fatalf("%s: %v", target, err)
 	}
-	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
 }
