@@ -127,8 +127,8 @@ type breakerTicket struct {
 }
 
 // checkBreakers admits the request through every breaker guarding it, or
-// answers it. Tickets are kept for the outcome at stream end.
-func (h *Stream) checkBreakers(now time.Time) bool {
+// rejects it. Tickets are kept for the outcome at stream end.
+func (h *Stream) checkBreakers(now time.Time) outcome {
 	p := h.plugin
 	var match config.Request
 	matched := false
@@ -156,14 +156,13 @@ func (h *Stream) checkBreakers(now time.Time) bool {
 		if !d.Allowed {
 			b.metrics.rejected.Increment(1)
 			h.releaseTickets()
-			h.rejectOpen(b, scope, d)
-			return false
+			return rejectWith(h.circuitOpen(b, scope, d))
 		}
 		if t.Tracked() {
 			h.tickets = append(h.tickets, breakerTicket{b: b, br: br, ticket: t})
 		}
 	}
-	return true
+	return allow
 }
 
 // releaseTickets drops tickets of breakers passed before another breaker
@@ -171,7 +170,8 @@ func (h *Stream) checkBreakers(now time.Time) bool {
 // outcome. A probe slot held this way is freed by the probe timeout.
 func (h *Stream) releaseTickets() { h.tickets = h.tickets[:0] }
 
-func (h *Stream) rejectOpen(b *breakerRuntime, scope string, d breaker.Decision) {
+// circuitOpen is the answer to a request breaker b rejects.
+func (h *Stream) circuitOpen(b *breakerRuntime, scope string, d breaker.Decision) *reply {
 	p := h.plugin
 	var headers [][2]string
 	if p.cfg.Response.Headers.Has(config.HeadersRetryAfter) {
@@ -186,7 +186,8 @@ func (h *Stream) rejectOpen(b *breakerRuntime, scope string, d breaker.Decision)
 	b2 = append(b2, `,"retry_after":`...)
 	b2 = strconv.AppendInt(b2, retryAfterSeconds(d.RetryAfter), 10)
 	h.plugin.log.Info(string(append(b2, '}')))
-	h.reject(config.ReplyCircuitOpen, replyValues{upstream: scope, retryAfter: d.RetryAfter}, b.cfg.Status, headers, ct, body)
+	return &reply{kind: config.ReplyCircuitOpen, values: replyValues{upstream: scope, retryAfter: d.RetryAfter},
+		status: b.cfg.Status, headers: headers, contentType: ct, body: body}
 }
 
 // reportBreakers reports the outcome of an admitted request to the

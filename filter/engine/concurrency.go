@@ -135,8 +135,8 @@ func (p *Plugin) idleTick() time.Duration {
 }
 
 // acquireConcurrency takes a slot of every concurrency limit that applies,
-// or gives back what it took and answers the request.
-func (h *Stream) acquireConcurrency(now time.Time) bool {
+// or gives back what it took and rejects the request.
+func (h *Stream) acquireConcurrency(now time.Time) outcome {
 	p := h.plugin
 	match := h.info.matchRequest(p.matchNeeds)
 	ns := now.UnixNano()
@@ -157,8 +157,7 @@ func (h *Stream) acquireConcurrency(now time.Time) bool {
 				h.releaseTickets()
 				c.logRejection("ambiguous_key", inflight.Result{})
 				ct, body := missingKeyBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)
-				h.reject(config.ReplyMissingKey, replyValues{limit: c.cfg.Name}, c.cfg.Status, nil, ct, body)
-				return false
+				return rejectWith(&reply{kind: config.ReplyMissingKey, values: replyValues{limit: c.cfg.Name}, status: c.cfg.Status, contentType: ct, body: body})
 			}
 			continue
 		}
@@ -189,8 +188,8 @@ func (h *Stream) acquireConcurrency(now time.Time) bool {
 			h.releaseTickets()
 			c.logRejection("concurrency_limited", res)
 			ct, body := concurrencyLimitedBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)
-			h.reject(config.ReplyConcurrencyLimited, replyValues{limit: c.cfg.Name, maxInFlight: c.cfg.MaxInFlight}, c.cfg.Status, nil, ct, body)
-			return false
+			return rejectWith(&reply{kind: config.ReplyConcurrencyLimited, values: replyValues{limit: c.cfg.Name, maxInFlight: c.cfg.MaxInFlight},
+				status: c.cfg.Status, contentType: ct, body: body})
 		}
 	}
 	// Counted only now: a slot given back because a later limit rejected
@@ -200,7 +199,7 @@ func (h *Stream) acquireConcurrency(now time.Time) bool {
 			held.c.metrics.admitted.Increment(1)
 		}
 	}
-	return true
+	return allow
 }
 
 // releaseConcurrency gives back every slot the request holds.

@@ -165,31 +165,31 @@ func defineCostMetrics(hm host.Metrics, cfg *config.Limit) costMetrics {
 }
 
 // requestCost is what limit l takes from this request at admission. ok is
-// false for an unusable cost header; the request has then been answered
-// with 400, unless l is a shadow limit, which only counts and skips it.
-func (h *Stream) requestCost(l *limitRuntime) (cost int64, ok bool) {
+// false for an unusable cost header; bad is then its 400 answer, unless l
+// is a shadow limit, which only counts and skips it.
+func (h *Stream) requestCost(l *limitRuntime) (cost int64, bad *reply, ok bool) {
 	ch := l.cfg.CostHeader
 	if ch == nil {
-		return l.cfg.Cost, true
+		return l.cfg.Cost, nil, true
 	}
 	v, present := h.info.header(ch.Header)
 	if !present || trimOWS(v) == "" {
-		return ch.Default, true
+		return ch.Default, nil, true
 	}
 	n, fault := parseCost(v, 1, ch.Max)
 	if fault == costOK {
-		return n, true
+		return n, nil, true
 	}
-	if !h.delayed { // a held request was counted on its first evaluation
+	if !h.delay.active { // a held request was counted on its first evaluation
 		l.metrics.cost.invalid.Increment(1)
 		logCostFault(h.plugin.log, "invalid_cost", l, "header", ch.Header, fault.String())
 	}
 	if !l.cfg.Shadow {
 		p := h.plugin
 		ct, body := invalidCostBody(p.cfg.Response.Body, l.cfg.Name, ch)
-		h.reject(config.ReplyInvalidCost, replyValues{limit: l.cfg.Name}, invalidCostStatus, nil, ct, body)
+		bad = &reply{kind: config.ReplyInvalidCost, values: replyValues{limit: l.cfg.Name}, status: invalidCostStatus, contentType: ct, body: body}
 	}
-	return 0, false
+	return 0, bad, false
 }
 
 // invalidCostStatus answers a cost header the filter cannot use: the

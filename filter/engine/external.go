@@ -68,18 +68,17 @@ func (p *Plugin) configureExternal(cfg *config.External) error {
 }
 
 // resolveExternal settles which limit the external block applies to the
-// request. false means the request waits for a lookup and is resumed by
-// evaluate from the tick or the lookup's reply.
-func (h *Stream) resolveExternal(now time.Time) bool {
+// request, or has it wait for a lookup: the tick or the lookup's reply
+// then evaluates it again.
+func (h *Stream) resolveExternal(now time.Time) outcome {
 	x := h.plugin.external
 	if h.ext.State == external.Unresolved {
 		x.keyBuf = x.appendLookupKey(x.keyBuf[:0], &h.info)
 	}
 	if x.cache.Resolve(&h.ext, x.keyBuf, func() []byte { return x.requestBody(&h.info) }, now) {
-		return true
+		return allow
 	}
-	h.plugin.park(h, waitLookup)
-	return false
+	return waitFor(waitLookup)
 }
 
 // dropClientRoute removes the route_header a client sent, before anything

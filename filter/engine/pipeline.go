@@ -16,14 +16,14 @@ package engine
 //  5. concurrency limits (concurrency.go);
 //  6. then the response headers, the end of the stream, and the tick.
 //
-// Work that waits (a delay, a lookup, a lease, a Redis call) parks the
-// stream in one registry (waiting.go) and comes back with an outcome; only
-// resume, here, decides to answer or to let a paused stream continue.
+// Every stage returns an outcome (outcome.go): allow, deny, reject or
+// wait. Only settle, here, turns one into a reply or a wait in the one
+// registry of paused streams (waiting.go), and only resume, here, lets a
+// paused stream continue.
 
 import (
 	"time"
 
-	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/distributed"
 	"github.com/sluice-proxy/sluice/filter/external"
 	"github.com/sluice-proxy/sluice/limiter"
@@ -68,11 +68,8 @@ type Stream struct {
 	// registry of waiting streams; waitNone when it is not there.
 	waitingFor waitKind
 
-	// Delay (shaping) state: the request waits until delayUntil, and never
-	// past delayDeadline.
-	delayed       bool
-	delayUntil    time.Time
-	delayDeadline time.Time
+	// delay is the request's shaping (on_limit delay) state (delay.go).
+	delay delay
 
 	tickets []breakerTicket
 	// ticketBuf backs tickets for the usual one or two breakers, so a
@@ -177,42 +174,67 @@ func (h *Stream) evaluate(now time.Time) Verdict {
 		h.matchLimits()
 		// 1. External lookup.
 		if x := p.external; x != nil && p.applied[x.index] {
-			if !h.resolveExternal(now) {
-				return Pause
+			if o := h.resolveExternal(now); o.kind != outAllow {
+				return h.settle(o, now)
 			}
 			h.routeTenant()
 		}
-		// 2. Limits; 3. remote wait (pending).
-		if h.decideLimits(now) != verdictAllow {
-			return Pause
+		// 2. Limits; 3. remote wait.
+		if o := h.decideLimits(now); o.kind != outAllow {
+			return h.settle(o, now)
 		}
 	}
-	if !h.admitAfterLimits(now) {
-		return Pause
-	}
-	return Continue
+	return h.settle(h.admitAfterLimits(now), now)
 }
 
 // admitAfterLimits runs what follows the rate limits: 4. the breakers,
-// then 5. the concurrency limits. False means the request was answered.
-func (h *Stream) admitAfterLimits(now time.Time) bool {
+// then 5. the concurrency limits.
+func (h *Stream) admitAfterLimits(now time.Time) outcome {
 	p := h.plugin
-	if len(p.breakers) > 0 && !h.checkBreakers(now) {
-		return false
+	if len(p.breakers) > 0 {
+		if o := h.checkBreakers(now); o.kind != outAllow {
+			return o
+		}
 	}
-	if len(p.concurrency) > 0 && !h.acquireConcurrency(now) {
-		return false
+	if len(p.concurrency) > 0 {
+		return h.acquireConcurrency(now)
 	}
-	return true
+	return allow
 }
 
 // continueAfterRemote goes on with a request whose remote decisions are
 // all known: it commits its local limits, then 4. and 5.
 func (h *Stream) continueAfterRemote(now time.Time) Verdict {
-	if h.finishRemote(now) != verdictAllow || !h.admitAfterLimits(now) {
-		return Pause
+	if o := h.finishRemote(now); o.kind != outAllow {
+		return h.settle(o, now)
 	}
-	return Continue
+	return h.settle(h.admitAfterLimits(now), now)
+}
+
+// settle turns a stage's outcome into what the adapter does: an allowed
+// request continues; a denied one waits for its limit (on_limit delay) or
+// is answered; a rejected one is answered; a waiting one is parked.
+func (h *Stream) settle(o outcome, now time.Time) Verdict {
+	switch o.kind {
+	case outAllow:
+		return Continue
+	case outDeny:
+		if h.delay.shape(o.limit, o.res, h.start, now) {
+			h.plugin.park(h, waitDelay)
+			return Pause
+		}
+		h.answer(h.rateLimited(o.limit, o.res, now))
+	case outReject:
+		h.answer(o.reply)
+	case outWait:
+		h.plugin.park(h, o.wait)
+	}
+	return Pause
+}
+
+// answer sends the local reply r.
+func (h *Stream) answer(r *reply) {
+	h.reject(r.kind, r.values, r.status, r.headers, r.contentType, r.body)
 }
 
 // matchLimits marks the limits that apply to the request: every limit
@@ -242,172 +264,13 @@ func (h *Stream) matchLimits() {
 	}
 }
 
-// decideLimits decides the applying limits at now: keys and costs, then
-// the enforcing limits together (limiter.AllowAll: denied by any, charged
-// by none), then the shadow limits on their own. Remote limits start
-// their decisions here and leave the request pending.
-func (h *Stream) decideLimits(now time.Time) verdict {
-	p := h.plugin
-	info := &h.info
-	p.reqs, p.reqLim = p.reqs[:0], p.reqLim[:0]
-	h.gen++
-	h.resetRemote()
-	h.charges = h.charges[:0]
-	var shadows []limiter.Request
-	var shadowLim []*limitRuntime
-	// Every key of this evaluation is appended to one arena that lives
-	// until the next evaluation, so the keys handed to AllowAll need no
-	// allocation of their own.
-	arena := p.keyBuf[:0]
-	for i, l := range p.limits {
-		if !p.applied[i] {
-			continue
-		}
-		// A limit not enforced for this request is a shadow for it.
-		shadow := l.cfg.Shadow || h.unenforced(i)
-		start := len(arena)
-		var overrideValue string
-		var ok bool
-		var t *limiter.Table
-		var rate config.Rate
-		if l.ext != nil {
-			if h.ext.Skip {
-				l.metrics.allowed.Increment(1) // the service set no limit
-				continue
-			}
-			arena, t, rate, ok = h.appendExternal(arena)
-			if h.trace != nil {
-				h.trace.traceKey(i, shadow, arena[start:], ok, "")
-			}
-		} else {
-			arena, overrideValue, ok = info.appendKey(arena, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
-			if ok && l.cfg.OverrideCIDRs != nil {
-				overrideValue = l.cfg.OverrideCIDRs.Resolve(overrideValue)
-			}
-			if h.trace != nil {
-				h.trace.traceKey(i, shadow, arena[start:], ok, overrideValue)
-			}
-			if ok && l.cfg.OverrideActions != nil {
-				// Unlimited and blocked values have no table of their own,
-				// so they are settled before the value becomes a rate's.
-				if v, done := h.overrideAction(l, overrideValue, now); done {
-					if h.trace != nil {
-						h.trace.Limits[i].Action = l.cfg.OverrideActions[overrideValue].String()
-					}
-					arena = arena[:start]
-					if v != verdictAllow {
-						return v
-					}
-					continue
-				}
-			}
-			// From here the override value is the configuration's own
-			// string (or ""), never the request's bytes, which the host
-			// may reuse once the callback returns.
-			t, rate, overrideValue = l.table(overrideValue)
-		}
-		key := arena[start:]
-		if !ok {
-			if h.delayed {
-				continue // counted on the first evaluation
-			}
-			l.metrics.missingKey.Increment(1)
-			// An ambiguous key (appendKey) is refused even under skip,
-			// which would leave a client choosing it unlimited.
-			if (l.cfg.OnMissingKey == config.MissingKeyDeny || info.ambiguous) && !shadow {
-				h.rejectMissingKey(l)
-				return verdictReject
-			}
-			continue
-		}
-		cost, ok := h.requestCost(l)
-		if !ok {
-			// A malformed cost is the client's fault, not the limit's:
-			// only a configured shadow lets it pass, a rollout does not.
-			if l.cfg.Shadow {
-				continue
-			}
-			return verdictReject
-		}
-		if h.trace != nil {
-			h.trace.Limits[i].OverrideValue, h.trace.Limits[i].Rate, h.trace.Limits[i].Cost = overrideValue, rate, cost
-		}
-		if l.cfg.CostFromResponse != nil {
-			h.noteCharge(l, t, rate, overrideValue, key)
-		}
-		if l.remote != nil {
-			lim := rate.Limiter(l.cfg.Algorithm)
-			// Key only hashes the value, so the arena's bytes need no copy.
-			k := l.remote.dl.Key(arenaString(key), lim)
-			if h.trace != nil {
-				h.trace.Limits[i].RedisKey = k.RKey
-			}
-			if shadow {
-				h.startShadowRemote(l, lim, k.RKey, cost, now)
-				continue
-			}
-			h.remote = append(h.remote, remoteReq{
-				l: l, key: string(key), overrideValue: overrideValue, k: k, cost: cost,
-				policy: h.remotePolicy(l),
-			})
-			continue
-		}
-		r := limiter.Request{Table: t, Key: arenaString(key), Cost: cost}
-		if shadow {
-			shadows, shadowLim = append(shadows, r), append(shadowLim, l)
-			continue
-		}
-		p.reqs, p.reqLim = append(p.reqs, r), append(p.reqLim, l)
-	}
-
-	p.keyBuf = arena
-	ns := now.UnixNano()
-	if len(h.remote) > 0 {
-		v := h.startRemote(now)
-		h.evaluateShadows(shadows, shadowLim, ns)
-		return v
-	}
-	if len(p.reqs) > 0 {
-		results := p.results[:len(p.reqs)]
-		admitted, err := limiter.AllowAll(ns, p.reqs, results)
-		if err != nil {
-			h.plugin.log.Warnf("sluice: limiter store: %v", err)
-		}
-		if h.trace != nil {
-			h.trace.traceResults(p.reqLim, results)
-		}
-		for _, l := range p.reqLim {
-			l.exportTableStats()
-		}
-		if !admitted {
-			for i, res := range results {
-				if !res.Allowed {
-					return h.onLimited(p.reqLim[i], res, now)
-				}
-			}
-			// AllowAll denies only through a result; be safe regardless.
-			return h.onLimited(p.reqLim[0], results[0], now)
-		}
-		best := -1
-		for i, res := range results {
-			p.reqLim[i].admitted(p.reqs[i].Table.Limit(), res)
-			if best < 0 || res.Remaining < results[best].Remaining ||
-				(res.Remaining == results[best].Remaining && res.Limit < results[best].Limit) {
-				best = i
-			}
-		}
-		h.quota = quotaOf(p.reqLim[best], results[best])
-		h.hasQuota = true
-	}
-	h.evaluateShadows(shadows, shadowLim, ns)
-	return verdictAllow
-}
-
 // resume continues a paused stream from another context (the tick, a call
-// reply): after a delay or a lookup it is evaluated again, after its remote
-// decisions it goes on from them. Only here does the engine let a paused
-// stream continue.
-func (p *Plugin) resume(h *Stream, now time.Time, afterRemote bool) {
+// reply): after a delay or a lookup it is evaluated again, once its remote
+// decisions are ready it goes on from them. Only here does the engine let
+// a paused stream continue.
+func (p *Plugin) resume(h *Stream, now time.Time) {
+	afterRemote := h.waitingFor == waitReady
+	p.unpark(h)
 	if h.done {
 		return
 	}

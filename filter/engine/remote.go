@@ -131,7 +131,7 @@ func (h *Stream) resetRemote() {
 
 // startRemote decides a request with remote limits. The local limits are
 // in p.reqs; they are copied because the request may outlive this call.
-func (h *Stream) startRemote(now time.Time) verdict {
+func (h *Stream) startRemote(now time.Time) outcome {
 	p := h.plugin
 	b := p.backend
 	ns := now.UnixNano()
@@ -157,7 +157,7 @@ func (h *Stream) startRemote(now time.Time) verdict {
 			continue
 		}
 		if !res.Allowed {
-			return h.onLimited(h.localLim[i], res, now)
+			return deny(h.localLim[i], res)
 		}
 	}
 	for i := range h.remote {
@@ -167,7 +167,7 @@ func (h *Stream) startRemote(now time.Time) verdict {
 		}
 		if until := b.DeniedUntil(&rr.k); until > ns {
 			b.Metrics.NegativeHits.Increment(1)
-			return h.onLimited(rr.l, rr.k.CachedDenial(ns, until), now)
+			return deny(rr.l, rr.k.CachedDenial(ns, until))
 		}
 	}
 	h.starting = true
@@ -196,14 +196,14 @@ func (h *Stream) startRemote(now time.Time) verdict {
 	if h.anyDenied() {
 		// Decided without waiting for the calls still out: their replies
 		// still reach the breaker, but must not decide this stream again.
-		v := h.finishRemote(now)
+		o := h.finishRemote(now)
 		h.gen++
-		if h.waitingFor == waitLease {
-			p.unpark(h)
-		}
-		return v
+		return o
 	}
-	return verdictPending
+	if h.waitingForLease(-1) {
+		return waitFor(waitLease)
+	}
+	return waitFor(waitRemote)
 }
 
 func (h *Stream) anyDenied() bool {
@@ -256,7 +256,7 @@ func (h *Stream) resolve(i int, now time.Time, res limiter.Result, err error) {
 	if h.pending > 0 || h.starting {
 		return
 	}
-	h.plugin.resume(h, now, true)
+	h.plugin.ready(h, now)
 }
 
 func (h *Stream) applyFailure(rr *remoteReq, err error) {
@@ -279,17 +279,17 @@ func (h *Stream) applyFailure(rr *remoteReq, err error) {
 }
 
 // finishRemote decides once every remote limit is known.
-func (h *Stream) finishRemote(now time.Time) verdict {
+func (h *Stream) finishRemote(now time.Time) outcome {
 	p := h.plugin
 	for i := range h.remote {
 		rr := &h.remote[i]
 		switch rr.state {
 		case remoteDenied:
 			h.refund()
-			return h.onLimited(rr.l, rr.res, now)
+			return deny(rr.l, rr.res)
 		case remoteFailDeny:
 			h.refund()
-			return h.rejectBackendFailure(rr)
+			return rejectWith(h.backendFailure(rr))
 		}
 	}
 	reqs := h.localReqs
@@ -320,12 +320,7 @@ func (h *Stream) finishRemote(now time.Time) verdict {
 		}
 		if !admitted {
 			h.refund()
-			for i, res := range results {
-				if !res.Allowed {
-					return h.onLimited(lims[i], res, now)
-				}
-			}
-			return h.onLimited(lims[0], results[0], now)
+			return firstDenial(lims, results)
 		}
 	}
 	best, bestLim := limiter.Result{}, (*limitRuntime)(nil)
@@ -352,10 +347,12 @@ func (h *Stream) finishRemote(now time.Time) verdict {
 		h.quota = quotaOf(bestLim, best)
 		h.hasQuota = true
 	}
-	return verdictAllow
+	return allow
 }
 
-func (h *Stream) rejectBackendFailure(rr *remoteReq) verdict {
+// backendFailure is the answer to a request a failed remote decision
+// denies (failure_policy deny).
+func (h *Stream) backendFailure(rr *remoteReq) *reply {
 	p := h.plugin
 	status := p.cfg.Backend.FailureStatus
 	if rr.l.ext != nil && h.ext.FailureCode != 0 {
@@ -364,8 +361,8 @@ func (h *Stream) rejectBackendFailure(rr *remoteReq) verdict {
 	rr.l.metrics.limited.Increment(1)
 	h.logRejection("backend_unavailable", rr.l, limiter.Result{Limit: rr.k.Lim.Rate})
 	ct, body := rateLimitedBody(p.cfg.Response.Body, rr.l.cfg.Name, status, 0)
-	h.reject(config.ReplyRateLimited, replyValues{limit: rr.l.cfg.Name, limitValue: rr.k.Lim.Rate, window: rr.l.cfg.Rate.Window}, status, nil, ct, body)
-	return verdictReject
+	return &reply{kind: config.ReplyRateLimited, values: replyValues{limit: rr.l.cfg.Name, limitValue: rr.k.Lim.Rate, window: rr.l.cfg.Rate.Window},
+		status: status, contentType: ct, body: body}
 }
 
 // refund returns lease tokens held by a request that will not pass.
@@ -405,12 +402,7 @@ func (h *Stream) tryLease(i int, now time.Time, first bool) {
 	out, res, err := p.backend.TryLease(&rr.k, rr.cost, rr.waitSince, first, now)
 	if out == distributed.LeaseWait {
 		rr.state = remoteWaitLease
-		p.park(h, waitLease)
 		return
-	}
-	// Another remote limit of the request may still wait for its lease.
-	if !h.waitingForLease(i) && h.waitingFor == waitLease {
-		p.unpark(h)
 	}
 	switch out {
 	case distributed.LeaseTaken:
@@ -424,7 +416,7 @@ func (h *Stream) tryLease(i int, now time.Time, first bool) {
 }
 
 // waitingForLease reports whether a remote limit other than i still waits
-// for a lease.
+// for a lease (i -1: any).
 func (h *Stream) waitingForLease(i int) bool {
 	for j := range h.remote {
 		if j != i && h.remote[j].state == remoteWaitLease {
@@ -449,15 +441,37 @@ func (h *Stream) resolveLease(i int, now time.Time, res limiter.Result) {
 	if h.pending > 0 || h.starting {
 		return
 	}
-	h.plugin.resume(h, now, true)
+	h.plugin.ready(h, now)
 }
 
 // pollLease tries the remote limits of h that wait for a lease again:
-// from the tick, and whenever a lease reply has been written.
-func (h *Stream) pollLease(now time.Time) {
+// from the tick, and whenever a lease reply has been written. True when
+// some limit still waits for its lease.
+func (h *Stream) pollLease(now time.Time) bool {
 	for i := range h.remote {
 		if h.remote[i].state == remoteWaitLease {
 			h.tryLease(i, now, false)
 		}
 	}
+	return h.waitingForLease(-1)
+}
+
+// fileRemote files global or hybrid limit i, with its key and cost, for
+// the request's remote decisions; a shadow one is decided in the
+// background at now.
+func (h *Stream) fileRemote(i int, l *limitRuntime, k limitKeyed, key []byte, cost int64, shadow bool, now time.Time) {
+	lim := k.rate.Limiter(l.cfg.Algorithm)
+	// Key only hashes the value, so the arena's bytes need no copy.
+	dk := l.remote.dl.Key(arenaString(key), lim)
+	if h.trace != nil {
+		h.trace.Limits[i].RedisKey = dk.RKey
+	}
+	if shadow {
+		h.startShadowRemote(l, lim, dk.RKey, cost, now)
+		return
+	}
+	h.remote = append(h.remote, remoteReq{
+		l: l, key: string(key), overrideValue: k.overrideValue, k: dk, cost: cost,
+		policy: h.remotePolicy(l),
+	})
 }
