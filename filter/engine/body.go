@@ -44,10 +44,10 @@ type bodyScan struct {
 // startBodyScan starts the scan for the charges left pending after the
 // response headers; headers are the response's.
 func (h *Stream) startBodyScan(headers [][2]string) {
-	h.body.mode = bodyJSON
+	h.charges.body.mode = bodyJSON
 	if ct, _ := combinedHeader(headers, "content-type"); isEventStream(ct) {
-		h.body.mode = bodySSE
-		h.body.sse.reset()
+		h.charges.body.mode = bodySSE
+		h.charges.body.sse.reset()
 	}
 }
 
@@ -55,7 +55,7 @@ func (h *Stream) startBodyScan(headers [][2]string) {
 // there, the last ones when end is set. It returns Pause to have the host
 // buffer the body, Continue to let it go on.
 func (h *Stream) ResponseBody(size int, end bool) Verdict {
-	if h.body.mode == bodyOff {
+	if h.charges.body.mode == bodyOff {
 		return Continue
 	}
 	return h.scanBody(size, end)
@@ -63,28 +63,28 @@ func (h *Stream) ResponseBody(size int, end bool) Verdict {
 
 func (h *Stream) scanBody(size int, end bool) Verdict {
 	p := h.plugin
-	switch h.body.mode {
+	switch h.charges.body.mode {
 	case bodySSE:
-		h.body.sse.feed(p.host.Stream.ResponseBody(size), h.sseEvent)
+		h.charges.body.sse.feed(p.host.Stream.ResponseBody(size), h.sseEvent)
 	case bodyJSON:
 		buffering := false
-		for i := range h.charges {
-			c := &h.charges[i]
+		for i := range h.charges.pending {
+			c := &h.charges.pending[i]
 			if !c.tooLarge && int64(size) > c.l.cfg.CostFromResponse.MaxBodyBytes {
 				c.tooLarge = true
 			}
 			buffering = buffering || !c.tooLarge
 		}
 		if !buffering {
-			h.body.mode = bodyPassing
+			h.charges.body.mode = bodyPassing
 			break
 		}
 		if !end {
 			return Pause
 		}
 		doc := p.host.Stream.ResponseBody(size)
-		for i := range h.charges {
-			if c := &h.charges[i]; !c.tooLarge {
+		for i := range h.charges.pending {
+			if c := &h.charges.pending[i]; !c.tooLarge {
 				c.usage, c.fault = jsonUsage(doc, c.l.cfg.CostFromResponse.JSON)
 				c.seen = c.fault != usageMissing
 			}
@@ -99,8 +99,8 @@ func (h *Stream) scanBody(size int, end bool) Verdict {
 // sseEvent takes one event's data: it replaces the usage of every charge
 // whose path it has.
 func (h *Stream) sseEvent(data []byte) {
-	for i := range h.charges {
-		c := &h.charges[i]
+	for i := range h.charges.pending {
+		c := &h.charges.pending[i]
 		if n, fault := jsonUsage(data, c.l.cfg.CostFromResponse.JSON); fault != usageMissing {
 			c.usage, c.fault, c.seen = n, fault, true
 		}
@@ -111,8 +111,8 @@ func (h *Stream) sseEvent(data []byte) {
 // scan. Done calls it too, for a stream that ended before its body did.
 func (h *Stream) chargeBody(now time.Time) {
 	p := h.plugin
-	for i := range h.charges {
-		c := &h.charges[i]
+	for i := range h.charges.pending {
+		c := &h.charges.pending[i]
 		l := c.l
 		m := &l.metrics.cost
 		rc := l.cfg.CostFromResponse
@@ -128,13 +128,13 @@ func (h *Stream) chargeBody(now time.Time) {
 		default:
 			total = c.usage
 		}
-		if h.body.mode == bodySSE && h.body.sse.dropped > 0 {
-			m.sseEventTooLarge.Increment(uint64(h.body.sse.dropped))
+		if h.charges.body.mode == bodySSE && h.charges.body.sse.dropped > 0 {
+			m.sseEventTooLarge.Increment(uint64(h.charges.body.sse.dropped))
 		}
 		h.charge(c, total, now, false)
 	}
-	h.charges = h.charges[:0]
-	h.body.mode = bodyOff
+	h.charges.pending = h.charges.pending[:0]
+	h.charges.body.mode = bodyOff
 }
 
 // isEventStream tells whether a Content-Type is text/event-stream, with

@@ -120,6 +120,22 @@ func (b *breakerRuntime) recordTransition(br *breaker.Breaker, tr breaker.Transi
 	b.logTransition(in.name, from, s, br.LastCause())
 }
 
+// breakerHold is a request's part with the breakers: the tickets of the
+// breakers that admitted it, and what its response tells them.
+type breakerHold struct {
+	tickets []breakerTicket
+	// ticketBuf backs tickets for the usual one or two breakers, so a
+	// request's tickets cost no allocation of their own.
+	ticketBuf [2]breakerTicket
+	// responded is when the response arrived, read only when a breaker's
+	// outcome can depend on it (outcomeNeedsTime); gotResponse says that
+	// a response reached the filter at all.
+	responded   time.Time
+	gotResponse bool
+	// status is the response's :status, read when a breaker tracks it.
+	status int
+}
+
 type breakerTicket struct {
 	b      *breakerRuntime
 	br     *breaker.Breaker
@@ -159,7 +175,7 @@ func (h *Stream) checkBreakers(now time.Time) outcome {
 			return rejectWith(h.circuitOpen(b, scope, d))
 		}
 		if t.Tracked() {
-			h.tickets = append(h.tickets, breakerTicket{b: b, br: br, ticket: t})
+			h.breakers.tickets = append(h.breakers.tickets, breakerTicket{b: b, br: br, ticket: t})
 		}
 	}
 	return allow
@@ -168,7 +184,7 @@ func (h *Stream) checkBreakers(now time.Time) outcome {
 // releaseTickets drops tickets of breakers passed before another breaker
 // rejected; their requests never reach an upstream, so they have no
 // outcome. A probe slot held this way is freed by the probe timeout.
-func (h *Stream) releaseTickets() { h.tickets = h.tickets[:0] }
+func (h *Stream) releaseTickets() { h.breakers.tickets = h.breakers.tickets[:0] }
 
 // circuitOpen is the answer to a request breaker b rejects.
 func (h *Stream) circuitOpen(b *breakerRuntime, scope string, d breaker.Decision) *reply {
@@ -193,36 +209,36 @@ func (h *Stream) circuitOpen(b *breakerRuntime, scope string, d breaker.Decision
 // reportBreakers reports the outcome of an admitted request to the
 // breakers that let it through.
 func (h *Stream) reportBreakers() {
-	if len(h.tickets) == 0 || h.localReply {
+	if len(h.breakers.tickets) == 0 || h.localReply {
 		return
 	}
-	if !h.gotResponse {
+	if !h.breakers.gotResponse {
 		// No response reached the filter (the client went away first):
 		// nothing is known about the upstream. A probe's slot is freed by
 		// the breaker's probe timeout.
 		return
 	}
-	now, code := h.responded, h.status
+	now, code := h.breakers.responded, h.breakers.status
 	// A success from the upstream is the common case and needs no property
 	// read; the details are fetched only when they can change the verdict:
 	// a status that could be a failure or a router reply (timeouts and
 	// resets come as 5xx), or a half-open probe, whose outcome closes the
 	// breaker and so must come from the upstream.
 	details := "via_upstream"
-	for _, t := range h.tickets {
+	for _, t := range h.breakers.tickets {
 		if code >= 500 || code == 0 || t.ticket.Probe() || t.b.cfg.IsFailureStatus(code) {
 			details = h.info.host.Property(propCodeDetails)
 			break
 		}
 	}
-	for _, t := range h.tickets {
+	for _, t := range h.breakers.tickets {
 		failure, known := t.b.classify(code, details)
 		if !known {
 			continue
 		}
 		var dur time.Duration // unread for a quiet success, which Report ignores
-		if !h.responded.IsZero() {
-			dur = h.responded.Sub(h.start)
+		if !h.breakers.responded.IsZero() {
+			dur = h.breakers.responded.Sub(h.start)
 		}
 		slow := t.b.cfg.SlowCall != nil && dur > t.b.cfg.SlowCall.Duration
 		if slow {
@@ -250,8 +266,8 @@ func (h *Stream) reportBreakers() {
 // status is a success without asking for details (reportBreakers); only
 // then is the clock left unread, so a request reads it once, at its start.
 func (h *Stream) outcomeNeedsTime() bool {
-	code := h.status
-	for _, t := range h.tickets {
+	code := h.breakers.status
+	for _, t := range h.breakers.tickets {
 		if !t.ticket.Quiet() || t.b.cfg.SlowCall != nil || code >= 500 || code == 0 || t.b.cfg.IsFailureStatus(code) {
 			return true
 		}

@@ -61,6 +61,13 @@ type concurrencyRuntime struct {
 	reclaimedSeen uint64
 }
 
+// ccHolds are the slots one request holds; buf backs the common case
+// without an allocation.
+type ccHolds struct {
+	held []ccHold
+	buf  [2]ccHold
+}
+
 // ccHold is a slot one request holds.
 type ccHold struct {
 	c    *concurrencyRuntime
@@ -172,10 +179,10 @@ func (h *Stream) acquireConcurrency(now time.Time) outcome {
 		}
 		if res.Taken {
 			*c.inFlight++
-			if h.cc == nil {
-				h.cc = h.ccBuf[:0]
+			if h.cc.held == nil {
+				h.cc.held = h.cc.buf[:0]
 			}
-			h.cc = append(h.cc, ccHold{c: c, slot: slot, over: !res.Allowed})
+			h.cc.held = append(h.cc.held, ccHold{c: c, slot: slot, over: !res.Allowed})
 		}
 		switch {
 		case res.Allowed:
@@ -194,7 +201,7 @@ func (h *Stream) acquireConcurrency(now time.Time) outcome {
 	}
 	// Counted only now: a slot given back because a later limit rejected
 	// was not an admission.
-	for _, held := range h.cc {
+	for _, held := range h.cc.held {
 		if !held.over {
 			held.c.metrics.admitted.Increment(1)
 		}
@@ -204,18 +211,18 @@ func (h *Stream) acquireConcurrency(now time.Time) outcome {
 
 // releaseConcurrency gives back every slot the request holds.
 func (h *Stream) releaseConcurrency(now time.Time) {
-	if len(h.cc) == 0 {
+	if len(h.cc.held) == 0 {
 		return
 	}
 	in := h.plugin.vm.inflight
-	for _, held := range h.cc {
+	for _, held := range h.cc.held {
 		if err := in.Release(held.slot, now.UnixNano()); err != nil {
 			h.plugin.log.Warnf("sluice: concurrency %s: release left to the heartbeat: %v", held.c.cfg.Name, err)
 		}
 		*held.c.inFlight--
 		held.c.exportReclaimed()
 	}
-	h.cc = h.cc[:0]
+	h.cc.held = h.cc.held[:0]
 }
 
 // concurrencyTick is the heartbeat: it keeps this VM's entries fresh and

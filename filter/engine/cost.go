@@ -244,6 +244,14 @@ func logCostFault(log host.Log, event string, l *limitRuntime, field, source, re
 	log.Info(string(append(b, '}')))
 }
 
+// charges are a request's part with the cost_from_response limits that
+// admitted it: what each is owed, charged from the response headers, or
+// at the end of the body, which body scans for the usage (body.go).
+type charges struct {
+	pending []pendingCharge
+	body    bodyScan
+}
+
 // pendingCharge is a cost_from_response limit that admitted the request
 // and is owed the response's cost.
 type pendingCharge struct {
@@ -266,15 +274,15 @@ type pendingCharge struct {
 // noteCharge remembers that limit l is to be charged from the response;
 // key is l's key in this evaluation's arena.
 func (h *Stream) noteCharge(l *limitRuntime, t *limiter.Table, rate config.Rate, overrideValue string, key []byte) {
-	h.charges = append(h.charges, pendingCharge{l: l, table: t, rate: rate, overrideValue: overrideValue, key: string(key)})
+	h.charges.pending = append(h.charges.pending, pendingCharge{l: l, table: t, rate: rate, overrideValue: overrideValue, key: string(key)})
 }
 
 // dropCharge forgets the charge of a shadow limit that would have refused
 // the request: had it been enforcing, there would be no response to pay.
 func (h *Stream) dropCharge(l *limitRuntime) {
-	for i := range h.charges {
-		if h.charges[i].l == l {
-			h.charges[i].dropped = true
+	for i := range h.charges.pending {
+		if h.charges.pending[i].l == l {
+			h.charges.pending[i].dropped = true
 		}
 	}
 }
@@ -286,8 +294,8 @@ func (h *Stream) dropCharge(l *limitRuntime) {
 func (h *Stream) chargeResponse(headers [][2]string) {
 	p := h.plugin
 	now := p.host.Clock()
-	pending := h.charges[:0]
-	for _, c := range h.charges {
+	pending := h.charges.pending[:0]
+	for _, c := range h.charges.pending {
 		if c.dropped {
 			continue
 		}
@@ -309,7 +317,7 @@ func (h *Stream) chargeResponse(headers [][2]string) {
 		}
 		h.charge(&c, total, now, true)
 	}
-	h.charges = pending
+	h.charges.pending = pending
 	if len(pending) > 0 {
 		h.startBodyScan(headers)
 	}

@@ -136,7 +136,7 @@ func (h *Stream) decideLimits(now time.Time) outcome {
 	p.reqs, p.reqLim = p.reqs[:0], p.reqLim[:0]
 	h.gen++
 	h.resetRemote()
-	h.charges = h.charges[:0]
+	h.charges.pending = h.charges.pending[:0]
 	var shadows shadowRequests
 	// Every key of this evaluation is appended to one arena that lives
 	// until the next evaluation, so the keys handed to AllowAll need no
@@ -153,7 +153,7 @@ func (h *Stream) decideLimits(now time.Time) outcome {
 	}
 	p.keyBuf = arena
 	ns := now.UnixNano()
-	if len(h.remote) > 0 {
+	if len(h.remote.reqs) > 0 {
 		o := h.startRemote(now)
 		h.evaluateShadows(shadows.reqs, shadows.lims, ns)
 		return o
@@ -176,7 +176,7 @@ type shadowRequests struct {
 
 // prepareLimit builds applying limit i's key and cost, appending the key
 // to arena, and files its decision: with the enforcing local limits
-// (p.reqs), the shadow ones, or the remote ones (h.remote). A limit it
+// (p.reqs), the shadow ones, or the remote ones (h.remote.reqs). A limit it
 // settles on its own (an override action, a missing key, a bad cost) may
 // decide the request.
 func (h *Stream) prepareLimit(i int, l *limitRuntime, arena []byte, shadows *shadowRequests, now time.Time) ([]byte, outcome) {

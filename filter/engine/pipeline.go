@@ -24,9 +24,7 @@ package engine
 import (
 	"time"
 
-	"github.com/sluice-proxy/sluice/filter/distributed"
 	"github.com/sluice-proxy/sluice/filter/external"
-	"github.com/sluice-proxy/sluice/limiter"
 )
 
 // Verdict is what the adapter does with the stream after a callback.
@@ -71,44 +69,21 @@ type Stream struct {
 	// delay is the request's shaping (on_limit delay) state (delay.go).
 	delay delay
 
-	tickets []breakerTicket
-	// ticketBuf backs tickets for the usual one or two breakers, so a
-	// request's tickets cost no allocation of their own.
-	ticketBuf [2]breakerTicket
-	// responded is when the response arrived, read only when a breaker's
-	// outcome can depend on it (outcomeNeedsTime); gotResponse says that
-	// a response reached the filter at all.
-	responded   time.Time
-	gotResponse bool
-	// status is the response's :status, read when a breaker tracks it.
-	status int
-
-	// Remote (global and hybrid) decisions in progress: the request is
-	// paused until pending reaches 0. localReqs/localLim are the local
-	// limits, committed only once every remote limit admitted.
-	remote    []remoteReq
-	calls     []*distributed.Call
-	localReqs []limiter.Request
-	// localKeys backs the keys of localReqs while the request waits.
-	localKeys []byte
-	localLim  []*limitRuntime
-	pending   int
-	starting  bool
+	// breakers are the request's breaker tickets and what its response
+	// tells them (breakers.go).
+	breakers breakerHold
+	// remote are its global and hybrid decisions in progress (remote.go).
+	remote remoteWait
 	// gen changes when the stream ends or is re-evaluated, so replies to
 	// calls of an earlier evaluation are ignored.
 	gen  uint32
 	done bool
 
-	// cc are the concurrency slots the request holds (ccBuf backs the
-	// common case without an allocation).
-	cc    []ccHold
-	ccBuf [2]ccHold
-	// charges are the cost_from_response limits that admitted the request,
-	// charged from the response headers (cost.go), or at the end of the
-	// body (body.go).
-	charges []pendingCharge
-	// body is the scan of a response body some charge reads usage from.
-	body bodyScan
+	// cc are the concurrency slots the request holds (concurrency.go).
+	cc ccHolds
+	// charges are what the response still owes the cost_from_response
+	// limits that admitted the request (cost.go, body.go).
+	charges charges
 	// ext is this request's lookup of the external limit (external.go).
 	ext external.Request
 	// roll are the request's rollout draws by limit index, drawn once
@@ -303,7 +278,7 @@ func (p *Plugin) resume(h *Stream, now time.Time) {
 // The common case, a stream with nothing to charge, report or decorate,
 // costs the adapter no call: this is small enough to inline.
 func (h *Stream) ResponseHeaders() {
-	if !h.localReply && (len(h.charges) > 0 || len(h.tickets) > 0 || h.hasQuota) {
+	if !h.localReply && (len(h.charges.pending) > 0 || len(h.breakers.tickets) > 0 || h.hasQuota) {
 		h.respond()
 	}
 }
@@ -313,11 +288,11 @@ func (h *Stream) respond() {
 	// A charge reads the whole header map; a breaker then takes :status
 	// from it rather than asking the host again.
 	var headers [][2]string
-	if len(h.charges) > 0 {
+	if len(h.charges.pending) > 0 {
 		headers = p.host.Stream.ResponseHeaders()
 		h.chargeResponse(headers)
 	}
-	if len(h.tickets) > 0 {
+	if len(h.breakers.tickets) > 0 {
 		// The breaker outcome needs the status and, unless it is a quiet
 		// success, the time the upstream answered; read both only when it
 		// is tracked, and the time only when it is needed.
@@ -326,11 +301,11 @@ func (h *Stream) respond() {
 			status, ok = p.host.Stream.ResponseHeader(":status")
 		}
 		if ok {
-			h.status = StatusCode(status)
+			h.breakers.status = StatusCode(status)
 		}
-		h.gotResponse = true
+		h.breakers.gotResponse = true
 		if h.outcomeNeedsTime() {
-			h.responded = p.host.Clock()
+			h.breakers.responded = p.host.Clock()
 		}
 	}
 	if h.hasQuota && p.cfg.Response.HeadersOnAllowed {
@@ -348,7 +323,7 @@ func (h *Stream) respond() {
 // only the checks. (It is over the compiler's inlining budget, as it was
 // before the body check: cost 96 and 90 of 80.)
 func (h *Stream) Done() {
-	if h.waitingFor != waitNone || len(h.remote) > 0 || len(h.cc) > 0 || len(h.tickets) > 0 || h.body.mode != bodyOff {
+	if h.waitingFor != waitNone || len(h.remote.reqs) > 0 || len(h.cc.held) > 0 || len(h.breakers.tickets) > 0 || h.charges.body.mode != bodyOff {
 		h.release()
 	}
 	// Replies to calls of this stream still to come are ignored from now.
@@ -361,19 +336,19 @@ func (h *Stream) Done() {
 func (h *Stream) release() {
 	p := h.plugin
 	p.unpark(h)
-	if len(h.remote) > 0 {
-		if h.pending > 0 {
+	if len(h.remote.reqs) > 0 {
+		if h.remote.pending > 0 {
 			h.refund()
 		}
 		h.resetRemote()
 	}
-	if len(h.cc) > 0 {
+	if len(h.cc.held) > 0 {
 		h.releaseConcurrency(p.host.Clock())
 	}
-	if len(h.tickets) > 0 {
+	if len(h.breakers.tickets) > 0 {
 		h.reportBreakers()
 	}
-	if h.body.mode != bodyOff {
+	if h.charges.body.mode != bodyOff {
 		// The stream ended before its body did (a reset, or no body at
 		// all): charge what it reported so far, or default.
 		h.chargeBody(p.host.Clock())
