@@ -401,7 +401,7 @@ func (h *Stream) replyAdmin(status int, body []byte) {
 	if body != nil {
 		headers = [][2]string{{"content-type", "application/json"}, {"cache-control", "no-store"}}
 	}
-	h.localReply = true
+	h.phase = phaseAnswered
 	if err := h.plugin.host.Stream.Reply(status, headers, body); err != nil {
 		h.plugin.log.Errorf("sluice: sending the admin reply: %v", err)
 	}

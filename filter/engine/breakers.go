@@ -209,7 +209,7 @@ func (h *Stream) circuitOpen(b *breakerRuntime, scope string, d breaker.Decision
 // reportBreakers reports the outcome of an admitted request to the
 // breakers that let it through.
 func (h *Stream) reportBreakers() {
-	if len(h.breakers.tickets) == 0 || h.localReply {
+	if len(h.breakers.tickets) == 0 || h.phase == phaseAnswered {
 		return
 	}
 	if !h.breakers.gotResponse {

@@ -180,7 +180,7 @@ func (h *Stream) requestCost(l *limitRuntime) (cost int64, bad *reply, ok bool) 
 	if fault == costOK {
 		return n, nil, true
 	}
-	if !h.delay.active { // a held request was counted on its first evaluation
+	if !h.wait.delay.active { // a held request was counted on its first evaluation
 		l.metrics.cost.invalid.Increment(1)
 		logCostFault(h.plugin.log, "invalid_cost", l, "header", ch.Header, fault.String())
 	}
@@ -346,7 +346,7 @@ func (h *Stream) charge(c *pendingCharge, total int64, now time.Time, setQuota b
 		h.plugin.log.Warnf("sluice: limiter store: %v", err)
 	}
 	l.exportTableStats()
-	if setQuota && res.Allowed && !l.cfg.Shadow && h.hasQuota && (h.quota.name == l.cfg.Name || res.Remaining < h.quota.remaining) {
+	if setQuota && res.Allowed && !l.cfg.Shadow && h.quota.applies && (h.quota.name == l.cfg.Name || res.Remaining < h.quota.remaining) {
 		// The rate-limit headers of this response then report what is
 		// left after it, not before; reset times count from h.start.
 		q := quotaOf(l, res)

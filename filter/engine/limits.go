@@ -39,6 +39,7 @@ func quotaOf(l *limitRuntime, res limiter.Result) quota {
 		window = l.cfg.Rate.Window // a contention or store-error result
 	}
 	return quota{
+		applies:    true,
 		name:       l.cfg.Name,
 		limit:      res.Limit,
 		window:     window,
@@ -76,7 +77,7 @@ func (h *Stream) sendLocal(status int, headers [][2]string, contentType string, 
 	}
 	// Every local reply carries response.reply_headers.
 	headers = append(headers, h.plugin.cfg.Response.ReplyHeaders...)
-	h.localReply = true
+	h.phase = phaseAnswered
 	if err := h.plugin.host.Stream.Reply(status, headers, body); err != nil {
 		h.plugin.log.Errorf("sluice: sending local reply: %v", err)
 	}
@@ -190,7 +191,7 @@ func (h *Stream) prepareLimit(i int, l *limitRuntime, arena []byte, shadows *sha
 	}
 	key := arena[start:]
 	if !k.ok {
-		if h.delay.active {
+		if h.wait.delay.active {
 			return arena, allow // counted on the first evaluation
 		}
 		l.metrics.missingKey.Increment(1)
@@ -308,7 +309,6 @@ func (h *Stream) decideLocal(ns int64) outcome {
 		}
 	}
 	h.quota = quotaOf(p.reqLim[best], results[best])
-	h.hasQuota = true
 	return allow
 }
 

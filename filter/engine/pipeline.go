@@ -48,26 +48,20 @@ type Stream struct {
 
 	start time.Time
 	// quota is the most restrictive applied limit, for headers on the
-	// allowed response; hasQuota is false when no enforcing limit applied.
-	quota    quota
-	hasQuota bool
-	// localReply is set once this filter has answered the request itself,
-	// so the response phase neither decorates nor reports it.
-	localReply bool
-	// held is set while the request is paused for the engine to decide
-	// or resume it (a delay, a lookup, a remote decision).
-	held bool
+	// allowed response; quota.applies is false when no enforcing limit
+	// applied.
+	quota quota
+	// phase says whether the filter answered the request itself, and
+	// whether the stream has ended.
+	phase phase
 
 	// trace, when set, receives an account of the request's decisions
 	// (trace.go); nil on every stream the filter serves.
 	trace *Trace
 
-	// waitingFor is what the paused stream waits for in the plugin's
-	// registry of waiting streams; waitNone when it is not there.
-	waitingFor waitKind
-
-	// delay is the request's shaping (on_limit delay) state (delay.go).
-	delay delay
+	// wait is what the paused stream waits for in the plugin's registry
+	// of waiting streams (waiting.go), and its delay.
+	wait streamWait
 
 	// breakers are the request's breaker tickets and what its response
 	// tells them (breakers.go).
@@ -90,6 +84,19 @@ type Stream struct {
 	// (rollout.go); empty when no limit has a partial rollout.
 	roll []rollFlags
 }
+
+// phase is where a stream is in its life, as its callbacks need it.
+type phase uint8
+
+const (
+	phaseOpen phase = iota
+	// phaseAnswered: this filter answered the request itself, so the
+	// response phase neither decorates nor reports it.
+	phaseAnswered
+	// phaseDone: the stream ended; replies to its calls still to come
+	// are ignored.
+	phaseDone
+)
 
 // RequestHeaders is the request phase.
 func (h *Stream) RequestHeaders() Verdict {
@@ -121,12 +128,16 @@ func (h *Stream) RequestHeaders() Verdict {
 // keep what it read of the request, which it needs again in the callback
 // that resumes it.
 func (h *Stream) pause(v Verdict) Verdict {
-	h.held = v == Pause && !h.localReply && !h.done
-	if h.held {
+	if v == Pause && h.held() {
 		h.info.retain()
 	}
 	return v
 }
+
+// held reports whether the request is paused for the engine to decide or
+// resume it (a delay, a lookup, a remote decision): then it waits in the
+// registry, and a stream the engine answered or that ended does not.
+func (h *Stream) held() bool { return h.wait.kind != waitNone }
 
 // AfterRequestHeaders is a request body or trailers callback. A request
 // the engine holds keeps its body and trailers buffered in the proxy: as
@@ -134,7 +145,7 @@ func (h *Stream) pause(v Verdict) Verdict {
 // headers callback paused, and send the request upstream before its
 // limits had decided it.
 func (h *Stream) AfterRequestHeaders() Verdict {
-	if h.held {
+	if h.held() {
 		return Pause
 	}
 	return Continue
@@ -194,7 +205,7 @@ func (h *Stream) settle(o outcome, now time.Time) Verdict {
 	case outAllow:
 		return Continue
 	case outDeny:
-		if h.delay.shape(o.limit, o.res, h.start, now) {
+		if h.wait.delay.shape(o.limit, o.res, h.start, now) {
 			h.plugin.park(h, waitDelay)
 			return Pause
 		}
@@ -244,9 +255,9 @@ func (h *Stream) matchLimits() {
 // decisions are ready it goes on from them. Only here does the engine let
 // a paused stream continue.
 func (p *Plugin) resume(h *Stream, now time.Time) {
-	afterRemote := h.waitingFor == waitReady
+	afterRemote := h.wait.kind == waitReady
 	p.unpark(h)
-	if h.done {
+	if h.phase == phaseDone {
 		return
 	}
 	if err := p.host.Stream.Select(h.id); err != nil {
@@ -264,7 +275,6 @@ func (p *Plugin) resume(h *Stream, now time.Time) {
 	}
 	h.pause(v)
 	if v == Continue && h.applyDeadline(now) {
-		h.held = false
 		if err := p.host.Stream.Resume(); err != nil {
 			p.log.Warnf("sluice: resuming a request: %v", err)
 		}
@@ -278,7 +288,7 @@ func (p *Plugin) resume(h *Stream, now time.Time) {
 // The common case, a stream with nothing to charge, report or decorate,
 // costs the adapter no call: this is small enough to inline.
 func (h *Stream) ResponseHeaders() {
-	if !h.localReply && (len(h.charges.pending) > 0 || len(h.breakers.tickets) > 0 || h.hasQuota) {
+	if h.phase != phaseAnswered && (len(h.charges.pending) > 0 || len(h.breakers.tickets) > 0 || h.quota.applies) {
 		h.respond()
 	}
 }
@@ -308,7 +318,7 @@ func (h *Stream) respond() {
 			h.breakers.responded = p.host.Clock()
 		}
 	}
-	if h.hasQuota && p.cfg.Response.HeadersOnAllowed {
+	if h.quota.applies && p.cfg.Response.HeadersOnAllowed {
 		// Reset times are relative to the decision, made at h.start.
 		p.respHeaders, p.respBuf = appendRateLimitHeaders(p.respHeaders[:0], p.respBuf, p.cfg.Response.Headers, h.quota, h.start, false)
 		for _, kv := range p.respHeaders {
@@ -323,12 +333,12 @@ func (h *Stream) respond() {
 // only the checks. (It is over the compiler's inlining budget, as it was
 // before the body check: cost 96 and 90 of 80.)
 func (h *Stream) Done() {
-	if h.waitingFor != waitNone || len(h.remote.reqs) > 0 || len(h.cc.held) > 0 || len(h.breakers.tickets) > 0 || h.charges.body.mode != bodyOff {
+	if h.wait.kind != waitNone || len(h.remote.reqs) > 0 || len(h.cc.held) > 0 || len(h.breakers.tickets) > 0 || h.charges.body.mode != bodyOff {
 		h.release()
 	}
 	// Replies to calls of this stream still to come are ignored from now.
 	h.gen++
-	h.done = true
+	h.phase = phaseDone
 }
 
 // release gives back what an ending stream holds, and reports its

@@ -75,7 +75,7 @@ func TestStreamEndingWhileDelayedIsForgotten(t *testing.T) {
 		t.Fatalf("%d waiting after Done", len(p.waiting))
 	}
 	p.Begin(s, 7)
-	if s.waitingFor != waitNone {
+	if s.wait.kind != waitNone {
 		t.Fatal("a reused stream starts waiting")
 	}
 	f.Clock.Advance(time.Second)
@@ -106,7 +106,7 @@ func TestLookupReplyResumesTheWaitingStream(t *testing.T) {
 	if v := begin(p, f, 7).RequestHeaders(); v != Pause {
 		t.Fatalf("request: %v, want it waiting for its lookup", v)
 	}
-	if len(p.waiting) != 1 || p.waiting[7].waitingFor != waitLookup {
+	if len(p.waiting) != 1 || p.waiting[7].wait.kind != waitLookup {
 		t.Fatalf("registry %v", p.waiting)
 	}
 	p.Tick() // sends the lookup

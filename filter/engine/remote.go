@@ -361,7 +361,6 @@ func (h *Stream) finishRemote(now time.Time) outcome {
 	}
 	if bestLim != nil {
 		h.quota = quotaOf(bestLim, best)
-		h.hasQuota = true
 	}
 	return allow
 }

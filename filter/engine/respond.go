@@ -30,6 +30,8 @@ type quota struct {
 	remaining  int64
 	retryAfter time.Duration
 	resetAfter time.Duration
+	// applies is false for a stream no enforcing limit applied to.
+	applies bool
 	// consts are the limit's header values that do not change between
 	// requests, rendered at configure time; nil renders every value.
 	consts *quotaConsts

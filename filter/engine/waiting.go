@@ -9,6 +9,13 @@ import "time"
 // lease or lookup polls its kind at once. Whatever a wait ends with, the
 // stream goes on through resume (pipeline.go).
 
+// streamWait is a stream's place in the registry: what it waits for
+// (waitNone when it is not there), and its on_limit delay.
+type streamWait struct {
+	kind  waitKind
+	delay delay
+}
+
 // waitKind is what a paused stream waits for.
 type waitKind uint8
 
@@ -30,7 +37,7 @@ const (
 
 // park registers h as waiting for kind and makes sure the tick runs.
 func (p *Plugin) park(h *Stream, kind waitKind) {
-	h.waitingFor = kind
+	h.wait.kind = kind
 	if kind == waitRemote {
 		return // the replies find it
 	}
@@ -42,16 +49,16 @@ func (p *Plugin) park(h *Stream, kind waitKind) {
 // from them, and has resume continue it at now.
 func (p *Plugin) ready(h *Stream, now time.Time) {
 	p.unpark(h)
-	h.waitingFor = waitReady
+	h.wait.kind = waitReady
 	p.resume(h, now)
 }
 
 // unpark drops h from the registry.
 func (p *Plugin) unpark(h *Stream) {
-	if h.waitingFor == waitNone {
+	if h.wait.kind == waitNone {
 		return
 	}
-	h.waitingFor = waitNone
+	h.wait.kind = waitNone
 	if p.waiting[h.id] == h {
 		delete(p.waiting, h.id)
 	}
@@ -61,16 +68,16 @@ func (p *Plugin) unpark(h *Stream) {
 // over.
 func (p *Plugin) poll(kind waitKind, now time.Time) {
 	for id, h := range p.waiting {
-		if h.done || h.id != id { // ended, or its context reused since
+		if h.phase == phaseDone || h.id != id { // ended, or its context reused since
 			delete(p.waiting, id)
 			continue
 		}
-		if kind != waitAny && h.waitingFor != kind {
+		if kind != waitAny && h.wait.kind != kind {
 			continue
 		}
-		switch h.waitingFor {
+		switch h.wait.kind {
 		case waitDelay:
-			if now.Before(h.delay.until) {
+			if now.Before(h.wait.delay.until) {
 				continue
 			}
 			p.resume(h, now)
@@ -80,10 +87,10 @@ func (p *Plugin) poll(kind waitKind, now time.Time) {
 			}
 			p.resume(h, now)
 		case waitLease:
-			if !h.pollLease(now) && h.waitingFor == waitLease {
+			if !h.pollLease(now) && h.wait.kind == waitLease {
 				// Its leases are in; a Redis decision is still out.
 				p.unpark(h)
-				h.waitingFor = waitRemote
+				h.wait.kind = waitRemote
 			}
 		}
 	}
