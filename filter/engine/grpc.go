@@ -1,9 +1,6 @@
 package engine
 
 import (
-	"strconv"
-	"strings"
-
 	"github.com/sluice-proxy/sluice/filter/config"
 )
 
@@ -14,13 +11,6 @@ const (
 	grpcInvalidArgument   = 3
 	grpcDeadlineExceeded  = 4
 )
-
-// isGRPC reports a gRPC request: content-type application/grpc, with or
-// without a +proto, +json, ... suffix or parameters.
-func (h *Stream) isGRPC() bool {
-	ct, ok := h.info.header("content-type")
-	return ok && strings.HasPrefix(ct, "application/grpc")
-}
 
 // grpcStatusOf maps a reply kind to its gRPC status, as Envoy's
 // rate_limited_as_resource_exhausted does for limits: an open circuit is
@@ -34,24 +24,6 @@ func grpcStatusOf(kind config.ReplyKind) int {
 		return grpcInvalidArgument
 	}
 	return grpcResourceExhausted
-}
-
-// sendGRPC answers a gRPC request trailers-only: HTTP 200 with the status
-// in headers and no body, which gRPC clients read as the call's status.
-// The HTTP status and the body are dropped (a gRPC client reads neither);
-// grpc-message is percent-encoded as the gRPC spec wants.
-func (h *Stream) sendGRPC(kind config.ReplyKind, headers [][2]string) {
-	h.sendGRPCStatus(grpcStatusOf(kind), grpcMessageOf(kind), headers)
-}
-
-// sendGRPCStatus is the one trailers-only reply every gRPC answer of the
-// filter goes through.
-func (h *Stream) sendGRPCStatus(code int, msg string, headers [][2]string) {
-	headers = append(headers,
-		[2]string{"content-type", "application/grpc"},
-		[2]string{"grpc-status", strconv.Itoa(code)},
-		[2]string{"grpc-message", percentEncode(msg)})
-	h.sendLocal(200, headers, "", nil)
 }
 
 func grpcMessageOf(kind config.ReplyKind) string {

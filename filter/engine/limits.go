@@ -70,19 +70,6 @@ func (h *Stream) missingKey(l *limitRuntime) *reply {
 	return &reply{kind: config.ReplyMissingKey, values: replyValues{limit: l.cfg.Name}, status: l.cfg.OnLimit.Status, contentType: ct, body: body}
 }
 
-// sendLocal answers the request itself.
-func (h *Stream) sendLocal(status int, headers [][2]string, contentType string, body []byte) {
-	if contentType != "" {
-		headers = append(headers, [2]string{"content-type", contentType})
-	}
-	// Every local reply carries response.reply_headers.
-	headers = append(headers, h.plugin.cfg.Response.ReplyHeaders...)
-	h.phase = phaseAnswered
-	if err := h.plugin.host.Stream.Reply(status, headers, body); err != nil {
-		h.plugin.log.Errorf("sluice: sending local reply: %v", err)
-	}
-}
-
 // logRejection writes one JSON line per rejection. It names the key's
 // kinds, never its values: client addresses are personal data and do not
 // belong in proxy logs by default.

@@ -273,11 +273,16 @@ func (p *Plugin) resume(h *Stream, now time.Time) {
 	} else {
 		v = h.evaluate(now)
 	}
-	h.pause(v)
-	if v == Continue && h.applyDeadline(now) {
-		if err := p.host.Stream.Resume(); err != nil {
-			p.log.Warnf("sluice: resuming a request: %v", err)
-		}
+	if h.pause(v) != Continue {
+		return
+	}
+	// A request held past its deadline is answered rather than resumed.
+	if !p.lowerDeadline(&h.info, now.Sub(h.start)) {
+		h.rejectDeadline()
+		return
+	}
+	if err := p.host.Stream.Resume(); err != nil {
+		p.log.Warnf("sluice: resuming a request: %v", err)
 	}
 }
 
@@ -388,3 +393,7 @@ func (p *Plugin) Tick() {
 		_ = p.host.Ticker.SetTick(p.idleTick())
 	}
 }
+
+// TraceInto makes the pipeline account for the stream's request in t.
+// Call it after Begin, which clears it.
+func (h *Stream) TraceInto(t *Trace) { h.trace = t }

@@ -86,10 +86,6 @@ type ConcurrencyTrace struct {
 	Allowed bool
 }
 
-// TraceInto makes the pipeline account for the stream's request in t.
-// Call it after Begin, which clears it.
-func (h *Stream) TraceInto(t *Trace) { h.trace = t }
-
 // traceMatch records what matchLimits decided, re-checking each
 // condition alone with the same Matches on the same request.
 func (t *Trace) traceMatch(p *Plugin, match config.Request) {
