@@ -142,40 +142,39 @@ type breakerTicket struct {
 	ticket breaker.Ticket
 }
 
-// checkBreakers admits the request through every breaker guarding it, or
+// check admits request info through every breaker of p guarding it, or
 // rejects it. Tickets are kept for the outcome at stream end.
-func (h *Stream) checkBreakers(now time.Time) outcome {
-	p := h.plugin
+func (bh *breakerHold) check(p *Plugin, info *requestInfo, tr *Trace, now time.Time) outcome {
 	var match config.Request
 	matched := false
 	for _, b := range p.breakers {
 		if !matched {
-			match = h.info.matchRequest(p.matchNeeds)
+			match = info.matchRequest(p.matchNeeds)
 			matched = true
 		}
 		if !b.cfg.Match.Matches(match) {
 			continue
 		}
-		scope := h.info.clusterName()
+		scope := info.clusterName()
 		if b.cfg.Per == config.PerRoute {
-			scope = h.info.routeName()
+			scope = info.routeName()
 		}
 		br := b.instance(scope)
 		t, d, err := br.Check(now)
 		if err != nil {
-			h.plugin.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
+			p.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
 		}
 		b.recordTransition(br, d.Transition)
-		if h.trace != nil {
-			h.trace.Breakers = append(h.trace.Breakers, BreakerTrace{Name: b.cfg.Name, Instance: scope, Allowed: d.Allowed})
+		if tr != nil {
+			tr.Breakers = append(tr.Breakers, BreakerTrace{Name: b.cfg.Name, Instance: scope, Allowed: d.Allowed})
 		}
 		if !d.Allowed {
 			b.metrics.rejected.Increment(1)
-			h.releaseTickets()
-			return rejectWith(h.circuitOpen(b, scope, d))
+			bh.releaseTickets()
+			return rejectWith(p.circuitOpen(b, scope, d))
 		}
 		if t.Tracked() {
-			h.breakers.tickets = append(h.breakers.tickets, breakerTicket{b: b, br: br, ticket: t})
+			bh.tickets = append(bh.tickets, breakerTicket{b: b, br: br, ticket: t})
 		}
 	}
 	return allow
@@ -184,11 +183,10 @@ func (h *Stream) checkBreakers(now time.Time) outcome {
 // releaseTickets drops tickets of breakers passed before another breaker
 // rejected; their requests never reach an upstream, so they have no
 // outcome. A probe slot held this way is freed by the probe timeout.
-func (h *Stream) releaseTickets() { h.breakers.tickets = h.breakers.tickets[:0] }
+func (bh *breakerHold) releaseTickets() { bh.tickets = bh.tickets[:0] }
 
 // circuitOpen is the answer to a request breaker b rejects.
-func (h *Stream) circuitOpen(b *breakerRuntime, scope string, d breaker.Decision) *reply {
-	p := h.plugin
+func (p *Plugin) circuitOpen(b *breakerRuntime, scope string, d breaker.Decision) *reply {
 	var headers [][2]string
 	if p.cfg.Response.Headers.Has(config.HeadersRetryAfter) {
 		headers = [][2]string{{"retry-after", strconv.FormatInt(retryAfterSeconds(d.RetryAfter), 10)}}
@@ -201,44 +199,45 @@ func (h *Stream) circuitOpen(b *breakerRuntime, scope string, d breaker.Decision
 	b2 = appendJSONString(b2, scope)
 	b2 = append(b2, `,"retry_after":`...)
 	b2 = strconv.AppendInt(b2, retryAfterSeconds(d.RetryAfter), 10)
-	h.plugin.log.Info(string(append(b2, '}')))
+	p.log.Info(string(append(b2, '}')))
 	return &reply{kind: config.ReplyCircuitOpen, values: replyValues{upstream: scope, retryAfter: d.RetryAfter},
 		status: b.cfg.Status, headers: headers, contentType: ct, body: body}
 }
 
-// reportBreakers reports the outcome of an admitted request to the
-// breakers that let it through.
-func (h *Stream) reportBreakers() {
-	if len(h.breakers.tickets) == 0 || h.phase == phaseAnswered {
+// report reports the outcome of an admitted request (info, started at
+// start) to the breakers that let it through; the caller leaves out a
+// request the filter answered itself.
+func (bh *breakerHold) report(info *requestInfo, start time.Time, log host.Log) {
+	if len(bh.tickets) == 0 {
 		return
 	}
-	if !h.breakers.gotResponse {
+	if !bh.gotResponse {
 		// No response reached the filter (the client went away first):
 		// nothing is known about the upstream. A probe's slot is freed by
 		// the breaker's probe timeout.
 		return
 	}
-	now, code := h.breakers.responded, h.breakers.status
+	now, code := bh.responded, bh.status
 	// A success from the upstream is the common case and needs no property
 	// read; the details are fetched only when they can change the verdict:
 	// a status that could be a failure or a router reply (timeouts and
 	// resets come as 5xx), or a half-open probe, whose outcome closes the
 	// breaker and so must come from the upstream.
 	details := "via_upstream"
-	for _, t := range h.breakers.tickets {
+	for _, t := range bh.tickets {
 		if code >= 500 || code == 0 || t.ticket.Probe() || t.b.cfg.IsFailureStatus(code) {
-			details = h.info.host.Property(propCodeDetails)
+			details = info.host.Property(propCodeDetails)
 			break
 		}
 	}
-	for _, t := range h.breakers.tickets {
+	for _, t := range bh.tickets {
 		failure, known := t.b.classify(code, details)
 		if !known {
 			continue
 		}
 		var dur time.Duration // unread for a quiet success, which Report ignores
-		if !h.breakers.responded.IsZero() {
-			dur = h.breakers.responded.Sub(h.start)
+		if !bh.responded.IsZero() {
+			dur = bh.responded.Sub(start)
 		}
 		slow := t.b.cfg.SlowCall != nil && dur > t.b.cfg.SlowCall.Duration
 		if slow {
@@ -254,7 +253,7 @@ func (h *Stream) reportBreakers() {
 		}
 		tr, err := t.br.Report(t.ticket, breaker.Outcome{Failure: failure, Duration: dur}, now)
 		if err != nil {
-			h.plugin.log.Warnf("sluice: breaker %s: %v", t.b.cfg.Name, err)
+			log.Warnf("sluice: breaker %s: %v", t.b.cfg.Name, err)
 		}
 		t.b.recordTransition(t.br, tr)
 	}
@@ -265,9 +264,9 @@ func (h *Stream) reportBreakers() {
 // is ignored by Report, and a status that is below 500 and no failure
 // status is a success without asking for details (reportBreakers); only
 // then is the clock left unread, so a request reads it once, at its start.
-func (h *Stream) outcomeNeedsTime() bool {
-	code := h.breakers.status
-	for _, t := range h.breakers.tickets {
+func (bh *breakerHold) outcomeNeedsTime() bool {
+	code := bh.status
+	for _, t := range bh.tickets {
 		if !t.ticket.Quiet() || t.b.cfg.SlowCall != nil || code >= 500 || code == 0 || t.b.cfg.IsFailureStatus(code) {
 			return true
 		}

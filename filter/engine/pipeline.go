@@ -178,12 +178,16 @@ func (h *Stream) evaluate(now time.Time) Verdict {
 func (h *Stream) admitAfterLimits(now time.Time) outcome {
 	p := h.plugin
 	if len(p.breakers) > 0 {
-		if o := h.checkBreakers(now); o.kind != outAllow {
+		if o := h.breakers.check(p, &h.info, h.trace, now); o.kind != outAllow {
 			return o
 		}
 	}
 	if len(p.concurrency) > 0 {
-		return h.acquireConcurrency(now)
+		if o := h.cc.acquire(p, &h.info, h.trace, now); o.kind != outAllow {
+			// Breakers passed before have no outcome to report now.
+			h.breakers.releaseTickets()
+			return o
+		}
 	}
 	return allow
 }
@@ -319,7 +323,7 @@ func (h *Stream) respond() {
 			h.breakers.status = StatusCode(status)
 		}
 		h.breakers.gotResponse = true
-		if h.outcomeNeedsTime() {
+		if h.breakers.outcomeNeedsTime() {
 			h.breakers.responded = p.host.Clock()
 		}
 	}
@@ -358,10 +362,10 @@ func (h *Stream) release() {
 		h.resetRemote()
 	}
 	if len(h.cc.held) > 0 {
-		h.releaseConcurrency(p.host.Clock())
+		h.cc.release(p, p.host.Clock())
 	}
-	if len(h.breakers.tickets) > 0 {
-		h.reportBreakers()
+	if len(h.breakers.tickets) > 0 && h.phase != phaseAnswered {
+		h.breakers.report(&h.info, h.start, p.log)
 	}
 	if h.charges.body.mode != bodyOff {
 		// The stream ended before its body did (a reset, or no body at

@@ -9,8 +9,8 @@ import (
 
 // Trace is a read-only account of what the pipeline did with one request
 // and why, for sluicectl explain. The pipeline fills it at the points
-// where it decides (matchLimits, decideLimits, checkBreakers,
-// acquireConcurrency), from the values it decides with, so the account
+// where it decides (matchLimits, decideLimits, breakerHold.check,
+// ccHolds.acquire), from the values it decides with, so the account
 // cannot drift from the behaviour. A stream without a trace pays one nil
 // check per phase.
 type Trace struct {
