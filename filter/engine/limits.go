@@ -237,7 +237,7 @@ func (h *Stream) limitKey(i int, l *limitRuntime, arena []byte, shadow bool) ([]
 			k.settled = true
 			return arena, k, allow
 		}
-		arena, k.table, k.rate, k.ok = h.appendExternal(arena)
+		arena, k.table, k.rate, k.ok = l.ext.appendBucketKey(arena, &h.ext, &h.info)
 		if h.trace != nil {
 			h.trace.traceKey(i, shadow, arena[start:], k.ok, "")
 		}

@@ -113,7 +113,7 @@ func (h *Stream) RequestHeaders() Verdict {
 		}
 	}
 	if p.routeHeader != "" {
-		h.dropClientRoute()
+		p.dropClientRoute()
 	}
 	if p.idle {
 		return Continue // nothing configured applies to any request
@@ -160,10 +160,10 @@ func (h *Stream) evaluate(now time.Time) Verdict {
 		h.matchLimits()
 		// 1. External lookup.
 		if x := p.external; x != nil && p.applied[x.index] {
-			if o := h.resolveExternal(now); o.kind != outAllow {
+			if o := x.resolve(&h.ext, &h.info, now); o.kind != outAllow {
 				return h.settle(o, now)
 			}
-			h.routeTenant()
+			x.routeTenant(&h.ext)
 		}
 		// 2. Limits; 3. remote wait.
 		if o := h.decideLimits(now); o.kind != outAllow {

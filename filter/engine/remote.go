@@ -315,7 +315,7 @@ func (h *Stream) finishRemote(now time.Time) outcome {
 		if rr.state != remoteFailLocal {
 			continue
 		}
-		t, err := h.localFallback(rr)
+		t, err := h.plugin.localFallback(rr)
 		if err != nil {
 			h.plugin.log.Warnf("sluice: limit %s fallback: %v", rr.l.cfg.Name, err)
 			continue
@@ -487,6 +487,6 @@ func (h *Stream) fileRemote(i int, l *limitRuntime, k limitKeyed, key []byte, co
 	}
 	h.remote.reqs = append(h.remote.reqs, remoteReq{
 		l: l, key: string(key), overrideValue: k.overrideValue, k: dk, cost: cost,
-		policy: h.remotePolicy(l),
+		policy: remotePolicy(l, &h.ext),
 	})
 }
