@@ -26,7 +26,7 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 			l.metrics.shadowLimited.Increment(1)
 			h.logRejection("shadow_limited", l, res)
 			h.dropCharge(l)
-			h.tellUpstream(l)
+			h.plugin.tellUpstream(l)
 		}
 	}
 }
@@ -170,7 +170,7 @@ type shadowRequests struct {
 func (h *Stream) prepareLimit(i int, l *limitRuntime, arena []byte, shadows *shadowRequests, now time.Time) ([]byte, outcome) {
 	p := h.plugin
 	// A limit not enforced for this request is a shadow for it.
-	shadow := l.cfg.Shadow || h.unenforced(i)
+	shadow := l.cfg.Shadow || h.roll.unenforced(i)
 	start := len(arena)
 	arena, k, o := h.limitKey(i, l, arena, shadow)
 	if k.settled || o.kind != outAllow {

@@ -82,7 +82,7 @@ type Stream struct {
 	ext external.Request
 	// roll are the request's rollout draws by limit index, drawn once
 	// (rollout.go); empty when no limit has a partial rollout.
-	roll []rollFlags
+	roll rollDraws
 }
 
 // phase is where a stream is in its life, as its callbacks need it.
@@ -119,7 +119,7 @@ func (h *Stream) RequestHeaders() Verdict {
 		return Continue // nothing configured applies to any request
 	}
 	if p.rollouts {
-		h.drawRollout()
+		h.roll.draw(p)
 	}
 	return h.pause(h.evaluate(h.start))
 }
@@ -235,7 +235,7 @@ func (h *Stream) matchLimits() {
 	info := &h.info
 	match := info.matchRequest(p.matchNeeds)
 	for i, l := range p.limits {
-		p.matched[i] = !l.disabled && l.cfg.Match.Matches(match) && !h.skipped(i)
+		p.matched[i] = !l.disabled && l.cfg.Match.Matches(match) && !h.roll.skipped(i)
 		p.applied[i] = p.matched[i]
 	}
 	// A matching limit disables its targets even when it is itself
