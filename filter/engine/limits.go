@@ -25,7 +25,7 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 		} else {
 			l.metrics.shadowLimited.Increment(1)
 			h.logRejection("shadow_limited", l, res)
-			h.dropCharge(l)
+			h.charges.drop(l)
 			h.plugin.tellUpstream(l)
 		}
 	}
@@ -189,7 +189,7 @@ func (h *Stream) prepareLimit(i int, l *limitRuntime, arena []byte, shadows *sha
 		}
 		return arena, allow
 	}
-	cost, bad, ok := h.requestCost(l)
+	cost, bad, ok := p.requestCost(l, &h.info, h.wait.delay.active)
 	if !ok {
 		// A malformed cost is the client's fault, not the limit's:
 		// only a configured shadow lets it pass, a rollout does not.
@@ -202,7 +202,7 @@ func (h *Stream) prepareLimit(i int, l *limitRuntime, arena []byte, shadows *sha
 		h.trace.Limits[i].OverrideValue, h.trace.Limits[i].Rate, h.trace.Limits[i].Cost = k.overrideValue, k.rate, cost
 	}
 	if l.cfg.CostFromResponse != nil {
-		h.noteCharge(l, k.table, k.rate, k.overrideValue, key)
+		h.charges.note(l, k.table, k.rate, k.overrideValue, key)
 	}
 	switch r := (limiter.Request{Table: k.table, Key: arenaString(key), Cost: cost}); {
 	case l.remote != nil:

@@ -290,6 +290,16 @@ func (p *Plugin) resume(h *Stream, now time.Time) {
 	}
 }
 
+// ResponseBody is a response body callback: size bytes of body are
+// there, the last ones when end is set. It returns Pause to have the host
+// buffer the body, Continue to let it go on (body.go).
+func (h *Stream) ResponseBody(size int, end bool) Verdict {
+	if h.charges.body.mode == bodyOff {
+		return Continue
+	}
+	return h.charges.scanBody(h.plugin, size, end)
+}
+
 // ResponseHeaders is the response phase: charge the costs the response
 // reports, note the status for the breakers, and decorate an allowed
 // response with its rate-limit headers.
@@ -309,7 +319,7 @@ func (h *Stream) respond() {
 	var headers [][2]string
 	if len(h.charges.pending) > 0 {
 		headers = p.host.Stream.ResponseHeaders()
-		h.chargeResponse(headers)
+		h.charges.chargeResponse(p, headers, &h.quota, h.start)
 	}
 	if len(h.breakers.tickets) > 0 {
 		// The breaker outcome needs the status and, unless it is a quiet
@@ -370,7 +380,7 @@ func (h *Stream) release() {
 	if h.charges.body.mode != bodyOff {
 		// The stream ended before its body did (a reset, or no body at
 		// all): charge what it reported so far, or default.
-		h.chargeBody(p.host.Clock())
+		h.charges.chargeBody(p, p.host.Clock())
 	}
 }
 
