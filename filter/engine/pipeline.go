@@ -9,7 +9,8 @@ package engine
 //  1. external lookup: when the external limit applies, which bucket it is
 //     (external.go, package external); the request may wait for it;
 //  2. limits: match once, drop the replaced ones, build keys and costs,
-//     decide the enforcing limits together and the shadow ones alone;
+//     decide the enforcing limits together and the shadow ones alone
+//     (limits.go);
 //  3. remote wait: global and hybrid limits are decided in Redis or from
 //     their leases (remote.go, package distributed); the request waits;
 //  4. breakers guarding the request's cluster or route (breakers.go);
