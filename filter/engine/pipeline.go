@@ -71,8 +71,7 @@ type Stream struct {
 	remote remoteWait
 	// gen changes when the stream ends or is re-evaluated, so replies to
 	// calls of an earlier evaluation are ignored.
-	gen  uint32
-	done bool
+	gen uint32
 
 	// cc are the concurrency slots the request holds (concurrency.go).
 	cc ccHolds
