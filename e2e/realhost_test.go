@@ -12,12 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/e2e/host"
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 )
 
@@ -382,4 +384,142 @@ func TestRealHostCases(t *testing.T) {
 			}
 		})
 	}
+}
+
+// transcript wraps a harness and writes down everything a case observes
+// through it: every response whole, every metric read. Two hosts agree on
+// a case when their transcripts, and the plugin's logs, are equal.
+type transcript struct {
+	filtertest.Harness
+	lines []string
+}
+
+func (r *transcript) note(resp filtertest.Response) {
+	r.lines = append(r.lines, fmt.Sprintf("response %d local=%v waited=%v headers=%s body=%q upstream=%s",
+		resp.Status, resp.Local, resp.Waited, sortedHeader(resp.Headers), resp.Body, sortedHeader(resp.UpstreamHeaders)))
+}
+
+func sortedHeader(h http.Header) string {
+	if h == nil {
+		return "none"
+	}
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%q;", k, h[k])
+	}
+	return b.String()
+}
+
+func (r *transcript) Do(t testing.TB, req filtertest.Request) filtertest.Response {
+	resp := r.Harness.Do(t, req)
+	r.note(resp)
+	return resp
+}
+
+func (r *transcript) Start(t testing.TB, req filtertest.Request) (filtertest.Flight, filtertest.Response) {
+	f, resp := r.Harness.Start(t, req)
+	if f == nil {
+		r.note(resp)
+		return nil, resp
+	}
+	return &transcriptFlight{f, r}, resp
+}
+
+type transcriptFlight struct {
+	filtertest.Flight
+	r *transcript
+}
+
+func (f *transcriptFlight) Finish(t testing.TB) filtertest.Response {
+	resp := f.Flight.Finish(t)
+	f.r.note(resp)
+	return resp
+}
+
+func (r *transcript) Counter(t testing.TB, name string) uint64 {
+	v := r.Harness.Counter(t, name)
+	r.lines = append(r.lines, fmt.Sprintf("counter %s = %d", name, v))
+	return v
+}
+
+func (r *transcript) Gauge(t testing.TB, name string) int64 {
+	v := r.Harness.Gauge(t, name)
+	r.lines = append(r.lines, fmt.Sprintf("gauge %s = %d", name, v))
+	return v
+}
+
+func (r *transcript) Defined(t testing.TB, name string) bool {
+	v := r.Harness.(filtertest.MetricDefiner).Defined(t, name)
+	r.lines = append(r.lines, fmt.Sprintf("defined %s = %v", name, v))
+	return v
+}
+
+// logs are the plugin's log lines the real host kept since the last call.
+func (r *realHarness) logs(t testing.TB) []string {
+	reply := r.h.call(t, "logs")
+	out := make([]string, 0, len(reply)-2)
+	for _, tok := range reply[2:] {
+		out = append(out, unesc(t, tok))
+	}
+	return out
+}
+
+// TestRealHostAgrees runs every filtertest case on our host and on the
+// real host and compares what the case saw, response by response (status,
+// headers, body, what the upstream received, how long it was held), every
+// metric it read, and every line the plugin logged. Each difference is a
+// defect in one of the two hosts or a simplification of the real host's
+// driver listed in tools/realhost/README.md.
+func TestRealHostAgrees(t *testing.T) {
+	realHostBinary(t)
+	code := wasmModule(t, "sluice")
+	agreed := 0
+	for _, c := range filtertest.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			var mu sync.Mutex
+			var ours []string
+			ourHost := &transcript{Harness: newWasmHarnessLogging(t, code, c, func(level host.LogLevel, _, msg string) {
+				mu.Lock()
+				ours = append(ours, fmt.Sprintf("%d %s", level, msg))
+				mu.Unlock()
+			})}
+			c.Run(t, ourHost)
+			mu.Lock()
+			defer mu.Unlock()
+			real := newRealHarness(t, code, c)
+			realHost := &transcript{Harness: real}
+			c.Run(t, realHost)
+			diff := firstDifference("observed", ourHost.lines, realHost.lines)
+			if diff == "" {
+				diff = firstDifference("logged", ours, real.logs(t))
+			}
+			if diff != "" {
+				t.Fatalf("our host and the real host disagree: %s", diff)
+			}
+			agreed++
+		})
+	}
+	t.Logf("%d of %d cases agree", agreed, len(filtertest.Cases))
+}
+
+// firstDifference describes where two transcripts first differ, or is "".
+func firstDifference(what string, ours, real []string) string {
+	for i := range max(len(ours), len(real)) {
+		var a, b string
+		if i < len(ours) {
+			a = ours[i]
+		}
+		if i < len(real) {
+			b = real[i]
+		}
+		if a != b {
+			return fmt.Sprintf("%s line %d:\n  ours: %s\n  real: %s", what, i+1, a, b)
+		}
+	}
+	return ""
 }

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <time.h>
 #include <unistd.h>
 
 #include "include/proxy-wasm/context.h"
@@ -457,15 +458,26 @@ WasmResult HostContext::getProperty(std::string_view path, std::string *result) 
   return WasmResult::NotFound;
 }
 
+bool g_tracing = false;
+std::map<std::string, uint64_t> g_trace_counts;
+
 struct Integration : WasmVmIntegration {
   WasmVmIntegration *clone() override { return new Integration(); }
-  // Envoy's default: cpp-host builds no per-call trace strings.
-  LogLevel getLogLevel() override { return LogLevel::info; }
+  // Envoy's default, info: cpp-host builds no per-call trace strings;
+  // trace only while profile counts calls.
+  LogLevel getLogLevel() override { return g_tracing ? LogLevel::trace : LogLevel::info; }
   void error(std::string_view message) override {
     std::cerr << "realhost vm: " << message << "\n";
     g_logs.push_back("error " + std::string(message));
   }
-  void trace(std::string_view) override {}
+  void trace(std::string_view message) override {
+    for (auto [prefix, kind] : {std::pair{"[vm->host] ", "host "}, std::pair{"[host->vm] ", "guest "}}) {
+      if (message.starts_with(prefix)) {
+        message.remove_prefix(std::strlen(prefix));
+        g_trace_counts[kind + std::string(message.substr(0, message.find('(')))]++;
+      }
+    }
+  }
   bool getNullVmFunction(std::string_view, bool, int, NullPlugin *, void *) override { return false; }
 };
 
@@ -688,11 +700,11 @@ std::string upstreamAnswer(Tokens &in) {
   return doneLine(*s);
 }
 
-// bench runs n whole lifecycles of one request on one worker, the
-// upstream answering 200 with no body, and reports the time they took
-// inside this process. The clock moves by step before each request, or,
-// with step 0, reads the real clock as Envoy's does.
-std::string bench(Tokens &in) {
+// lifecycles runs n whole lifecycles of one request on one worker, the
+// upstream answering 200 with no body, and returns how many requests the
+// plugin did not pass to the upstream. The clock moves by step before each
+// request, or, with step 0, reads the real clock as Envoy's does.
+uint64_t lifecycles(Tokens &in) {
   int worker = in.num();
   uint64_t n = in.num(), step = in.num();
   Headers req = in.pairs();
@@ -700,7 +712,6 @@ std::string bench(Tokens &in) {
   const Headers upstream{{":status", "200"}, {"content-type", "text/plain"}};
   const std::vector<std::string> none;
   uint64_t bad = 0;
-  auto t0 = std::chrono::steady_clock::now();
   for (uint64_t i = 0; i < n; i++) {
     g_now_ns = step ? g_now_ns + step
                     : std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -720,8 +731,38 @@ std::string bench(Tokens &in) {
     finish(*s);
     g_streams.erase(s->id);
   }
+  return bad;
+}
+
+uint64_t threadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// bench times lifecycles inside this process: wall time, and the thread's
+// CPU time, which on a shared machine leaves out the time other processes
+// held the core (the guest runs on this thread).
+std::string bench(Tokens &in) {
+  auto t0 = std::chrono::steady_clock::now();
+  uint64_t cpu0 = threadCpuNs();
+  uint64_t bad = lifecycles(in);
+  uint64_t cpu = threadCpuNs() - cpu0;
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-  return "bench " + std::to_string(ns.count()) + " " + std::to_string(bad);
+  return "bench " + std::to_string(ns.count()) + " " + std::to_string(bad) + " " + std::to_string(cpu);
+}
+
+// profile runs lifecycles with cpp-host's trace on and counts, from its
+// trace lines, the calls each way: hostcalls the guest made ("host NAME")
+// and calls into the guest, its allocator included ("guest NAME").
+std::string profile(Tokens &in) {
+  g_trace_counts.clear();
+  g_tracing = true;
+  uint64_t bad = lifecycles(in);
+  g_tracing = false;
+  std::string out = "profile " + std::to_string(bad) + " " + std::to_string(g_trace_counts.size());
+  for (auto &[k, v] : g_trace_counts) out += " " + esc(k) + " " + std::to_string(v);
+  return out;
 }
 
 std::string handle(const std::string &line) {
@@ -786,6 +827,7 @@ std::string handle(const std::string &line) {
     return "memory " + std::to_string(g_workers[w].wasm->wasm()->wasm_vm()->getMemorySize());
   }
   if (cmd == "bench") return bench(in);
+  if (cmd == "profile") return profile(in);
   return "err unknown command " + esc(cmd);
 }
 
