@@ -177,6 +177,7 @@ func TestRealHostLifecycleReport(t *testing.T) {
 	for _, k := range slices.Sorted(maps.Keys(keys)) {
 		fmt.Fprintf(&out, "| %s | %.1f | %.1f |\n", k, sluiceRun.calls[k], floorRun.calls[k])
 	}
+	fmt.Fprint(&out, realHostGap(t, runs, ns, index))
 	if len(left) > 0 {
 		fmt.Fprintf(&out, "\nNot run in the real host (its driver serves no clusters for callouts): %s.\n", strings.Join(left, "; "))
 	}
@@ -186,4 +187,32 @@ func TestRealHostLifecycleReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// realHostGap writes down, from this run's medians, what stands between
+// one limit + one breaker and 1.5× the WAT floor: the floor itself, what
+// the Go SDK and runtime add to the same hostcalls (the Go floor), what
+// Sluice's own work adds on top, the hostcalls Sluice makes beyond the
+// floor's, and what cpp-host's allocator path costs per call.
+func realHostGap(t testing.TB, runs []*realLifecycle, ns [][]float64, index func(string) int) string {
+	floorI, goFloorI, sluiceI := index("WAT floor of one limit + one breaker"), index("hostcall floor of one limit + one breaker"), index("one limit + one breaker")
+	floor, goFloor, sluice := median(ns[floorI]), median(ns[goFloorI]), median(ns[sluiceI])
+	reply := runs[sluiceI].h.call(t, "alloccost", "0", "20000")
+	full, _ := strconv.ParseFloat(reply[1], 64)
+	bare, _ := strconv.ParseFloat(reply[2], 64)
+	allocs := runs[sluiceI].calls["guest proxy_on_memory_allocate"]
+	var extra []string
+	for k, v := range runs[sluiceI].calls {
+		if d := v - runs[floorI].calls[k]; strings.HasPrefix(k, "host ") && d != 0 {
+			extra = append(extra, fmt.Sprintf("%+.1f %s", d, strings.TrimPrefix(k, "host ")))
+		}
+	}
+	slices.Sort(extra)
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nWhere one limit + one breaker's %.0f ns go, against 1.5× the WAT floor (%.0f ns; the gap is %.0f ns):\n\n", sluice, 1.5*floor, sluice-1.5*floor)
+	fmt.Fprintf(&b, "- the WAT floor, the same hostcalls with a bump allocator: %.0f ns;\n", floor)
+	fmt.Fprintf(&b, "- the Go SDK and runtime making the same hostcalls (the Go floor, e2e/noop with floor): +%.0f ns (%.2f× the WAT floor before Sluice decides anything);\n", goFloor-floor, goFloor/floor)
+	fmt.Fprintf(&b, "- Sluice's own work beyond the Go floor: +%.0f ns, of which its hostcalls beyond the floor's: %s;\n", sluice-goFloor, strings.Join(extra, ", "))
+	fmt.Fprintf(&b, "- cpp-host's allocator path, which every hostcall returning data takes (%.1f a request here, as in the floor): %.0f ns a call, %.0f of them the guest's allocator and %.0f the two restricted-callback settings around it.\n", allocs, full, bare, full-bare)
+	return b.String()
 }

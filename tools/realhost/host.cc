@@ -386,6 +386,11 @@ public:
     std::cerr << "realhost: " << message << "\n";
     g_logs.push_back("error " + std::string(message));
   }
+  // allocCost returns the CPU ns of n calls of cpp-host's allocMemory,
+  // which every hostcall returning data makes (the guest's allocator
+  // bracketed by two restricted-callback settings), and of n bare calls
+  // of the guest's allocator.
+  std::pair<uint64_t, uint64_t> allocCost(uint64_t n);
 };
 
 std::string g_plugin_config;
@@ -740,6 +745,14 @@ uint64_t threadCpuNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+std::pair<uint64_t, uint64_t> HostWasm::allocCost(uint64_t n) {
+  uint64_t addr, t0 = threadCpuNs();
+  for (uint64_t i = 0; i < n; i++) allocMemory(16, &addr);
+  uint64_t t1 = threadCpuNs();
+  for (uint64_t i = 0; i < n; i++) malloc_(vm_context(), 16);
+  return {t1 - t0, threadCpuNs() - t1};
+}
+
 // bench times lifecycles inside this process: wall time, and the thread's
 // CPU time, which on a shared machine leaves out the time other processes
 // held the core (the guest runs on this thread).
@@ -828,6 +841,13 @@ std::string handle(const std::string &line) {
   }
   if (cmd == "bench") return bench(in);
   if (cmd == "profile") return profile(in);
+  if (cmd == "alloccost") {
+    size_t w = in.num();
+    uint64_t n = in.num();
+    if (w >= g_workers.size() || n == 0) return "err no such worker";
+    auto [full, bare] = g_workers[w].host()->allocCost(n);
+    return "alloccost " + std::to_string(full / n) + " " + std::to_string(bare / n);
+  }
   return "err unknown command " + esc(cmd);
 }
 
