@@ -1,8 +1,10 @@
 package e2e_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -57,7 +59,7 @@ func TestGuestCallsReport(t *testing.T) {
 	env := &lifecycleEnv{codes: map[string][]byte{"sluice": wasmModule(t, "sluice"), "noop": wasmModule(t, "noop")}}
 	var out strings.Builder
 	for _, name := range []string{"hostcall floor of one limit + one breaker", "one limit + one breaker"} {
-		c := lifecycleCases[slices.IndexFunc(lifecycleCases, func(c lifecycleCase) bool { return c.name == name })]
+		c := lifecycleCaseNamed(t, name)
 		_, p, step := startLifecycle(t, ctx, c, env, nil)
 		counter.mu.Lock()
 		clear(counter.n)
@@ -82,31 +84,10 @@ func TestGuestCallsReport(t *testing.T) {
 			byPkg[guestPackage(f)] += per
 		}
 		counter.mu.Unlock()
-		slices.SortFunc(fns, func(a, b fn) int {
-			if a.per != b.per {
-				if a.per > b.per {
-					return -1
-				}
-				return 1
-			}
-			return strings.Compare(a.name, b.name)
-		})
+		slices.SortFunc(fns, func(a, b fn) int { return cmp.Or(cmp.Compare(b.per, a.per), strings.Compare(a.name, b.name)) })
 		fmt.Fprintf(&out, "\n%s: %.1f guest calls per request\n\nby package:\n", name, total)
-		pkgs := slices.Collect(func(yield func(string) bool) {
-			for p := range byPkg {
-				if !yield(p) {
-					return
-				}
-			}
-		})
-		slices.SortFunc(pkgs, func(a, b string) int {
-			if byPkg[a] != byPkg[b] {
-				if byPkg[a] > byPkg[b] {
-					return -1
-				}
-				return 1
-			}
-			return strings.Compare(a, b)
+		pkgs := slices.SortedFunc(maps.Keys(byPkg), func(a, b string) int {
+			return cmp.Or(cmp.Compare(byPkg[b], byPkg[a]), strings.Compare(a, b))
 		})
 		for _, p := range pkgs {
 			fmt.Fprintf(&out, "  %6.1f  %s\n", byPkg[p], p)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -403,13 +404,8 @@ func sortedHeader(h http.Header) string {
 	if h == nil {
 		return "none"
 	}
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var b strings.Builder
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(h)) {
 		fmt.Fprintf(&b, "%s=%q;", k, h[k])
 	}
 	return b.String()
