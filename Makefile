@@ -242,7 +242,7 @@ bench: build
 # CPPHOST. Optional: make test and CI need neither target, and without
 # CPPHOST both stop with what is missing.
 CPPHOST ?=
-REALHOST_ABOUT := The same lifecycle in proxy-wasm-cpp-host, the library Envoy embeds for Wasm, on Wasmtime v37 (Cranelift), with the minimal Envoy-like host of tools/realhost; one worker VM per case, interleaved in rounds, timed inside the host; the hybrid case is left out because that host serves no callouts. \`make bench-realhost CPPHOST=dir\` (or \`make bench CPPHOST=dir\`) measures it; without CPPHOST \`make bench\` carries the block below over.
+REALHOST_ABOUT := The same lifecycle in proxy-wasm-cpp-host, the library Envoy embeds for Wasm, on Wasmtime v37 (Cranelift), with the minimal Envoy-like host of tools/realhost; one worker VM per case, interleaved in rounds. The figure is the host thread's CPU time per request, which leaves out whatever else ran on a shared core (wall time beside it); hostcalls and calls into the guest are counted from cpp-host's own trace. The hybrid case is left out because that host serves no callouts. \`make bench-realhost CPPHOST=dir\` (or \`make bench CPPHOST=dir\`) measures it; without CPPHOST \`make bench\` carries the block below over.
 # Pinned to the last core where taskset exists: the driver and the test
 # share one core, which steadies the rounds on a shared machine.
 REALHOST_PIN := $(shell command -v taskset >/dev/null && echo taskset -c $$(( $$(nproc) - 1 )))
