@@ -213,6 +213,6 @@ func realHostGap(t testing.TB, runs []*realLifecycle, ns [][]float64, index func
 	fmt.Fprintf(&b, "- the WAT floor, the same hostcalls with a bump allocator: %.0f ns;\n", floor)
 	fmt.Fprintf(&b, "- the Go SDK and runtime making the same hostcalls (the Go floor, e2e/noop with floor): +%.0f ns (%.2f× the WAT floor before Sluice decides anything);\n", goFloor-floor, goFloor/floor)
 	fmt.Fprintf(&b, "- Sluice's own work beyond the Go floor: +%.0f ns, of which its hostcalls beyond the floor's: %s;\n", sluice-goFloor, strings.Join(extra, ", "))
-	fmt.Fprintf(&b, "- cpp-host's allocator path, which every hostcall returning data takes (%.1f a request here, as in the floor): %.0f ns a call, %.0f of them the guest's allocator and %.0f the two restricted-callback settings around it.\n", allocs, full, bare, full-bare)
+	fmt.Fprintf(&b, "- cpp-host's allocator path, which every hostcall returning data takes (%.1f a request here, as in the floor): %.0f ns a call, %.0f of them the guest's allocator and %.0f the two restricted-callback settings around it, which build and drop a set of seven names: %.0f ns a request, in the floor as in Sluice.\n", allocs, full, bare, full-bare, allocs*(full-bare))
 	return b.String()
 }
