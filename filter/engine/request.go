@@ -45,7 +45,7 @@ type requestInfo struct {
 	// clientCfg is the plugin's client_ip, for match conditions.
 	clientCfg  *config.ClientIP
 	clientAddr clientAddrCache
-	// scratch is the worker's buffer for decoded query values.
+	// scratch is the worker's buffer for the values conditions read.
 	scratch *[]byte
 }
 
@@ -254,9 +254,6 @@ func (r *requestInfo) retain() {
 	own(&r.cluster)
 	own(&r.clientIP)
 }
-
-// RequestHeader makes requestInfo a config.HeaderSource.
-func (r *requestInfo) RequestHeader(name string) (string, bool) { return r.header(name) }
 
 // matchRequest adapts requestInfo for config.Match, reading only what
 // some match needs. Header matches read through Header, which loads the
