@@ -85,15 +85,15 @@ func TestRespelledIdentitiesEndToEnd(t *testing.T) {
 		{"score 42", "/m", "", []string{"x-score", "42"}, 200},
 		{"score 42.0", "/m", "", []string{"x-score", "42.0"}, 429},
 	} {
-		if got := rawRequest(t, addr, s.target, s.host, s.headers...); got != s.want {
+		if got := rawGet(t, addr, s.target, s.host, s.headers...); got != s.want {
 			t.Errorf("%s (%s): status %d, want %d", s.what, s.target, got, s.want)
 		}
 	}
 }
 
-// rawRequest sends one GET with the request target exactly as given and
+// rawGet sends one GET with the request target exactly as given and
 // returns the status.
-func rawRequest(t *testing.T, addr, target, host string, headers ...string) int {
+func rawGet(t *testing.T, addr, target, host string, headers ...string) int {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
