@@ -28,8 +28,8 @@ type requestInfo struct {
 	// path matches; normLoaded says it is computed.
 	normLoaded bool
 	normPath   string
-	// ambiguous says the last appendKey found a query parameter or header
-	// given more than once with different values.
+	// ambiguous says the last appendKey found a query parameter, header
+	// or cookie given more than once with different values.
 	ambiguous bool
 
 	routeLoaded bool
@@ -284,8 +284,8 @@ const keySeparator = '\x00'
 // parameter (a present, empty one is an empty value), a path with fewer
 // segments, an unknown client address, route or cluster; dst is then
 // returned as it came. An empty parts list is the single global bucket
-// and always ok. A query parameter or header given more than once with
-// different values is missing too, and r.ambiguous says so: upstreams
+// and always ok. A query parameter, header or cookie given more than once
+// with different values is missing too, and r.ambiguous says so: upstreams
 // disagree on which value is the caller (Go, Flask and servlets take the
 // first, PHP and Rails the last), so any value taken here, or all of
 // them joined, would let a client be counted as one caller and served as
