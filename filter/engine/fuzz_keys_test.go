@@ -94,6 +94,8 @@ func FuzzAppendKey(f *testing.F) {
 		[]byte{byte(config.KeyQuery), byte(config.KeyCookie), byte(config.KeyPathSegment) | 0x10, byte(config.KeyClientIPMasked) | 0x50},
 		"id", "sid", uint8(0), 1, 0)
 	f.Add("", "\x00\x00\x00\x00\x00\x00E@", "", []byte{byte(config.KeyMetadata), byte(config.KeyRoute)}, "", "", uint8(0), 1, 0)
+	f.Add("cookie=sid=a; sid=\"a\"\ncookie=b=1; sid=b", "10.0.0.1:1", "", []byte{byte(config.KeyCookie), byte(config.KeyCookie) | 0x80},
+		"sid", "b", uint8(0), 1, 1)
 	f.Fuzz(func(t *testing.T, headerBlob, sourceAddress, route string, spec []byte,
 		headerA, headerB string, ipSource uint8, hops int, overrideBy int) {
 		host := &fakeHost{

@@ -28,8 +28,8 @@ type requestInfo struct {
 	// path matches; normLoaded says it is computed.
 	normLoaded bool
 	normPath   string
-	// ambiguous says the last appendKey found a query parameter or header
-	// given more than once with different values.
+	// ambiguous says the last appendKey found a query parameter, header
+	// or cookie given more than once with different values.
 	ambiguous bool
 
 	routeLoaded bool
@@ -45,7 +45,7 @@ type requestInfo struct {
 	// clientCfg is the plugin's client_ip, for match conditions.
 	clientCfg  *config.ClientIP
 	clientAddr clientAddrCache
-	// scratch is the worker's buffer for decoded query values.
+	// scratch is the worker's buffer for the values conditions read.
 	scratch *[]byte
 }
 
@@ -255,9 +255,6 @@ func (r *requestInfo) retain() {
 	own(&r.clientIP)
 }
 
-// RequestHeader makes requestInfo a config.HeaderSource.
-func (r *requestInfo) RequestHeader(name string) (string, bool) { return r.header(name) }
-
 // matchRequest adapts requestInfo for config.Match, reading only what
 // some match needs. Header matches read through Header, which loads the
 // header map on first use.
@@ -287,8 +284,8 @@ const keySeparator = '\x00'
 // parameter (a present, empty one is an empty value), a path with fewer
 // segments, an unknown client address, route or cluster; dst is then
 // returned as it came. An empty parts list is the single global bucket
-// and always ok. A query parameter or header given more than once with
-// different values is missing too, and r.ambiguous says so: upstreams
+// and always ok. A query parameter, header or cookie given more than once
+// with different values is missing too, and r.ambiguous says so: upstreams
 // disagree on which value is the caller (Go, Flask and servlets take the
 // first, PHP and Rails the last), so any value taken here, or all of
 // them joined, would let a client be counted as one caller and served as
