@@ -180,6 +180,14 @@ func (im *importer) localGroup(f filterRef, file string, cfg node, scope *match,
 				}
 				l := base
 				l.Match, l.Key = cond, parts
+				if taken := valuedSiblings(r, d, descs); len(parts) == 1 && len(taken) > 0 {
+					// A descriptor naming a value wins over this one for
+					// any value: those values are not counted here.
+					l.Overrides = map[string]*override{}
+					for _, v := range taken {
+						l.Overrides[v] = &override{Unlimited: true}
+					}
+				}
 				if !im.bucket(r, d.child("token_bucket"), &l) {
 					continue
 				}
@@ -191,9 +199,32 @@ func (im *importer) localGroup(f filterRef, file string, cfg node, scope *match,
 			}
 		}
 	}
+	if partial := func(p float64) bool { return p > 0 && p < 100 }; matched > 0 && (partial(base.Rollout.Enabled) || partial(base.Rollout.Enforced)) {
+		im.note(Inexact, file, cfg, "Envoy draws filter_enabled and filter_enforced once per request for all its buckets; Sluice draws them for each limit, so a request may be limited by one bucket's limit and not another's")
+	}
 	if matched > 0 && (always || len(entries) > 1) {
 		im.note(Inexact, file, cfg.child("descriptors"), "a request whose descriptors match takes a token from each matching bucket (and, with always_consume_default_token_bucket, the default one) one after another, and a token taken before a later bucket refuses is not given back; Sluice takes from none when any refuses")
 	}
+}
+
+// valuedSiblings are, for a one-entry descriptor d for any value, the
+// values other one-entry descriptors of the same key name.
+func valuedSiblings(r reader, d node, descs []node) []string {
+	es := d.child("entries").items()
+	if len(es) != 1 || r.str(es[0].child("value")) != "" {
+		return nil
+	}
+	key := r.str(es[0].child("key"))
+	var out []string
+	for _, o := range descs {
+		oe := o.child("entries").items()
+		if len(oe) == 1 && r.str(oe[0].child("key")) == key {
+			if v := r.str(oe[0].child("value")); v != "" {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
 }
 
 // matchLocal is the condition under which a request descriptor of

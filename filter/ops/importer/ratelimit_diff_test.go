@@ -422,9 +422,12 @@ type sluiceRun struct {
 	id    uint32
 }
 
-func newSluiceRun(t *testing.T, cfg []byte) *sluiceRun {
+// newSluiceRun starts a plugin at start; rand, when not nil, is its
+// random source (the rollout draws).
+func newSluiceRun(t *testing.T, cfg []byte, start time.Time, rand func() uint64) *sluiceRun {
 	t.Helper()
-	hc, fakes := hosttest.New(time.Now())
+	hc, fakes := hosttest.New(start)
+	hc.Rand = rand
 	p := engine.NewVM(hc).NewPlugin()
 	if !p.Start(cfg) {
 		t.Fatalf("the filter refused the imported config: %s\n%s", strings.Join(fakes.Log.Lines, "; "), cfg)
@@ -439,6 +442,13 @@ func (s *sluiceRun) admit(t *testing.T, now time.Time, method, client, route str
 	s.id++
 	s.fakes.Stream.Headers = append([][2]string{{":method", method}, {":path", "/"}, {":authority", "example.com"}, {":scheme", "http"}}, headers...)
 	s.fakes.Stream.Properties = map[string]string{"source.address": client, "xds.route_name": route, "xds.cluster_name": "backend"}
+	return s.decide(t)
+}
+
+// decide runs the request set up in the fakes: true when the filter
+// lets it through.
+func (s *sluiceRun) decide(t *testing.T) bool {
+	t.Helper()
 	replies := len(s.fakes.Stream.Replies)
 	var st engine.Stream
 	s.p.Begin(&st, s.id)
@@ -449,6 +459,16 @@ func (s *sluiceRun) admit(t *testing.T, now time.Time, method, client, route str
 	}
 	st.Done()
 	return !rejected
+}
+
+// admitAt runs a GET of path on route from 10.0.0.1 at now.
+func (s *sluiceRun) admitAt(t *testing.T, now time.Time, route, path string, headers [][2]string) bool {
+	t.Helper()
+	s.fakes.Clock.Now = now
+	s.id++
+	s.fakes.Stream.Headers = append([][2]string{{":method", "GET"}, {":path", path}, {":authority", "example.com"}, {":scheme", "http"}}, headers...)
+	s.fakes.Stream.Properties = map[string]string{"source.address": "10.0.0.1:40000", "xds.route_name": route, "xds.cluster_name": "backend"}
+	return s.decide(t)
 }
 
 func peer(ip string) string {
@@ -492,7 +512,7 @@ func TestImportedRatelimitAdmitsAsTheService(t *testing.T) {
 				if err := rc.FlushAll(context.Background()).Err(); err != nil {
 					t.Fatal(err)
 				}
-				if compareRatelimit(t, sc, svc, newSluiceRun(t, res.Config)) {
+				if compareRatelimit(t, sc, svc, newSluiceRun(t, res.Config, time.Now(), nil)) {
 					return
 				}
 			}
