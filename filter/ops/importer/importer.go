@@ -152,7 +152,7 @@ func (im *importer) read(in Input) {
 			im.res.Errors = append(im.res.Errors, Finding{File: in.Name, Message: fmt.Sprintf("document %d is too large or too deep (at most %d nodes, %d levels, aliases expanded)", i, maxNodes, maxDepth)})
 			return
 		}
-		root := node{doc.Content[0], ""}
+		root := node{deref(doc.Content[0]), ""}
 		if root.child("domain").present() {
 			im.readRatelimit(in.Name, root)
 		} else {

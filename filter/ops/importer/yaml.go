@@ -22,10 +22,20 @@ func (n node) child(key string) node {
 	}
 	for i := 0; i+1 < len(n.n.Content); i += 2 {
 		if n.n.Content[i].Value == key {
-			return node{n.n.Content[i+1], join(n.path, key)}
+			return node{deref(n.n.Content[i+1]), join(n.path, key)}
 		}
 	}
 	return node{}
+}
+
+// deref resolves an alias (*anchor) to the node it names: Envoy configs
+// share blocks that way. Chains are bounded by the document's size,
+// which read checked.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < maxDepth; i++ {
+		n = n.Alias
+	}
+	return n
 }
 
 // keys are a mapping's keys in document order.
@@ -51,7 +61,7 @@ func (n node) items() []node {
 	}
 	out := make([]node, len(n.n.Content))
 	for i, c := range n.n.Content {
-		out[i] = node{c, fmt.Sprintf("%s[%d]", n.path, i)}
+		out[i] = node{deref(c), fmt.Sprintf("%s[%d]", n.path, i)}
 	}
 	return out
 }

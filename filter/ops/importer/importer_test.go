@@ -1,0 +1,170 @@
+package importer_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/ops/importer"
+)
+
+func importOne(t *testing.T, rl, envoy string, opt importer.Options) *importer.Result {
+	t.Helper()
+	var in []importer.Input
+	if rl != "" {
+		in = append(in, importer.Input{Name: "rl.yaml", Data: []byte(rl)})
+	}
+	if envoy != "" {
+		in = append(in, importer.Input{Name: "envoy.yaml", Data: []byte(envoy)})
+	}
+	return importer.Import(in, opt)
+}
+
+// finding returns the first finding of code at path whose message has
+// text, or fails.
+func finding(t *testing.T, fs []importer.Finding, code, path, text string) {
+	t.Helper()
+	for _, f := range fs {
+		if f.Code == code && f.Path == path && strings.Contains(f.Message, text) {
+			return
+		}
+	}
+	t.Errorf("no %s finding at %q saying %q among:\n%v", code, path, text, fs)
+}
+
+const headerAction = `
+- actions:
+  - request_headers: {header_name: x-k, descriptor_key: key1}`
+
+// TestImportReportsWhatItCannotExpress: each construct the import cannot
+// express exactly is a finding at its path, never dropped silently.
+func TestImportReportsWhatItCannotExpress(t *testing.T) {
+	res := importOne(t, `domain: d
+descriptors:
+  - key: key1
+    value: value*
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key1
+    value: v2
+    quota_mode: true
+    rate_limit: {unit: month, requests_per_unit: 20}
+  - key: key1
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 5}
+`, envoyYAML("d", headerAction), importer.Options{})
+	if len(res.Errors) > 0 {
+		t.Fatal(res.Errors)
+	}
+	finding(t, res.Findings, importer.Unsupported, "descriptors[0]", "wildcard")
+	finding(t, res.Findings, importer.Unsupported, "descriptors[1].quota_mode", "quota_mode")
+	finding(t, res.Findings, importer.Unsupported, "descriptors[1].rate_limit.unit", "month")
+	finding(t, res.Findings, importer.Inexact, "descriptors[2].detailed_metric", "per limit")
+	finding(t, res.Findings, importer.Inexact, "", "each Envoy counts alone")
+	finding(t, res.Findings, importer.Inexact,
+		"static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].routes[0].route.rate_limits[0].actions[0]",
+		"first value")
+	if bytes.Contains(res.Config, []byte("month")) {
+		t.Errorf("a monthly limit was imported:\n%s", res.Config)
+	}
+}
+
+// TestImportReportsEnvoyConstructs: route and action constructs Sluice
+// has no counterpart for.
+func TestImportReportsEnvoyConstructs(t *testing.T) {
+	rl := "domain: d\ndescriptors:\n  - key: source_cluster\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+	envoy := strings.Replace(envoyYAML("d", `
+- actions:
+  - source_cluster: {}
+- actions:
+  - header_value_match: {descriptor_value: x, headers: [{name: x-a, range_match: {start: 1, end: 2}}]}
+- actions:
+  - remote_address: {}
+  disable_key: off`), "- name: r\n", "- match: {prefix: /}\n                route: {cluster: c, rate_limits: [{actions: [{remote_address: {}}]}]}\n              - name: r\n", 1)
+	res := importOne(t, rl, envoy, importer.Options{})
+	if len(res.Errors) > 0 {
+		t.Fatal(res.Errors)
+	}
+	routes := "static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].routes"
+	finding(t, res.Findings, importer.Unsupported, routes+"[0]", "no name")
+	finding(t, res.Findings, importer.Unsupported, routes+"[1].route.rate_limits[0].actions[0]", "service-cluster")
+	finding(t, res.Findings, importer.Unsupported, routes+"[1].route.rate_limits[1].actions[0].header_value_match.headers[0].range_match", "range_match")
+	finding(t, res.Findings, importer.Unsupported, routes+"[1].route.rate_limits[2].disable_key", "disable_key")
+	finding(t, res.Findings, importer.Inexact, routes+"[1].route.rate_limits[2].actions[0]", "client_ip")
+}
+
+// TestImportErrorsNameTheirPaths: input the service or Envoy would refuse
+// is an error at its path, all at once, and no configuration is written.
+func TestImportErrorsNameTheirPaths(t *testing.T) {
+	res := importOne(t, `domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: fortnight, requests_per_unit: 1}
+  - key: b
+    colour: red
+  - key: a
+    rate_limit: {unlimited: true, unit: second}
+`, envoyYAML("d", headerAction), importer.Options{})
+	if res.Config != nil {
+		t.Errorf("a configuration was written despite errors:\n%s", res.Config)
+	}
+	want := map[string]string{
+		"descriptors[0].rate_limit.unit": "fortnight",
+		"descriptors[1].colour":          "unknown key",
+		"descriptors[2]":                 "duplicate",
+	}
+	for path, text := range want {
+		found := false
+		for _, e := range res.Errors {
+			found = found || e.Path == path && strings.Contains(e.Message, text) && e.File == "rl.yaml" && e.Line > 0
+		}
+		if !found {
+			t.Errorf("no error at %s saying %q among %v", path, text, res.Errors)
+		}
+	}
+	for _, in := range []string{"domain: [", "domain: d\ndescriptors: 5\n", "a: &x [*x, *x]\n", ""} {
+		if res := importOne(t, in, "", importer.Options{}); len(res.Errors) == 0 {
+			t.Errorf("%q: no error", in)
+		}
+	}
+}
+
+// TestImportIsDeterministic: the same inputs give the same bytes, and the
+// output is a configuration the filter accepts.
+func TestImportIsDeterministic(t *testing.T) {
+	for _, sc := range rlScenarios {
+		a := importOne(t, sc.config, envoyYAML(sc.domain, sc.rateLimits), importer.Options{BackendCluster: "redis"})
+		for range 5 {
+			b := importOne(t, sc.config, envoyYAML(sc.domain, sc.rateLimits), importer.Options{BackendCluster: "redis"})
+			if !bytes.Equal(a.Config, b.Config) || len(a.Findings) != len(b.Findings) {
+				t.Fatalf("%s: two imports differ:\n%s\n%s", sc.name, a.Config, b.Config)
+			}
+			for i := range a.Findings {
+				if a.Findings[i] != b.Findings[i] {
+					t.Fatalf("%s: findings differ: %v vs %v", sc.name, a.Findings[i], b.Findings[i])
+				}
+			}
+		}
+		cfg, err := config.Parse(a.Config)
+		if err != nil {
+			t.Fatalf("%s: %v", sc.name, err)
+		}
+		for _, l := range cfg.Limits {
+			if l.Mode != config.ModeGlobal {
+				t.Errorf("%s: limit %s is %s with --backend-cluster", sc.name, l.Name, l.Mode)
+			}
+		}
+	}
+}
+
+// TestImportExample3BlocksTheListedAddress: a rule of 0 requests under a
+// per-value default becomes a block of that value.
+func TestImportExample3BlocksTheListedAddress(t *testing.T) {
+	sc := rlScenarios[2]
+	res := importOne(t, sc.config, envoyYAML(sc.domain, sc.rateLimits), importer.Options{})
+	if !bytes.Contains(res.Config, []byte(`"50.0.0.5": {
+          "block": true`)) || !bytes.Contains(res.Config, []byte(`"50.0.0.5": {
+          "unlimited": true`)) {
+		t.Errorf("50.0.0.5 is not blocked and exempt from the default:\n%s", res.Config)
+	}
+}
