@@ -130,11 +130,8 @@ func (im *importer) readAction(r reader, a node, serviceCluster string) ([]entry
 			return nil, false
 		}
 		im.note(Inexact, r.file, a, "header %s: Envoy takes its first value and sends an empty value as a bucket of its own; Sluice joins repeated values with \",\" and treats an empty value as absent", name)
-		alts := []entryAlt{{key: key, part: "header:" + name, cond: &match{Headers: []condition{{Name: name, Present: yes()}}}}}
-		if r.boolean(v.child("skip_if_absent")) {
-			alts = append(alts, entryAlt{omit: true, cond: &match{Headers: []condition{{Name: name, Present: no()}}}})
-		}
-		return alts, true
+		return presence(key, "header:"+name, &match{Headers: []condition{{Name: name, Present: yes()}}},
+			&match{Headers: []condition{{Name: name, Present: no()}}}, r.boolean(v.child("skip_if_absent"))), true
 	case "query_parameters":
 		name := r.str(v.child("query_parameter_name"))
 		key := r.str(v.child("descriptor_key"))
@@ -143,11 +140,8 @@ func (im *importer) readAction(r reader, a node, serviceCluster string) ([]entry
 			return nil, false
 		}
 		im.note(Inexact, r.file, a, "query parameter %s: Sluice joins repeated values with \",\" and treats an empty value as a value; Envoy may take one occurrence", name)
-		alts := []entryAlt{{key: key, part: "query:" + name, cond: &match{Query: []condition{{Name: name, Present: yes()}}}}}
-		if r.boolean(v.child("skip_if_absent")) {
-			alts = append(alts, entryAlt{omit: true, cond: &match{Query: []condition{{Name: name, Present: no()}}}})
-		}
-		return alts, true
+		return presence(key, "query:"+name, &match{Query: []condition{{Name: name, Present: yes()}}},
+			&match{Query: []condition{{Name: name, Present: no()}}}, r.boolean(v.child("skip_if_absent"))), true
 	case "dynamic_metadata", "metadata":
 		if kind == "metadata" && strings.EqualFold(r.str(v.child("source")), "ROUTE_ENTRY") {
 			im.note(Unsupported, r.file, v.child("source"), "route entry metadata cannot be read by a filter; the descriptor is not imported")
@@ -181,10 +175,6 @@ func (im *importer) readAction(r reader, a node, serviceCluster string) ([]entry
 		}
 		return alts, true
 	case "header_value_match":
-		key := r.str(v.child("descriptor_key"))
-		if key == "" {
-			key = "header_match"
-		}
 		var conds []condition
 		for _, h := range v.child("headers").items() {
 			c, ok := im.headerCond(r, h)
@@ -193,16 +183,8 @@ func (im *importer) readAction(r reader, a node, serviceCluster string) ([]entry
 			}
 			conds = append(conds, c...)
 		}
-		m := &match{Headers: conds}
-		if !r.wrappedBool(v.child("expect_match"), true) {
-			m = &match{Not: m}
-		}
-		return []entryAlt{{key: key, value: r.str(v.child("descriptor_value")), cond: m}}, true
+		return valueMatch(r, v, "header_match", &match{Headers: conds}), true
 	case "query_parameter_value_match":
-		key := r.str(v.child("descriptor_key"))
-		if key == "" {
-			key = "query_match"
-		}
 		var conds []condition
 		for _, q := range v.child("query_parameters").items() {
 			name := r.str(q.child("name"))
@@ -216,14 +198,34 @@ func (im *importer) readAction(r reader, a node, serviceCluster string) ([]entry
 			}
 			conds = append(conds, c)
 		}
-		m := &match{Query: conds}
-		if !r.wrappedBool(v.child("expect_match"), true) {
-			m = &match{Not: m}
-		}
-		return []entryAlt{{key: key, value: r.str(v.child("descriptor_value")), cond: m}}, true
+		return valueMatch(r, v, "query_match", &match{Query: conds}), true
 	}
 	im.note(Unsupported, r.file, a, "action %s is not imported; the descriptors of this entry are not imported", kind)
 	return nil, false
+}
+
+// valueMatch is a *_value_match action: its constant entry when m holds
+// (or, with expect_match false, when it does not).
+func valueMatch(r reader, v node, defaultKey string, m *match) []entryAlt {
+	key := r.str(v.child("descriptor_key"))
+	if key == "" {
+		key = defaultKey
+	}
+	if !r.wrappedBool(v.child("expect_match"), true) {
+		m = &match{Not: m}
+	}
+	return []entryAlt{{key: key, value: r.str(v.child("descriptor_value")), cond: m}}
+}
+
+// presence is an action reading part into key: the entry when present
+// holds, and with skip the descriptor without it when absent holds
+// (without skip, Envoy makes no descriptor then).
+func presence(key, part string, present, absent *match, skip bool) []entryAlt {
+	alts := []entryAlt{{key: key, part: part, cond: present}}
+	if skip {
+		alts = append(alts, entryAlt{omit: true, cond: absent})
+	}
+	return alts
 }
 
 // headerCond converts an Envoy HeaderMatcher; an inverted one becomes a

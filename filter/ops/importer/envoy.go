@@ -153,9 +153,8 @@ func (im *importer) entriesFor(stage uint64, vhOption func(*vhost, *route) strin
 				all = false
 				continue
 			}
-			if rt.name == "" {
+			if im.unnamed(vh, rt) {
 				all = false
-				im.note(Unsupported, vh.file, rt.at, "this route has no name, and Sluice scopes limits to routes by name: its rate limits are not imported (give it a name)")
 				continue
 			}
 			for _, e := range use {
@@ -170,6 +169,16 @@ func (im *importer) entriesFor(stage uint64, vhOption func(*vhost, *route) strin
 		}
 	}
 	return entries, all
+}
+
+// unnamed reports a route without a name, which limits cannot be scoped
+// to.
+func (im *importer) unnamed(vh *vhost, rt *route) bool {
+	if rt.name != "" {
+		return false
+	}
+	im.note(Unsupported, vh.file, rt.at, "this route has no name, and Sluice scopes limits to routes by name: its rate limits are not imported (give it a name)")
+	return true
 }
 
 // skipRoute is the vh_rate_limits option that leaves a route out.

@@ -8,6 +8,20 @@
 // exactly is a Finding with its file and YAML path, and what it could not
 // read at all is an error. Its output is deterministic (the same inputs
 // give the same bytes) and is checked with the filter's own parser.
+//
+// envoyproxy/ratelimit: every descriptor a route's rate_limits entry can
+// produce is resolved in the domain's tree as the service does (key and
+// value, else the key's default; a limit only at the last entry) into a
+// fixed_window limit of requests_per_unit per unit, which both count in
+// windows aligned to the Unix epoch; varying entries are key parts
+// (a bucket per value), values named in the config are conditions, and
+// the default exempts them with unlimited overrides. local_ratelimit: a
+// token_bucket limit of tokens_per_fill per fill_interval with
+// max_tokens capacity, rollout from the two fractions. What differs
+// (several descriptors per request, continuous refill against stepped
+// fills, header value joining, wildcards, per-connection buckets, ...)
+// is reported where it occurs and listed in the README's "Migrating from
+// Envoy's rate limiting".
 package importer
 
 import (

@@ -48,9 +48,8 @@ func (im *importer) convertLocal(f filterRef) {
 				all = false
 				continue
 			}
-			if rt.name == "" {
+			if im.unnamed(vh, rt) {
 				all = false
-				im.note(Unsupported, vh.file, rt.at, "this route has no name, and Sluice scopes limits to routes by name: its local rate limit is not imported (give it a name)")
 				continue
 			}
 			g := byCfg[cfg.n]
@@ -288,8 +287,8 @@ func (im *importer) bucket(r reader, tb node, l *limit) bool {
 		perFill = n
 	}
 	interval, ok := durationOf(tb.child("fill_interval"))
-	if !ok || interval < time.Millisecond || interval > 168*time.Hour || perFill == 0 {
-		r.fail(tb, "fill_interval must be a duration from 1ms to 168h and tokens_per_fill at least 1")
+	if !ok || interval < 50*time.Millisecond || interval > 168*time.Hour || perFill == 0 {
+		r.fail(tb, "fill_interval must be a duration from 50ms (Envoy's minimum) to 168h and tokens_per_fill at least 1")
 		return false
 	}
 	if perFill > maxTokens {

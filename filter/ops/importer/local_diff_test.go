@@ -70,34 +70,17 @@ stat_prefix: local
               stat_prefix: local`
 		routeCfg = "\n                typed_per_filter_config:\n                  envoy.filters.http.local_ratelimit:\n" + indent(cfg.String(), "                    ")
 	}
-	return `static_resources:
-  listeners:
-  - filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          http_filters:
-          - name: envoy.filters.http.local_ratelimit
-            typed_config:
-` + filterCfg + `
-          - name: envoy.filters.http.router
-          route_config:
-            virtual_hosts:
-            - name: vh
-              domains: ["*"]
-              routes:
-              - name: limited
+	return listener("envoy.filters.http.local_ratelimit", filterCfg, `              - name: limited
                 match: {prefix: /limited}
                 route:
                   cluster: backend
                   rate_limits:
                   - actions:
-                    - request_headers: {header_name: x-client-id, descriptor_key: client_id}` + routeCfg + `
+                    - request_headers: {header_name: x-client-id, descriptor_key: client_id}`+routeCfg+`
               - name: open
                 match: {prefix: /}
                 route: {cluster: backend}
-`
+`)
 }
 
 // envoyLocal is a model of Envoy's local_ratelimit as its documentation

@@ -301,9 +301,10 @@ descriptors:
 	},
 }
 
-// envoyYAML is a listener whose one route, r, has rateLimits, with
-// Envoy's ratelimit filter for domain.
-func envoyYAML(domain, rateLimits string) string {
+// listener is an Envoy bootstrap whose connection manager has the HTTP
+// filter name (its typed_config's lines, indented for it) and the router,
+// and one virtual host with routes (list items, indented for it).
+func listener(name, typedConfig, routes string) string {
 	return `static_resources:
   listeners:
   - filter_chains:
@@ -312,21 +313,27 @@ func envoyYAML(domain, rateLimits string) string {
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           http_filters:
-          - name: envoy.filters.http.ratelimit
+          - name: ` + name + `
             typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: ` + domain + `
+` + typedConfig + `
           - name: envoy.filters.http.router
           route_config:
             virtual_hosts:
             - name: vh
               domains: ["*"]
               routes:
-              - name: r
+` + routes
+}
+
+// envoyYAML is a listener whose one route, r, has rateLimits, with
+// Envoy's ratelimit filter for domain.
+func envoyYAML(domain, rateLimits string) string {
+	return listener("envoy.filters.http.ratelimit", `              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: `+domain, `              - name: r
                 match: {prefix: /}
                 route:
                   cluster: backend
-                  rate_limits:` + strings.ReplaceAll(rateLimits, "\n", "\n                  ") + "\n"
+                  rate_limits:`+strings.ReplaceAll(rateLimits, "\n", "\n                  ")+"\n")
 }
 
 // envoyAction is the part of Envoy's RateLimit.Action the scenarios use,
