@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/ops/importer"
+	"github.com/sluice-proxy/sluice/filter/ops/importer/importtest"
 )
 
 // FuzzImport gives the importer hostile pairs of files: it never panics,
@@ -13,8 +14,8 @@ func FuzzImport(f *testing.F) {
 	for _, sc := range rlScenarios {
 		f.Add([]byte(sc.config), []byte(envoyYAML(sc.domain, sc.rateLimits)))
 	}
-	for _, sc := range lrlScenarios {
-		f.Add([]byte("{}"), []byte(sc.envoyYAML()))
+	for _, sc := range importtest.LocalScenarios {
+		f.Add([]byte("{}"), []byte(sc.EnvoyYAML()))
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		res := importer.Import([]importer.Input{{Name: "a", Data: a}, {Name: "b", Data: b}}, importer.Options{})

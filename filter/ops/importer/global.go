@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 )
@@ -231,8 +232,7 @@ func (im *importer) ruleLimit(domain string, b branch, mode string, se *scopedEn
 		if len(l.Key) == 1 {
 			l.OverrideBy = ""
 		}
-		im.addLimit(l, ruleHint(domain, b.node))
-		return l
+		return im.addShared(l, ruleHint(domain, b.node), fmt.Sprintf("rule %p", b.node), b.node.file, b.node.at)
 	default:
 		l.Limit, l.Window = rule.limit, rule.window
 	}
@@ -253,8 +253,7 @@ func (im *importer) ruleLimit(domain string, b branch, mode string, se *scopedEn
 	if l.OverrideBy != "" && !contains(l.Key, l.OverrideBy) {
 		l.OverrideBy, l.Overrides = "", nil
 	}
-	im.addLimit(l, ruleHint(domain, b.node))
-	return l
+	return im.addShared(l, ruleHint(domain, b.node), fmt.Sprintf("rule %p", b.node), b.node.file, b.node.at)
 }
 
 // ruleHint is the name a rule's limit is given: the rule's name, or its

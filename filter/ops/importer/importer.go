@@ -136,6 +136,8 @@ type importer struct {
 	names map[string]bool
 	// rlStatus is the ratelimit filter's rate_limited_status, 0 for 429.
 	rlStatus int
+	// shared are the limits added by the bucket they count in.
+	shared map[string]*limit
 }
 
 func (im *importer) errf(file string, n node, format string, args ...any) {
@@ -351,6 +353,49 @@ func (im *importer) addLimit(l *limit, hint string) {
 		l.Match.compact()
 	}
 	im.out.Limits = append(im.out.Limits, l)
+}
+
+// addShared adds l, which counts in the original's bucket identity,
+// unless a limit for that bucket was added already: the original counts
+// one bucket whichever route a request took, so the routes are merged
+// into that limit. The same bucket under different conditions cannot be
+// one Sluice limit, which is reported.
+func (im *importer) addShared(l *limit, hint, identity, file string, at node) *limit {
+	if prev := im.shared[identity]; prev != nil {
+		if sameExceptRoutes(prev, l) {
+			if prev.Match != nil && l.Match != nil && len(prev.Match.Routes) > 0 && len(l.Match.Routes) > 0 {
+				prev.Match.Routes = dedupe(append(prev.Match.Routes, l.Match.Routes...))
+			} else if prev.Match != nil {
+				prev.Match.Routes = nil
+			}
+			return prev
+		}
+		im.note(Inexact, file, at, "requests reach this bucket under different conditions (several rate_limits entries): the original counts them in one bucket, Sluice in one per entry")
+	}
+	im.addLimit(l, hint)
+	if im.shared == nil {
+		im.shared = map[string]*limit{}
+	}
+	if im.shared[identity] == nil {
+		im.shared[identity] = l
+	}
+	return l
+}
+
+// sameExceptRoutes reports whether a and b differ at most in their
+// names and routes.
+func sameExceptRoutes(a, b *limit) bool {
+	strip := func(l *limit) []byte {
+		c := *l
+		c.Name = ""
+		m := (&match{}).and(l.Match)
+		m.Routes = nil
+		m.compact()
+		c.Match = m
+		data, _ := json.Marshal(c)
+		return data
+	}
+	return bytes.Equal(strip(a), strip(b))
 }
 
 // sanitize makes a limit name: A-Z a-z 0-9 _ -, at most 64 bytes.

@@ -168,3 +168,24 @@ func TestImportExample3BlocksTheListedAddress(t *testing.T) {
 		t.Errorf("50.0.0.5 is not blocked and exempt from the default:\n%s", res.Config)
 	}
 }
+
+// TestImportSharesOneBucketAcrossRoutes: two routes whose own entries
+// make the same descriptor reach one counter in the service, so they get
+// one limit, scoped to both.
+func TestImportSharesOneBucketAcrossRoutes(t *testing.T) {
+	res := importOne(t, "domain: e\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n",
+		`virtual_hosts:
+- name: v
+  routes:
+  - {name: a, route: {cluster: c, rate_limits: [{actions: [{remote_address: {}}]}]}}
+  - {name: b, route: {cluster: c, rate_limits: [{actions: [{remote_address: {}}]}]}}
+  - {name: c, route: {cluster: c}}
+`, importer.Options{})
+	cfg, err := config.Parse(res.Config)
+	if err != nil {
+		t.Fatal(err, res.Errors)
+	}
+	if len(cfg.Limits) != 1 || strings.Join(cfg.Limits[0].Match.Routes, ",") != "a,b" {
+		t.Fatalf("want one limit on routes a and b:\n%s", res.Config)
+	}
+}

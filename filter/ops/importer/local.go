@@ -193,7 +193,7 @@ func (im *importer) localGroup(f filterRef, file string, cfg node, scope *match,
 				if !always {
 					l.Replaces = []string{def.Name}
 				}
-				im.addLimit(&l, hint+"-descriptor")
+				im.addShared(&l, hint+"-descriptor", fmt.Sprintf("descriptor %p", d.n), file, d)
 				matched++
 			}
 		}

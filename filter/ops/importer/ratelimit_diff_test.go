@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-proxy/sluice/filter/engine"
 	"github.com/sluice-proxy/sluice/filter/host/hosttest"
 	"github.com/sluice-proxy/sluice/filter/ops/importer"
+	"github.com/sluice-proxy/sluice/filter/ops/importer/importtest"
 	"github.com/sluice-proxy/sluice/internal/fixtures/ratelimitsvc"
 	"github.com/sluice-proxy/sluice/internal/fixtures/redistest"
 	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
@@ -301,34 +302,10 @@ descriptors:
 	},
 }
 
-// listener is an Envoy bootstrap whose connection manager has the HTTP
-// filter name (its typed_config's lines, indented for it) and the router,
-// and one virtual host with routes (list items, indented for it).
-func listener(name, typedConfig, routes string) string {
-	return `static_resources:
-  listeners:
-  - filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          http_filters:
-          - name: ` + name + `
-            typed_config:
-` + typedConfig + `
-          - name: envoy.filters.http.router
-          route_config:
-            virtual_hosts:
-            - name: vh
-              domains: ["*"]
-              routes:
-` + routes
-}
-
 // envoyYAML is a listener whose one route, r, has rateLimits, with
 // Envoy's ratelimit filter for domain.
 func envoyYAML(domain, rateLimits string) string {
-	return listener("envoy.filters.http.ratelimit", `              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+	return importtest.Listener("envoy.filters.http.ratelimit", `              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
               domain: `+domain, `              - name: r
                 match: {prefix: /}
                 route:
