@@ -25,8 +25,14 @@ func (im *importer) convert() {
 		}
 		rls = []filterRef{{name: "envoy.filters.http.ratelimit", domain: domain}}
 	}
+	im.usedDomains = map[string]bool{}
 	for _, f := range rls {
 		im.convertRatelimit(f)
+	}
+	for _, d := range sortedKeys(im.domains) {
+		if !im.usedDomains[d] {
+			im.note(Unsupported, im.domains[d].file, im.domains[d].at, "no ratelimit filter among the inputs names domain %q: nothing is imported from it", d)
+		}
 	}
 	for _, f := range im.envoy.locals {
 		im.convertLocal(f)
@@ -65,10 +71,13 @@ func (im *importer) convertRatelimit(f filterRef) {
 		}
 		return opt
 	})
-	if len(entries) == 0 && len(im.envoy.vhosts) == 0 {
-		im.note(Unsupported, im.domainFile(tree), tree.at, "no Envoy route or virtual host rate_limits among the inputs: no descriptor reaches domain %q, so nothing is imported from it", domain)
-		return
-	}
+	im.usedDomains[domain] = true
+	before := len(im.out.Limits)
+	defer func() {
+		if len(im.out.Limits) == before {
+			im.note(Unsupported, tree.file, tree.at, "no route's rate_limits (of stage %d) reach a limit of domain %q: nothing is imported from it", stage, domain)
+		}
+	}()
 	mode := ""
 	if im.opt.BackendCluster != "" {
 		mode = "global"
@@ -76,7 +85,7 @@ func (im *importer) convertRatelimit(f filterRef) {
 			im.backendPolicy("allow")
 		}
 	} else {
-		im.note(Inexact, im.domainFile(tree), tree.at, "the service counts across every Envoy; imported as local limits, each Envoy counts alone (give --backend-cluster for global limits in Redis)")
+		im.note(Inexact, tree.file, tree.at, "the service counts across every Envoy; imported as local limits, each Envoy counts alone (give --backend-cluster for global limits in Redis)")
 	}
 	perRoute := map[string]int{}
 	for _, se := range entries {
@@ -125,8 +134,6 @@ func (im *importer) convertRatelimit(f filterRef) {
 		im.note(Inexact, f.file, f.cfg, "routes %s send several descriptors with limits: the service counts a request against every one even when another refuses it; Sluice counts a refused request against none, so after a refusal the other limits admit a little more", strings.Join(crowded, ", "))
 	}
 }
-
-func (im *importer) domainFile(tree *rlNode) string { return tree.file }
 
 // branch is a path through the descriptor tree: the condition it needs,
 // the key parts whose values make buckets, and the values of each part
@@ -265,7 +272,7 @@ func ruleHint(domain string, n *rlNode) string {
 	return domain + "-" + n.chain()
 }
 
-func sortedKeys(m map[string][]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	ks := make([]string, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)

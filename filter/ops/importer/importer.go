@@ -136,6 +136,8 @@ type importer struct {
 	names map[string]bool
 	// rlStatus is the ratelimit filter's rate_limited_status, 0 for 429.
 	rlStatus int
+	// usedDomains are the domains a ratelimit filter names.
+	usedDomains map[string]bool
 	// shared are the limits added by the bucket they count in.
 	shared map[string]*limit
 }

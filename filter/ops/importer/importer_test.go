@@ -189,3 +189,18 @@ func TestImportSharesOneBucketAcrossRoutes(t *testing.T) {
 		t.Fatalf("want one limit on routes a and b:\n%s", res.Config)
 	}
 }
+
+// TestImportReportsUnusedDomains: a domain no filter names, or whose
+// limits no route reaches, is reported rather than silently left out.
+func TestImportReportsUnusedDomains(t *testing.T) {
+	res := importer.Import([]importer.Input{
+		{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")},
+		{Name: "b.yaml", Data: []byte("domain: b\ndescriptors:\n  - key: j\n    rate_limit: {unit: second, requests_per_unit: 1}\n")},
+		{Name: "envoy.yaml", Data: []byte(envoyYAML("a", headerAction))},
+	}, importer.Options{})
+	if len(res.Errors) > 0 {
+		t.Fatal(res.Errors)
+	}
+	finding(t, res.Findings, importer.Unsupported, "", `names domain "b"`)
+	finding(t, res.Findings, importer.Unsupported, "", `reach a limit of domain "a"`)
+}
