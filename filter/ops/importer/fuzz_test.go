@@ -11,8 +11,8 @@ import (
 // FuzzImport gives the importer hostile pairs of files: it never panics,
 // and whatever configuration it writes, the filter accepts.
 func FuzzImport(f *testing.F) {
-	for _, sc := range rlScenarios {
-		f.Add([]byte(sc.config), []byte(envoyYAML(sc.domain, sc.rateLimits)))
+	for _, sc := range importtest.RatelimitScenarios {
+		f.Add([]byte(sc.Config), []byte(importtest.EnvoyYAML(sc.Domain, sc.RateLimits)))
 	}
 	for _, sc := range importtest.LocalScenarios {
 		f.Add([]byte("{}"), []byte(sc.EnvoyYAML()))

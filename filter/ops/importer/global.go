@@ -53,8 +53,9 @@ func (im *importer) convertRatelimit(f filterRef) {
 	if f.cfg.present() {
 		domain = r.str(f.cfg.child("domain"))
 		stage, _ = r.uint(f.cfg.child("stage"), 10)
-		im.ratelimitResponse(r, f.cfg)
 	}
+	// Without the filter in the inputs, its defaults.
+	im.ratelimitResponse(r, f.cfg)
 	tree := im.domains[domain]
 	if tree == nil {
 		im.errf(f.file, f.cfg.child("domain"), "no envoyproxy/ratelimit config for domain %q among the inputs", domain)
@@ -131,7 +132,11 @@ func (im *importer) convertRatelimit(f filterRef) {
 	}
 	sort.Strings(crowded)
 	if len(crowded) > 0 {
-		im.note(Inexact, f.file, f.cfg, "routes %s send several descriptors with limits: the service counts a request against every one even when another refuses it; Sluice counts a refused request against none, so after a refusal the other limits admit a little more", strings.Join(crowded, ", "))
+		file, at := f.file, f.cfg
+		if file == "" {
+			file, at = tree.file, tree.at
+		}
+		im.note(Inexact, file, at, "routes %s send several descriptors with limits: the service counts a request against every one even when another refuses it; Sluice counts a refused request against none, so after a refusal the other limits admit a little more", strings.Join(crowded, ", "))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/ops/importer"
+	"github.com/sluice-proxy/sluice/filter/ops/importer/importtest"
 )
 
 func importOne(t *testing.T, rl, envoy string, opt importer.Options) *importer.Result {
@@ -52,7 +53,7 @@ descriptors:
   - key: key1
     detailed_metric: true
     rate_limit: {unit: hour, requests_per_unit: 5}
-`, envoyYAML("d", headerAction), importer.Options{})
+`, importtest.EnvoyYAML("d", headerAction), importer.Options{})
 	if len(res.Errors) > 0 {
 		t.Fatal(res.Errors)
 	}
@@ -73,7 +74,7 @@ descriptors:
 // has no counterpart for.
 func TestImportReportsEnvoyConstructs(t *testing.T) {
 	rl := "domain: d\ndescriptors:\n  - key: source_cluster\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
-	envoy := strings.Replace(envoyYAML("d", `
+	envoy := strings.Replace(importtest.EnvoyYAML("d", `
 - actions:
   - source_cluster: {}
 - actions:
@@ -104,7 +105,7 @@ descriptors:
     colour: red
   - key: a
     rate_limit: {unlimited: true, unit: second}
-`, envoyYAML("d", headerAction), importer.Options{})
+`, importtest.EnvoyYAML("d", headerAction), importer.Options{})
 	if res.Config != nil {
 		t.Errorf("a configuration was written despite errors:\n%s", res.Config)
 	}
@@ -132,26 +133,26 @@ descriptors:
 // TestImportIsDeterministic: the same inputs give the same bytes, and the
 // output is a configuration the filter accepts.
 func TestImportIsDeterministic(t *testing.T) {
-	for _, sc := range rlScenarios {
-		a := importOne(t, sc.config, envoyYAML(sc.domain, sc.rateLimits), importer.Options{BackendCluster: "redis"})
+	for _, sc := range importtest.RatelimitScenarios {
+		a := importOne(t, sc.Config, importtest.EnvoyYAML(sc.Domain, sc.RateLimits), importer.Options{BackendCluster: "redis"})
 		for range 5 {
-			b := importOne(t, sc.config, envoyYAML(sc.domain, sc.rateLimits), importer.Options{BackendCluster: "redis"})
+			b := importOne(t, sc.Config, importtest.EnvoyYAML(sc.Domain, sc.RateLimits), importer.Options{BackendCluster: "redis"})
 			if !bytes.Equal(a.Config, b.Config) || len(a.Findings) != len(b.Findings) {
-				t.Fatalf("%s: two imports differ:\n%s\n%s", sc.name, a.Config, b.Config)
+				t.Fatalf("%s: two imports differ:\n%s\n%s", sc.Name, a.Config, b.Config)
 			}
 			for i := range a.Findings {
 				if a.Findings[i] != b.Findings[i] {
-					t.Fatalf("%s: findings differ: %v vs %v", sc.name, a.Findings[i], b.Findings[i])
+					t.Fatalf("%s: findings differ: %v vs %v", sc.Name, a.Findings[i], b.Findings[i])
 				}
 			}
 		}
 		cfg, err := config.Parse(a.Config)
 		if err != nil {
-			t.Fatalf("%s: %v", sc.name, err)
+			t.Fatalf("%s: %v", sc.Name, err)
 		}
 		for _, l := range cfg.Limits {
 			if l.Mode != config.ModeGlobal {
-				t.Errorf("%s: limit %s is %s with --backend-cluster", sc.name, l.Name, l.Mode)
+				t.Errorf("%s: limit %s is %s with --backend-cluster", sc.Name, l.Name, l.Mode)
 			}
 		}
 	}
@@ -160,8 +161,8 @@ func TestImportIsDeterministic(t *testing.T) {
 // TestImportExample3BlocksTheListedAddress: a rule of 0 requests under a
 // per-value default becomes a block of that value.
 func TestImportExample3BlocksTheListedAddress(t *testing.T) {
-	sc := rlScenarios[2]
-	res := importOne(t, sc.config, envoyYAML(sc.domain, sc.rateLimits), importer.Options{})
+	sc := importtest.RatelimitScenarios[2]
+	res := importOne(t, sc.Config, importtest.EnvoyYAML(sc.Domain, sc.RateLimits), importer.Options{})
 	if !bytes.Contains(res.Config, []byte(`"50.0.0.5": {
           "block": true`)) || !bytes.Contains(res.Config, []byte(`"50.0.0.5": {
           "unlimited": true`)) {
@@ -196,7 +197,7 @@ func TestImportReportsUnusedDomains(t *testing.T) {
 	res := importer.Import([]importer.Input{
 		{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")},
 		{Name: "b.yaml", Data: []byte("domain: b\ndescriptors:\n  - key: j\n    rate_limit: {unit: second, requests_per_unit: 1}\n")},
-		{Name: "envoy.yaml", Data: []byte(envoyYAML("a", headerAction))},
+		{Name: "envoy.yaml", Data: []byte(importtest.EnvoyYAML("a", headerAction))},
 	}, importer.Options{})
 	if len(res.Errors) > 0 {
 		t.Fatal(res.Errors)
