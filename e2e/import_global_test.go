@@ -1,0 +1,159 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/filter/ops/importer"
+	"github.com/sluice-proxy/sluice/filter/ops/importer/importtest"
+	"github.com/sluice-proxy/sluice/internal/fixtures/ratelimitsvc"
+	"github.com/sluice-proxy/sluice/internal/fixtures/redistest"
+	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
+)
+
+// globalScenarios are the documented examples this test runs: those that
+// do not key on the client address (every request here comes from
+// 127.0.0.1) and are short enough to fit a window.
+var globalScenarios = map[string]bool{"example2": true, "example6": true, "example7": true, "example8": true}
+
+// TestImportedRatelimitGlobalOnWasm is the import's differential test in
+// its deployed form: the config imported with --backend-cluster (mode
+// global) runs on build/sluice.wasm in two Envoy stand-ins that share a
+// real redis-server through webdis, and each request, sent to the two in
+// turn, is also asked of the real envoyproxy/ratelimit with the
+// descriptors Envoy's actions make for it. Both count in the wall clock's
+// windows (Sluice in Redis's TIME), so no clock is stepped; a run in
+// which a request straddled a window edge is repeated on fresh state.
+func TestImportedRatelimitGlobalOnWasm(t *testing.T) {
+	bin, err := ratelimitsvc.Binary(t)
+	testkit.Need(t, err == nil, fmt.Sprintf("envoyproxy/ratelimit (%v)", err))
+	svcRedis := redistest.StartRedis(t)
+	configs := map[string]string{}
+	for _, sc := range importtest.RatelimitScenarios {
+		if globalScenarios[sc.Name] {
+			configs[sc.Name+".yaml"] = sc.Config
+		}
+	}
+	svc := ratelimitsvc.Start(t, bin, svcRedis.Addr(), configs,
+		[]byte(`{"domain":"example8","descriptors":[{"entries":[{"key":"key1","value":"probe"}]}]}`))
+	rc := svcRedis.Client()
+	for _, sc := range importtest.RatelimitScenarios {
+		if !globalScenarios[sc.Name] {
+			continue
+		}
+		t.Run(sc.Name, func(t *testing.T) {
+			res := importer.Import([]importer.Input{{Name: sc.Name + ".yaml", Data: []byte(sc.Config)},
+				{Name: "envoy.yaml", Data: []byte(importtest.EnvoyYAML(sc.Domain, sc.RateLimits))}},
+				importer.Options{BackendCluster: "redis"})
+			if len(res.Errors) > 0 {
+				t.Fatalf("import errors: %v", res.Errors)
+			}
+			cfg := withBackendTimeout(t, res.Config)
+			for attempt := 0; ; attempt++ {
+				if attempt == 3 {
+					t.Fatal("three runs straddled a window edge")
+				}
+				if err := rc.FlushAll(context.Background()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				be := startDistBackend(t, viaWebdis)
+				insts := startDistInstances(t, 2, cfg, be.addr)
+				if compareGlobal(t, sc, svc, insts) {
+					if n := sumMetric(insts, "sluice.backend.fallback.deny"); n != 0 {
+						t.Fatalf("%d decisions fell back: Redis did not answer every call", n)
+					}
+					return
+				}
+			}
+		})
+	}
+}
+
+// withBackendTimeout gives the imported backend a timeout a loaded
+// machine meets, and makes a call Redis did not answer a refusal the
+// test sees (fallback.deny) rather than an admission it would take for
+// Sluice's.
+func withBackendTimeout(t *testing.T, cfg []byte) string {
+	t.Helper()
+	var doc map[string]any
+	if err := json.Unmarshal(cfg, &doc); err != nil {
+		t.Fatal(err)
+	}
+	be, _ := doc["backend"].(map[string]any)
+	if be == nil || be["cluster"] != "redis" {
+		t.Fatalf("the import with --backend-cluster has no backend: %s", cfg)
+	}
+	be["timeout"], be["retries"], be["failure_policy"] = "2s", 1, "deny"
+	out, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// compareGlobal sends the traffic to both; false when a request
+// straddled a window edge.
+func compareGlobal(t *testing.T, sc importtest.RatelimitScenario, svc *ratelimitsvc.Service, insts []*distInstance) bool {
+	t.Helper()
+	if ms := time.Now().Nanosecond() / 1e6; ms > 600 {
+		time.Sleep(time.Duration(1000-ms+5) * time.Millisecond)
+	}
+	var mismatches []string
+	for i, req := range sc.Traffic {
+		if req == nil {
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 5*time.Millisecond)))
+			continue
+		}
+		descs, err := importtest.Descriptors(sc.RateLimits, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		over, err := svc.ShouldRateLimit(sc.Domain, descs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		status := sendVia(t, insts[i%len(insts)], req)
+		t1 := time.Now()
+		for _, u := range sc.Units {
+			if t0.UnixNano()/int64(u) != t1.UnixNano()/int64(u) {
+				t.Logf("request %d straddled a %v window edge; running again", i, u)
+				return false
+			}
+		}
+		if admitted := status == http.StatusOK; admitted == over {
+			mismatches = append(mismatches, fmt.Sprintf("request %d %v: service over limit %v, Sluice answered %d", i, req.Headers, over, status))
+		}
+	}
+	if len(mismatches) > 0 {
+		t.Errorf("%d of %d requests decided differently:\n%s", len(mismatches), len(sc.Traffic), strings.Join(mismatches[:min(len(mismatches), 10)], "\n"))
+	}
+	return true
+}
+
+func sendVia(t *testing.T, in *distInstance, r *importtest.RatelimitRequest) int {
+	t.Helper()
+	req, err := http.NewRequest(r.Method, in.base+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range r.Headers {
+		req.Header.Add(h[0], h[1])
+	}
+	resp, err := distClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("%s %v: status %d", r.Method, r.Headers, resp.StatusCode)
+	}
+	return resp.StatusCode
+}
