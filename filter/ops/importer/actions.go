@@ -105,13 +105,9 @@ func (im *importer) readAction(r reader, a node, serviceCluster string) ([]entry
 		if n, ok := r.wrappedUint(v.child("v6_prefix_mask_len"), 128); ok {
 			v6 = n
 		}
-		part := "client_ip"
-		if v4 != 32 || v6 != 128 {
-			part = fmt.Sprintf("client_ip/%d/%d", v4, v6)
-		} else {
-			im.note(Inexact, r.file, a, "masked_remote_address with full masks: Envoy's value is the address with /32 or /128 appended, Sluice's is the address; buckets are the same")
-		}
-		return []entryAlt{{key: "masked_remote_address", part: part}}, true
+		// Both write the masked address as a CIDR ("192.0.2.0/24"), also
+		// with full masks.
+		return []entryAlt{{key: "masked_remote_address", part: fmt.Sprintf("client_ip/%d/%d", v4, v6)}}, true
 	case "request_headers":
 		name := strings.ToLower(r.str(v.child("header_name")))
 		key := r.str(v.child("descriptor_key"))

@@ -2,6 +2,7 @@ package importtest
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -293,6 +294,26 @@ descriptors:
 			reqs(3, "POST", client, "x-route", "api", "x-subject", "123"),
 			reqs(2, "GET", client, "x-route", "web", "x-subject", "456")),
 	},
+	{
+		// Not from the README: masked_remote_address, with one /24
+		// given its own limit and another blocked.
+		Name: "masked-address", Domain: "masked", Units: []time.Duration{time.Second}, WantDenials: true,
+		Config: `domain: masked
+descriptors:
+  - key: masked_remote_address
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: masked_remote_address
+    value: 10.0.1.0/24
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: masked_remote_address
+    value: 192.0.2.0/24
+    rate_limit: {unit: second, requests_per_unit: 0}
+`,
+		RateLimits: `
+- actions:
+  - masked_remote_address: {v4_prefix_mask_len: 24}`,
+		Traffic: cat(reqs(2, "GET", "10.0.0.1"), reqs(2, "GET", "10.0.0.2"), reqs(7, "GET", "10.0.1.9"), reqs(2, "GET", "192.0.2.5"), reqs(4, "GET", "10.9.9.9")),
+	},
 }
 
 // EnvoyYAML is a listener whose one route, r, has rateLimits, with
@@ -314,8 +335,11 @@ type envoyAction struct {
 		DescriptorKey string `yaml:"descriptor_key"`
 		SkipIfAbsent  bool   `yaml:"skip_if_absent"`
 	} `yaml:"request_headers"`
-	RemoteAddress *struct{} `yaml:"remote_address"`
-	GenericKey    *struct {
+	RemoteAddress       *struct{} `yaml:"remote_address"`
+	MaskedRemoteAddress *struct {
+		V4 int `yaml:"v4_prefix_mask_len"`
+	} `yaml:"masked_remote_address"`
+	GenericKey *struct {
 		DescriptorKey   string `yaml:"descriptor_key"`
 		DescriptorValue string `yaml:"descriptor_value"`
 	} `yaml:"generic_key"`
@@ -364,6 +388,9 @@ func Descriptors(rateLimits string, req *RatelimitRequest) ([]ratelimitsvc.Descr
 				} else {
 					d.Entries = append(d.Entries, ratelimitsvc.Entry{Key: a.RequestHeaders.DescriptorKey, Value: v})
 				}
+			case a.MaskedRemoteAddress != nil:
+				p := netip.PrefixFrom(netip.MustParseAddr(req.Client), a.MaskedRemoteAddress.V4).Masked()
+				d.Entries = append(d.Entries, ratelimitsvc.Entry{Key: "masked_remote_address", Value: p.String()})
 			case a.RemoteAddress != nil:
 				d.Entries = append(d.Entries, ratelimitsvc.Entry{Key: "remote_address", Value: req.Client})
 			case a.GenericKey != nil:
