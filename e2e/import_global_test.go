@@ -37,7 +37,7 @@ func TestImportedRatelimitGlobalOnWasm(t *testing.T) {
 	configs := map[string]string{}
 	for _, sc := range importtest.RatelimitScenarios {
 		if globalScenarios[sc.Name] {
-			configs[sc.Name+".yaml"] = sc.Config
+			configs[sc.Domain+".yaml"] = sc.Config // a domain once: the service refuses two
 		}
 	}
 	svc := ratelimitsvc.Start(t, bin, svcRedis.Addr(), configs,

@@ -25,9 +25,17 @@ type RatelimitScenario struct {
 	// units are the windows the config counts in, to see a request that
 	// straddled a window edge.
 	Units []time.Duration
-	// wantDenials: the traffic must make the service refuse some.
+	// WantDenials: the traffic must make the service refuse some.
 	WantDenials bool
+	// Overcounts: the traffic shows the documented difference of several
+	// descriptors per request: the service counts a request it refuses
+	// against every descriptor, so it then refuses some that Sluice,
+	// which counted the refused request against none, admits. Only that
+	// difference may appear, and it must.
+	Overcounts bool
 }
+
+// RatelimitRequest is one request of a scenario's traffic.
 
 type RatelimitRequest struct {
 	Method  string
@@ -54,6 +62,34 @@ func cat(parts ...[]*RatelimitRequest) []*RatelimitRequest {
 	}
 	return out
 }
+
+// example2Config is the README's example 2, and example2RateLimits the
+// route's actions that make its descriptors.
+const (
+	example2Config = `domain: messaging
+descriptors:
+  # Only allow 5 marketing messages a day
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
+
+  # Only allow 100 messages a day to any unique phone number
+  - key: to_number
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+`
+	example2RateLimits = `
+- actions:
+  - request_headers: {header_name: x-message-type, descriptor_key: message_type}
+  - request_headers: {header_name: x-to, descriptor_key: to_number}
+- actions:
+  - request_headers: {header_name: x-to, descriptor_key: to_number}`
+)
 
 // client is the scenarios' default client address.
 const client = "10.0.0.1"
@@ -84,29 +120,8 @@ descriptors:
 	},
 	{
 		Name: "example2", Domain: "messaging", Units: []time.Duration{24 * time.Hour}, WantDenials: true,
-		Config: `domain: messaging
-descriptors:
-  # Only allow 5 marketing messages a day
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit:
-          unit: day
-          requests_per_unit: 5
-
-  # Only allow 100 messages a day to any unique phone number
-  - key: to_number
-    rate_limit:
-      unit: day
-      requests_per_unit: 100
-`,
-		RateLimits: `
-- actions:
-  - request_headers: {header_name: x-message-type, descriptor_key: message_type}
-  - request_headers: {header_name: x-to, descriptor_key: to_number}
-- actions:
-  - request_headers: {header_name: x-to, descriptor_key: to_number}`,
+		Config:     example2Config,
+		RateLimits: example2RateLimits,
 		Traffic: cat(reqs(7, "POST", client, "x-message-type", "marketing", "x-to", "2061111111"),
 			reqs(3, "POST", client, "x-message-type", "marketing", "x-to", "2062222222"),
 			reqs(4, "POST", client, "x-message-type", "transactional", "x-to", "2061111111"),
@@ -313,6 +328,15 @@ descriptors:
 - actions:
   - masked_remote_address: {v4_prefix_mask_len: 24}`,
 		Traffic: cat(reqs(2, "GET", "10.0.0.1"), reqs(2, "GET", "10.0.0.2"), reqs(7, "GET", "10.0.1.9"), reqs(2, "GET", "192.0.2.5"), reqs(4, "GET", "10.9.9.9")),
+	},
+	{
+		// Example 2 again, with traffic past the 100 a day of one number:
+		// the service counted the refused marketing messages against
+		// to_number too.
+		Name: "example2-overcount", Domain: "messaging", Units: []time.Duration{24 * time.Hour}, WantDenials: true, Overcounts: true,
+		Config: example2Config, RateLimits: example2RateLimits,
+		Traffic: cat(reqs(104, "POST", client, "x-message-type", "marketing", "x-to", "2063333333"),
+			reqs(5, "POST", client, "x-message-type", "transactional", "x-to", "2063333333")),
 	},
 }
 
