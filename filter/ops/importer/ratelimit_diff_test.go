@@ -117,69 +117,13 @@ func TestImportedRatelimitAdmitsAsTheService(t *testing.T) {
 				if err := rc.FlushAll(context.Background()).Err(); err != nil {
 					t.Fatal(err)
 				}
-				if compareRatelimit(t, sc, svc, newSluiceRun(t, res.Config, time.Now(), nil)) {
+				sl := newSluiceRun(t, res.Config, time.Now(), nil)
+				if importtest.Compare(t, sc, svc, func(_ int, req *importtest.RatelimitRequest, at time.Time) bool {
+					return sl.admit(t, at, req.Method, peer(req.Client), "r", req.Headers)
+				}) {
 					return
 				}
 			}
 		})
 	}
-}
-
-// compareRatelimit sends the scenario's traffic to both; false when a
-// request straddled a window edge, so the run proves nothing.
-func compareRatelimit(t *testing.T, sc importtest.RatelimitScenario, svc *ratelimitsvc.Service, sl *sluiceRun) bool {
-	t.Helper()
-	// Start well inside a second, so that a run of a few hundred
-	// requests rarely straddles one.
-	if ms := time.Now().Nanosecond() / 1e6; ms > 600 {
-		time.Sleep(time.Duration(1000-ms+5) * time.Millisecond)
-	}
-	var mismatches []string
-	denials, overcounted := 0, 0
-	for i, req := range sc.Traffic {
-		if req == nil {
-			// The next window of a per-second rule.
-			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 5*time.Millisecond)))
-			continue
-		}
-		descs, err := importtest.Descriptors(sc.RateLimits, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t0 := time.Now()
-		over, err := svc.ShouldRateLimit(sc.Domain, descs)
-		t1 := time.Now()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, u := range sc.Units {
-			if t0.UnixNano()/int64(u) != t1.UnixNano()/int64(u) {
-				t.Logf("request %d straddled a %v window edge; running again", i, u)
-				return false
-			}
-		}
-		admitted := sl.admit(t, t0, req.Method, peer(req.Client), "r", req.Headers)
-		if over {
-			denials++
-		}
-		switch {
-		case admitted == over && admitted && sc.Overcounts:
-			overcounted++
-		case admitted == over:
-			mismatches = append(mismatches, fmt.Sprintf("request %d %v %v: service over limit %v, Sluice admitted %v", i, req.Client, req.Headers, over, admitted))
-		}
-	}
-	if len(mismatches) > 0 {
-		t.Errorf("%d of %d requests decided differently:\n%s", len(mismatches), len(sc.Traffic), strings.Join(mismatches[:min(len(mismatches), 10)], "\n"))
-	}
-	if sc.Overcounts && overcounted == 0 {
-		t.Errorf("the service never refused what Sluice admitted: the traffic does not show the documented difference")
-	}
-	if sc.WantDenials && denials == 0 {
-		t.Errorf("the service refused nothing: the traffic does not reach the limits")
-	}
-	if !sc.WantDenials && denials > 0 {
-		t.Errorf("the service refused %d requests of a config that should never apply", denials)
-	}
-	return true
 }
