@@ -111,9 +111,9 @@ func (im *importer) convertRatelimit(f filterRef) {
 			}
 			cond := scope.and(alt.cond)
 			var out []branch
-			im.walk(se, tree, present, 0, branch{cond: cond}, &out)
+			im.walk(tree, present, 0, branch{cond: cond}, &out)
 			for _, b := range out {
-				if l := im.ruleLimit(domain, b, mode, se); l != nil && !l.Shadow {
+				if l := im.ruleLimit(domain, b, mode); l != nil && !l.Shadow {
 					enforcing = true
 				}
 			}
@@ -158,7 +158,7 @@ type branch struct {
 // with the entry's key and value, else the key's default; a limit applies
 // only at the descriptor's last entry, and the walk stops at a child
 // without children.
-func (im *importer) walk(se *scopedEntry, n *rlNode, entries []entryAlt, i int, b branch, out *[]branch) {
+func (im *importer) walk(n *rlNode, entries []entryAlt, i int, b branch, out *[]branch) {
 	e := entries[i]
 	type step struct {
 		child *rlNode
@@ -205,14 +205,14 @@ func (im *importer) walk(se *scopedEntry, n *rlNode, entries []entryAlt, i int, 
 				*out = append(*out, s.b)
 			}
 		} else if len(s.child.children) > 0 {
-			im.walk(se, s.child, entries, i+1, s.b, out)
+			im.walk(s.child, entries, i+1, s.b, out)
 		}
 	}
 }
 
 // ruleLimit adds the limit of a branch ending at a rule; nil when the
 // rule has none (unlimited, or not importable).
-func (im *importer) ruleLimit(domain string, b branch, mode string, se *scopedEntry) *limit {
+func (im *importer) ruleLimit(domain string, b branch, mode string) *limit {
 	rule := b.node.rule
 	l := &limit{Key: append([]string{}, b.parts...), Algorithm: "fixed_window", Match: b.cond, Mode: mode, Shadow: rule.shadow, from: b.node}
 	if l.Match == nil {

@@ -81,21 +81,20 @@ func (im *importer) readRatelimit(file string, root node) {
 	im.domains[domain] = d
 }
 
-// checkKeys refuses keys the service does not know, anywhere below n.
+// checkKeys refuses keys the service does not know, anywhere below n
+// (metadata is free-form).
 func (im *importer) checkKeys(r reader, n node) {
 	for _, k := range n.keys() {
 		c := n.child(k)
-		if !rlKeys[k] && k != "metadata" {
+		switch {
+		case !rlKeys[k]:
 			r.fail(c, "unknown key %q", k)
-			continue
+		case k != "metadata":
+			im.checkKeys(r, c)
+			for _, it := range c.items() {
+				im.checkKeys(r, it)
+			}
 		}
-		if k == "metadata" {
-			continue // free-form
-		}
-		for _, it := range c.items() {
-			im.checkKeys(r, it)
-		}
-		im.checkKeys(r, c)
 	}
 }
 
