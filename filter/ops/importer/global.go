@@ -58,7 +58,7 @@ func (im *importer) convertRatelimit(f filterRef) {
 	im.ratelimitResponse(r, f.cfg)
 	tree := im.domains[domain]
 	if tree == nil {
-		im.errf(f.file, f.cfg.child("domain"), "no envoyproxy/ratelimit config for domain %q among the inputs", domain)
+		im.note(Unsupported, f.file, f.cfg.child("domain"), "no envoyproxy/ratelimit config for domain %q among the inputs: what this filter asks the service is not imported (give the service's config files too)", domain)
 		return
 	}
 	entries, all := im.entriesFor(stage, func(vh *vhost, rt *route) string {

@@ -142,10 +142,6 @@ type importer struct {
 	shared map[string]*limit
 }
 
-func (im *importer) errf(file string, n node, format string, args ...any) {
-	im.res.Errors = append(im.res.Errors, Finding{File: file, Line: n.line(), Path: n.path, Message: fmt.Sprintf(format, args...)})
-}
-
 func (im *importer) note(code, file string, n node, format string, args ...any) {
 	im.res.Findings = append(im.res.Findings, Finding{File: file, Line: n.line(), Path: n.path, Code: code, Message: fmt.Sprintf(format, args...)})
 }

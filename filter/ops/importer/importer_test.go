@@ -204,4 +204,12 @@ func TestImportReportsUnusedDomains(t *testing.T) {
 	}
 	finding(t, res.Findings, importer.Unsupported, "", `names domain "b"`)
 	finding(t, res.Findings, importer.Unsupported, "", `reach a limit of domain "a"`)
+
+	// A filter whose domain's config is not given: reported, and the
+	// rest (here nothing) still imported.
+	res = importer.Import([]importer.Input{{Name: "envoy.yaml", Data: []byte(importtest.EnvoyYAML("missing", headerAction))}}, importer.Options{})
+	if len(res.Errors) > 0 || res.Config == nil {
+		t.Fatalf("errors %v, config %s", res.Errors, res.Config)
+	}
+	finding(t, res.Findings, importer.Unsupported, "static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.domain", `domain "missing"`)
 }
