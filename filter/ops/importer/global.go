@@ -330,6 +330,16 @@ func (im *importer) resolveReplaces() {
 	}
 }
 
+// ratelimitKnown are the ratelimit filter's fields the importer reads or
+// that only concern how Envoy reaches the service; any other is
+// reported.
+var ratelimitKnown = map[string]bool{
+	"@type": true, "domain": true, "stage": true, "request_type": true, "timeout": true,
+	"failure_mode_deny": true, "rate_limited_as_resource_exhausted": true, "rate_limit_service": true,
+	"enable_x_ratelimit_headers": true, "disable_x_envoy_ratelimited_header": true,
+	"rate_limited_status": true, "stat_prefix": true,
+}
+
 // ratelimitResponse imports the filter's reply settings.
 func (im *importer) ratelimitResponse(r reader, cfg node) {
 	resp := &response{Headers: []string{}, Body: "none", ReplyHeaders: map[string]string{}}
@@ -347,10 +357,13 @@ func (im *importer) ratelimitResponse(r reader, cfg node) {
 		}
 	}
 	im.rlStatus = statusOf(r, cfg.child("rate_limited_status"))
-	for _, k := range []string{"response_headers_to_add", "status_on_error", "rate_limited_status_on_error"} {
-		if cfg.child(k).present() {
+	for _, k := range cfg.keys() {
+		if !ratelimitKnown[k] {
 			im.note(Unsupported, r.file, cfg.child(k), "%s is not imported", k)
 		}
+	}
+	if rt := strings.ToLower(r.str(cfg.child("request_type"))); rt != "" && rt != "both" {
+		im.note(Unsupported, r.file, cfg.child("request_type"), "request_type %s is not imported: the limits apply to internal and external requests alike", rt)
 	}
 	im.setResponse(r, cfg, resp)
 }

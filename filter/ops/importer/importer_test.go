@@ -213,3 +213,14 @@ func TestImportReportsUnusedDomains(t *testing.T) {
 	}
 	finding(t, res.Findings, importer.Unsupported, "static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.domain", `domain "missing"`)
 }
+
+// TestImportReportsUnknownFilterFields: a ratelimit filter field the
+// importer does not read is reported, not ignored.
+func TestImportReportsUnknownFilterFields(t *testing.T) {
+	envoy := strings.Replace(importtest.EnvoyYAML("d", headerAction), "              domain: d\n",
+		"              domain: d\n              request_type: external\n              filter_enabled: {default_value: {numerator: 50}}\n", 1)
+	res := importOne(t, "domain: d\ndescriptors:\n  - key: key1\n    rate_limit: {unit: second, requests_per_unit: 1}\n", envoy, importer.Options{})
+	filter := "static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config."
+	finding(t, res.Findings, importer.Unsupported, filter+"filter_enabled", "not imported")
+	finding(t, res.Findings, importer.Unsupported, filter+"request_type", "external")
+}
