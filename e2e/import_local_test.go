@@ -39,7 +39,7 @@ func TestImportedLocalRatelimitOnWasm(t *testing.T) {
 					elapsed = at
 				}
 				want := m.Admit(filtertest.Epoch.Add(at), req)
-				resp := h.Do(t, filtertest.Request{Method: "GET", Path: req.Path, Host: "example.com", Route: req.Route, Headers: req.Headers()})
+				resp := h.Do(t, filtertest.Request{Method: "GET", Path: req.Path, Host: "example.com", Route: sc.RouteName(req), Headers: req.Headers()})
 				got := !(resp.Local && resp.Status == 429)
 				if got && resp.Local {
 					t.Fatalf("%+v: an unexpected local reply %d %s", req, resp.Status, resp.Body)

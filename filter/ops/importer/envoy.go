@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"fmt"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -41,8 +42,13 @@ type vhost struct {
 }
 
 type route struct {
-	at         node
-	name       string
+	at   node
+	name string
+	// key identifies the route in scopes: its name, or for an unnamed
+	// route a token no name can be (routeKey).
+	key        string
+	vh         *vhost
+	idx        int
 	rateLimits node
 	includeVH  bool
 	perFilter  node
@@ -93,7 +99,15 @@ func (im *importer) walkEnvoy(r reader, n node, depth int) {
 func (im *importer) readVhost(r reader, v node) {
 	vh := &vhost{file: r.file, at: v, rateLimits: v.child("rate_limits"), perFilter: v.child("typed_per_filter_config")}
 	for _, rt := range v.child("routes").items() {
-		ro := &route{at: rt, name: r.str(rt.child("name")), perFilter: rt.child("typed_per_filter_config")}
+		ro := &route{at: rt, name: r.str(rt.child("name")), perFilter: rt.child("typed_per_filter_config"), vh: vh, idx: len(vh.routes)}
+		ro.key = ro.name
+		if ro.key == "" {
+			ro.key = fmt.Sprintf("%sunnamed-%d", unnamedPrefix, len(im.unnamedRoutes))
+			if im.unnamedRoutes == nil {
+				im.unnamedRoutes = map[string]*route{}
+			}
+			im.unnamedRoutes[ro.key] = ro
+		}
 		act := rt.child("route")
 		ro.rateLimits = act.child("rate_limits")
 		ro.includeVH = r.wrappedBool(act.child("include_vh_rate_limits"), false)
@@ -120,22 +134,23 @@ type scopedEntry struct {
 	routes []string
 }
 
-// entriesFor gathers, per rate_limits entry of stage, the named routes it
+// entriesFor gathers, per rate_limits entry of stage, the routes it
 // applies to: the route's own entries, and the virtual host's as the
 // filter's vh_rate_limits option (per route, default OVERRIDE: only for
 // routes without entries of their own) or the route's
-// include_vh_rate_limits say. vhOption reads a route's option. Unnamed
-// routes cannot be scoped to and are reported once.
-func (im *importer) entriesFor(stage uint64, vhOption func(*vhost, *route) string) (entries []*scopedEntry, all bool) {
+// include_vh_rate_limits say. vhOption reads a route's option.
+//
+// routes is how many routes there are: an entry every route uses needs
+// no condition.
+func (im *importer) entriesFor(stage uint64, vhOption func(*vhost, *route) string) (entries []*scopedEntry, routes int) {
 	r := reader{errs: &im.res.Errors}
 	byNode := map[*yaml.Node]*scopedEntry{}
-	all = true
 	for _, vh := range im.envoy.vhosts {
 		r.file = vh.file
 		for _, rt := range vh.routes {
+			routes++
 			opt := vhOption(vh, rt)
 			if opt == skipRoute {
-				all = false
 				continue
 			}
 			own := stageEntries(r, rt.rateLimits, stage)
@@ -149,14 +164,6 @@ func (im *importer) entriesFor(stage uint64, vhOption func(*vhost, *route) strin
 					use = stageEntries(r, vh.rateLimits, stage)
 				}
 			}
-			if len(use) == 0 {
-				all = false
-				continue
-			}
-			if im.unnamed(vh, rt) {
-				all = false
-				continue
-			}
 			for _, e := range use {
 				se := byNode[e.n]
 				if se == nil {
@@ -164,21 +171,11 @@ func (im *importer) entriesFor(stage uint64, vhOption func(*vhost, *route) strin
 					byNode[e.n] = se
 					entries = append(entries, se)
 				}
-				se.routes = append(se.routes, rt.name)
+				se.routes = append(se.routes, rt.key)
 			}
 		}
 	}
-	return entries, all
-}
-
-// unnamed reports a route without a name, which limits cannot be scoped
-// to.
-func (im *importer) unnamed(vh *vhost, rt *route) bool {
-	if rt.name != "" {
-		return false
-	}
-	im.note(Unsupported, vh.file, rt.at, "this route has no name, and Sluice scopes limits to routes by name: its rate limits are not imported (give it a name)")
-	return true
+	return entries, routes
 }
 
 // skipRoute is the vh_rate_limits option that leaves a route out.

@@ -61,7 +61,7 @@ func (im *importer) convertRatelimit(f filterRef) {
 		im.note(Unsupported, f.file, f.cfg.child("domain"), "no envoyproxy/ratelimit config for domain %q among the inputs: what this filter asks the service is not imported (give the service's config files too)", domain)
 		return
 	}
-	entries, all := im.entriesFor(stage, func(vh *vhost, rt *route) string {
+	entries, routes := im.entriesFor(stage, func(vh *vhost, rt *route) string {
 		opt := vhOptionOf(r, perFilterConfig(r, rt.perFilter, f.name))
 		if pr := perFilterConfig(r, rt.perFilter, f.name); pr.present() {
 			for _, k := range []string{"override_option", "rate_limits", "domain"} {
@@ -91,8 +91,11 @@ func (im *importer) convertRatelimit(f filterRef) {
 	perRoute := map[string]int{}
 	for _, se := range entries {
 		var scope *match
-		if !all {
-			scope = &match{Routes: dedupe(se.routes)}
+		if len(dedupe(se.routes)) < routes {
+			var ok bool
+			if scope, ok = im.scopeFor(se.routes); !ok {
+				continue
+			}
 		}
 		alts, ok := im.readActions(se.file, se.entry, im.envoy.serviceCluster)
 		if !ok {
@@ -127,7 +130,7 @@ func (im *importer) convertRatelimit(f filterRef) {
 	var crowded []string
 	for rt, n := range perRoute {
 		if n > 1 {
-			crowded = append(crowded, rt)
+			crowded = append(crowded, im.routeLabel(rt))
 		}
 	}
 	sort.Strings(crowded)

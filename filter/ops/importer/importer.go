@@ -138,6 +138,8 @@ type importer struct {
 	rlStatus int
 	// usedDomains are the domains a ratelimit filter names.
 	usedDomains map[string]bool
+	// unnamedRoutes are the routes without a name, by their key.
+	unnamedRoutes map[string]*route
 	// shared are the limits added by the bucket they count in.
 	shared map[string]*limit
 }
@@ -235,14 +237,17 @@ type override struct {
 }
 
 type match struct {
-	Path    string      `json:"path,omitempty"`
-	Methods []string    `json:"methods,omitempty"`
-	Routes  []string    `json:"routes,omitempty"`
-	Headers []condition `json:"headers,omitempty"`
-	Query   []condition `json:"query,omitempty"`
-	Meta    []metaCond  `json:"metadata,omitempty"`
-	CIDRs   []string    `json:"client_cidrs,omitempty"`
-	Not     *match      `json:"not,omitempty"`
+	Path       string      `json:"path,omitempty"`
+	PathPrefix string      `json:"path_prefix,omitempty"`
+	PathRegex  string      `json:"path_regex,omitempty"`
+	Hosts      []string    `json:"hosts,omitempty"`
+	Methods    []string    `json:"methods,omitempty"`
+	Routes     []string    `json:"routes,omitempty"`
+	Headers    []condition `json:"headers,omitempty"`
+	Query      []condition `json:"query,omitempty"`
+	Meta       []metaCond  `json:"metadata,omitempty"`
+	CIDRs      []string    `json:"client_cidrs,omitempty"`
+	Not        *match      `json:"not,omitempty"`
 }
 
 type condition struct {
@@ -286,7 +291,7 @@ type backend struct {
 
 // empty reports whether m holds no condition.
 func (m *match) empty() bool {
-	return m == nil || m.Path == "" && len(m.Methods)+len(m.Routes)+len(m.Headers)+len(m.Query)+len(m.Meta)+len(m.CIDRs) == 0 && m.Not == nil
+	return m == nil || m.Path == "" && m.PathPrefix == "" && m.PathRegex == "" && len(m.Hosts)+len(m.Methods)+len(m.Routes)+len(m.Headers)+len(m.Query)+len(m.Meta)+len(m.CIDRs) == 0 && m.Not == nil
 }
 
 // and is the conjunction of a and b; nil when it cannot be written (two
@@ -300,28 +305,53 @@ func (m *match) and(o *match) *match {
 	}
 	// Methods and routes are lists of alternatives: their conjunction is
 	// the intersection. A path is exact: two different ones never hold.
-	if m.Path != "" && o.Path != "" && m.Path != o.Path {
+	if m.Path != "" && o.Path != "" && m.Path != o.Path || m.PathRegex != "" && o.PathRegex != "" && m.PathRegex != o.PathRegex {
 		return nil
 	}
-	path := m.Path
-	if path == "" {
-		path = o.Path
+	path, re := m.Path+o.Path, m.PathRegex+o.PathRegex
+	if m.Path != "" && o.Path != "" {
+		path = m.Path
 	}
+	if m.PathRegex != "" && o.PathRegex != "" {
+		re = m.PathRegex
+	}
+	// Of two prefixes the longer holds when it extends the shorter.
+	prefix := m.PathPrefix
+	switch {
+	case prefix == "":
+		prefix = o.PathPrefix
+	case o.PathPrefix == "" || strings.HasPrefix(prefix, o.PathPrefix):
+	case strings.HasPrefix(o.PathPrefix, prefix):
+		prefix = o.PathPrefix
+	default:
+		return nil
+	}
+	if path != "" && prefix != "" {
+		// An exact path holds the prefix, or the two never hold.
+		if !strings.HasPrefix(path, prefix) {
+			return nil
+		}
+		prefix = ""
+	}
+	hosts, ok0 := intersect(m.Hosts, o.Hosts)
 	methods, ok1 := intersect(m.Methods, o.Methods)
 	routes, ok2 := intersect(m.Routes, o.Routes)
 	cidrs, ok3 := intersect(m.CIDRs, o.CIDRs)
-	if !ok1 || !ok2 || !ok3 {
+	if !ok0 || !ok1 || !ok2 || !ok3 {
 		return nil
 	}
 	r := &match{
-		Path:    path,
-		Methods: methods,
-		Routes:  routes,
-		Headers: append(append([]condition(nil), m.Headers...), o.Headers...),
-		Query:   append(append([]condition(nil), m.Query...), o.Query...),
-		Meta:    append(append([]metaCond(nil), m.Meta...), o.Meta...),
-		CIDRs:   cidrs,
-		Not:     m.Not,
+		Path:       path,
+		PathPrefix: prefix,
+		PathRegex:  re,
+		Hosts:      hosts,
+		Methods:    methods,
+		Routes:     routes,
+		Headers:    append(append([]condition(nil), m.Headers...), o.Headers...),
+		Query:      append(append([]condition(nil), m.Query...), o.Query...),
+		Meta:       append(append([]metaCond(nil), m.Meta...), o.Meta...),
+		CIDRs:      cidrs,
+		Not:        m.Not,
 	}
 	if o.Not != nil {
 		if r.Not != nil {

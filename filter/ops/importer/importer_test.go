@@ -81,13 +81,13 @@ func TestImportReportsEnvoyConstructs(t *testing.T) {
   - header_value_match: {descriptor_value: x, headers: [{name: x-a, range_match: {start: 1, end: 2}}]}
 - actions:
   - remote_address: {}
-  disable_key: off`), "- name: r\n", "- match: {prefix: /}\n                route: {cluster: c, rate_limits: [{actions: [{remote_address: {}}]}]}\n              - name: r\n", 1)
+  disable_key: off`), "- name: r\n", "- match: {prefix: /, grpc: {}}\n                route: {cluster: c, rate_limits: [{actions: [{remote_address: {}}]}]}\n              - name: r\n", 1)
 	res := importOne(t, rl, envoy, importer.Options{})
 	if len(res.Errors) > 0 {
 		t.Fatal(res.Errors)
 	}
 	routes := "static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].routes"
-	finding(t, res.Findings, importer.Unsupported, routes+"[0]", "no name")
+	finding(t, res.Findings, importer.Unsupported, routes+"[0]", "no name and matches on grpc")
 	finding(t, res.Findings, importer.Unsupported, routes+"[1].route.rate_limits[0].actions[0]", "service-cluster")
 	finding(t, res.Findings, importer.Unsupported, routes+"[1].route.rate_limits[1].actions[0].header_value_match.headers[0].range_match", "range_match")
 	finding(t, res.Findings, importer.Unsupported, routes+"[1].route.rate_limits[2].disable_key", "disable_key")
@@ -223,4 +223,28 @@ func TestImportReportsUnknownFilterFields(t *testing.T) {
 	filter := "static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config."
 	finding(t, res.Findings, importer.Unsupported, filter+"filter_enabled", "not imported")
 	finding(t, res.Findings, importer.Unsupported, filter+"request_type", "external")
+}
+
+// TestImportScopesEachRoutesOwnEntries: an entry of one route applies to
+// that route only, though every route has entries; an unnamed route is
+// scoped by its path, less the routes before it.
+func TestImportScopesEachRoutesOwnEntries(t *testing.T) {
+	res := importOne(t, "domain: e\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 2}\n",
+		`virtual_hosts:
+- name: v
+  routes:
+  - {name: ra, match: {prefix: /a}, route: {cluster: c, rate_limits: [{actions: [{generic_key: {descriptor_key: a, descriptor_value: x}}]}]}}
+  - {match: {prefix: /}, route: {cluster: c, rate_limits: [{actions: [{generic_key: {descriptor_key: b, descriptor_value: x}}]}]}}
+`, importer.Options{})
+	cfg, err := config.Parse(res.Config)
+	if err != nil {
+		t.Fatal(err, res.Errors)
+	}
+	if len(cfg.Limits) != 2 || !bytes.Contains(res.Config, []byte(`"routes": [
+          "ra"
+        ]`)) || !bytes.Contains(res.Config, []byte(`"not": {
+          "path_prefix": "/a"
+        }`)) {
+		t.Fatalf("want the first limit on route ra and the second on / but not /a:\n%s", res.Config)
+	}
 }

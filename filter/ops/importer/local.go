@@ -48,17 +48,13 @@ func (im *importer) convertLocal(f filterRef) {
 				all = false
 				continue
 			}
-			if im.unnamed(vh, rt) {
-				all = false
-				continue
-			}
 			g := byCfg[cfg.n]
 			if g == nil {
 				g = &group{cfg: cfg, file: file}
 				byCfg[cfg.n] = g
 				groups = append(groups, g)
 			}
-			g.routes = append(g.routes, rt.name)
+			g.routes = append(g.routes, rt.key)
 			g.rts = append(g.rts, rt)
 		}
 	}
@@ -70,13 +66,16 @@ func (im *importer) convertLocal(f filterRef) {
 	for _, g := range groups {
 		var scope *match
 		if !all || len(groups) > 1 {
-			scope = &match{Routes: dedupe(g.routes)}
+			var ok bool
+			if scope, ok = im.scopeFor(g.routes); !ok {
+				continue
+			}
 		}
-		im.localGroup(f, g.file, g.cfg, scope, g.rts)
+		im.localGroup(f, g.file, g.cfg, scope, g.routes, g.rts)
 	}
 }
 
-func (im *importer) localGroup(f filterRef, file string, cfg node, scope *match, rts []*route) {
+func (im *importer) localGroup(f filterRef, file string, cfg node, scope *match, routes []string, rts []*route) {
 	r := reader{file: file, errs: &im.res.Errors}
 	for _, k := range cfg.keys() {
 		if !localKnown[k] {
@@ -101,8 +100,8 @@ func (im *importer) localGroup(f filterRef, file string, cfg node, scope *match,
 		return
 	}
 	hint := strings.TrimPrefix(f.name, "envoy.filters.http.")
-	if scope != nil && len(scope.Routes) == 1 {
-		hint += "-" + scope.Routes[0]
+	if len(rts) == 1 {
+		hint += "-" + im.routeLabel(rts[0].key)
 	}
 	im.addLimit(&def, hint)
 
@@ -116,10 +115,7 @@ func (im *importer) localGroup(f filterRef, file string, cfg node, scope *match,
 	// routes' and virtual hosts' of its stage.
 	var entries []*scopedEntry
 	if own := cfg.child("rate_limits"); own.present() {
-		se := &scopedEntry{file: file}
-		if scope != nil {
-			se.routes = scope.Routes
-		}
+		se := &scopedEntry{file: file, routes: routes}
 		for _, e := range own.items() {
 			c := *se
 			c.entry = e
@@ -140,7 +136,7 @@ func (im *importer) localGroup(f filterRef, file string, cfg node, scope *match,
 		for _, se := range es {
 			var keep []string
 			for _, rn := range se.routes {
-				if scope == nil || contains(scope.Routes, rn) {
+				if scope == nil || contains(routes, rn) {
 					keep = append(keep, rn)
 				}
 			}
@@ -158,7 +154,9 @@ func (im *importer) localGroup(f filterRef, file string, cfg node, scope *match,
 		}
 		var escope *match
 		if scope != nil || len(se.routes) > 0 {
-			escope = &match{Routes: dedupe(se.routes)}
+			if escope, ok = im.scopeFor(se.routes); !ok {
+				continue
+			}
 		}
 		for _, alt := range alts {
 			var present []entryAlt

@@ -34,7 +34,7 @@ func TestImportedLocalRatelimitAdmitsAsEnvoysModel(t *testing.T) {
 			for _, req := range importtest.Traffic() {
 				now := start.Add(time.Duration(req.Tick) * sc.TickInterval())
 				want := m.Admit(now, req)
-				got := sl.admitAt(t, now, req.Route, req.Path, req.Headers())
+				got := sl.admitAt(t, now, sc.RouteName(req), req.Path, req.Headers())
 				if want {
 					admitted++
 				} else {

@@ -65,6 +65,9 @@ type LocalScenario struct {
 	AlwaysConsume     bool
 	Descriptors       []Descriptor
 	PerRoute          bool
+	// Unnamed leaves the routes without names, so the import scopes by
+	// their paths.
+	Unnamed bool
 }
 
 // LocalScenarios are the scenarios the tests run.
@@ -74,6 +77,8 @@ var LocalScenarios = []LocalScenario{
 		Descriptors: []Descriptor{{"gold", Bucket{4, 2, 500 * time.Millisecond}}, {"", Bucket{2, 1, time.Second}}}},
 	{Name: "fractions", Bucket: Bucket{3, 1, 200 * time.Millisecond}, Enabled: 50, Enforced: 70, AlwaysConsume: true},
 	{Name: "per-route", Bucket: Bucket{2, 1, 250 * time.Millisecond}, Enabled: 100, Enforced: 100, AlwaysConsume: true, PerRoute: true},
+	{Name: "unnamed-routes", Bucket: Bucket{2, 1, 250 * time.Millisecond}, Enabled: 100, Enforced: 100, PerRoute: true, Unnamed: true,
+		Descriptors: []Descriptor{{"gold", Bucket{3, 1, 250 * time.Millisecond}}}},
 	{Name: "disabled-by-default-fractions", Bucket: Bucket{1, 1, time.Second}, Enabled: 0, Enforced: 0, AlwaysConsume: true},
 }
 
@@ -113,7 +118,7 @@ stat_prefix: local
               stat_prefix: local`
 		routeCfg = "\n                typed_per_filter_config:\n                  envoy.filters.http.local_ratelimit:\n" + indent(cfg.String(), "                    ")
 	}
-	return Listener("envoy.filters.http.local_ratelimit", filterCfg, `              - name: limited
+	routes := Listener("envoy.filters.http.local_ratelimit", filterCfg, `              - name: limited
                 match: {prefix: /limited}
                 route:
                   cluster: backend
@@ -124,6 +129,18 @@ stat_prefix: local
                 match: {prefix: /}
                 route: {cluster: backend}
 `)
+	if sc.Unnamed {
+		routes = strings.NewReplacer("- name: limited\n                ", "- ", "- name: open\n                ", "- ").Replace(routes)
+	}
+	return routes
+}
+
+// RouteName is the route name Envoy gives the filter for r.
+func (sc LocalScenario) RouteName(r Request) string {
+	if sc.Unnamed {
+		return ""
+	}
+	return r.Route
 }
 
 // Model is Envoy's local_ratelimit as its documentation describes it:
