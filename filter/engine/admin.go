@@ -27,11 +27,12 @@ package engine
 //     case (Envoy's downstreamDirectRemoteAddress is not one), so an
 //     address that may have come from a header is refused, whatever
 //     client_ip says; client_ip is not used here at all.
-//   - the source must not have sent too many wrong tokens lately: each
-//     wrong token from an allowed address takes one unit of a per-address
-//     (IPv6: per-/64) token bucket in shared data (adminFailLimit), and an
-//     address whose bucket is empty is refused, right token or not, until
-//     it refills.
+//   - the source must not have sent too many wrong tokens lately: every
+//     bearer credential is a guess, so a request from an allowed address
+//     needs one unit of a per-address (IPv6: per-/64) token bucket in
+//     shared data (adminFailLimit) for each it carries, and each wrong one
+//     takes its unit; an address whose bucket cannot cover the request is
+//     refused, right token or not, until it refills.
 //   - "Authorization: Bearer <token>" must carry a token whose SHA-256
 //     equals token_sha256, compared in constant time.
 //
@@ -125,35 +126,45 @@ func appendNormalPath(dst []byte, path string) []byte {
 }
 
 // tokenMatches reports whether an Authorization value is "Bearer <token>"
-// with SHA-256(token) = want. The scheme is matched without regard to
-// case and may be followed by any run of spaces or tabs, as lenient
-// servers read it. The digests are compared in constant time, and a value
-// without a token is hashed all the same.
-func tokenMatches(authorization string, want *[32]byte) bool {
+// with SHA-256(token) = want, and whether it is a bearer credential at
+// all. The scheme is matched without regard to case and may be followed
+// by any run of spaces or tabs, as lenient servers read it. The digests
+// are compared in constant time, and a value without a token is hashed
+// all the same.
+func tokenMatches(authorization string, want *[32]byte) (match, bearer bool) {
 	const scheme = "bearer"
-	token, ok := "", false
+	token := ""
 	v := strings.TrimLeft(authorization, " \t")
 	if len(v) > len(scheme) && strings.EqualFold(v[:len(scheme)], scheme) && (v[len(scheme)] == ' ' || v[len(scheme)] == '\t') {
-		token, ok = strings.Trim(v[len(scheme):], " \t"), true
+		token, bearer = strings.Trim(v[len(scheme):], " \t"), true
 	}
-	return digestMatches(token, want) && ok
+	return digestMatches(token, want) && bearer, bearer
 }
 
-// credentialsMatch reports whether any comma-separated credential in
-// list is the admin token (a client or proxy may fold repeated fields
-// into one line). Every credential is hashed.
-func credentialsMatch(list string, want *[32]byte) bool {
-	found := false
-	for n := 0; list != "" && n < maxTokenCandidates; n++ {
+// bearerCredentials counts the comma-separated credentials of list whose
+// scheme is Bearer (a client or proxy may fold repeated fields into one
+// line) and reports whether one of them is the admin token. Every
+// credential is hashed. A list of more than maxTokenCandidates
+// credentials is read no further and counts maxTokenCandidates+1 bearer
+// credentials, more than the wrong-token bucket ever holds.
+func bearerCredentials(list string, want *[32]byte) (n int, found bool) {
+	for read := 0; list != ""; read++ {
+		if read == maxTokenCandidates {
+			return maxTokenCandidates + 1, found
+		}
 		c := list
 		if i := strings.IndexByte(list, ','); i >= 0 {
 			c, list = list[:i], list[i+1:]
 		} else {
 			list = ""
 		}
-		found = tokenMatches(c, want) || found
+		match, bearer := tokenMatches(c, want)
+		if bearer {
+			n++
+		}
+		found = match || found
 	}
-	return found
+	return n, found
 }
 
 // propAuthorization is Envoy's request.headers attribute for
@@ -219,8 +230,8 @@ func (h *Stream) authorization() (string, bool) {
 
 // carriesAdminToken reports whether the admin token is anywhere a client
 // may send a bearer token: any word of any Authorization value (in any
-// credential syntax, or none), or an access_token query parameter (RFC
-// 6750's URI query form). Such a request is the operator's and must not
+// credential syntax, or none), or of an access_token query parameter (RFC
+// 6750's URI query form) however an upstream may spell its name. Such a request is the operator's and must not
 // reach the upstream, however the rest of it is spelled.
 func (h *Stream) carriesAdminToken() bool {
 	want := &h.plugin.admin.cfg.TokenSHA256
@@ -228,15 +239,83 @@ func (h *Stream) carriesAdminToken() bool {
 	if all, ok := h.authorization(); ok {
 		found = wordsMatch(all, want)
 	}
-	if q, ok := rawQuery(h.info.pseudo(needPath)); ok && strings.Contains(q, "access_token") {
-		for i, v := range queryValues(q, "access_token") {
-			if i == maxTokenCandidates {
-				break
-			}
-			found = digestMatches(v, want) || found
-		}
+	if q, ok := rawQuery(h.info.pseudo(needPath)); ok {
+		found = accessTokensMatch(q, want) || found
 	}
 	return found
+}
+
+// accessTokensMatch reports whether any word of any access_token value in
+// query is the admin token. A name is read as the most lenient upstream
+// parser reads it (isAccessTokenName); a value is decoded and split into
+// words as an Authorization value is (wordsMatch), so that spaces ('+',
+// "%20") or a scheme around the token hide nothing. The candidates are
+// bounded as the Authorization's are.
+func accessTokensMatch(query string, want *[32]byte) bool {
+	found := false
+	for n := 0; query != "" && n < maxTokenCandidates; {
+		param := query
+		if i := strings.IndexByte(query, '&'); i >= 0 {
+			param, query = query[:i], query[i+1:]
+		} else {
+			query = ""
+		}
+		name, raw, _ := strings.Cut(param, "=")
+		if !isAccessTokenName(name) {
+			continue
+		}
+		n++
+		var buf [256]byte
+		found = wordsMatch(arenaString(appendQueryUnescaped(buf[:0], raw)), want) || found
+	}
+	return found
+}
+
+// isAccessTokenName reports whether an upstream may read the raw query
+// name as access_token: decoded ('+' and %XX), without regard to ASCII
+// case (ASP.NET's reading), with ' ', '.' and '[' read as '_' and leading
+// spaces dropped (PHP's), trailing spaces ignored, and a "[...]" suffix
+// allowed (PHP's and Rack's arrays). It decodes without memory.
+func isAccessTokenName(raw string) bool {
+	const want = "access_token"
+	if len(raw) < len(want) {
+		return false // the fast common case: no escape makes a name longer
+	}
+	j := 0
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch c {
+		case '+':
+			c = ' '
+		case '%':
+			if b, ok := config.UnhexPair(raw, i+1); ok {
+				c = b
+				i += 2
+			}
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		switch {
+		case j == 0 && c == ' ':
+			continue
+		case j == len(want):
+			if c == '[' {
+				return true
+			}
+			if c != ' ' {
+				return false
+			}
+			continue
+		case c == ' ' || c == '.' || c == '[':
+			c = '_'
+		}
+		if want[j] != c {
+			return false
+		}
+		j++
+	}
+	return j == len(want)
 }
 
 // callerAddr is the address of the connection a request came on, from
@@ -275,32 +354,40 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
 	if reason == "" && !a.cfg.ClientCIDRs.Contains(addr) {
 		reason = "address"
 	}
-	ns := now.UnixNano()
-	throttled := false
-	failKey := source
+	// Each bearer credential is one guess. A request needs a unit of its
+	// address's bucket for every one it carries (one when it carries
+	// none), and each wrong one, or the want of any, takes its unit: no
+	// request tries more tokens than the bucket holds.
+	all, _ := h.authorization()
+	creds, tokenOK := bearerCredentials(all, &a.cfg.TokenSHA256)
+	wrong := creds
+	if tokenOK {
+		wrong--
+	} else {
+		wrong = max(wrong, 1)
+	}
 	if reason == "" {
 		// Only allowed addresses take a slot, so no one outside
 		// client_cidrs can crowd the table. An IPv6 caller is counted by
 		// its /64, which one host usually holds whole: a fresh address
 		// of it is no fresh allowance. A store failure throttles: the
 		// route fails closed.
+		failKey := source
 		if addr.Is6() {
 			p, _ := addr.Prefix(64)
 			failKey = p.String()
 		}
-		res, err := a.fails.Peek(failKey, ns, 1)
-		throttled = err != nil || !res.Allowed
-	}
-	all, _ := h.authorization()
-	tokenOK := credentialsMatch(all, &a.cfg.TokenSHA256)
-	switch {
-	case reason != "":
-	case throttled:
-		reason = "throttled"
-		a.throttled.Increment(1)
-	case !tokenOK:
-		reason = "token"
-		_, _ = a.fails.AllowN(failKey, ns, 1) // an empty bucket stays empty
+		ns := now.UnixNano()
+		switch res, err := a.fails.Peek(failKey, ns, int64(max(creds, 1))); {
+		case err != nil || !res.Allowed:
+			reason = "throttled"
+			a.throttled.Increment(1)
+		case wrong > 0:
+			_, _ = a.fails.AllowN(failKey, ns, int64(wrong))
+			if !tokenOK {
+				reason = "token"
+			}
+		}
 	}
 	if reason != "" {
 		a.denied.Increment(1)

@@ -44,8 +44,11 @@ func TestTokenCandidatesAreBounded(t *testing.T) {
 	if !wordsMatch(few, &sum) || wordsMatch(many, &sum) {
 		t.Fatal("words past the bound are hashed, or words within it are not")
 	}
-	if !credentialsMatch(strings.Repeat("a,", maxTokenCandidates-1)+"Bearer tok", &sum) || credentialsMatch(strings.Repeat("a,", maxTokenCandidates)+"Bearer tok", &sum) {
-		t.Fatal("credentials past the bound are hashed, or credentials within it are not")
+	if n, ok := bearerCredentials(strings.Repeat("a,", maxTokenCandidates-1)+"Bearer tok", &sum); !ok || n != 1 {
+		t.Fatalf("the token within the bound: %d bearer credentials, found %v", n, ok)
+	}
+	if n, ok := bearerCredentials(strings.Repeat("a,", maxTokenCandidates)+"Bearer tok", &sum); ok || n <= maxTokenCandidates {
+		t.Fatalf("the token past the bound: %d bearer credentials, found %v", n, ok)
 	}
 }
 
@@ -62,13 +65,51 @@ func TestTokenMatches(t *testing.T) {
 		"":                                     false,
 		"Bearer " + hex.EncodeToString(sum[:]): false,
 	} {
-		if got := tokenMatches(auth, &sum); got != want {
+		if got, _ := tokenMatches(auth, &sum); got != want {
 			t.Errorf("%q: %v, want %v", auth, got, want)
 		}
 	}
 	empty := sha256.Sum256(nil)
-	if tokenMatches("Bearer ", &empty) || tokenMatches("", &empty) {
+	if m, _ := tokenMatches("Bearer ", &empty); m {
 		t.Error("an empty token matched the hash of the empty string")
+	}
+	if m, _ := tokenMatches("", &empty); m {
+		t.Error("an empty token matched the hash of the empty string")
+	}
+}
+
+// An access_token query parameter is found under every name an upstream
+// parser may read as access_token, and its value in every spelling one
+// may read as the token.
+func TestAccessTokenIsFoundAsUpstreamsReadIt(t *testing.T) {
+	sum := sha256.Sum256([]byte("tok"))
+	for q, want := range map[string]bool{
+		"access_token=tok":                    true,
+		"access%5Ftoken=tok":                  true,
+		"%61ccess_token=tok":                  true,
+		"ACCESS_TOKEN=tok":                    true,
+		"access.token=tok":                    true,
+		"access+token=tok":                    true,
+		"access%20token=tok":                  true,
+		"+access_token+=tok":                  true,
+		"access_token[]=tok":                  true,
+		"access_token[0]=tok":                 true,
+		"access_token=+tok+":                  true,
+		"access_token=%20tok":                 true,
+		"access_token=Bearer+tok":             true,
+		"a=1&access_token=x&access_token=tok": true,
+		"access_tokens=tok":                   false,
+		"xaccess_token=tok":                   false,
+		"access_token=tokx":                   false,
+		"access_token":                        false,
+		"tok=access_token":                    false,
+	} {
+		if got := accessTokensMatch(q, &sum); got != want {
+			t.Errorf("%q: %v, want %v", q, got, want)
+		}
+	}
+	if accessTokensMatch(strings.Repeat("access_token=a&", maxTokenCandidates)+"access_token=tok", &sum) {
+		t.Error("access_token values past the bound are hashed")
 	}
 }
 
@@ -85,6 +126,8 @@ func FuzzAdminRoute(f *testing.F) {
 	f.Add("//.SLUICE/../.sluice/quota", "", "[::1]:80")
 	f.Add("/api?access_token=tok", "Basic x", "10.9.0.1:1")
 	f.Add("/api", "Bearer:tok", "10.9.0.1:0")
+	f.Add("/api?Access%5Ftoken=+tok+", "", "10.9.0.1:1")
+	f.Add("/.sluice/quota", "Bearer a, Bearer tok", "10.9.0.1:1")
 	f.Fuzz(func(t *testing.T, path, auth, peer string) {
 		norm := appendNormalPath(nil, path)
 		if norm[0] != '/' || norm[len(norm)-1] != '/' || bytes.Contains(norm, []byte("//")) ||
@@ -121,10 +164,14 @@ func FuzzAdminRoute(f *testing.F) {
 		carried := wordsMatch(auth, &sum)
 		if q, ok := rawQuery(path); ok {
 			for _, v := range queryValues(q, "access_token") {
-				carried = carried || v == "tok"
+				if v == "tok" && strings.Count(q, "&") < maxTokenCandidates && !accessTokensMatch(q, &sum) {
+					t.Fatalf("%q carries access_token=tok, unseen", q)
+				}
 			}
+			carried = carried || accessTokensMatch(q, &sum)
 		}
-		authorised := credentialsMatch(auth, &sum)
+		creds, authorised := bearerCredentials(auth, &sum)
+		authorised = authorised && creds <= 10 // the wrong-token bucket's size
 		admin := inPrefix || carried
 		v := s.RequestHeaders()
 		replies := fk.Stream.Replies

@@ -254,4 +254,64 @@ var adminCases = []Case{
 			wantCounter(t, h, "sluice.admin.denied", 11)
 		},
 	},
+	{
+		Name:    "an access_token an upstream may read, however its name or value is spelled, never leaves the filter",
+		Config:  adminConfig,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			for _, q := range []string{
+				"access%5Ftoken=" + AdminToken,                  // an escaped '_'
+				"%61ccess_token=" + AdminToken,                  // an escaped letter
+				"Access_Token=" + AdminToken,                    // ASP.NET reads names without case
+				"access.token=" + AdminToken,                    // PHP reads '.' and ' ' as '_'
+				"access+token=" + AdminToken,                    //
+				"access_token[]=" + AdminToken,                  // PHP's and Rack's arrays
+				"access_token=+" + AdminToken + "+",             // spaces a parser may trim
+				"access_token=%20" + AdminToken,                 //
+				"access_token=Bearer+" + AdminToken,             // a scheme before it
+				"x=1&access_token=a&access_token=" + AdminToken, // a second value
+			} {
+				wantHidden(t, q, h.Do(t, get("/api?"+q)))
+			}
+			wantCounter(t, h, "sluice.admin.denied", 10)
+			// Other names and other tokens are the application's.
+			for _, q := range []string{"access_tokens=" + AdminToken, "xaccess_token=" + AdminToken, "access_token=" + AdminToken + "x"} {
+				if resp := h.Do(t, get("/api?"+q)); resp.Status != 200 || resp.Local {
+					t.Fatalf("%s: status %d local %v, want the upstream's 200", q, resp.Status, resp.Local)
+				}
+			}
+		},
+	},
+	{
+		Name:    "every wrong bearer credential of an admin request costs one of its address's wrong-token allowance",
+		Config:  adminConfig,
+		Workers: 2,
+		Run: func(t *testing.T, h Harness) {
+			const path = "/.sluice/quota?limit=per-tenant&key=acme"
+			guesses := func(r Request, n int) Request {
+				for i := range n {
+					r = r.with("authorization", "Bearer guess"+strconv.Itoa(i))
+				}
+				return r
+			}
+			// Fifteen wrong tokens and the right one are more guesses
+			// than the allowance (10) holds: refused, the right one too.
+			wantHidden(t, "fifteen wrong tokens and the right one",
+				h.Do(t, guesses(adminCall("GET", path, adminPeer, ""), 15).with("authorization", "Bearer "+AdminToken)))
+			wantCounter(t, h, "sluice.admin.throttled", 1)
+			// Nine wrong ones in one request, folded into one field, cost
+			// nine: one is left, for the right token alone, then one
+			// wrong token empties the allowance.
+			folded := "Bearer g0"
+			for i := 1; i < 9; i++ {
+				folded += ", Bearer g" + strconv.Itoa(i)
+			}
+			wantHidden(t, "nine wrong tokens", h.Do(t, adminCall("GET", path, adminPeer, "").with("authorization", folded)))
+			adminState(t, h.Do(t, adminCall("GET", path, adminPeer, AdminToken).on(1)))
+			wantHidden(t, "the tenth wrong token", h.Do(t, adminCall("GET", path, adminPeer, "nope")))
+			wantHidden(t, "the right token with no allowance left", h.Do(t, adminCall("GET", path, adminPeer, AdminToken).on(1)))
+			wantCounter(t, h, "sluice.admin.throttled", 2)
+			wantCounter(t, h, "sluice.admin.calls", 1)
+		},
+	},
 }
