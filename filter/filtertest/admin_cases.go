@@ -314,4 +314,56 @@ var adminCases = []Case{
 			wantCounter(t, h, "sluice.admin.calls", 1)
 		},
 	},
+	{
+		Name: "an admin key value no request carries in its part is a 400, and an empty query value is its own bucket",
+		Config: `{"limits":[
+		  {"name":"seg","key":["path_segment:1"],"limit":2,"window":"1h"},
+		  {"name":"qry","key":["query:user"],"limit":2,"window":"1h"},
+		  {"name":"hdr","key":["header:x-t"],"limit":2,"window":"1h"}],
+		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			call := func(method, q string) Response {
+				route := "/.sluice/quota"
+				if method == "POST" {
+					route += "/reset"
+				}
+				return h.Do(t, adminCall(method, route+"?"+q, adminPeer, AdminToken))
+			}
+			if got := admitted(t, h, 3, func(int) Request { return get("/victim") }); got != 2 {
+				t.Fatalf("/victim admitted %d of 3, want 2", got)
+			}
+			// "victim?x" names no segment a request carries: refused, and
+			// victim's bucket stays spent.
+			for _, q := range []string{"limit=seg&key=victim%3Fnot-victim", "limit=seg&key=victim%23x", "limit=seg&key=victim%00",
+				"limit=hdr&key=%20%20spc%20%20", "limit=hdr&key=acme%00", "limit=hdr&key=a%0D%0Ab"} {
+				for _, method := range []string{"GET", "POST"} {
+					if resp := call(method, q); resp.Status != 400 || !strings.Contains(string(resp.Body), "key part 1") {
+						t.Fatalf("%s %s: %d %s, want a 400 naming the part", method, q, resp.Status, resp.Body)
+					}
+				}
+			}
+			if st := adminState(t, call("GET", "limit=seg&key=victim")); st["remaining"] != 0.0 {
+				t.Fatalf("victim after the refused resets: %v", st)
+			}
+			// ?user= is a bucket of its own, and the route reaches it. (Each
+			// request has a first segment of its own, which seg counts.)
+			if got := admitted(t, h, 3, func(i int) Request { return get("/u" + strconv.Itoa(i) + "?user=") }); got != 2 {
+				t.Fatalf("?user= admitted %d of 3, want 2", got)
+			}
+			if st := adminState(t, call("GET", "limit=qry&key=")); st["remaining"] != 0.0 {
+				t.Fatalf("the empty user's bucket: %v", st)
+			}
+			if st := adminState(t, call("POST", "limit=qry&key=")); st["reset"] != true || st["remaining"] != 2.0 {
+				t.Fatalf("the empty user's reset: %v", st)
+			}
+			if got := admitted(t, h, 1, func(int) Request { return get("/u9?user=") }); got != 1 {
+				t.Fatal("?user= is still limited after its reset")
+			}
+			// An empty header value is a missing key: no bucket.
+			if resp := call("GET", "limit=hdr&key="); resp.Status != 400 || !strings.Contains(string(resp.Body), "is empty") {
+				t.Fatalf("an empty header value: %d %s", resp.Status, resp.Body)
+			}
+		},
+	},
 }
