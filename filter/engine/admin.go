@@ -36,12 +36,16 @@ package engine
 //   - "Authorization: Bearer <token>" must carry a token whose SHA-256
 //     equals token_sha256, compared in constant time.
 //
-// A request failing any gets an empty 404 with no header of ours, as a
-// path the upstream does not have, so the route's existence does not
-// show; it is counted (sluice.admin.denied, and sluice.admin.throttled for
-// the throttled ones) and logged with its source and reason. An answered
-// call is counted (sluice.admin.calls) and logged with its source, action
-// and limit, never its key values.
+// A request failing any is counted (sluice.admin.denied, and
+// sluice.admin.throttled for the throttled ones) and logged with its
+// source and reason, then treated as any request up to the moment it
+// would be forwarded: the limits, breakers and bulkheads decide it,
+// charge it and refuse it as they would a request to the upstream, and
+// where they admit it, it gets an empty 404 with the rate-limit headers
+// an admitted response gets (hideAdmin), as a path the upstream does not
+// have; so the route's existence does not show. An answered call is
+// counted (sluice.admin.calls) and logged with its source, action and
+// limit, never its key values.
 
 import (
 	"crypto/sha256"
@@ -341,8 +345,10 @@ func callerAddr(sourceAddress string) (netip.Addr, string) {
 // serveAdmin answers an admin request: one under path_prefix (inPrefix,
 // and rest is what follows the prefix) or one that carries the admin
 // token on another path, which passes the checks only to be told there
-// is no such call.
-func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
+// is no such call. A request failing the checks is counted and logged,
+// marked adminDenied and not answered (false): the request path limits
+// it as any request and, where it would go on, answers hideAdmin's 404.
+func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) bool {
 	p := h.plugin
 	a := p.admin
 	info := &h.info
@@ -392,8 +398,8 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
 	if reason != "" {
 		a.denied.Increment(1)
 		h.logAdmin("admin_denied", source, "reason", reason, 404)
-		h.replyAdmin(404, nil)
-		return
+		h.adminDenied = true
+		return false
 	}
 	a.calls.Increment(1)
 	method := info.pseudo(needMethod)
@@ -406,12 +412,33 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
 	default:
 		h.logAdmin("admin", source, "action", "unknown", 404)
 		h.replyAdmin(404, adminError("no such admin call: GET quota or POST quota/reset"))
-		return
+		return true
 	}
 	query, _ := rawQuery(info.pseudo(needPath))
 	status, body := p.adminQuota(action, query, now)
 	h.logAdmin("admin", source, "action", action, status)
 	h.replyAdmin(status, body)
+	return true
+}
+
+// hideAdmin answers an admin request that failed the checks and that the
+// limits admitted: an empty 404 carrying what an admitted response
+// carries from this filter, the rate-limit headers (with
+// headers_on_allowed), and nothing else of it, not even reply_headers.
+// So it is told from an upstream's 404 only by what the upstream and
+// Envoy's router put on a forwarded response.
+func (h *Stream) hideAdmin() {
+	p := h.plugin
+	var headers [][2]string
+	if h.hasQuota && p.cfg.Response.HeadersOnAllowed {
+		// Reset times are relative to the decision, as respond's.
+		p.respHeaders, p.respBuf = appendRateLimitHeaders(p.respHeaders[:0], p.respBuf, p.cfg.Response.Headers, h.quota, h.start, false)
+		headers = p.respHeaders
+	}
+	h.localReply = true
+	if err := p.host.Stream.Reply(404, headers, nil); err != nil {
+		p.log.Errorf("sluice: sending the admin reply: %v", err)
+	}
 }
 
 // adminQuota reads (get) or resets (reset) the local key named by the
@@ -480,14 +507,9 @@ func adminError(msg string) []byte {
 	return append(appendJSONString([]byte(`{"error":`), msg), "}\n"...)
 }
 
-// replyAdmin answers an admin request: JSON when there is a body, and for
-// the 404 of a failed check nothing at all, not even the configured
-// reply_headers, which would tell the filter answered.
+// replyAdmin answers an admin request that passed the checks, in JSON.
 func (h *Stream) replyAdmin(status int, body []byte) {
-	var headers [][2]string
-	if body != nil {
-		headers = [][2]string{{"content-type", "application/json"}, {"cache-control", "no-store"}}
-	}
+	headers := [][2]string{{"content-type", "application/json"}, {"cache-control", "no-store"}}
 	h.localReply = true
 	if err := h.plugin.host.Stream.Reply(status, headers, body); err != nil {
 		h.plugin.log.Errorf("sluice: sending the admin reply: %v", err)

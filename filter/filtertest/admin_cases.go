@@ -55,8 +55,9 @@ func adminState(t *testing.T, resp Response) map[string]any {
 }
 
 // wantHidden checks the answer to a request that failed an admin check:
-// the filter's own empty 404, with none of its headers, and nothing sent
-// upstream.
+// the filter's own empty 404, with none of its headers (no limit of the
+// cases using it applies to such a request, so no rate-limit header
+// either), and nothing sent upstream.
 func wantHidden(t *testing.T, what string, resp Response) {
 	t.Helper()
 	if resp.Status != 404 || !resp.Local || resp.UpstreamHeaders != nil || len(resp.Body) != 0 {
@@ -364,6 +365,54 @@ var adminCases = []Case{
 			if resp := call("GET", "limit=hdr&key="); resp.Status != 400 || !strings.Contains(string(resp.Body), "is empty") {
 				t.Fatalf("an empty header value: %d %s", resp.Status, resp.Body)
 			}
+		},
+	},
+	{
+		Name: "a request failing the admin checks is limited as any request and answered as an upstream 404",
+		Config: `{"limits":[{"name":"all","key":["client_ip"],"limit":3,"window":"1h"}],
+		  "response":{"reply_headers":{"x-served-by":"sluice"}},
+		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			rateHeaders := func(resp Response) map[string]string {
+				m := map[string]string{}
+				for name := range resp.Headers {
+					if n := strings.ToLower(name); strings.HasPrefix(n, "x-ratelimit") || strings.HasPrefix(n, "ratelimit") || n == "retry-after" {
+						m[n] = resp.Headers.Get(name)
+					}
+				}
+				return m
+			}
+			up := h.Do(t, get("/api"))
+			if up.Status != 200 || up.Local || up.Headers.Get("x-ratelimit-remaining") != "2" {
+				t.Fatalf("the first request: %d local %v headers %v", up.Status, up.Local, up.Headers)
+			}
+			// The admin path without the token takes its unit and carries
+			// the headers an allowed response carries, nothing else of ours.
+			hidden := h.Do(t, adminCall("GET", "/.sluice/x", "10.0.0.1:40000", ""))
+			if hidden.Status != 404 || !hidden.Local || hidden.UpstreamHeaders != nil || len(hidden.Body) != 0 {
+				t.Fatalf("the admin path: status %d local %v upstream %v body %q", hidden.Status, hidden.Local, hidden.UpstreamHeaders != nil, hidden.Body)
+			}
+			got, want := rateHeaders(hidden), rateHeaders(up)
+			if len(got) == 0 || len(got) != len(want) || got["x-ratelimit-remaining"] != "1" || got["x-ratelimit-limit"] != want["x-ratelimit-limit"] {
+				t.Fatalf("the admin 404's rate-limit headers %v; an upstream response's %v", got, want)
+			}
+			for _, name := range []string{"x-served-by", "content-type"} {
+				if v := hidden.Headers.Get(name); v != "" {
+					t.Fatalf("the admin 404 carries %s: %q", name, v)
+				}
+			}
+			// The right token from a disallowed address is the same.
+			h.Do(t, adminCall("GET", "/.sluice/quota?limit=all&key=10.0.0.1", "10.0.0.1:40000", AdminToken))
+			// Over the limit, the admin path is refused as every path is.
+			want = rateHeaders(h.Do(t, get("/api")))
+			over := h.Do(t, adminCall("GET", "/.sluice/x", "10.0.0.1:40000", ""))
+			if over.Status != 429 || !over.Local || over.UpstreamHeaders != nil || len(rateHeaders(over)) != len(want) || over.Headers.Get("x-served-by") != "sluice" {
+				t.Fatalf("the admin path over the limit: %d %v, want the limit's 429 as /api gets (%v)", over.Status, over.Headers, want)
+			}
+			wantCounter(t, h, "sluice.admin.denied", 3)
+			// An allowed operator's call is not limited.
+			adminState(t, h.Do(t, adminCall("GET", "/.sluice/quota?limit=all&key=10.0.0.1", adminPeer, AdminToken)))
 		},
 	},
 }
