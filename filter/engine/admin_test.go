@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 )
@@ -263,5 +264,30 @@ func BenchmarkAdminRoute(b *testing.B) {
 		if _, ok := a.route("/api/v1/users/12345?fields=name,email"); ok {
 			b.Fatal("an admin request")
 		}
+	}
+}
+
+// A request failing the admin checks that a limit holds (shaping) is
+// answered 404 when it is let go, from the registry as from the request
+// callback: it is never resumed towards the upstream.
+func TestDeniedAdminRequestIsNeverResumed(t *testing.T) {
+	sum := sha256.Sum256([]byte("tok"))
+	p, f := newNativePlugin(t, `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,
+		"on_limit":{"action":"delay","max_delay":"300ms"}}],
+		"admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"`+hex.EncodeToString(sum[:])+`"}}`)
+	drain(t, p, f)
+	s := begin(p, f, 6)
+	f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/.sluice/quota"}, {":authority", "a"}}
+	f.Stream.Properties = map[string]string{"source.address": "10.0.0.1:4000"}
+	if v := s.RequestHeaders(); v != Pause || len(f.Stream.Replies) != 0 || len(p.waiting) != 1 {
+		t.Fatalf("the denied admin request over the rate: %v, replies %v, %d waiting; want it delayed as any", v, f.Stream.Replies, len(p.waiting))
+	}
+	f.Clock.Advance(200 * time.Millisecond)
+	p.Tick()
+	if len(f.Stream.Resumed) != 0 || len(f.Stream.Replies) != 1 || f.Stream.Replies[0].Status != 404 || len(f.Stream.Replies[0].Body) != 0 {
+		t.Fatalf("let go: resumed %v, replies %v; want the empty 404", f.Stream.Resumed, f.Stream.Replies)
+	}
+	if f.Metrics.Values["sluice.limit.shaped.delayed"] != 1 || f.Metrics.Values[metricAdminDenied] != 1 {
+		t.Fatalf("metrics %v", f.Metrics.Values)
 	}
 }
