@@ -286,17 +286,9 @@ func isAccessTokenName(raw string) bool {
 		return false // the fast common case: no escape makes a name longer
 	}
 	j := 0
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		switch c {
-		case '+':
-			c = ' '
-		case '%':
-			if b, ok := config.UnhexPair(raw, i+1); ok {
-				c = b
-				i += 2
-			}
-		}
+	for i := 0; i < len(raw); {
+		var c byte
+		c, i = queryByte(raw, i)
 		if 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
 		}
