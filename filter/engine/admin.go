@@ -27,20 +27,25 @@ package engine
 //     case (Envoy's downstreamDirectRemoteAddress is not one), so an
 //     address that may have come from a header is refused, whatever
 //     client_ip says; client_ip is not used here at all.
-//   - the source must not have sent too many wrong tokens lately: each
-//     wrong token from an allowed address takes one unit of a per-address
-//     (IPv6: per-/64) token bucket in shared data (adminFailLimit), and an
-//     address whose bucket is empty is refused, right token or not, until
-//     it refills.
+//   - the source must not have sent too many wrong tokens lately: every
+//     bearer credential is a guess, so a request from an allowed address
+//     needs one unit of a per-address (IPv6: per-/64) token bucket in
+//     shared data (adminFailLimit) for each it carries, and each wrong one
+//     takes its unit; an address whose bucket cannot cover the request is
+//     refused, right token or not, until it refills.
 //   - "Authorization: Bearer <token>" must carry a token whose SHA-256
 //     equals token_sha256, compared in constant time.
 //
-// A request failing any gets an empty 404 with no header of ours, as a
-// path the upstream does not have, so the route's existence does not
-// show; it is counted (sluice.admin.denied, and sluice.admin.throttled for
-// the throttled ones) and logged with its source and reason. An answered
-// call is counted (sluice.admin.calls) and logged with its source, action
-// and limit, never its key values.
+// A request failing any is counted (sluice.admin.denied, and
+// sluice.admin.throttled for the throttled ones) and logged with its
+// source and reason, then treated as any request up to the moment it
+// would be forwarded: the limits, breakers and bulkheads decide it,
+// charge it and refuse it as they would a request to the upstream, and
+// where they admit it, it gets an empty 404 with the rate-limit headers
+// an admitted response gets (hideAdmin), as a path the upstream does not
+// have; so the route's existence does not show. An answered call is
+// counted (sluice.admin.calls) and logged with its source, action and
+// limit, never its key values.
 
 import (
 	"crypto/sha256"
@@ -125,35 +130,45 @@ func appendNormalPath(dst []byte, path string) []byte {
 }
 
 // tokenMatches reports whether an Authorization value is "Bearer <token>"
-// with SHA-256(token) = want. The scheme is matched without regard to
-// case and may be followed by any run of spaces or tabs, as lenient
-// servers read it. The digests are compared in constant time, and a value
-// without a token is hashed all the same.
-func tokenMatches(authorization string, want *[32]byte) bool {
+// with SHA-256(token) = want, and whether it is a bearer credential at
+// all. The scheme is matched without regard to case and may be followed
+// by any run of spaces or tabs, as lenient servers read it. The digests
+// are compared in constant time, and a value without a token is hashed
+// all the same.
+func tokenMatches(authorization string, want *[32]byte) (match, bearer bool) {
 	const scheme = "bearer"
-	token, ok := "", false
+	token := ""
 	v := strings.TrimLeft(authorization, " \t")
 	if len(v) > len(scheme) && strings.EqualFold(v[:len(scheme)], scheme) && (v[len(scheme)] == ' ' || v[len(scheme)] == '\t') {
-		token, ok = strings.Trim(v[len(scheme):], " \t"), true
+		token, bearer = strings.Trim(v[len(scheme):], " \t"), true
 	}
-	return digestMatches(token, want) && ok
+	return digestMatches(token, want) && bearer, bearer
 }
 
-// credentialsMatch reports whether any comma-separated credential in
-// list is the admin token (a client or proxy may fold repeated fields
-// into one line). Every credential is hashed.
-func credentialsMatch(list string, want *[32]byte) bool {
-	found := false
-	for n := 0; list != "" && n < maxTokenCandidates; n++ {
+// bearerCredentials counts the comma-separated credentials of list whose
+// scheme is Bearer (a client or proxy may fold repeated fields into one
+// line) and reports whether one of them is the admin token. Every
+// credential is hashed. A list of more than maxTokenCandidates
+// credentials is read no further and counts maxTokenCandidates+1 bearer
+// credentials, more than the wrong-token bucket ever holds.
+func bearerCredentials(list string, want *[32]byte) (n int, found bool) {
+	for read := 0; list != ""; read++ {
+		if read == maxTokenCandidates {
+			return maxTokenCandidates + 1, found
+		}
 		c := list
 		if i := strings.IndexByte(list, ','); i >= 0 {
 			c, list = list[:i], list[i+1:]
 		} else {
 			list = ""
 		}
-		found = tokenMatches(c, want) || found
+		match, bearer := tokenMatches(c, want)
+		if bearer {
+			n++
+		}
+		found = match || found
 	}
-	return found
+	return n, found
 }
 
 // propAuthorization is Envoy's request.headers attribute for
@@ -219,8 +234,8 @@ func (h *Stream) authorization() (string, bool) {
 
 // carriesAdminToken reports whether the admin token is anywhere a client
 // may send a bearer token: any word of any Authorization value (in any
-// credential syntax, or none), or an access_token query parameter (RFC
-// 6750's URI query form). Such a request is the operator's and must not
+// credential syntax, or none), or of an access_token query parameter (RFC
+// 6750's URI query form) however an upstream may spell its name. Such a request is the operator's and must not
 // reach the upstream, however the rest of it is spelled.
 func (h *Stream) carriesAdminToken() bool {
 	want := &h.plugin.admin.cfg.TokenSHA256
@@ -228,15 +243,75 @@ func (h *Stream) carriesAdminToken() bool {
 	if all, ok := h.authorization(); ok {
 		found = wordsMatch(all, want)
 	}
-	if q, ok := rawQuery(h.info.pseudo(needPath)); ok && strings.Contains(q, "access_token") {
-		for i, v := range queryValues(q, "access_token") {
-			if i == maxTokenCandidates {
-				break
-			}
-			found = digestMatches(v, want) || found
-		}
+	if q, ok := rawQuery(h.info.pseudo(needPath)); ok {
+		found = accessTokensMatch(q, want) || found
 	}
 	return found
+}
+
+// accessTokensMatch reports whether any word of any access_token value in
+// query is the admin token. A name is read as the most lenient upstream
+// parser reads it (isAccessTokenName); a value is decoded and split into
+// words as an Authorization value is (wordsMatch), so that spaces ('+',
+// "%20") or a scheme around the token hide nothing. The candidates are
+// bounded as the Authorization's are.
+func accessTokensMatch(query string, want *[32]byte) bool {
+	found := false
+	for n := 0; query != "" && n < maxTokenCandidates; {
+		param := query
+		if i := strings.IndexByte(query, '&'); i >= 0 {
+			param, query = query[:i], query[i+1:]
+		} else {
+			query = ""
+		}
+		name, raw, _ := strings.Cut(param, "=")
+		if !isAccessTokenName(name) {
+			continue
+		}
+		n++
+		var buf [256]byte
+		found = wordsMatch(arenaString(appendQueryUnescaped(buf[:0], raw)), want) || found
+	}
+	return found
+}
+
+// isAccessTokenName reports whether an upstream may read the raw query
+// name as access_token: decoded ('+' and %XX), without regard to ASCII
+// case (ASP.NET's reading), with ' ', '.' and '[' read as '_' and leading
+// spaces dropped (PHP's), trailing spaces ignored, and a "[...]" suffix
+// allowed (PHP's and Rack's arrays). It decodes without memory.
+func isAccessTokenName(raw string) bool {
+	const want = "access_token"
+	if len(raw) < len(want) {
+		return false // the fast common case: no escape makes a name longer
+	}
+	j := 0
+	for i := 0; i < len(raw); {
+		var c byte
+		c, i = queryByte(raw, i)
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		switch {
+		case j == 0 && c == ' ':
+			continue
+		case j == len(want):
+			if c == '[' {
+				return true
+			}
+			if c != ' ' {
+				return false
+			}
+			continue
+		case c == ' ' || c == '.' || c == '[':
+			c = '_'
+		}
+		if want[j] != c {
+			return false
+		}
+		j++
+	}
+	return j == len(want)
 }
 
 // callerAddr is the address of the connection a request came on, from
@@ -262,8 +337,10 @@ func callerAddr(sourceAddress string) (netip.Addr, string) {
 // serveAdmin answers an admin request: one under path_prefix (inPrefix,
 // and rest is what follows the prefix) or one that carries the admin
 // token on another path, which passes the checks only to be told there
-// is no such call.
-func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
+// is no such call. A request failing the checks is counted and logged,
+// marked adminDenied and not answered (false): the request path limits
+// it as any request and, where it would go on, answers hideAdmin's 404.
+func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) bool {
 	p := h.plugin
 	a := p.admin
 	info := &h.info
@@ -275,38 +352,46 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
 	if reason == "" && !a.cfg.ClientCIDRs.Contains(addr) {
 		reason = "address"
 	}
-	ns := now.UnixNano()
-	throttled := false
-	failKey := source
+	// Each bearer credential is one guess. A request needs a unit of its
+	// address's bucket for every one it carries (one when it carries
+	// none), and each wrong one, or the want of any, takes its unit: no
+	// request tries more tokens than the bucket holds.
+	all, _ := h.authorization()
+	creds, tokenOK := bearerCredentials(all, &a.cfg.TokenSHA256)
+	wrong := creds
+	if tokenOK {
+		wrong--
+	} else {
+		wrong = max(wrong, 1)
+	}
 	if reason == "" {
 		// Only allowed addresses take a slot, so no one outside
 		// client_cidrs can crowd the table. An IPv6 caller is counted by
 		// its /64, which one host usually holds whole: a fresh address
 		// of it is no fresh allowance. A store failure throttles: the
 		// route fails closed.
+		failKey := source
 		if addr.Is6() {
 			p, _ := addr.Prefix(64)
 			failKey = p.String()
 		}
-		res, err := a.fails.Peek(failKey, ns, 1)
-		throttled = err != nil || !res.Allowed
-	}
-	all, _ := h.authorization()
-	tokenOK := credentialsMatch(all, &a.cfg.TokenSHA256)
-	switch {
-	case reason != "":
-	case throttled:
-		reason = "throttled"
-		a.throttled.Increment(1)
-	case !tokenOK:
-		reason = "token"
-		_, _ = a.fails.AllowN(failKey, ns, 1) // an empty bucket stays empty
+		ns := now.UnixNano()
+		switch res, err := a.fails.Peek(failKey, ns, int64(max(creds, 1))); {
+		case err != nil || !res.Allowed:
+			reason = "throttled"
+			a.throttled.Increment(1)
+		case wrong > 0:
+			_, _ = a.fails.AllowN(failKey, ns, int64(wrong))
+			if !tokenOK {
+				reason = "token"
+			}
+		}
 	}
 	if reason != "" {
 		a.denied.Increment(1)
 		h.logAdmin("admin_denied", source, "reason", reason, 404)
-		h.replyAdmin(404, nil)
-		return
+		h.adminDenied = true
+		return false
 	}
 	a.calls.Increment(1)
 	method := info.pseudo(needMethod)
@@ -319,12 +404,33 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
 	default:
 		h.logAdmin("admin", source, "action", "unknown", 404)
 		h.replyAdmin(404, adminError("no such admin call: GET quota or POST quota/reset"))
-		return
+		return true
 	}
 	query, _ := rawQuery(info.pseudo(needPath))
 	status, body := p.adminQuota(action, query, now)
 	h.logAdmin("admin", source, "action", action, status)
 	h.replyAdmin(status, body)
+	return true
+}
+
+// hideAdmin answers an admin request that failed the checks and that the
+// limits admitted: an empty 404 carrying what an admitted response
+// carries from this filter, the rate-limit headers (with
+// headers_on_allowed), and nothing else of it, not even reply_headers.
+// So it is told from an upstream's 404 only by what the upstream and
+// Envoy's router put on a forwarded response.
+func (h *Stream) hideAdmin() {
+	p := h.plugin
+	var headers [][2]string
+	if h.hasQuota && p.cfg.Response.HeadersOnAllowed {
+		// Reset times are relative to the decision, as respond's.
+		p.respHeaders, p.respBuf = appendRateLimitHeaders(p.respHeaders[:0], p.respBuf, p.cfg.Response.Headers, h.quota, h.start, false)
+		headers = p.respHeaders
+	}
+	h.localReply = true
+	if err := p.host.Stream.Reply(404, headers, nil); err != nil {
+		p.log.Errorf("sluice: sending the admin reply: %v", err)
+	}
 }
 
 // adminQuota reads (get) or resets (reset) the local key named by the
@@ -393,14 +499,9 @@ func adminError(msg string) []byte {
 	return append(appendJSONString([]byte(`{"error":`), msg), "}\n"...)
 }
 
-// replyAdmin answers an admin request: JSON when there is a body, and for
-// the 404 of a failed check nothing at all, not even the configured
-// reply_headers, which would tell the filter answered.
+// replyAdmin answers an admin request that passed the checks, in JSON.
 func (h *Stream) replyAdmin(status int, body []byte) {
-	var headers [][2]string
-	if body != nil {
-		headers = [][2]string{{"content-type", "application/json"}, {"cache-control", "no-store"}}
-	}
+	headers := [][2]string{{"content-type", "application/json"}, {"cache-control", "no-store"}}
 	h.localReply = true
 	if err := h.plugin.host.Stream.Reply(status, headers, body); err != nil {
 		h.plugin.log.Errorf("sluice: sending the admin reply: %v", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 )
@@ -44,8 +45,11 @@ func TestTokenCandidatesAreBounded(t *testing.T) {
 	if !wordsMatch(few, &sum) || wordsMatch(many, &sum) {
 		t.Fatal("words past the bound are hashed, or words within it are not")
 	}
-	if !credentialsMatch(strings.Repeat("a,", maxTokenCandidates-1)+"Bearer tok", &sum) || credentialsMatch(strings.Repeat("a,", maxTokenCandidates)+"Bearer tok", &sum) {
-		t.Fatal("credentials past the bound are hashed, or credentials within it are not")
+	if n, ok := bearerCredentials(strings.Repeat("a,", maxTokenCandidates-1)+"Bearer tok", &sum); !ok || n != 1 {
+		t.Fatalf("the token within the bound: %d bearer credentials, found %v", n, ok)
+	}
+	if n, ok := bearerCredentials(strings.Repeat("a,", maxTokenCandidates)+"Bearer tok", &sum); ok || n <= maxTokenCandidates {
+		t.Fatalf("the token past the bound: %d bearer credentials, found %v", n, ok)
 	}
 }
 
@@ -62,13 +66,51 @@ func TestTokenMatches(t *testing.T) {
 		"":                                     false,
 		"Bearer " + hex.EncodeToString(sum[:]): false,
 	} {
-		if got := tokenMatches(auth, &sum); got != want {
+		if got, _ := tokenMatches(auth, &sum); got != want {
 			t.Errorf("%q: %v, want %v", auth, got, want)
 		}
 	}
 	empty := sha256.Sum256(nil)
-	if tokenMatches("Bearer ", &empty) || tokenMatches("", &empty) {
+	if m, _ := tokenMatches("Bearer ", &empty); m {
 		t.Error("an empty token matched the hash of the empty string")
+	}
+	if m, _ := tokenMatches("", &empty); m {
+		t.Error("an empty token matched the hash of the empty string")
+	}
+}
+
+// An access_token query parameter is found under every name an upstream
+// parser may read as access_token, and its value in every spelling one
+// may read as the token.
+func TestAccessTokenIsFoundAsUpstreamsReadIt(t *testing.T) {
+	sum := sha256.Sum256([]byte("tok"))
+	for q, want := range map[string]bool{
+		"access_token=tok":                    true,
+		"access%5Ftoken=tok":                  true,
+		"%61ccess_token=tok":                  true,
+		"ACCESS_TOKEN=tok":                    true,
+		"access.token=tok":                    true,
+		"access+token=tok":                    true,
+		"access%20token=tok":                  true,
+		"+access_token+=tok":                  true,
+		"access_token[]=tok":                  true,
+		"access_token[0]=tok":                 true,
+		"access_token=+tok+":                  true,
+		"access_token=%20tok":                 true,
+		"access_token=Bearer+tok":             true,
+		"a=1&access_token=x&access_token=tok": true,
+		"access_tokens=tok":                   false,
+		"xaccess_token=tok":                   false,
+		"access_token=tokx":                   false,
+		"access_token":                        false,
+		"tok=access_token":                    false,
+	} {
+		if got := accessTokensMatch(q, &sum); got != want {
+			t.Errorf("%q: %v, want %v", q, got, want)
+		}
+	}
+	if accessTokensMatch(strings.Repeat("access_token=a&", maxTokenCandidates)+"access_token=tok", &sum) {
+		t.Error("access_token values past the bound are hashed")
 	}
 }
 
@@ -85,6 +127,8 @@ func FuzzAdminRoute(f *testing.F) {
 	f.Add("//.SLUICE/../.sluice/quota", "", "[::1]:80")
 	f.Add("/api?access_token=tok", "Basic x", "10.9.0.1:1")
 	f.Add("/api", "Bearer:tok", "10.9.0.1:0")
+	f.Add("/api?Access%5Ftoken=+tok+", "", "10.9.0.1:1")
+	f.Add("/.sluice/quota", "Bearer a, Bearer tok", "10.9.0.1:1")
 	f.Fuzz(func(t *testing.T, path, auth, peer string) {
 		norm := appendNormalPath(nil, path)
 		if norm[0] != '/' || norm[len(norm)-1] != '/' || bytes.Contains(norm, []byte("//")) ||
@@ -121,10 +165,14 @@ func FuzzAdminRoute(f *testing.F) {
 		carried := wordsMatch(auth, &sum)
 		if q, ok := rawQuery(path); ok {
 			for _, v := range queryValues(q, "access_token") {
-				carried = carried || v == "tok"
+				if v == "tok" && strings.Count(q, "&") < maxTokenCandidates && !accessTokensMatch(q, &sum) {
+					t.Fatalf("%q carries access_token=tok, unseen", q)
+				}
 			}
+			carried = carried || accessTokensMatch(q, &sum)
 		}
-		authorised := credentialsMatch(auth, &sum)
+		creds, authorised := bearerCredentials(auth, &sum)
+		authorised = authorised && creds <= 10 // the wrong-token bucket's size
 		admin := inPrefix || carried
 		v := s.RequestHeaders()
 		replies := fk.Stream.Replies
@@ -215,6 +263,43 @@ func BenchmarkAdminRoute(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if _, ok := a.route("/api/v1/users/12345?fields=name,email"); ok {
 			b.Fatal("an admin request")
+		}
+	}
+}
+
+// A request failing the admin checks that a limit holds (shaping) is
+// answered 404 when it is let go, from the registry as from the request
+// callback: it is never resumed towards the upstream.
+func TestDeniedAdminRequestIsNeverResumed(t *testing.T) {
+	sum := sha256.Sum256([]byte("tok"))
+	p, f := newNativePlugin(t, `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,
+		"on_limit":{"action":"delay","max_delay":"300ms"}}],
+		"admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"`+hex.EncodeToString(sum[:])+`"}}`)
+	drain(t, p, f)
+	s := begin(p, f, 6)
+	f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/.sluice/quota"}, {":authority", "a"}}
+	f.Stream.Properties = map[string]string{"source.address": "10.0.0.1:4000"}
+	if v := s.RequestHeaders(); v != Pause || len(f.Stream.Replies) != 0 || len(p.waiting) != 1 {
+		t.Fatalf("the denied admin request over the rate: %v, replies %v, %d waiting; want it delayed as any", v, f.Stream.Replies, len(p.waiting))
+	}
+	f.Clock.Advance(200 * time.Millisecond)
+	p.Tick()
+	if len(f.Stream.Resumed) != 0 || len(f.Stream.Replies) != 1 || f.Stream.Replies[0].Status != 404 || len(f.Stream.Replies[0].Body) != 0 {
+		t.Fatalf("let go: resumed %v, replies %v; want the empty 404", f.Stream.Resumed, f.Stream.Replies)
+	}
+	if f.Metrics.Values["sluice.limit.shaped.delayed"] != 1 || f.Metrics.Values[metricAdminDenied] != 1 {
+		t.Fatalf("metrics %v", f.Metrics.Values)
+	}
+}
+
+// BenchmarkAccessTokensMatch is what looking for an access_token costs a
+// request with an ordinary query and none: no allocation, one pass.
+func BenchmarkAccessTokensMatch(b *testing.B) {
+	sum := sha256.Sum256([]byte("tok"))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if accessTokensMatch("fields=name,email&page=2&sort=desc&include_archived=true", &sum) {
+			b.Fatal("found")
 		}
 	}
 }

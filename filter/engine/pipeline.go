@@ -4,8 +4,10 @@ package engine
 // phase needs of a mechanism (a key, a cost, a lease, a lookup, a breaker,
 // a bulkhead) is in the file named after it.
 //
-//  0. the admin route, when configured: a request under its prefix is
-//     answered here and goes no further (admin.go);
+//  0. the admin route, when configured: a request under its prefix that
+//     passes its checks is answered here and goes no further; one that
+//     fails them goes on as any request and, where it would be
+//     forwarded, is answered 404 (admin.go);
 //  1. external lookup: when the external limit applies, which bucket it is
 //     (external.go, package external); the request may wait for it;
 //  2. limits: match once, drop the replaced ones, build keys and costs,
@@ -59,6 +61,9 @@ type Stream struct {
 	// held is set while the request is paused for the engine to decide
 	// or resume it (a delay, a lookup, a remote decision).
 	held bool
+	// adminDenied marks an admin request that failed the admin checks:
+	// limited as any request, then answered 404 where it would go on.
+	adminDenied bool
 
 	// trace, when set, receives an account of the request's decisions
 	// (trace.go); nil on every stream the filter serves.
@@ -128,18 +133,21 @@ func (h *Stream) RequestHeaders() Verdict {
 	p.requests.Increment(1)
 	h.start = p.host.Clock()
 	if p.admin != nil {
-		// Before anything else: an admin request is answered here, never
-		// limited, never forwarded (admin.go), and so is any request
-		// carrying the admin token, whatever its path.
+		// Before anything else: an admin request that passes the checks
+		// is answered here, never limited, and so is any request carrying
+		// the admin token, whatever its path. One that fails them goes
+		// through the limits as any request and is never forwarded
+		// (admin.go, admitAfterLimits).
 		if rest, ok := p.admin.route(h.info.pseudo(needPath)); ok || h.carriesAdminToken() {
-			h.serveAdmin(rest, ok, h.start)
-			return Pause
+			if h.serveAdmin(rest, ok, h.start) {
+				return Pause
+			}
 		}
 	}
 	if p.routeHeader != "" {
 		h.dropClientRoute()
 	}
-	if p.idle {
+	if p.idle && !h.adminDenied {
 		return Continue // nothing configured applies to any request
 	}
 	if p.rollouts {
@@ -204,6 +212,10 @@ func (h *Stream) admitAfterLimits(now time.Time) bool {
 		return false
 	}
 	if len(p.concurrency) > 0 && !h.acquireConcurrency(now) {
+		return false
+	}
+	if h.adminDenied {
+		h.hideAdmin() // admitted, but never forwarded: a 404 as from the upstream
 		return false
 	}
 	return true

@@ -97,37 +97,35 @@ func nextQueryValue(query, name string) (raw, rest string, ok bool) {
 // so a broken escape is a value of its own rather than an error that
 // would drop the key.
 func appendQueryUnescaped(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '+':
-			c = ' '
-		case '%':
-			if b, ok := config.UnhexPair(s, i+1); ok {
-				c = b
-				i += 2
-			}
-		}
+	for i := 0; i < len(s); {
+		var c byte
+		c, i = queryByte(s, i)
 		dst = append(dst, c)
 	}
 	return dst
+}
+
+// queryByte decodes the byte of the query component s at i, as
+// appendQueryUnescaped does, and says where the next one starts.
+func queryByte(s string, i int) (c byte, next int) {
+	switch c = s[i]; c {
+	case '+':
+		return ' ', i + 1
+	case '%':
+		if b, ok := config.UnhexPair(s, i+1); ok {
+			return b, i + 3
+		}
+	}
+	return c, i + 1
 }
 
 // queryComponentEquals reports whether the raw component s decodes to want,
 // without decoding into memory.
 func queryComponentEquals(s, want string) bool {
 	j := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '+':
-			c = ' '
-		case '%':
-			if b, ok := config.UnhexPair(s, i+1); ok {
-				c = b
-				i += 2
-			}
-		}
+	for i := 0; i < len(s); {
+		var c byte
+		c, i = queryByte(s, i)
 		if j >= len(want) || want[j] != c {
 			return false
 		}

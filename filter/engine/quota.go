@@ -36,11 +36,6 @@ func ResolveQuotaKey(cfg *config.Limit, parts []string) (QuotaKey, error) {
 	if len(parts) != len(cfg.Key) {
 		return QuotaKey{}, fmt.Errorf("limit %q has %d key parts (%s), got %d values", cfg.Name, len(cfg.Key), keyKindsOf(cfg.Key), len(parts))
 	}
-	for i, v := range parts {
-		if v == "" {
-			return QuotaKey{}, fmt.Errorf("limit %q: key part %d (%s) is empty, which the filter treats as a missing key: no bucket", cfg.Name, i+1, cfg.Key[i])
-		}
-	}
 	req, err := newQuotaRequest(cfg.Key, parts)
 	if err != nil {
 		return QuotaKey{}, fmt.Errorf("limit %q: %v", cfg.Name, err)
@@ -51,6 +46,9 @@ func ResolveQuotaKey(cfg *config.Limit, parts []string) (QuotaKey, error) {
 	if !ok {
 		for i := range cfg.Key {
 			if _, _, ok := info.appendKey(nil, cfg.Key[i:i+1], peer, -1); !ok {
+				if parts[i] == "" {
+					return QuotaKey{}, fmt.Errorf("limit %q: key part %d (%s) is empty, which the filter treats as a missing key: no bucket", cfg.Name, i+1, cfg.Key[i])
+				}
 				return QuotaKey{}, fmt.Errorf("limit %q: key part %d (%s): %q is not a value a request can carry there: no bucket", cfg.Name, i+1, cfg.Key[i], parts[i])
 			}
 		}
@@ -82,9 +80,15 @@ type quotaRequest struct {
 
 // newQuotaRequest builds the request carrying values for parts. A value a
 // request cannot carry in its part is refused rather than read back as
-// something else: a path with a query or fragment, a path segment with a
-// '/', a cookie value with a ';', two client_ip parts naming different
-// addresses, or path segments another path part contradicts.
+// something else: a header, cookie, method or host value with a NUL, CR
+// or LF (Envoy refuses them), a header or cookie value with spaces or
+// tabs around it (Envoy trims them, and the cookie reader too), a path
+// or path segment with a space or control character (no request line
+// holds one), a path with a query or fragment, a path segment that is
+// not a segment of its path's normal form (a '/', '?', '#' or ';', an
+// escape the normal form decodes, "." or ".."), a cookie value with a
+// ';', two client_ip parts naming different addresses, or path segments
+// another path part contradicts.
 func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, error) {
 	r := &quotaRequest{props: map[string]string{}}
 	var path, method, authority string
@@ -99,6 +103,19 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 				return nil, fmt.Errorf("key parts name two client addresses, %q and %q", prev, v)
 			}
 			r.props["source\x00address"] = v
+		case config.KeyHeader, config.KeyCookie, config.KeyMethod, config.KeyHost:
+			if strings.ContainsAny(v, "\x00\r\n") {
+				return nil, fmt.Errorf("key part %d (%s): a header value cannot hold NUL, CR or LF", i+1, p)
+			}
+			if (p.Kind == config.KeyHeader || p.Kind == config.KeyCookie) && strings.Trim(v, " \t") != v {
+				return nil, fmt.Errorf("key part %d (%s): a header value has no spaces or tabs around it (Envoy trims them)", i+1, p)
+			}
+		case config.KeyPath, config.KeyPathSegment:
+			if strings.ContainsFunc(v, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+				return nil, fmt.Errorf("key part %d (%s): a path holds no space or control character (send it escaped: %%20)", i+1, p)
+			}
+		}
+		switch p.Kind {
 		case config.KeyHeader:
 			r.headers = append(r.headers, [2]string{p.Header, v})
 		case config.KeyCookie:
@@ -112,8 +129,8 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 			}
 			path = v
 		case config.KeyPathSegment:
-			if strings.ContainsRune(v, '/') {
-				return nil, fmt.Errorf("key part %d (%s): a path segment cannot hold '/'", i+1, p)
+			if strings.ContainsAny(v, "/?#") {
+				return nil, fmt.Errorf("key part %d (%s): a path segment cannot hold '/', '?' or '#'", i+1, p)
 			}
 			for len(segments) < p.Segment {
 				segments, given = append(segments, "_"), append(given, false)
@@ -141,9 +158,15 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 		if path == "" {
 			path = built
 		}
+		// A request's segments are those of its path's normal form
+		// (appendKey), so a value that normalises to something else
+		// (an escape decoded, a ';' parameter dropped, a dot segment) is
+		// no segment a request carries.
+		norm := config.NormalPath(path, config.PathKey)
 		for i, seg := range segments {
-			if got, _ := pathSegment(path, i+1); given[i] && got != seg {
-				return nil, fmt.Errorf("path %q has %q, not %q, as its segment %d", path, got, seg, i+1)
+			if got, _ := pathSegment(norm, i+1); given[i] && got != seg {
+				return nil, fmt.Errorf("key part %s: path %q has %q, not %q, as its segment %d (paths are keyed in their normal form)",
+					config.KeyPart{Kind: config.KeyPathSegment, Segment: i + 1}, path, got, seg, i+1)
 			}
 		}
 	}

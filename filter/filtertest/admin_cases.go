@@ -55,8 +55,9 @@ func adminState(t *testing.T, resp Response) map[string]any {
 }
 
 // wantHidden checks the answer to a request that failed an admin check:
-// the filter's own empty 404, with none of its headers, and nothing sent
-// upstream.
+// the filter's own empty 404, with none of its headers (no limit of the
+// cases using it applies to such a request, so no rate-limit header
+// either), and nothing sent upstream.
 func wantHidden(t *testing.T, what string, resp Response) {
 	t.Helper()
 	if resp.Status != 404 || !resp.Local || resp.UpstreamHeaders != nil || len(resp.Body) != 0 {
@@ -252,6 +253,166 @@ var adminCases = []Case{
 			adminState(t, h.Do(t, adminCall("GET", path, adminPeer, AdminToken).on(1)))
 			wantCounter(t, h, "sluice.admin.calls", 2)
 			wantCounter(t, h, "sluice.admin.denied", 11)
+		},
+	},
+	{
+		Name:    "an access_token an upstream may read, however its name or value is spelled, never leaves the filter",
+		Config:  adminConfig,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			for _, q := range []string{
+				"access%5Ftoken=" + AdminToken,                  // an escaped '_'
+				"%61ccess_token=" + AdminToken,                  // an escaped letter
+				"Access_Token=" + AdminToken,                    // ASP.NET reads names without case
+				"access.token=" + AdminToken,                    // PHP reads '.' and ' ' as '_'
+				"access+token=" + AdminToken,                    //
+				"access_token[]=" + AdminToken,                  // PHP's and Rack's arrays
+				"access_token=+" + AdminToken + "+",             // spaces a parser may trim
+				"access_token=%20" + AdminToken,                 //
+				"access_token=Bearer+" + AdminToken,             // a scheme before it
+				"x=1&access_token=a&access_token=" + AdminToken, // a second value
+			} {
+				wantHidden(t, q, h.Do(t, get("/api?"+q)))
+			}
+			wantCounter(t, h, "sluice.admin.denied", 10)
+			// Other names and other tokens are the application's.
+			for _, q := range []string{"access_tokens=" + AdminToken, "xaccess_token=" + AdminToken, "access_token=" + AdminToken + "x"} {
+				if resp := h.Do(t, get("/api?"+q)); resp.Status != 200 || resp.Local {
+					t.Fatalf("%s: status %d local %v, want the upstream's 200", q, resp.Status, resp.Local)
+				}
+			}
+		},
+	},
+	{
+		Name:    "every wrong bearer credential of an admin request costs one of its address's wrong-token allowance",
+		Config:  adminConfig,
+		Workers: 2,
+		Run: func(t *testing.T, h Harness) {
+			const path = "/.sluice/quota?limit=per-tenant&key=acme"
+			guesses := func(r Request, n int) Request {
+				for i := range n {
+					r = r.with("authorization", "Bearer guess"+strconv.Itoa(i))
+				}
+				return r
+			}
+			// Fifteen wrong tokens and the right one are more guesses
+			// than the allowance (10) holds: refused, the right one too.
+			wantHidden(t, "fifteen wrong tokens and the right one",
+				h.Do(t, guesses(adminCall("GET", path, adminPeer, ""), 15).with("authorization", "Bearer "+AdminToken)))
+			wantCounter(t, h, "sluice.admin.throttled", 1)
+			// Nine wrong ones in one request, folded into one field, cost
+			// nine: one is left, for the right token alone, then one
+			// wrong token empties the allowance.
+			folded := "Bearer g0"
+			for i := 1; i < 9; i++ {
+				folded += ", Bearer g" + strconv.Itoa(i)
+			}
+			wantHidden(t, "nine wrong tokens", h.Do(t, adminCall("GET", path, adminPeer, "").with("authorization", folded)))
+			adminState(t, h.Do(t, adminCall("GET", path, adminPeer, AdminToken).on(1)))
+			wantHidden(t, "the tenth wrong token", h.Do(t, adminCall("GET", path, adminPeer, "nope")))
+			wantHidden(t, "the right token with no allowance left", h.Do(t, adminCall("GET", path, adminPeer, AdminToken).on(1)))
+			wantCounter(t, h, "sluice.admin.throttled", 2)
+			wantCounter(t, h, "sluice.admin.calls", 1)
+		},
+	},
+	{
+		Name: "an admin key value no request carries in its part is a 400, and an empty query value is its own bucket",
+		Config: `{"limits":[
+		  {"name":"seg","key":["path_segment:1"],"limit":2,"window":"1h"},
+		  {"name":"qry","key":["query:user"],"limit":2,"window":"1h"},
+		  {"name":"hdr","key":["header:x-t"],"limit":2,"window":"1h"}],
+		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			call := func(method, q string) Response {
+				route := "/.sluice/quota"
+				if method == "POST" {
+					route += "/reset"
+				}
+				return h.Do(t, adminCall(method, route+"?"+q, adminPeer, AdminToken))
+			}
+			if got := admitted(t, h, 3, func(int) Request { return get("/victim") }); got != 2 {
+				t.Fatalf("/victim admitted %d of 3, want 2", got)
+			}
+			// "victim?x" names no segment a request carries: refused, and
+			// victim's bucket stays spent.
+			for _, q := range []string{"limit=seg&key=victim%3Fnot-victim", "limit=seg&key=victim%23x", "limit=seg&key=victim%00",
+				"limit=hdr&key=%20%20spc%20%20", "limit=hdr&key=acme%00", "limit=hdr&key=a%0D%0Ab"} {
+				for _, method := range []string{"GET", "POST"} {
+					if resp := call(method, q); resp.Status != 400 || !strings.Contains(string(resp.Body), "key part 1") {
+						t.Fatalf("%s %s: %d %s, want a 400 naming the part", method, q, resp.Status, resp.Body)
+					}
+				}
+			}
+			if st := adminState(t, call("GET", "limit=seg&key=victim")); st["remaining"] != 0.0 {
+				t.Fatalf("victim after the refused resets: %v", st)
+			}
+			// ?user= is a bucket of its own, and the route reaches it. (Each
+			// request has a first segment of its own, which seg counts.)
+			if got := admitted(t, h, 3, func(i int) Request { return get("/u" + strconv.Itoa(i) + "?user=") }); got != 2 {
+				t.Fatalf("?user= admitted %d of 3, want 2", got)
+			}
+			if st := adminState(t, call("GET", "limit=qry&key=")); st["remaining"] != 0.0 {
+				t.Fatalf("the empty user's bucket: %v", st)
+			}
+			if st := adminState(t, call("POST", "limit=qry&key=")); st["reset"] != true || st["remaining"] != 2.0 {
+				t.Fatalf("the empty user's reset: %v", st)
+			}
+			if got := admitted(t, h, 1, func(int) Request { return get("/u9?user=") }); got != 1 {
+				t.Fatal("?user= is still limited after its reset")
+			}
+			// An empty header value is a missing key: no bucket.
+			if resp := call("GET", "limit=hdr&key="); resp.Status != 400 || !strings.Contains(string(resp.Body), "is empty") {
+				t.Fatalf("an empty header value: %d %s", resp.Status, resp.Body)
+			}
+		},
+	},
+	{
+		Name: "a request failing the admin checks is limited as any request and answered as an upstream 404",
+		Config: `{"limits":[{"name":"all","key":["client_ip"],"limit":3,"window":"1h"}],
+		  "response":{"reply_headers":{"x-served-by":"sluice"}},
+		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			rateHeaders := func(resp Response) map[string]string {
+				m := map[string]string{}
+				for name := range resp.Headers {
+					if n := strings.ToLower(name); strings.HasPrefix(n, "x-ratelimit") || strings.HasPrefix(n, "ratelimit") || n == "retry-after" {
+						m[n] = resp.Headers.Get(name)
+					}
+				}
+				return m
+			}
+			up := h.Do(t, get("/api"))
+			if up.Status != 200 || up.Local || up.Headers.Get("x-ratelimit-remaining") != "2" {
+				t.Fatalf("the first request: %d local %v headers %v", up.Status, up.Local, up.Headers)
+			}
+			// The admin path without the token takes its unit and carries
+			// the headers an allowed response carries, nothing else of ours.
+			hidden := h.Do(t, adminCall("GET", "/.sluice/x", "10.0.0.1:40000", ""))
+			if hidden.Status != 404 || !hidden.Local || hidden.UpstreamHeaders != nil || len(hidden.Body) != 0 {
+				t.Fatalf("the admin path: status %d local %v upstream %v body %q", hidden.Status, hidden.Local, hidden.UpstreamHeaders != nil, hidden.Body)
+			}
+			got, want := rateHeaders(hidden), rateHeaders(up)
+			if len(got) == 0 || len(got) != len(want) || got["x-ratelimit-remaining"] != "1" || got["x-ratelimit-limit"] != want["x-ratelimit-limit"] {
+				t.Fatalf("the admin 404's rate-limit headers %v; an upstream response's %v", got, want)
+			}
+			for _, name := range []string{"x-served-by", "content-type"} {
+				if v := hidden.Headers.Get(name); v != "" {
+					t.Fatalf("the admin 404 carries %s: %q", name, v)
+				}
+			}
+			// The right token from a disallowed address is the same.
+			h.Do(t, adminCall("GET", "/.sluice/quota?limit=all&key=10.0.0.1", "10.0.0.1:40000", AdminToken))
+			// Over the limit, the admin path is refused as every path is.
+			want = rateHeaders(h.Do(t, get("/api")))
+			over := h.Do(t, adminCall("GET", "/.sluice/x", "10.0.0.1:40000", ""))
+			if over.Status != 429 || !over.Local || over.UpstreamHeaders != nil || len(rateHeaders(over)) != len(want) || over.Headers.Get("x-served-by") != "sluice" {
+				t.Fatalf("the admin path over the limit: %d %v, want the limit's 429 as /api gets (%v)", over.Status, over.Headers, want)
+			}
+			wantCounter(t, h, "sluice.admin.denied", 3)
+			// An allowed operator's call is not limited.
+			adminState(t, h.Do(t, adminCall("GET", "/.sluice/quota?limit=all&key=10.0.0.1", adminPeer, AdminToken)))
 		},
 	},
 }

@@ -74,6 +74,12 @@ func Check(file string, data []byte) CheckReport {
 			r.Errors = append(r.Errors, Finding{ConfigRef: ref, Message: pc.Err})
 			continue
 		}
+		hcm := pc.HCM
+		if hcm != nil && hcm.Err != "" {
+			// The connection manager is refused: nothing is known of it.
+			r.Errors = append(r.Errors, Finding{ConfigRef: ref, Message: "the HTTP connection manager at " + hcm.File + hcm.Err})
+			hcm = nil
+		}
 		cfg, err := config.Parse([]byte(pc.Config))
 		if err != nil {
 			var errs config.Errors
@@ -85,7 +91,7 @@ func Check(file string, data []byte) CheckReport {
 			}
 			continue
 		}
-		for _, w := range warnings(cfg, pc.HCM) {
+		for _, w := range warnings(cfg, hcm) {
 			w.ConfigRef = ref
 			r.Warnings = append(r.Warnings, w)
 		}

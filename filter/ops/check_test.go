@@ -70,6 +70,11 @@ const peerConfig = `{"limits": [{"name": "per-ip", "requests_per_second": 5}, {"
 // adminOnlyConfig has the admin route and no client_ip key.
 const adminOnlyConfig = `{"admin": {"client_cidrs": ["10.0.0.0/8"], "token_sha256": "757224ba37701e155c211a2dc2ed5debaf36faba66aa0cde42587cfc27fa1c30"}}`
 
+// peerAndAdmin keys on the peer and has the admin route: both warnings
+// that use_remote_address decides.
+const peerAndAdmin = `{"limits": [{"name": "per-ip", "requests_per_second": 5}], ` +
+	`"admin": {"client_cidrs": ["10.0.0.0/8"], "token_sha256": "757224ba37701e155c211a2dc2ed5debaf36faba66aa0cde42587cfc27fa1c30"}}`
+
 const ecdsFile = `resources:
   - "@type": type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig
     name: sluice
@@ -120,10 +125,17 @@ func TestCheck(t *testing.T) {
 		{name: "peer keys in a plain JSON file cannot be judged", files: map[string]string{"c.json": peerConfig},
 			out: []string{"0 error(s), 0 warning(s)"}},
 		{name: "the admin route without use_remote_address", files: map[string]string{"envoy.yaml": bootstrap(false, inlineSluice(adminOnlyConfig))},
-			out: []string{"warning: admin: the HTTP connection manager at envoy.yaml:8 does not set use_remote_address: true", "refuses every call that carries one",
+			out: []string{"warning: admin: the HTTP connection manager at envoy.yaml:8 does not set use_remote_address: true", "refuses every such call", "(no X-Forwarded-For, or a last entry Envoy cannot parse as an address)",
 				"[admin_without_use_remote_address]", "1 warning(s)"}},
 		{name: "the admin route with use_remote_address", files: map[string]string{"envoy.yaml": bootstrap(true, inlineSluice(adminOnlyConfig))},
 			out: []string{"0 error(s), 0 warning(s)"}},
+		{name: "use_remote_address: True is true, as Envoy reads it", files: map[string]string{"envoy.yaml": strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)),
+			"use_remote_address: true", "use_remote_address: True", 1)},
+			out: []string{"0 error(s), 0 warning(s)"}},
+		{name: "a quoted use_remote_address is refused, as Envoy refuses it", exit: 1, files: map[string]string{"envoy.yaml": strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)),
+			"use_remote_address: true", `use_remote_address: "true"`, 1)},
+			out: []string{`error: the HTTP connection manager at envoy.yaml:10: use_remote_address: the quoted string "true" is not a YAML boolean, which Envoy refuses here: write true or false`,
+				"1 error(s), 0 warning(s)"}},
 		{name: "xff in a plain JSON file cannot be judged", files: map[string]string{"c.json": xffConfig},
 			out: []string{"0 error(s), 0 warning(s)"}},
 		{name: "ECDS file named by the bootstrap, in the bootstrap's HCM", exit: 1,

@@ -57,6 +57,35 @@ type connectionManager struct {
 	File             string
 	Line             int
 	UseRemoteAddress bool
+	// Err says why a field the checks read is one Envoy refuses; the
+	// fields are then unknown.
+	Err string
+}
+
+// yamlBool reads a boolean field of an Envoy message as Envoy and our
+// stand-in do: a YAML boolean (true, True, TRUE, false, False, FALSE) is
+// its value, an absent field is false, and anything else (a quoted
+// "true", yes, 1, a mapping) is no JSON boolean once the YAML is JSON,
+// which protobuf's JSON reading of a BoolValue refuses, so Envoy does not
+// start; err says so, naming the field and its line. A null is unset.
+func yamlBool(n *yaml.Node, field string) (v bool, err string) {
+	if n == nil {
+		return false, ""
+	}
+	switch tag := n.ShortTag(); {
+	case n.Kind == yaml.ScalarNode && tag == "!!null":
+		return false, ""
+	case n.Kind == yaml.ScalarNode && tag == "!!bool" && n.Decode(&v) == nil:
+		return v, ""
+	}
+	what := map[yaml.Kind]string{yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list"}[n.Kind]
+	if n.Kind == yaml.ScalarNode {
+		what = config.Quote(n.Value)
+		if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
+			what = "the quoted string " + what
+		}
+	}
+	return false, fmt.Sprintf(":%d: %s: %s is not a YAML boolean, which Envoy refuses here: write true or false", n.Line, field, what)
 }
 
 // Bounds on the walk: aliases can make a small document expand
@@ -160,7 +189,8 @@ func (w *walker) walk(n *yaml.Node, path string, hcm *connectionManager, depth i
 	}
 	switch scalar(lookup(n, "@type")) {
 	case typeHCM:
-		hcm = &connectionManager{File: w.file, Line: n.Line, UseRemoteAddress: scalar(lookup(n, "use_remote_address")) == "true"}
+		hcm = &connectionManager{File: w.file, Line: n.Line}
+		hcm.UseRemoteAddress, hcm.Err = yamlBool(lookup(n, "use_remote_address"), "use_remote_address")
 	case typeWasm:
 		if cfg := lookup(n, "config"); cfg != nil && isSluice(cfg) {
 			w.wasmFilter(cfg, joinYAML(path, "config"), hcm)

@@ -58,6 +58,8 @@ func FuzzExplainArgs(f *testing.F) {
 func FuzzCheck(f *testing.F) {
 	f.Add([]byte(bootstrap(false, inlineSluice(xffConfig))))
 	f.Add([]byte(ecdsFile))
+	f.Add([]byte(strings.Replace(bootstrap(true, inlineSluice(xffConfig)), "use_remote_address: true", "use_remote_address: '"+strings.Repeat("t", 3000)+"'", 1)))
+	f.Add([]byte(strings.Replace(bootstrap(true, inlineSluice(xffConfig)), "use_remote_address: true", "use_remote_address: [TRUE]", 1)))
 	f.Add([]byte("kind: WasmPlugin\nspec:\n  pluginConfig: {limits: [{name: a, requests_per_second: 1}]}\n"))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte(`{"limits": [{"name": "a", "requests_per_second": 1, "match": {"not": {}}}]}`))

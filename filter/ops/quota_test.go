@@ -2,9 +2,13 @@ package ops
 
 import (
 	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,5 +95,62 @@ func TestQuotaKeyIsExplainsKey(t *testing.T) {
 	}
 	if got := backend.Key(lim.Name, lim.Rate.Limiter(lim.Algorithm).Algorithm, q.Key); got != ex.Limits[0].RedisKey {
 		t.Fatalf("quota targets %s, explain shows %s", got, ex.Limits[0].RedisKey)
+	}
+}
+
+// quota --envoy trusts nothing but the admin route's own answer: it
+// follows no redirect (the token would go along), and a 200 whose body is
+// not the state of the limit asked for (a catch-all route's {}) is an
+// error, never "limit: (, )" with exit 0.
+func TestQuotaEnvoyRefusesRedirectsAndStrangeReplies(t *testing.T) {
+	const good = `{"limit":"loc","mode":"local","algorithm":"token_bucket","capacity":3,"remaining":1,"reset_after_ms":20}`
+	var elsewhereHits atomic.Int32
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhereHits.Add(1)
+		_, _ = io.WriteString(w, good)
+	}))
+	defer elsewhere.Close()
+	replies := map[string]http.HandlerFunc{
+		"a redirect": func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, elsewhere.URL+r.URL.RequestURI(), http.StatusFound)
+		},
+		"an empty object": func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{}") },
+		"another limit's state": func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, strings.Replace(good, `"loc"`, `"other"`, 1))
+		},
+		"a get's answer to a reset": func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, good) },
+	}
+	file := filepath.Join(t.TempDir(), "c.json")
+	cfg := `{"limits":[{"name":"loc","key":["header:x-k"],"limit":3,"window":"1h"}],
+	  "admin":{"client_cidrs":["127.0.0.0/8"],"token_sha256":"757224ba37701e155c211a2dc2ed5debaf36faba66aa0cde42587cfc27fa1c30"}}`
+	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envAdminToken, "s3cret-admin-token")
+	for name, reply := range replies {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(reply)
+			defer srv.Close()
+			action := "get"
+			if name == "a get's answer to a reset" {
+				action = "reset"
+			}
+			var out, errOut bytes.Buffer
+			code := Main([]string{"quota", action, "--config", file, "--limit", "loc", "--key", "k", "--envoy", srv.URL}, &out, &errOut)
+			if code == exitOK || out.Len() != 0 || errOut.Len() == 0 {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want an error", code, out.String(), errOut.String())
+			}
+		})
+	}
+	if n := elsewhereHits.Load(); n != 0 {
+		t.Fatalf("the redirect was followed %d times", n)
+	}
+	// The same server answering the real shape is believed.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, good) }))
+	defer srv.Close()
+	var out, errOut bytes.Buffer
+	if code := Main([]string{"quota", "get", "--config", file, "--limit", "loc", "--key", "k", "--envoy", srv.URL}, &out, &errOut); code != exitOK ||
+		!strings.Contains(out.String(), "loc (local, token_bucket)") {
+		t.Fatalf("the admin route's answer: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
 	}
 }
