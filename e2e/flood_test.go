@@ -13,15 +13,16 @@ import (
 
 // TestFloodKeepsActiveClients is issue #13's flood with issue #23's rule,
 // on build/sluice.wasm with two workers and a stepped clock: a per-IP
-// limit of 5 per minute in a 256-slot table (forget_max_used 1, the
-// default), one client that has used 1 of its 5 and three that have used
+// limit of 5 per minute in a 256-slot table (forget_max_used by default
+// any key), one client that has used 1 of its 5 and three that have used
 // all 5, then a flood of 6,000 distinct addresses (one request each) over
 // 10s on both workers at once, with the three repeating a request every
 // step. New addresses forget the keys that used the least, so at most 10%
 // of their first requests may be refused (each refusal an overflow_denied
 // decision); the existing client gets its 4 remaining, or 5 if it was
 // forgotten (never less, and at most the 1 unit it had used more); the
-// three at their limit are never forgotten and get nothing.
+// three at their limit, the most used of any candidates here, are not
+// forgotten and get nothing.
 func TestFloodKeepsActiveClients(t *testing.T) {
 	code := wasmModule(t, "sluice")
 	ctx := context.Background()
