@@ -341,22 +341,25 @@ func checkForgetBound(t *testing.T, name string, l Limit, ops []modelOp, forgets
 	}
 	sort.SliceStable(adm, func(i, j int) bool { return adm[i].now < adm[j].now })
 	sort.SliceStable(forgets, func(i, j int) bool { return forgets[i].now < forgets[j].now })
-	// units admitted, and forgotten, in [from, to]
-	admitted := func(from, to int64) (n int64) {
-		for _, o := range adm {
-			if o.now >= from && o.now <= to {
-				n += o.n
-			}
-		}
-		return n
+	// units admitted, and forgotten, in [from, to], from running sums over
+	// the sorted events: the token-bucket check below tries every pair of
+	// admissions, and a flood under ForgetAny gives a key hundreds.
+	admSum, forgotSum := make([]int64, len(adm)+1), make([]int64, len(forgets)+1)
+	for i, o := range adm {
+		admSum[i+1] = admSum[i] + o.n
 	}
-	forgot := func(from, to int64) (u int64) {
-		for _, f := range forgets {
-			if f.now >= from && f.now <= to {
-				u += f.used
-			}
-		}
-		return u
+	for i, f := range forgets {
+		forgotSum[i+1] = forgotSum[i] + f.used
+	}
+	admitted := func(from, to int64) int64 {
+		lo := sort.Search(len(adm), func(i int) bool { return adm[i].now >= from })
+		hi := sort.Search(len(adm), func(i int) bool { return adm[i].now > to })
+		return admSum[max(hi, lo)] - admSum[lo]
+	}
+	forgot := func(from, to int64) int64 {
+		lo := sort.Search(len(forgets), func(i int) bool { return forgets[i].now >= from })
+		hi := sort.Search(len(forgets), func(i int) bool { return forgets[i].now > to })
+		return forgotSum[max(hi, lo)] - forgotSum[lo]
 	}
 	period := int64(l.Period)
 	for j, last := range adm {
