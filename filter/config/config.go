@@ -426,8 +426,8 @@ type Limit struct {
 	OverflowSlots int
 	// ForgetMaxUsed is the most units a key may have used and still be
 	// forgotten for a newcomer (limiter TableConfig.ForgetMaxUsed), 0 to
-	// limiter.MaxRate, default limiter.DefaultForgetMaxUsed; 0 forgets no
-	// key.
+	// limiter.MaxRate, default limiter.DefaultForgetMaxUsed (limiter.ForgetAny,
+	// any key); 0 forgets no key.
 	ForgetMaxUsed int64
 	// Disabled ("enabled": false) keeps the entry configured but switched
 	// off: never evaluated, never counted; its metrics stay at zero.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 func mustParse(t *testing.T, in string) *Config {
@@ -46,7 +48,7 @@ func TestParseLimitDefaults(t *testing.T) {
 		OnLimit:    OnLimit{Action: ActionReject, Status: 429},
 		Slots:      16384,
 
-		ForgetMaxUsed: 1,
+		ForgetMaxUsed: limiter.DefaultForgetMaxUsed,
 		Rollout:       FullRollout,
 	}
 	if !reflect.DeepEqual(c.Limits, []Limit{want}) {
@@ -164,10 +166,10 @@ func TestParseEverything(t *testing.T) {
 			Overrides:  map[string]Rate{"premium": {Limit: 100, Window: time.Second}, "a.b c": {Limit: 5, Window: 2 * time.Second}},
 			OverrideBy: 1, Mode: ModeGlobal, FailurePolicy: FailDeny, Instances: 4, OnMissingKey: MissingKeyDeny,
 			OnLimit:  OnLimit{Action: ActionDelay, MaxDelay: 250 * time.Millisecond, Status: 503},
-			Replaces: []int{0}, Slots: 16384, ForgetMaxUsed: 1},
+			Replaces: []int{0}, Slots: 16384, ForgetMaxUsed: limiter.DefaultForgetMaxUsed},
 		{Name: "exact", Match: Match{Path: "/login"}, Key: []KeyPart{{Kind: KeyClientIP}}, Algorithm: FixedWindow,
 			Rate: Rate{Limit: 1, Window: time.Second}, Cost: 1, OverrideBy: -1, Mode: ModeGlobal,
-			FailurePolicy: FailLocal, Instances: 3, Shadow: true, OnLimit: OnLimit{Status: 420}, Slots: 16384, ForgetMaxUsed: 1},
+			FailurePolicy: FailLocal, Instances: 3, Shadow: true, OnLimit: OnLimit{Status: 420}, Slots: 16384, ForgetMaxUsed: limiter.DefaultForgetMaxUsed},
 	}
 	for i := range wantLimits {
 		wantLimits[i].Rollout = FullRollout
