@@ -109,3 +109,21 @@ func TestAmbiguousKeyIsRefusedUnderSkip(t *testing.T) {
 		}
 	}
 }
+
+// TestKeysOfEscapedPathBytes: an escape of a byte that leaves the path's
+// structure as it is reads as that byte, as Go's ServeMux reads it, for
+// keys and path matches alike.
+func TestKeysOfEscapedPathBytes(t *testing.T) {
+	seg := []config.KeyPart{{Kind: config.KeyPathSegment, Segment: 2}}
+	sameKey(t, seg, "path_segment:2", [][][2]string{path("/users/bob@x.com/o"), path("/users/bob%40x.com/o")})
+	p := []config.KeyPart{{Kind: config.KeyPath}}
+	for _, pair := range [][2]string{{"/t/café/x", "/t/caf%C3%A9/x"}, {"/t/!", "/t/%21"}, {"/t/a+b", "/t/a%2Bb"},
+		{"/t/a:b", "/t/a%3Ab"}, {"/t/%3F", "/t/%3f"}, {"/t/%0A", "/t/\n"}} {
+		sameKey(t, p, "path", [][][2]string{path(pair[0]), path(pair[1])})
+	}
+	m := config.Match{PathPrefix: "/@me/"}
+	r := &requestInfo{host: &fakeHost{headers: path("/%40me/settings")}}
+	if !m.Matches(r.matchRequest(needPath)) {
+		t.Error("/%40me/settings does not match path_prefix /@me/")
+	}
+}

@@ -57,6 +57,33 @@ var respellCases = []Case{
 		},
 	},
 	{
+		Name: "escaped bytes that keep the path's structure are those bytes, for keys and matches",
+		Config: `{"limits":[{"name":"seg","match":{"path_prefix":"/users/"},"key":["path_segment:2"],"requests_per_second":1,"burst":1},
+			{"name":"me","match":{"path_prefix":"/@me/"},"requests_per_second":1,"burst":0},
+			{"name":"p","match":{"path_prefix":"/t/"},"key":["path"],"requests_per_second":1,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"bob@x.com", get("/users/bob@x.com/o"), true},
+				{"bob@x.com again", get("/users/bob@x.com/o"), true},
+				{"bob%40x.com", get("/users/bob%40x.com/o"), false},
+				{"@me", get("/@me/settings"), true},
+				{"%40me", get("/%40me/settings"), false},
+				{"raw UTF-8 café", get("/t/caf\u00e9/x"), true},
+				{"escaped café", get("/t/caf%C3%A9/x"), false},
+				{"!", get("/t/a!b"), true},
+				{"%21", get("/t/a%21b"), false},
+				{"+", get("/t/a+b"), true},
+				{"%2B", get("/t/a%2bb"), false},
+				{":", get("/t/a:b"), true},
+				{"%3A", get("/t/a%3Ab"), false},
+				{"%3F stays a byte of the path", get("/t/a%3Fb"), true},
+				{"%3f is the same", get("/t/a%3fb"), false},
+			})
+			wantCounter(t, h, "sluice.limit.me.limited", 1)
+		},
+	},
+	{
 		Name: "host key and hosts match: port, trailing dot and case are one host",
 		Config: `{"limits":[{"name":"api","match":{"hosts":["api.example"]},"key":["path"],"requests_per_second":1,"burst":0},
 			{"name":"h","key":["host"],"requests_per_second":1,"burst":0}]}`,
