@@ -60,7 +60,8 @@ func TestKeysOfRespelledHosts(t *testing.T) {
 	host := func(h string) [][2]string { return [][2]string{{":authority", h}} }
 	sameKey(t, []config.KeyPart{{Kind: config.KeyHost}}, "host", [][][2]string{host("api.example"),
 		host("api.example:80"), host("api.example:080"), host("api.example."), host("API.Example.:443"),
-		host("api.example:")})
+		host("api.example:"), host("api.example:80:80"), host("api.example:1:2"), host("api.example::"),
+		host("api.example:80:")})
 	if k, ok := keyOf([]config.KeyPart{{Kind: config.KeyHost}}, host("[::1]:80")...); k != "[::1]" || !ok {
 		t.Errorf("[::1]:80 is %q %v", k, ok)
 	}

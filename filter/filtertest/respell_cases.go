@@ -96,9 +96,12 @@ var respellCases = []Case{
 				{"with port 080", on("api.example:080"), false},
 				{"with a trailing dot", on("api.example."), false},
 				{"upper case, dot and port", on("API.Example.:8080"), false},
+				{"extra colons: nginx reads the name before the first", on("api.example:80:80"), false},
+				{"two empty ports", on("api.example::"), false},
+				{"a trailing colon after the port", on("api.example:80:"), false},
 				{"another host", on("other.example"), true},
 			})
-			wantCounter(t, h, "sluice.limit.api.limited", 4)
+			wantCounter(t, h, "sluice.limit.api.limited", 7)
 		},
 	},
 	{
