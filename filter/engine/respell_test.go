@@ -128,3 +128,12 @@ func TestKeysOfEscapedPathBytes(t *testing.T) {
 		t.Error("/%40me/settings does not match path_prefix /@me/")
 	}
 }
+
+// TestKeysOfEscapedCookies: a cookie value is read decoded, as PHP and
+// Rack read it.
+func TestKeysOfEscapedCookies(t *testing.T) {
+	c := []config.KeyPart{{Kind: config.KeyCookie, Name: "sid"}}
+	sameKey(t, c, "cookie", [][][2]string{{{"cookie", "sid=alice"}}, {{"cookie", "sid=al%69ce"}},
+		{{"cookie", `sid="%61lice"`}}, {{"cookie", "x=1; sid=%61%6c%69%63%65"}}})
+	sameKey(t, c, "cookie", [][][2]string{{{"cookie", "sid=a b"}}, {{"cookie", "sid=a+b"}}, {{"cookie", "sid=a%20b"}}})
+}

@@ -137,6 +137,20 @@ var respellCases = []Case{
 		},
 	},
 	{
+		Name:    "cookie key: escaped bytes are those bytes, as PHP and Rack read cookies",
+		Config:  `{"limits":[{"name":"ck","key":["cookie:sid"],"requests_per_second":1,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"alice", get("/").with("cookie", "sid=alice"), true},
+				{"al%69ce", get("/").with("cookie", "sid=al%69ce"), false},
+				{"quoted and escaped", get("/").with("cookie", `sid="%61lice"`), false},
+				{"bob", get("/").with("cookie", "sid=bob"), true},
+			})
+			wantCounter(t, h, "sluice.limit.ck.missing_key", 0)
+		},
+	},
+	{
 		Name:    "metadata key: NaN and infinities are buckets, non-UTF-8 strings are used as they are",
 		Config:  `{"limits":[{"name":"m","key":["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"],"requests_per_second":1,"burst":0}]}`,
 		Workers: 1,
