@@ -80,22 +80,10 @@ func TestRepeatedKeyValues(t *testing.T) {
 	h := []config.KeyPart{{Kind: config.KeyHeader, Header: "x-api-key"}}
 	sameKey(t, h, "header", [][][2]string{{{"x-api-key", "alice"}}, {{"x-api-key", "alice"}, {"x-api-key", "alice"}},
 		{{"x_api_key", "alice"}}, {{"x-api_key", "alice"}, {"x-api-key", "alice"}}})
-	for _, tc := range []struct {
-		parts   []config.KeyPart
-		headers [][2]string
-	}{
-		{q, path("/?api_key=alice&api_key=junk1")},
-		{q, path("/?api_key=junk1&api_key=alice")},
-		{q, path("/?api_key=&api_key=alice")},
-		{h, [][2]string{{"x-api-key", "alice"}, {"x-api-key", "junk1"}}},
-		{h, [][2]string{{"x-api-key", ""}, {"x-api-key", "alice"}}},
-		{h, [][2]string{{"x-api-key", "junk1"}, {"x_api_key", "alice"}}},
-	} {
-		r := &requestInfo{host: &fakeHost{headers: tc.headers}}
-		if key, _, ok := r.appendKey(nil, tc.parts, &config.ClientIP{}, -1); ok || !r.ambiguous {
-			t.Errorf("%v: key %q %v, ambiguous %v; want refused as ambiguous", tc.headers, key, ok, r.ambiguous)
-		}
-	}
+	ambiguousKey(t, q, path("/?api_key=alice&api_key=junk1"), path("/?api_key=junk1&api_key=alice"),
+		path("/?api_key=&api_key=alice"))
+	ambiguousKey(t, h, [][2]string{{"x-api-key", "alice"}, {"x-api-key", "junk1"}},
+		[][2]string{{"x-api-key", ""}, {"x-api-key", "alice"}}, [][2]string{{"x-api-key", "junk1"}, {"x_api_key", "alice"}})
 }
 
 // TestAmbiguousKeyIsRefusedUnderSkip: on_missing_key skip does not let
@@ -136,4 +124,54 @@ func TestKeysOfEscapedCookies(t *testing.T) {
 	sameKey(t, c, "cookie", [][][2]string{{{"cookie", "sid=alice"}}, {{"cookie", "sid=al%69ce"}},
 		{{"cookie", `sid="%61lice"`}}, {{"cookie", "x=1; sid=%61%6c%69%63%65"}}})
 	sameKey(t, c, "cookie", [][][2]string{{{"cookie", "sid=a b"}}, {{"cookie", "sid=a+b"}}, {{"cookie", "sid=a%20b"}}})
+}
+
+// ambiguousKey checks that each request's key is refused as ambiguous.
+func ambiguousKey(t *testing.T, parts []config.KeyPart, requests ...[][2]string) {
+	t.Helper()
+	for _, headers := range requests {
+		r := &requestInfo{host: &fakeHost{headers: headers}}
+		if key, _, ok := r.appendKey(nil, parts, &config.ClientIP{}, -1); ok || !r.ambiguous {
+			t.Errorf("%v: key %q %v, ambiguous %v; want refused as ambiguous", headers, key, ok, r.ambiguous)
+		}
+	}
+}
+
+// TestQueryKeySemicolons: a query holding ';' is read with and without
+// it as a separator; where the readings differ the key is ambiguous.
+func TestQueryKeySemicolons(t *testing.T) {
+	q := []config.KeyPart{{Kind: config.KeyQuery, Name: "api_key"}}
+	sameKey(t, q, "query", [][][2]string{path("/?api_key=alice"), path("/?api_key=alice&x=1;y=2"),
+		path("/?x=1;y=2&api_key=alice")})
+	ambiguousKey(t, q, path("/?api_key=alice;junk=1"), path("/?api_key=alice;junk=2"), path("/?junk=1;api_key=alice"),
+		path("/?api_key=alice&junk=1;api_key=bob"))
+	if _, ok := keyOf(q, path("/?x=1;y=2")...); ok {
+		t.Error("a query without api_key under either reading has a key")
+	}
+}
+
+// TestQueryKeyPHPNames: names PHP registers as api_key are api_key.
+func TestQueryKeyPHPNames(t *testing.T) {
+	q := []config.KeyPart{{Kind: config.KeyQuery, Name: "api_key"}}
+	sameKey(t, q, "query", [][][2]string{path("/?api_key=bob"), path("/?api.key=bob"), path("/?api%20key=bob"),
+		path("/?api+key=bob"), path("/?api[key=bob"), path("/?api%5Bkey=bob"), path("/?%20api_key=bob"),
+		path("/?api_key%00junk=bob"), path("/?api.key=bob&api_key=bob")})
+	ambiguousKey(t, q, path("/?api_key=alice&api.key=bob"), path("/?api[key=junk&api_key=alice"))
+	for _, p := range []string{"/?api[key]=bob", "/?apikey=bob", "/?api__key=bob", "/?api[k.y=bob"} {
+		if k, ok := keyOf(q, path(p)...); ok {
+			t.Errorf("%s is api_key %q", p, k)
+		}
+	}
+	dotted := []config.KeyPart{{Kind: config.KeyQuery, Name: "api.key"}}
+	sameKey(t, dotted, "query api.key", [][][2]string{path("/?api.key=bob"), path("/?api_key=bob")})
+}
+
+// BenchmarkQueryKeyPHPName is what a parameter whose name PHP rewrites
+// costs a key's scan.
+func BenchmarkQueryKeyPHPName(b *testing.B) {
+	buf := make([]byte, 0, 64)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		appendQueryKey(buf[:0], "a.b=1&api%20key=bob", "api_key")
+	}
 }

@@ -151,6 +151,27 @@ var respellCases = []Case{
 		},
 	},
 	{
+		Name:    "query key: a ';' read both ways, and names PHP reads as the parameter",
+		Config:  `{"limits":[{"name":"q","key":["query:api_key"],"requests_per_second":1,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"alice", get("/?api_key=alice"), true},
+				{"alice;junk=1 is ambiguous", get("/?api_key=alice;junk=1"), false},
+				{"alice;junk=2 is ambiguous", get("/?api_key=alice;junk=2"), false},
+				{"junk=1;api_key=alice is ambiguous", get("/?junk=1;api_key=alice"), false},
+				{"a ';' elsewhere changes nothing", get("/?api_key=alice&x=1;y=2"), false},
+				{"bob", get("/?api_key=bob"), true},
+				{"api.key is PHP's api_key", get("/?api.key=bob"), false},
+				{"api%20key", get("/?api%20key=bob"), false},
+				{"api[key", get("/?api[key=bob"), false},
+				{"api.key beside api_key is ambiguous", get("/?api_key=carol&api.key=junk"), false},
+				{"carol", get("/?api_key=carol"), true},
+			})
+			wantCounter(t, h, "sluice.limit.q.missing_key", 4)
+		},
+	},
+	{
 		Name:    "metadata key: NaN and infinities are buckets, non-UTF-8 strings are used as they are",
 		Config:  `{"limits":[{"name":"m","key":["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"],"requests_per_second":1,"burst":0}]}`,
 		Workers: 1,
