@@ -175,3 +175,30 @@ func BenchmarkQueryKeyPHPName(b *testing.B) {
 		appendQueryKey(buf[:0], "a.b=1&api%20key=bob", "api_key")
 	}
 }
+
+// TestHeaderMatchesReadUnderscoreSpellings: a header match reads a name
+// spelled with '_' as keys do, each spelling one more repeat.
+func TestHeaderMatchesReadUnderscoreSpellings(t *testing.T) {
+	m := config.Match{Headers: []config.HeaderMatch{{Name: "x-plan", ValueCondition: config.ValueCondition{Value: "free", HasValue: true, Op: config.OpExact}}}}
+	for _, tc := range []struct {
+		headers [][2]string
+		want    bool
+	}{
+		{[][2]string{{"x-plan", "free"}}, true},
+		{[][2]string{{"x_plan", "free"}}, true},
+		{[][2]string{{"x-plan", "pro"}}, false},
+		{[][2]string{{"x_plan", "pro"}}, false},
+	} {
+		r := &requestInfo{host: &fakeHost{headers: tc.headers}}
+		if got := m.Matches(r.matchRequest(0)); got != tc.want {
+			t.Errorf("%v: matched %v, want %v", tc.headers, got, tc.want)
+		}
+	}
+	r := &requestInfo{host: &fakeHost{headers: [][2]string{{"x-plan", "pro"}, {"x_plan", "free"}}}}
+	if v, ok := r.RequestHeader("x-plan"); v != "pro,free" || !ok {
+		t.Errorf("both spellings: %q %v, want the repeats pro,free", v, ok)
+	}
+	// A configured '_' is '-' too.
+	sameKey(t, []config.KeyPart{{Kind: config.KeyHeader, Header: "x_api_key"}}, "header x_api_key",
+		[][][2]string{{{"x_api_key", "alice"}}, {{"x-api-key", "alice"}}})
+}

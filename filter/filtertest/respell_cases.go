@@ -172,6 +172,19 @@ var respellCases = []Case{
 		},
 	},
 	{
+		Name:    "header match: a name spelled with '_' is the header, as WSGI reads it",
+		Config:  `{"limits":[{"name":"free","match":{"headers":[{"name":"x-plan","value":"free"}]},"requests_per_second":1,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"x-plan free", get("/").with("x-plan", "free"), true},
+				{"x_plan free", get("/").with("x_plan", "free"), false},
+				{"x_plan pro is another plan", get("/").with("x_plan", "pro"), true},
+			})
+			wantCounter(t, h, "sluice.limit.free.limited", 1)
+		},
+	},
+	{
 		Name:    "metadata key: NaN and infinities are buckets, non-UTF-8 strings are used as they are",
 		Config:  `{"limits":[{"name":"m","key":["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"],"requests_per_second":1,"burst":0}]}`,
 		Workers: 1,
