@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -276,4 +277,8 @@ func (b *upstreamBody) Close() error {
 		b.done = nil
 	}
 	return err
+}
+
+func sortPairs(p [][2]string) {
+	sort.SliceStable(p, func(i, j int) bool { return p[i][0] < p[j][0] })
 }

@@ -541,8 +541,62 @@ func (c *ValueCondition) holds(v string, found bool) bool {
 	return found == c.Present
 }
 
-// Request is what Match.Matches looks at. Header returns the value of a
-// lower-case header name and whether it is present; nil means no headers.
+// ValueTest tests a header or query condition against each reading of a
+// value that a request may give more than once: each value sent, the
+// values joined, and absent where some upstream reads none. Upstreams
+// disagree on which reading is the request's (Go, Flask and servlets take
+// the first value, PHP and Rails the last, WSGI servers join headers), so
+// a match must not depend on one: it holds when the condition holds for
+// some reading, so that a request is limited under every reading an
+// upstream could serve it as; under a not, the nested match is tested for
+// every reading instead (see Match.Matches). The request's source calls
+// Read and ReadAbsent, and may stop once Decided.
+type ValueTest struct {
+	c         *ValueCondition
+	every     bool
+	read      bool
+	some, all bool
+}
+
+// Test starts a ValueTest of c: for some reading, or every reading with
+// every.
+func (c *ValueCondition) Test(every bool) ValueTest {
+	return ValueTest{c: c, every: every, all: true}
+}
+
+// Read adds a reading in which the value is v.
+func (t *ValueTest) Read(v string) { t.add(t.c.holds(v, true)) }
+
+// ReadAbsent adds a reading in which the value is absent.
+func (t *ValueTest) ReadAbsent() { t.add(t.c.holds("", false)) }
+
+func (t *ValueTest) add(held bool) {
+	t.read = true
+	t.some = t.some || held
+	t.all = t.all && held
+}
+
+// Decided reports whether no further reading can change Holds.
+func (t *ValueTest) Decided() bool {
+	if t.every {
+		return !t.all
+	}
+	return t.some
+}
+
+// Holds is the result: the condition holds for some (every) reading; with
+// no reading at all, the value is absent.
+func (t *ValueTest) Holds() bool {
+	if !t.read {
+		t.ReadAbsent()
+	}
+	if t.every {
+		return t.all
+	}
+	return t.some
+}
+
+// Request is what Match.Matches looks at.
 type Request struct {
 	Method string
 	// Path may include the query string; it is ignored.
@@ -556,20 +610,22 @@ type Request struct {
 	Extra RequestExtra
 }
 
-// header, queryValue and metadata read what conditions test, absent when r
-// has no source for it.
-func (r *Request) header(name string) (string, bool) {
+// headerHolds, queryHolds and metadata read what conditions test, absent
+// when r has no source for it.
+func (r *Request) headerHolds(h *HeaderMatch, every bool) bool {
 	if r.Header == nil {
-		return "", false
+		t := h.Test(every)
+		return t.Holds()
 	}
-	return r.Header.RequestHeader(name)
+	return r.Header.MatchHeader(h.Name, &h.ValueCondition, every)
 }
 
-func (r *Request) queryValue(name string) (string, bool) {
+func (r *Request) queryHolds(q *QueryMatch, every bool) bool {
 	if r.Extra == nil {
-		return "", false
+		t := q.Test(every)
+		return t.Holds()
 	}
-	return r.Extra.QueryValue(name)
+	return r.Extra.MatchQuery(q.Name, &q.ValueCondition, every)
 }
 
 func (r *Request) metadata(property []string) (string, bool) {
@@ -579,21 +635,42 @@ func (r *Request) metadata(property []string) (string, bool) {
 	return r.Extra.Metadata(property)
 }
 
-// HeaderSource gives request headers by lower-case name. It is an interface
+// HeaderSource tests header conditions on a request. It is an interface
 // rather than a func so that the filter can pass a pointer it already has
 // without allocating a closure per request.
 type HeaderSource interface {
-	RequestHeader(name string) (value string, ok bool)
+	// MatchHeader reports whether c holds for some reading (every: for
+	// every reading) of the lower-case header name, as ValueTest defines.
+	MatchHeader(name string, c *ValueCondition, every bool) bool
 }
 
-// HeaderFunc adapts a function to HeaderSource.
+// HeaderFunc adapts a function giving each header's one value to
+// HeaderSource.
 type HeaderFunc func(name string) (string, bool)
 
-// RequestHeader calls f.
-func (f HeaderFunc) RequestHeader(name string) (string, bool) { return f(name) }
+// MatchHeader tests c against f's one reading of name.
+func (f HeaderFunc) MatchHeader(name string, c *ValueCondition, every bool) bool {
+	t := c.Test(every)
+	if v, ok := f(name); ok {
+		t.Read(v)
+	}
+	return t.Holds()
+}
 
-// Matches reports whether r satisfies m. It does not allocate.
-func (m *Match) Matches(r Request) bool {
+// Matches reports whether r satisfies m. It does not allocate. A header
+// or query parameter that has several readings (ValueTest) satisfies a
+// condition when any reading does; a not holds when its nested match
+// fails for some reading, that is, when the nested match does not hold
+// for every reading. So no reading an upstream may serve a request as
+// lets it escape a limit whose match that reading satisfies.
+func (m *Match) Matches(r Request) bool { return m.holds(r, false) }
+
+// holds is Matches for some reading of the request, or every reading with
+// every. A conjunction holds for every reading exactly when each of its
+// conditions does; for some reading, testing each condition on its own
+// may find them held by different readings, which only ever applies a
+// limit to more requests, never fewer.
+func (m *Match) holds(r Request, every bool) bool {
 	path := r.Path
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
@@ -614,12 +691,11 @@ func (m *Match) Matches(r Request) bool {
 		return false
 	}
 	for i := range m.Headers {
-		h := &m.Headers[i]
-		if !h.holds(r.header(h.Name)) {
+		if !r.headerHolds(&m.Headers[i], every) {
 			return false
 		}
 	}
-	return m.matchesMore(r, path)
+	return m.matchesMore(r, path, every)
 }
 
 func contains(list []string, s string) bool {

@@ -88,7 +88,8 @@ func (op ValueOp) test(v, operand string, re *Regex) bool {
 }
 
 // QueryMatch is a condition on one query parameter, compared after
-// percent-decoding, repeats joined with ',' as the query: key part reads.
+// percent-decoding as the query: key part reads it; a repeated parameter
+// is tested on each value and on its values joined with ',' (ValueTest).
 type QueryMatch struct {
 	Name string
 	ValueCondition
@@ -99,15 +100,18 @@ type QueryMatch struct {
 // the caller.
 type RequestExtra interface {
 	ClientAddr() (netip.Addr, bool)
-	QueryValue(name string) (string, bool)
+	// MatchQuery reports whether c holds for some reading (every: for
+	// every reading) of query parameter name, as ValueTest defines.
+	MatchQuery(name string, c *ValueCondition, every bool) bool
 	// Metadata gives the dynamic metadata value at property path prop as
 	// a key renders it; ok is false when it is absent or not a scalar.
 	Metadata(prop []string) (string, bool)
 }
 
-// matchesMore checks client_cidrs, query, path_regex and not. path is the
-// path without the query.
-func (m *Match) matchesMore(r Request, path string) bool {
+// matchesMore checks client_cidrs, query, path_regex and not, for some
+// reading or every reading (Match.holds). path is the path without the
+// query.
+func (m *Match) matchesMore(r Request, path string, every bool) bool {
 	if m.PathRegex != nil && !m.PathRegex.MatchString(path) {
 		return false
 	}
@@ -123,8 +127,7 @@ func (m *Match) matchesMore(r Request, path string) bool {
 		}
 	}
 	for i := range m.Query {
-		q := &m.Query[i]
-		if !q.holds(r.queryValue(q.Name)) {
+		if !r.queryHolds(&m.Query[i], every) {
 			return false
 		}
 	}
@@ -134,7 +137,9 @@ func (m *Match) matchesMore(r Request, path string) bool {
 			return false
 		}
 	}
-	if m.Not != nil && m.Not.Matches(r) {
+	// Not holds for some reading when the nested match fails for some
+	// reading, and for every reading when it holds for none.
+	if m.Not != nil && m.Not.holds(r, !every) {
 		return false
 	}
 	return true

@@ -73,7 +73,11 @@ func (p *Plugin) configureExternal(cfg *config.External) error {
 func (h *Stream) resolveExternal(now time.Time) bool {
 	x := h.plugin.external
 	if h.ext.State == external.Unresolved {
-		x.keyBuf = x.appendLookupKey(x.keyBuf[:0], &h.info)
+		var ok bool
+		if x.keyBuf, ok = x.appendLookupKey(x.keyBuf[:0], &h.info); !ok {
+			h.extAmbiguous = true
+			return true
+		}
 	}
 	if x.cache.Resolve(&h.ext, x.keyBuf, func() []byte { return x.requestBody(&h.info) }, now) {
 		return true
@@ -124,15 +128,23 @@ func (h *Stream) routeTenant() {
 	st.ClearRouteCache()
 }
 
-// appendLookupKey appends the lookup key of the request to dst.
-func (x *externalRuntime) appendLookupKey(dst []byte, info *requestInfo) []byte {
+// appendLookupKey appends the lookup key of the request to dst: each part
+// appended alone, so that an absent part is an empty value. ok is false
+// when a part is ambiguous (appendKey): an empty value there would share
+// one cached answer among every client sending two tenants, looked up
+// for whichever came first, while upstreams serve each as one of its
+// values.
+func (x *externalRuntime) appendLookupKey(dst []byte, info *requestInfo) (key []byte, ok bool) {
 	for i := range x.cfg.CacheKey {
 		if i > 0 {
 			dst = append(dst, keySeparator)
 		}
 		dst, _, _ = info.appendKey(dst, x.cfg.CacheKey[i:i+1], &x.p.cfg.ClientIP, -1)
+		if info.ambiguous {
+			return dst, false
+		}
 	}
-	return dst
+	return dst, true
 }
 
 // requestBody renders the lookup: {"method", "path", "headers"}. The path

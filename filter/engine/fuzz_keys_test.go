@@ -99,6 +99,8 @@ func FuzzAppendKey(f *testing.F) {
 	f.Add(":path=/u/bob%40x.com/caf%C3%A9?api_key=a;j=1&api.key=a&api%5Bkey=a\n:authority=Api.example:80:80\ncookie=sid=al%69ce+x",
 		"", "", []byte{byte(config.KeyQuery), byte(config.KeyCookie) | 0x80, byte(config.KeyHost), byte(config.KeyPath), byte(config.KeyPathSegment) | 0x10},
 		"api_key", "sid", uint8(0), 1, 1)
+	f.Add("cookie=sid=a; sid=\"a\"\ncookie=b=1; sid=b", "10.0.0.1:1", "", []byte{byte(config.KeyCookie), byte(config.KeyCookie) | 0x80},
+		"sid", "b", uint8(0), 1, 1)
 	f.Fuzz(func(t *testing.T, headerBlob, sourceAddress, route string, spec []byte,
 		headerA, headerB string, ipSource uint8, hops int, overrideBy int) {
 		host := &fakeHost{

@@ -147,6 +147,7 @@ func FuzzQueryValue(f *testing.F) {
 	f.Add("a=%zz&a=%4&a", "a")
 	f.Add("x+y=1%2B1", "x y")
 	f.Add(strings.Repeat("k=v&", 1000), "k")
+	f.Add("plan=free&plan=%66ree&plan&plan=free,x", "plan")
 	f.Fuzz(func(t *testing.T, query, name string) {
 		got, found := appendQueryValue(nil, query, name)
 		if strings.ContainsRune(query, ';') {

@@ -1,6 +1,10 @@
 package engine
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+)
 
 // clientAddrCache keeps the parsed client address for client_cidrs.
 type clientAddrCache struct {
@@ -32,20 +36,86 @@ func (r *requestInfo) ClientAddr() (netip.Addr, bool) {
 	return c.addr, c.ok
 }
 
-// QueryValue gives a query parameter decoded, repeats joined with ',', in
-// the worker's scratch buffer: the string is valid until the next call,
-// which is enough for the condition that asked.
-func (r *requestInfo) QueryValue(name string) (string, bool) {
-	q, ok := rawQuery(r.pseudo(needPath))
-	if !ok {
-		return "", false
-	}
-	var local []byte
-	buf := &local
+// scratchBuf is the worker's buffer for values a condition reads, or a
+// buffer of the call's own where there is none (tests).
+func (r *requestInfo) scratchBuf() *[]byte {
 	if r.scratch != nil {
-		buf = r.scratch
+		return r.scratch
 	}
-	v, found := appendQueryValue((*buf)[:0], q, name)
-	*buf = v
-	return arenaString(v), found
+	return new([]byte)
+}
+
+// MatchHeader makes requestInfo a config.HeaderSource. The readings of a
+// header (config.ValueTest) are each value sent under the name, or under
+// the name spelled with '_' for '-' (read as one by CGI and WSGI servers,
+// as the header: key part reads it), in order; with more than one, also
+// the values joined with ',' (what Envoy's own header matching and WSGI
+// servers see); and absent when no copy is sent under the very name (an
+// upstream reading that name sees none). A single copy is one reading,
+// read without a copy.
+func (r *requestInfo) MatchHeader(name string, c *config.ValueCondition, every bool) bool {
+	r.loadHeaders()
+	t := c.Test(every)
+	n, exact := 0, false
+	for _, kv := range r.headers {
+		if !sameHeaderName(kv[0], name) {
+			continue
+		}
+		n++
+		exact = exact || kv[0] == name
+		if t.Read(kv[1]); t.Decided() {
+			return t.Holds()
+		}
+	}
+	if !exact {
+		t.ReadAbsent()
+	}
+	if n > 1 {
+		buf := r.scratchBuf()
+		j, first := (*buf)[:0], true
+		for _, kv := range r.headers {
+			if !sameHeaderName(kv[0], name) {
+				continue
+			}
+			if !first {
+				j = append(j, ',')
+			}
+			j, first = append(j, kv[1]...), false
+		}
+		*buf = j
+		t.Read(arenaString(j))
+	}
+	return t.Holds()
+}
+
+// MatchQuery makes requestInfo a config.RequestExtra. The readings of a
+// parameter (config.ValueTest) are each of its values decoded, as the
+// query: key part decodes them, and with more than one also the values
+// joined with ',' in order (ASP.NET's reading); absent when it does not
+// occur. Values are decoded into the worker's scratch buffer one at a
+// time, so a parameter given thousands of times costs one scan.
+func (r *requestInfo) MatchQuery(name string, c *config.ValueCondition, every bool) bool {
+	t := c.Test(every)
+	query, ok := rawQuery(r.pseudo(needPath))
+	if !ok {
+		return t.Holds()
+	}
+	buf := r.scratchBuf()
+	n := 0
+	for rest := query; rest != ""; {
+		var v string
+		if v, rest, ok = nextQueryValue(rest, name); !ok {
+			continue
+		}
+		n++
+		*buf = appendQueryUnescaped((*buf)[:0], v)
+		if t.Read(arenaString(*buf)); t.Decided() {
+			return t.Holds()
+		}
+	}
+	if n > 1 {
+		*buf, _ = appendQueryValue((*buf)[:0], query, name)
+		t.Read(arenaString(*buf))
+	}
+	return t.Holds()
 }

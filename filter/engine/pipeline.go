@@ -114,6 +114,9 @@ type Stream struct {
 	body bodyScan
 	// ext is this request's lookup of the external limit (external.go).
 	ext external.Request
+	// extAmbiguous says a cache_key part of the request is ambiguous, so
+	// no lookup is made and the external limit refuses it.
+	extAmbiguous bool
 	// roll are the request's rollout draws by limit index, drawn once
 	// (rollout.go); empty when no limit has a partial rollout.
 	roll []rollFlags
@@ -271,11 +274,16 @@ func (h *Stream) decideLimits(now time.Time) verdict {
 		var t *limiter.Table
 		var rate config.Rate
 		if l.ext != nil {
-			if h.ext.Skip {
+			switch {
+			case h.extAmbiguous:
+				// Refused below as an ambiguous key is (appendKey).
+				ok, info.ambiguous = false, true
+			case h.ext.Skip:
 				l.metrics.allowed.Increment(1) // the service set no limit
 				continue
+			default:
+				arena, t, rate, ok = h.appendExternal(arena)
 			}
-			arena, t, rate, ok = h.appendExternal(arena)
 			if h.trace != nil {
 				h.trace.traceKey(i, shadow, arena[start:], ok, "")
 			}

@@ -28,8 +28,8 @@ type requestInfo struct {
 	// path matches; normLoaded says it is computed.
 	normLoaded bool
 	normPath   string
-	// ambiguous says the last appendKey found a query parameter or header
-	// given more than once with different values.
+	// ambiguous says the last appendKey found a query parameter, header
+	// or cookie given more than once with different values.
 	ambiguous bool
 
 	routeLoaded bool
@@ -45,7 +45,7 @@ type requestInfo struct {
 	// clientCfg is the plugin's client_ip, for match conditions.
 	clientCfg  *config.ClientIP
 	clientAddr clientAddrCache
-	// scratch is the worker's buffer for decoded query values.
+	// scratch is the worker's buffer for the values conditions read.
 	scratch *[]byte
 }
 
@@ -155,54 +155,39 @@ func (r *requestInfo) normalPath() string {
 
 // keyHeader is the value of a header for a key: its one value, or
 // missing and ambiguous when it is sent more than once with different
-// values (see appendKey).
+// values (see appendKey). A name spelled with '_' for '-' is the same
+// header here: CGI and WSGI servers (Flask's) read "x_api_key" and
+// "x-api-key" as one variable, HTTP_X_API_KEY, so a client could
+// otherwise send its key under a name no limit reads.
 func (r *requestInfo) keyHeader(name string) (string, bool) {
-	v, ok, ambiguous := r.spelledHeader(name, false)
-	r.ambiguous = r.ambiguous || ambiguous
-	return v, ok
-}
-
-// spelledHeader is the one lookup keys and matches read a header by. A
-// name spelled with '_' for '-' is the same header: CGI and WSGI servers
-// (Flask's) read "x_api_key" and "x-api-key" as one variable,
-// HTTP_X_API_KEY, so a client could otherwise send its key, or the value
-// a match tests, under a name no limit reads. Every spelling is one more
-// repeat: combined, they are joined with ',' in order, as repeats are for
-// matches; otherwise a value that differs from the first makes the
-// header ambiguous (missing).
-func (r *requestInfo) spelledHeader(name string, combined bool) (value string, ok, ambiguous bool) {
 	r.loadHeaders()
+	v, found := "", false
 	for _, kv := range r.headers {
 		if !sameHeaderName(kv[0], name) {
 			continue
 		}
-		switch {
-		case !ok:
-			value, ok = kv[1], true
-		case combined:
-			value = value + "," + kv[1]
-		case kv[1] != value:
-			return "", false, true
+		if found && kv[1] != v {
+			r.ambiguous = true
+			return "", false
 		}
+		v, found = kv[1], true
 	}
-	return value, ok, false
+	return v, found
 }
 
 // sameHeaderName reports whether the lower-case header name have is want,
-// with '_' and '-' read as one byte.
+// with '_' read as '-'.
 func sameHeaderName(have, want string) bool {
 	if len(have) != len(want) {
 		return false
 	}
 	for i := 0; i < len(have); i++ {
-		if c := have[i]; c != want[i] && !(dashOrUnderscore(c) && dashOrUnderscore(want[i])) {
+		if c := have[i]; c != want[i] && !(c == '_' && want[i] == '-') {
 			return false
 		}
 	}
 	return true
 }
-
-func dashOrUnderscore(c byte) bool { return c == '-' || c == '_' }
 
 // client returns the client address as configured.
 func (r *requestInfo) client(cfg *config.ClientIP) (string, bool) {
@@ -270,13 +255,6 @@ func (r *requestInfo) retain() {
 	own(&r.clientIP)
 }
 
-// RequestHeader makes requestInfo a config.HeaderSource, for matches,
-// which read a header under each of its spellings as keys do.
-func (r *requestInfo) RequestHeader(name string) (string, bool) {
-	v, ok, _ := r.spelledHeader(name, true)
-	return v, ok
-}
-
 // matchRequest adapts requestInfo for config.Match, reading only what
 // some match needs. Header matches read through Header, which loads the
 // header map on first use.
@@ -306,8 +284,8 @@ const keySeparator = '\x00'
 // parameter (a present, empty one is an empty value), a path with fewer
 // segments, an unknown client address, route or cluster; dst is then
 // returned as it came. An empty parts list is the single global bucket
-// and always ok. A query parameter or header given more than once with
-// different values is missing too, and r.ambiguous says so: upstreams
+// and always ok. A query parameter, header or cookie given more than once
+// with different values is missing too, and r.ambiguous says so: upstreams
 // disagree on which value is the caller (Go, Flask and servlets take the
 // first, PHP and Rails the last), so any value taken here, or all of
 // them joined, would let a client be counted as one caller and served as

@@ -4,8 +4,17 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"unsafe"
 )
+
+// A State's encoding (the codec) and what is read off a state without
+// deciding on it: is it Empty, is it Idle, how much has it Used, and the
+// Merge of two. The decisions (decide.go, slidinglog.go) change states;
+// the Table (table.go) places them in slots and asks these questions to
+// choose a slot. The per-algorithm readings the two share (a bucket's
+// debt, a window's counts, a log's live entries) are at the end.
 
 // Codec layout, little-endian. Byte 0 is version<<4 | algorithm.
 //
@@ -179,6 +188,8 @@ func (l Limit) CheckState(alg Algorithm, st State, now int64) error {
 	return nil
 }
 
+// State operations, for every algorithm.
+
 // Empty is the state of a key that has used its whole allowance at now:
 // the safe starting point when stored state cannot be trusted.
 func (l Limit) Empty(now int64) State {
@@ -281,4 +292,222 @@ func (l Limit) Merge(a, b State, now int64) State {
 		out.Prev = uint32(min(pa+pb, limit))
 	}
 	return out
+}
+
+// Used is how many whole units st still counts against its key at now:
+// what forgetting the key (replacing st by a fresh state) can give back
+// to it. See the package doc, "Forgetting the least-used key".
+//
+//	token_bucket:   ⌈D/τ⌉, the debt in units (up to 2·C after charges)
+//	fixed_window:   the units used in now's window
+//	sliding_window: cur + prev, every unit either window still weighs
+//	sliding_log:    the live units
+//
+// A state this Limit could not hold counts as Empty's (Capacity, or
+// Rate for the windows).
+func (l Limit) Used(st State, now int64) int64 {
+	u, _ := l.usage(st, now)
+	return int64(u)
+}
+
+// usage is Used and a finer measure to pick the least-used of several
+// states of the same Limit at one instant: the debt itself for a token
+// bucket (a key that made its request earlier has used less), the
+// weighted count for a sliding window, the units otherwise.
+func (l Limit) usage(st State, now int64) (units uint64, rank u128) {
+	if !l.valid() {
+		return 0, u128{}
+	}
+	period := uint64(l.Period)
+	switch l.Algorithm {
+	case TokenBucket:
+		debt, _ := l.bucketDebt(st, now)
+		return debt.divCeil(period), debt
+	case SlidingLog:
+		_, used := l.liveLog(st.Log, now)
+		return used, u128{0, used}
+	}
+	win, elapsed, _, plausible := l.window(st, now)
+	cur, prev := l.windowCounts(st, win, plausible)
+	if l.Algorithm == FixedWindow {
+		return cur, u128{0, cur}
+	}
+	return cur + prev, mul(prev, period-elapsed).add(mul(cur, period))
+}
+
+// Readings of one algorithm's state, shared by the operations above and
+// the decisions.
+
+// bucketDebt returns how far the TAT of st is ahead of now (zero: the
+// bucket is full) and the debt of an empty bucket, both in units of
+// 1/Rate ns. A debt beyond what Charge can leave plus ClockStepTolerance
+// cannot come from a sane clock and reads as an empty bucket.
+func (l Limit) bucketDebt(st State, now int64) (debt, full u128) {
+	rate := uint64(l.Rate)
+	full = mul(uint64(l.Capacity()), uint64(l.Period))
+	if st.At > now || (st.At == now && st.N > 0) {
+		debt = mul(uint64(st.At)-uint64(now), rate).add64(uint64(st.N))
+		if full.add(full).add(mul(uint64(ClockStepTolerance), rate)).less(debt) {
+			debt = full
+		}
+	}
+	return debt, full
+}
+
+// bucketState is the state whose TAT is debt (in units of 1/Rate ns)
+// ahead of now.
+func (l Limit) bucketState(now int64, debt u128) State {
+	q, r := debt.div(uint64(l.Rate))
+	// q is below 2^63 for practical limits; an extreme one (capacity ×
+	// period near the 146-year bound, charged into debt) or a now near
+	// MaxInt64 saturates instead of wrapping.
+	at := int64(math.MaxInt64)
+	if now <= 0 || q <= uint64(math.MaxInt64-now) {
+		at = now + int64(q)
+	}
+	return State{At: at, N: uint32(r)}
+}
+
+// window finds the window a decision is evaluated in. Normally that is the
+// window containing now (clamped to the epoch); when the state's window is
+// later (clock went back) the decision is evaluated at the start of the
+// state's window, so a backwards clock never releases units, and delay is
+// the time from now until that evaluation point. A state window too far
+// ahead to be a clock step is reported as implausible.
+func (l Limit) window(st State, now int64) (win int64, elapsed, delay uint64, plausible bool) {
+	period := int64(l.Period)
+	t := max(now, 0)
+	cur := t / period
+	elapsed = uint64(t - cur*period)
+	if st.At <= cur {
+		return cur, elapsed, 0, true
+	}
+	ahead := uint64(st.At - cur)
+	if ahead > uint64(ClockStepTolerance/l.Period)+1 {
+		return cur, elapsed, 0, false
+	}
+	return st.At, 0, ahead*uint64(period) - elapsed, true
+}
+
+// windowCounts is what st counts in window win, as window found it
+// (plausible or not): the units in win and, for a sliding window, in
+// win−1 (a fixed window's Prev is always 0). An implausible state counts
+// as a full window.
+func (l Limit) windowCounts(st State, win int64, plausible bool) (cur, prev uint64) {
+	switch {
+	case !plausible:
+		return uint64(l.Rate), 0
+	case st.At == win:
+		return uint64(st.N), uint64(st.Prev)
+	case st.At == win-1 && l.Algorithm == SlidingWindow:
+		return 0, uint64(st.N)
+	}
+	return 0, 0
+}
+
+// logClock is now in microseconds, clamped to the epoch: floor is the
+// instant decisions are evaluated at and ceil the one admissions are
+// recorded at. An entry thus stays up to 1µs longer than the exact
+// nanosecond rule would keep it, never shorter, so rounding can only
+// under-admit.
+func logClock(now int64) (t, floor, ceil uint64) {
+	t = uint64(max(now, 0))
+	floor = t / nanosPerMicro
+	ceil = floor
+	if t%nanosPerMicro != 0 {
+		ceil++
+	}
+	return t, floor, ceil
+}
+
+// scanLog reads a log at now: its live suffix (entries younger than
+// Period at the evaluation instant, including entries ahead of the clock
+// after it went back) and the units in it. ok is false for a log this
+// limit cannot hold: malformed, entries out of order, more than Rate live
+// units, or entries further ahead than ClockStepTolerance. Such a log is
+// decided as Limit.Empty, never as fresher than a used-up key.
+func (l Limit) scanLog(log string, now int64) (live string, used uint64, ok bool) {
+	if len(log)%logEntryLen != 0 {
+		return "", 0, false
+	}
+	_, floor, ceil := logClock(now)
+	// An entry below this (time and count together, as stored) has left
+	// the window: its time plus Period is at most floor.
+	expired := uint64(0)
+	if p := l.periodMicros(); floor >= p {
+		expired = (floor - p + 1) << logCountBits
+	}
+	// One pass, over the bytes in place: this runs on every decision of
+	// a log that may hold a thousand entries.
+	b := unsafe.Slice(unsafe.StringData(log), len(log))
+	start, prev := 0, uint64(0)
+	for off := 0; off+logEntryLen <= len(b); off += logEntryLen {
+		e := binary.LittleEndian.Uint64(b[off:])
+		if e&logCountMask == 0 || (off > 0 && e>>logCountBits <= prev>>logCountBits) {
+			return "", 0, false
+		}
+		prev = e
+		if e < expired {
+			start, used = off+logEntryLen, 0
+			continue
+		}
+		used += e & logCountMask
+	}
+	last := prev >> logCountBits
+	if used > uint64(l.Rate) || last > ceil+logTolerance {
+		return "", 0, false
+	}
+	return log[start:], used, true
+}
+
+// liveLog is scanLog with an impossible log replaced by Empty's.
+func (l Limit) liveLog(log string, now int64) (string, uint64) {
+	live, used, ok := l.scanLog(log, now)
+	if !ok {
+		return l.emptyLog(now), uint64(l.Rate)
+	}
+	return live, used
+}
+
+// emptyLog is the log of a key that used its whole allowance at now.
+func (l Limit) emptyLog(now int64) string {
+	_, _, ceil := logClock(now)
+	e := oneEntry(ceil, uint64(l.Rate))
+	return string(e[:])
+}
+
+// mergeLogs merges two live logs in time order, adding the counts of a
+// shared microsecond, and keeps only the newest units up to most: entries
+// leave a log oldest first, so at every later instant the result holds
+// min(most, units of both), never fewer than either.
+func mergeLogs(a, b string, most uint64) string {
+	total := logUnits(a) + logUnits(b)
+	drop := total - min(total, most)
+	var out strings.Builder
+	out.Grow(len(a) + len(b))
+	i, j := 0, 0
+	na, nb := len(a)/logEntryLen, len(b)/logEntryLen
+	for i < na || j < nb {
+		var at, n uint64
+		switch {
+		case j >= nb || (i < na && logEntry(a, i)>>logCountBits < logEntry(b, j)>>logCountBits):
+			at, n = logEntry(a, i)>>logCountBits, logEntry(a, i)&logCountMask
+			i++
+		case i >= na || logEntry(b, j)>>logCountBits < logEntry(a, i)>>logCountBits:
+			at, n = logEntry(b, j)>>logCountBits, logEntry(b, j)&logCountMask
+			j++
+		default:
+			at, n = logEntry(a, i)>>logCountBits, logEntry(a, i)&logCountMask+logEntry(b, j)&logCountMask
+			i, j = i+1, j+1
+		}
+		if drop >= n {
+			drop -= n
+			continue
+		}
+		n -= drop
+		drop = 0
+		e := oneEntry(at, n)
+		out.Write(e[:])
+	}
+	return out.String()
 }
