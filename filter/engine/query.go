@@ -183,37 +183,36 @@ func nextQueryParam(query, seps string) (name, value, rest string) {
 // so a broken escape is a value of its own rather than an error that
 // would drop the key.
 func appendQueryUnescaped(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '+':
-			c = ' '
-		case '%':
-			if b, ok := config.UnhexPair(s, i+1); ok {
-				c = b
-				i += 2
-			}
-		}
+	for i := 0; i < len(s); {
+		var c byte
+		c, i = queryByte(s, i)
 		dst = append(dst, c)
 	}
 	return dst
+}
+
+// queryByte is the decoded byte of the query component s at i, and the
+// index after its spelling: '+' is a space, a valid %XX escape its byte,
+// any other byte itself.
+func queryByte(s string, i int) (byte, int) {
+	switch s[i] {
+	case '+':
+		return ' ', i + 1
+	case '%':
+		if b, ok := config.UnhexPair(s, i+1); ok {
+			return b, i + 3
+		}
+	}
+	return s[i], i + 1
 }
 
 // queryComponentEquals reports whether the raw component s decodes to want,
 // without decoding into memory.
 func queryComponentEquals(s, want string) bool {
 	j := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '+':
-			c = ' '
-		case '%':
-			if b, ok := config.UnhexPair(s, i+1); ok {
-				c = b
-				i += 2
-			}
-		}
+	for i := 0; i < len(s); {
+		var c byte
+		c, i = queryByte(s, i)
 		if j >= len(want) || want[j] != c {
 			return false
 		}
