@@ -206,6 +206,21 @@ func queryByte(s string, i int) (byte, int) {
 	return s[i], i + 1
 }
 
+// sameQueryComponent reports whether the raw components a and b decode
+// to the same bytes, without decoding into memory.
+func sameQueryComponent(a, b string) bool {
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		var ca, cb byte
+		ca, i = queryByte(a, i)
+		cb, j = queryByte(b, j)
+		if ca != cb {
+			return false
+		}
+	}
+	return i == len(a) && j == len(b)
+}
+
 // queryComponentEquals reports whether the raw component s decodes to want,
 // without decoding into memory.
 func queryComponentEquals(s, want string) bool {

@@ -124,6 +124,9 @@ func TestKeysOfEscapedCookies(t *testing.T) {
 	sameKey(t, c, "cookie", [][][2]string{{{"cookie", "sid=alice"}}, {{"cookie", "sid=al%69ce"}},
 		{{"cookie", `sid="%61lice"`}}, {{"cookie", "x=1; sid=%61%6c%69%63%65"}}})
 	sameKey(t, c, "cookie", [][][2]string{{{"cookie", "sid=a b"}}, {{"cookie", "sid=a+b"}}, {{"cookie", "sid=a%20b"}}})
+	// Repeats agree when they decode alike, and are ambiguous otherwise.
+	sameKey(t, c, "cookie", [][][2]string{{{"cookie", "sid=alice"}}, {{"cookie", "sid=alice; sid=al%69ce"}}})
+	ambiguousKey(t, c, [][2]string{{"cookie", "sid=alice; sid=al%69cf"}})
 }
 
 // ambiguousKey checks that each request's key is refused as ambiguous.
