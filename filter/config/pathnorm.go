@@ -6,8 +6,9 @@ import "strings"
 // spelling of a path as one path, so that a client cannot re-spell a
 // resource into a fresh bucket (the engine's keys and path matches) or
 // around the admin route, and so that a match's own path can be checked
-// to be in the form requests are compared in. It is RFC 3986 section 6.2.2 plus what upstreams commonly
-// treat as the same path:
+// to be in the form requests are compared in. It is RFC 3986 section
+// 6.2.2, decoding further than its unreserved bytes, plus what upstreams
+// commonly treat as the same path:
 //
 //   - a percent escape is decoded ("%61lice" is "alice", "%2e%2e" is
 //     "..", "%40" is "@", "%C3%A9" the two bytes of "é"), as Go's
