@@ -731,7 +731,8 @@ func matchHost(hosts []string, host string) bool {
 }
 
 // HostName is the host of an :authority as hosts matches and the host key
-// part read it: without its port (any port: an upstream that routes by
+// part read it: without its port (everything from the first ':' after the
+// name, see stripPort; any port: an upstream that routes by
 // name, as nginx's server_name and Go's ServeMux do, ignores it, and a
 // port's spellings are endless: ":80", ":080") and without trailing dots
 // ("api.example." is the fully qualified "api.example"). Case is left to
@@ -740,21 +741,23 @@ func HostName(authority string) string {
 	return strings.TrimRight(stripPort(authority), ".")
 }
 
-// stripPort removes ":port" from a host, leaving bracketed IPv6 literals
-// ("[::1]:80" -> "[::1]") intact.
+// stripPort is the host of an authority: a bracketed IPv6 literal up to
+// its ']' ("[::1]:80" is "[::1]"), any other host up to its first ':', as
+// nginx takes it, so that "api.example:80:80", "api.example::" and
+// "api.example:1:2" are all "api.example" rather than a host each. An
+// unbracketed IPv6 address is no valid authority; it is cut like any
+// other ("::1" is "", missing).
 func stripPort(host string) string {
-	i := strings.LastIndexByte(host, ':')
-	if i < 0 {
+	if strings.HasPrefix(host, "[") {
+		if i := strings.IndexByte(host, ']'); i >= 0 {
+			return host[:i+1]
+		}
 		return host
 	}
-	if strings.IndexByte(host, ']') > i {
-		return host
+	if i := strings.IndexByte(host, ':'); i >= 0 {
+		return host[:i]
 	}
-	if host[0] != '[' && strings.IndexByte(host[:i], ':') >= 0 {
-		// A bare IPv6 address has no port.
-		return host
-	}
-	return host[:i]
+	return host
 }
 
 // ConcurrencyLimit caps the requests in flight at once per key: a

@@ -728,8 +728,9 @@ func TestMatch(t *testing.T) {
 
 func TestStripPort(t *testing.T) {
 	for in, want := range map[string]string{
-		"a.com": "a.com", "a.com:80": "a.com", "[::1]:80": "[::1]", "[::1]": "[::1]", "::1": "::1",
-		"10.0.0.1:9": "10.0.0.1", "": "",
+		"a.com": "a.com", "a.com:80": "a.com", "[::1]:80": "[::1]", "[::1]": "[::1]", "::1": "",
+		"10.0.0.1:9": "10.0.0.1", "": "", "a.com:80:80": "a.com", "a.com:1:2": "a.com", "a.com::": "a.com",
+		"a.com:80:": "a.com", "[::1]:80:80": "[::1]", "[::1": "[::1",
 	} {
 		if got := stripPort(in); got != want {
 			t.Errorf("stripPort(%q) = %q, want %q", in, got, want)

@@ -23,7 +23,8 @@ func (r *requestInfo) cookie(name string) (string, bool) {
 			if c, rest, ok = nextCookie(rest, name); !ok {
 				continue
 			}
-			if found && c != v {
+			// Compared decoded, as the key reads the value.
+			if found && c != v && !sameQueryComponent(c, v) {
 				r.ambiguous = true
 				return "", false
 			}

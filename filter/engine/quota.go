@@ -83,8 +83,8 @@ type quotaRequest struct {
 // something else: a header, cookie, method or host value with a NUL, CR
 // or LF (Envoy refuses them), a header or cookie value with spaces or
 // tabs around it (Envoy trims them, and the cookie reader too), a path
-// or path segment with a space or control character (no request line
-// holds one), a path with a query or fragment, a path segment that is
+// or path segment with a control character (the normal form keeps those
+// escaped), a path with a query or fragment, a path segment that is
 // not a segment of its path's normal form (a '/', '?', '#' or ';', an
 // escape the normal form decodes, "." or ".."), a cookie value with a
 // ';', two client_ip parts naming different addresses, or path segments
@@ -111,8 +111,10 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 				return nil, fmt.Errorf("key part %d (%s): a header value has no spaces or tabs around it (Envoy trims them)", i+1, p)
 			}
 		case config.KeyPath, config.KeyPathSegment:
-			if strings.ContainsFunc(v, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
-				return nil, fmt.Errorf("key part %d (%s): a path holds no space or control character (send it escaped: %%20)", i+1, p)
+			// The normal form keeps a control byte escaped, so a key never
+			// holds one raw.
+			if strings.ContainsFunc(v, func(c rune) bool { return c < ' ' || c == 0x7f }) {
+				return nil, fmt.Errorf("key part %d (%s): a path key holds no control character (its normal form keeps them escaped: %%01)", i+1, p)
 			}
 		}
 		switch p.Kind {
@@ -127,7 +129,7 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 			if strings.ContainsAny(v, "?#") || !strings.HasPrefix(v, "/") {
 				return nil, fmt.Errorf("key part %d (%s): a path starts with '/' and holds no '?' or '#'", i+1, p)
 			}
-			path = v
+			path = string(appendEscaped(nil, v, inRequestTarget))
 		case config.KeyPathSegment:
 			if strings.ContainsAny(v, "/?#") {
 				return nil, fmt.Errorf("key part %d (%s): a path segment cannot hold '/', '?' or '#'", i+1, p)
@@ -140,7 +142,7 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 			if len(query) > 0 {
 				query = append(query, '&')
 			}
-			query = appendQueryEscaped(append(appendQueryEscaped(query, p.Name), '='), v)
+			query = appendEscaped(append(appendEscaped(query, p.Name, alphanumeric), '='), v, alphanumeric)
 		case config.KeyMethod:
 			method = v
 		case config.KeyHost:
@@ -154,7 +156,7 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 		}
 	}
 	if segments != nil {
-		built := "/" + strings.Join(segments, "/")
+		built := string(appendEscaped(nil, "/"+strings.Join(segments, "/"), inRequestTarget))
 		if path == "" {
 			path = built
 		}
@@ -180,19 +182,32 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 	return r, nil
 }
 
-// appendQueryEscaped appends s with every byte but letters and digits
-// percent-encoded, which any query decoder reads back as s.
-func appendQueryEscaped(dst []byte, s string) []byte {
+// appendEscaped appends s with every byte that keep refuses
+// percent-encoded, which the request path's decoders read back as s.
+func appendEscaped(dst []byte, s string, keep func(byte) bool) []byte {
 	const hex = "0123456789ABCDEF"
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+		if keep(c) {
 			dst = append(dst, c)
 			continue
 		}
 		dst = append(dst, '%', hex[c>>4], hex[c&15])
 	}
 	return dst
+}
+
+// alphanumeric keeps what any query decoder reads as itself.
+func alphanumeric(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// inRequestTarget keeps what a request line carries raw in its path, and
+// '%', so that the escapes a path key keeps (%25, %3F, %23, %3B) stay
+// escapes: a key value in normal form, a space or a UTF-8 byte among its
+// decoded bytes, becomes a path whose normal form is that value.
+func inRequestTarget(c byte) bool {
+	return c > ' ' && c < 0x7f && !strings.ContainsRune("\"<>\\^`{|}?#", rune(c))
 }
 
 func (r *quotaRequest) RequestHeaders() [][2]string { return r.headers }

@@ -66,7 +66,8 @@ func TestResolveQuotaKeyComposesEveryPartAsTheRequestPath(t *testing.T) {
 		{`["host"]`, []string{"API.Example"}, [][2]string{{":authority", "api.example"}}, ""},
 		// A present, empty query value is a bucket of its own.
 		{`["query:q","header:x-t"]`, []string{"", "t1"}, [][2]string{{":path", "/p?q="}, {"x-t", "t1"}}, ""},
-		{`["path_segment:1"]`, []string{"a%20b"}, [][2]string{{":path", "/a%20b"}}, ""},
+		{`["path_segment:1"]`, []string{"a b"}, [][2]string{{":path", "/a%20b"}}, ""},
+		{`["path","path_segment:2"]`, []string{"/caf\u00e9/a%3Fb", "a%3Fb"}, [][2]string{{":path", "/caf%C3%A9/a%3Fb"}}, ""},
 	} {
 		p, f := newNativePlugin(t, `{"limits":[{"name":"t","key":`+tc.key+`,"requests_per_second":5}]}`)
 		l := p.limits[0]
@@ -102,10 +103,10 @@ func TestResolveQuotaKeyComposesEveryPartAsTheRequestPath(t *testing.T) {
 		{`["path_segment:1"]`, []string{"a;v=1"}, `key part path_segment:1: path "/a;v=1" has "a", not "a;v=1"`},
 		{`["path_segment:1"]`, []string{"%41"}, `has "A", not "%41"`},
 		{`["path_segment:2"]`, []string{".."}, `has "", not ".."`},
-		{`["path_segment:1"]`, []string{"a\x00"}, "key part 1 (path_segment:1): a path holds no space or control character"},
-		{`["path_segment:1"]`, []string{"a b"}, "no space or control character"},
-		{`["path"]`, []string{"/a\x00b"}, "key part 1 (path): a path holds no space or control character"},
-		{`["path"]`, []string{"/a\r\n"}, "no space or control character"},
+		{`["path_segment:1"]`, []string{"a\x00"}, "key part 1 (path_segment:1): a path key holds no control character"},
+		{`["path_segment:1"]`, []string{"a\x01b"}, "no control character"},
+		{`["path"]`, []string{"/a\x00b"}, "key part 1 (path): a path key holds no control character"},
+		{`["path"]`, []string{"/a\r\n"}, "no control character"},
 		{`["header:x-t"]`, []string{"  spc  "}, "key part 1 (header:x-t): a header value has no spaces or tabs around it"},
 		{`["header:x-t"]`, []string{"spc\t"}, "no spaces or tabs around it"},
 		{`["header:x-t"]`, []string{"acme\x00"}, "key part 1 (header:x-t): a header value cannot hold NUL, CR or LF"},

@@ -315,11 +315,9 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 			ok = true
 		case config.KeyMethod:
 			v, ok = r.pseudo(needMethod), true
-		case config.KeyCookie:
-			v, ok = r.cookie(p.Name)
 		case config.KeyPathSegment:
 			v, ok = pathSegment(r.normalPath(), p.Segment)
-		case config.KeyQuery, config.KeyClientIPMasked, config.KeyMetadata, config.KeyHost:
+		case config.KeyQuery, config.KeyCookie, config.KeyClientIPMasked, config.KeyMetadata, config.KeyHost:
 			// These decode or mask into dst rather than slicing a value.
 			start := len(dst)
 			if dst, ok = r.appendDerived(dst, p, clientCfg); !ok {
@@ -343,11 +341,19 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 	return dst, overrideValue, true
 }
 
-// appendDerived appends the value of a query, host, metadata or masked
-// client address part, which exist only once decoded, folded, rendered
-// or masked.
+// appendDerived appends the value of a query, cookie, host, metadata or
+// masked client address part, which exist only once decoded, folded,
+// rendered or masked.
 func (r *requestInfo) appendDerived(dst []byte, p config.KeyPart, clientCfg *config.ClientIP) ([]byte, bool) {
 	switch p.Kind {
+	case config.KeyCookie:
+		// Decoded as PHP's $_COOKIE and Rack read it ("al%69ce" and
+		// "alice" are one caller), the way query values are.
+		v, ok := r.cookie(p.Name)
+		if !ok || v == "" {
+			return dst, false
+		}
+		return appendQueryUnescaped(dst, v), true
 	case config.KeyMetadata:
 		return appendMetadata(dst, r.host.Property(p.Property))
 	case config.KeyHost:
