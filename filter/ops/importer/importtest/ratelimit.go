@@ -91,6 +91,11 @@ descriptors:
   - request_headers: {header_name: x-to, descriptor_key: to_number}`
 )
 
+// remoteAddressRateLimits makes a descriptor of the client address.
+const remoteAddressRateLimits = `
+- actions:
+  - remote_address: {}`
+
 // client is the scenarios' default client address.
 const client = "10.0.0.1"
 
@@ -143,10 +148,8 @@ descriptors:
       unit: second
       requests_per_unit: 0
 `,
-		RateLimits: `
-- actions:
-  - remote_address: {}`,
-		Traffic: cat(reqs(12, "GET", "50.0.0.1"), reqs(3, "GET", "50.0.0.5"), reqs(11, "GET", "2001:db8::1"), reqs(2, "GET", "50.0.0.2")),
+		RateLimits: remoteAddressRateLimits,
+		Traffic:    cat(reqs(12, "GET", "50.0.0.1"), reqs(3, "GET", "50.0.0.5"), reqs(11, "GET", "2001:db8::1"), reqs(2, "GET", "50.0.0.2")),
 	},
 	{
 		Name: "example4", Domain: "example4", Units: []time.Duration{time.Second}, WantDenials: true,
@@ -363,10 +366,8 @@ descriptors:
     value: "2001:db8::2"
     rate_limit: {unlimited: true}
 `,
-		RateLimits: `
-- actions:
-  - remote_address: {}`,
-		Traffic: cat(reqs(4, "GET", "10.0.0.1"), reqs(4, "GET", "10.0.0.2"), reqs(4, "GET", "2001:db8::1"), reqs(4, "GET", "2001:db8::2")),
+		RateLimits: remoteAddressRateLimits,
+		Traffic:    cat(reqs(4, "GET", "10.0.0.1"), reqs(4, "GET", "10.0.0.2"), reqs(4, "GET", "2001:db8::1"), reqs(4, "GET", "2001:db8::2")),
 	},
 	{
 		// The service files descriptors as key or key_value in one map:
