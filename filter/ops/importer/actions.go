@@ -115,9 +115,15 @@ func (im *importer) readAction(r reader, a node, serviceCluster string) ([]entry
 			r.fail(v, "header_name and descriptor_key are required")
 			return nil, false
 		}
+		if !headerName(r, v.child("header_name"), name) {
+			return nil, false
+		}
 		if pseudo, ok := pseudoParts[name]; ok {
-			if pseudo == "path" {
+			switch pseudo {
+			case "path":
 				im.note(Inexact, r.file, a, ":path: Envoy's value holds the query string, Sluice's path part does not")
+			case "host":
+				im.note(Inexact, r.file, a, ":authority: Envoy sends it as the client wrote it, Sluice's host key part is normalised (lower-cased, without the port), so API.example.com:8443 and api.example.com share one bucket in Sluice and count apart in the service")
 			}
 			return []entryAlt{{key: key, part: pseudo}}, true
 		}
@@ -200,6 +206,21 @@ func (im *importer) readAction(r reader, a node, serviceCluster string) ([]entry
 	return nil, false
 }
 
+// headerName reports whether name (at n) is a header name a request can
+// carry: an RFC 9110 token, or a pseudo-header's; else an error at n.
+func headerName(r reader, n node, name string) bool {
+	token := strings.TrimPrefix(name, ":")
+	ok := token != ""
+	for i := 0; i < len(token) && ok; i++ {
+		c := token[i]
+		ok = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+	}
+	if !ok {
+		r.fail(n, "%q is not a header name", name)
+	}
+	return ok
+}
+
 // valueMatch is a *_value_match action: its constant entry when m holds
 // (or, with expect_match false, when it does not).
 func valueMatch(r reader, v node, defaultKey string, m *match) []entryAlt {
@@ -232,6 +253,9 @@ func (im *importer) headerCond(r reader, h node) ([]condition, bool) {
 		r.fail(h.child("name"), "must not be empty")
 		return nil, false
 	}
+	if !headerName(r, h.child("name"), name) {
+		return nil, false
+	}
 	if strings.HasPrefix(name, ":") {
 		im.note(Unsupported, r.file, h.child("name"), "pseudo-header %s is not a header a Sluice match reads (use path, hosts or methods conditions); the descriptor is not imported", name)
 		return nil, false
@@ -244,6 +268,10 @@ func (im *importer) headerCond(r reader, h node) ([]condition, bool) {
 	for _, k := range []string{"exact_match", "prefix_match", "suffix_match", "contains_match"} {
 		if c := h.child(k); c.present() {
 			s := r.str(c)
+			if s == "" && k != "exact_match" {
+				r.fail(c, "must not be empty (Envoy refuses it)")
+				return nil, false
+			}
 			switch k {
 			case "exact_match":
 				return []condition{{Name: name, Value: &s}}, true
@@ -284,6 +312,10 @@ func (im *importer) stringCond(r reader, m node, name string, query bool) (condi
 			continue
 		}
 		s := r.str(c)
+		if s == "" && k != "exact" {
+			r.fail(c, "must not be empty (Envoy refuses it)")
+			return condition{}, false
+		}
 		if !ic && !(query && (k == "suffix" || k == "contains")) {
 			switch k {
 			case "exact":
@@ -297,10 +329,10 @@ func (im *importer) stringCond(r reader, m node, name string, query bool) (condi
 			}
 		}
 		q := regexp.QuoteMeta(s)
-		re := map[string]string{"exact": q, "prefix": q + ".*", "suffix": ".*" + q, "contains": ".*" + q + ".*"}[k]
 		if ic {
-			re = "(?i)" + re
+			q = asciiFold(s)
 		}
+		re := map[string]string{"exact": q, "prefix": q + ".*", "suffix": ".*" + q, "contains": ".*" + q + ".*"}[k]
 		return condition{Name: name, Regex: re}, true
 	}
 	if c := m.child("safe_regex"); c.present() {
@@ -311,6 +343,25 @@ func (im *importer) stringCond(r reader, m node, name string, query bool) (condi
 	}
 	im.note(Unsupported, r.file, m, "this string matcher is not imported; the descriptor is not imported")
 	return condition{}, false
+}
+
+// asciiFold is a regex matching s with ASCII letters in either case and
+// every other byte as is: Envoy's ignore_case (absl::EqualsIgnoreCase)
+// folds ASCII only, while (?i) would also fold U+017F into s and U+212A
+// into k.
+func asciiFold(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if lo := c | 0x20; lo >= 'a' && lo <= 'z' {
+			b.WriteString("[" + string(lo-0x20) + string(lo) + "]")
+		} else {
+			// Byte by byte: QuoteMeta escapes only ASCII, so a
+			// multi-byte character's bytes stay together.
+			b.WriteString(regexp.QuoteMeta(s[i : i+1]))
+		}
+	}
+	return b.String()
 }
 
 // knownMethods are the methods a Sluice match names.
@@ -344,14 +395,18 @@ func valueCond(part, v string) (*match, bool) {
 		}
 		return &match{Path: v}, true
 	case part == "client_ip":
+		// Envoy sends the address's canonical text (IPv6 lower-case and
+		// compressed, IPv4-mapped peers as IPv4) and the service compares
+		// text: another spelling, or a CIDR, never matches there, while
+		// Sluice would read it as an address or a range.
 		a, err := netip.ParseAddr(v)
-		if err != nil || a.Zone() != "" {
+		if err != nil || a.Zone() != "" || a.Is4In6() || a.String() != v {
 			return nil, false
 		}
 		return &match{CIDRs: []string{a.String()}}, true
 	case strings.HasPrefix(part, "client_ip/"):
 		p, err := netip.ParsePrefix(v)
-		if err != nil || p.Masked() != p {
+		if err != nil || p.Masked() != p || p.Addr().Is4In6() || p.String() != v {
 			return nil, false
 		}
 		var v4, v6 int

@@ -34,8 +34,11 @@ type filterRef struct {
 }
 
 type vhost struct {
-	file       string
-	at         node
+	file string
+	at   node
+	// hcm is the HTTP connection manager holding the virtual host, a
+	// zero node when another input (RDS) gave the route configuration.
+	hcm        node
 	rateLimits node
 	perFilter  node
 	routes     []*route
@@ -59,16 +62,17 @@ func (im *importer) readEnvoy(file string, root node) {
 	if c := root.child("node").child("cluster"); c.present() {
 		im.envoy.serviceCluster = r.str(c)
 	}
-	im.walkEnvoy(r, root, 0)
+	im.walkEnvoy(r, root, node{}, 0)
 }
 
 // walkEnvoy finds HTTP filter chains and virtual hosts anywhere in the
 // document (a bootstrap, a listener, a route configuration).
-func (im *importer) walkEnvoy(r reader, n node, depth int) {
+func (im *importer) walkEnvoy(r reader, n, hcm node, depth int) {
 	if depth > maxDepth || n.n == nil {
 		return
 	}
 	if fs := n.child("http_filters"); fs.present() && r.isSeq(fs) {
+		hcm = n
 		for _, f := range fs.items() {
 			cfg := f.child("typed_config")
 			switch r.str(cfg.child("@type")) {
@@ -81,7 +85,7 @@ func (im *importer) walkEnvoy(r reader, n node, depth int) {
 	}
 	if vs := n.child("virtual_hosts"); vs.present() && r.isSeq(vs) {
 		for _, v := range vs.items() {
-			im.readVhost(r, v)
+			im.readVhost(r, v, hcm)
 		}
 	}
 	for _, k := range n.keys() {
@@ -89,15 +93,15 @@ func (im *importer) walkEnvoy(r reader, n node, depth int) {
 			continue
 		}
 		c := n.child(k)
-		im.walkEnvoy(r, c, depth+1)
+		im.walkEnvoy(r, c, hcm, depth+1)
 		for _, it := range c.items() {
-			im.walkEnvoy(r, it, depth+1)
+			im.walkEnvoy(r, it, hcm, depth+1)
 		}
 	}
 }
 
-func (im *importer) readVhost(r reader, v node) {
-	vh := &vhost{file: r.file, at: v, rateLimits: v.child("rate_limits"), perFilter: v.child("typed_per_filter_config")}
+func (im *importer) readVhost(r reader, v, hcm node) {
+	vh := &vhost{file: r.file, at: v, hcm: hcm, rateLimits: v.child("rate_limits"), perFilter: v.child("typed_per_filter_config")}
 	for _, rt := range v.child("routes").items() {
 		ro := &route{at: rt, name: r.str(rt.child("name")), perFilter: rt.child("typed_per_filter_config"), vh: vh, idx: len(vh.routes)}
 		ro.key = ro.name
@@ -107,6 +111,9 @@ func (im *importer) readVhost(r reader, v node) {
 				im.unnamedRoutes = map[string]*route{}
 			}
 			im.unnamedRoutes[ro.key] = ro
+		}
+		if m := rt.child("match"); m.present() {
+			r.isMap(m)
 		}
 		act := rt.child("route")
 		ro.rateLimits = act.child("rate_limits")

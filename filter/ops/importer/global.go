@@ -2,6 +2,7 @@ package importer
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -38,7 +39,7 @@ func (im *importer) convert() {
 		im.convertLocal(f)
 	}
 	if len(rls) == 0 && len(im.envoy.locals) == 0 {
-		im.res.Errors = append(im.res.Errors, Finding{Message: "nothing to import: no envoyproxy/ratelimit config and no Envoy ratelimit or local_ratelimit filter"})
+		im.res.Errors = append(im.res.Errors, Finding{File: strings.Join(im.files, ", "), Message: "nothing to import: no envoyproxy/ratelimit config and no Envoy ratelimit or local_ratelimit filter"})
 	}
 }
 
@@ -175,8 +176,21 @@ func (im *importer) walk(n *rlNode, entries []entryAlt, i int, b branch, out *[]
 	} else {
 		var taken []string
 		for _, c := range n.valued(e.key) {
-			taken = append(taken, c.value)
 			vc, ok := valueCond(e.part, c.value)
+			if !ok && strings.HasPrefix(e.part, "client_ip") {
+				// No request takes it in the service: its requests
+				// stay with the default, so it exempts nothing.
+				im.note(Unsupported, c.file, c.at, "value %q is not the text Envoy sends for a client address (one address, canonical: lower-case IPv6, IPv4 unmapped; masked, the canonical prefix of the action's length), so the service never matches it: not imported", c.value)
+				continue
+			}
+			if e.part == "host" {
+				// Sluice's host is normalised (lower-cased, no port):
+				// exempting the value from the default would exempt
+				// every spelling of it, which the service counts there.
+				im.note(Unsupported, c.file, c.at, "a descriptor for one :authority value needs the raw authority, which Sluice reads only normalised (lower-cased, without the port): not imported; requests with it count against the key's default, if any")
+				continue
+			}
+			taken = append(taken, c.value)
 			if !ok {
 				if e.part == "cluster" {
 					im.note(Unsupported, c.file, c.at, "a descriptor for one destination_cluster value needs a condition on the cluster, which Sluice's match has not; not imported")
@@ -188,7 +202,7 @@ func (im *importer) walk(n *rlNode, entries []entryAlt, i int, b branch, out *[]
 				im.note(Unsupported, c.file, c.at, "this descriptor's conditions need two negations; not imported")
 				continue
 			}
-			steps = append(steps, step{c, branch{cond: cond, parts: b.parts, exempt: b.exempt, fixedPart: e.part, fixedValue: c.value}})
+			steps = append(steps, step{c.rlNode, branch{cond: cond, parts: b.parts, exempt: b.exempt, fixedPart: e.part, fixedValue: c.value}})
 		}
 		if d := n.defaultChild(e.key); d != nil {
 			nb := branch{cond: b.cond, parts: append(append([]string(nil), b.parts...), e.part), exempt: map[string][]string{}}
@@ -232,6 +246,8 @@ func (im *importer) ruleLimit(domain string, b branch, mode string) *limit {
 		// disables the limits it names.
 		l.Key, l.Limit, l.Window, l.Shadow = []string{}, 1, "1s", true
 		im.note(Inexact, b.node.file, rule.at, "an unlimited rule that replaces others is imported as a shadow limit: it never refuses, but its shadow_limited metric counts")
+		im.excludeTaken(l, b)
+		return im.addShared(l, ruleHint(domain, b.node), fmt.Sprintf("rule %p", b.node), b.node.file, b.node.at)
 	case rule.window == "":
 		return nil
 	case rule.limit == 0 && b.fixedPart == "":
@@ -268,7 +284,61 @@ func (im *importer) ruleLimit(domain string, b branch, mode string) *limit {
 	if l.OverrideBy != "" && !contains(l.Key, l.OverrideBy) {
 		l.OverrideBy, l.Overrides = "", nil
 	}
+	if len(rule.replaces) > 0 {
+		im.excludeTaken(l, b)
+	}
 	return im.addShared(l, ruleHint(domain, b.node), fmt.Sprintf("rule %p", b.node), b.node.file, b.node.at)
+}
+
+// excludeTaken keeps the limit l of a default rule that replaces others
+// off the values more specific descriptors take: the service applies the
+// replaces of the rule a descriptor resolves to only, and those values
+// resolve to their own rules. An unlimited override would leave l
+// matching them, and a matching limit disables its targets; so the
+// values become a negated condition instead, where Sluice has one.
+func (im *importer) excludeTaken(l *limit, b branch) {
+	if len(b.exempt) == 0 {
+		return
+	}
+	part := sortedKeys(b.exempt)[0]
+	not, ok := oneOf(part, b.exempt[part])
+	if !ok || l.Match.Not != nil {
+		im.note(Inexact, b.node.file, b.node.rule.at.child("replaces"), "the replaces of this default rule also apply, in Sluice, to the values more specific descriptors take (%s), which the service resolves to their own rules: a Sluice match cannot exclude them here", strings.Join(b.exempt[part], ", "))
+		return
+	}
+	l.Match.Not = not
+	l.OverrideBy, l.Overrides = "", nil
+}
+
+// oneOf is the condition that part's value is one of values, false when
+// Sluice has none.
+func oneOf(part string, values []string) (*match, bool) {
+	quoted := make([]string, len(values))
+	for i, v := range values {
+		quoted[i] = regexp.QuoteMeta(v)
+	}
+	alt := "(?:" + strings.Join(quoted, "|") + ")"
+	switch {
+	case strings.HasPrefix(part, "header:"):
+		return &match{Headers: []condition{{Name: part[len("header:"):], Regex: alt}}}, true
+	case strings.HasPrefix(part, "query:"):
+		return &match{Query: []condition{{Name: part[len("query:"):], Regex: alt}}}, true
+	case part == "path":
+		return &match{PathRegex: alt}, true
+	case part == "client_ip" || strings.HasPrefix(part, "client_ip/"):
+		// The values are canonical addresses, or prefixes of the mask's
+		// length (valueCond let no other through).
+		return &match{CIDRs: append([]string(nil), values...)}, true
+	case part == "method":
+		var ms []string
+		for _, v := range values {
+			if knownMethods[v] {
+				ms = append(ms, v)
+			}
+		}
+		return &match{Methods: ms}, len(ms) > 0
+	}
+	return nil, false
 }
 
 // ruleHint is the name a rule's limit is given: the rule's name, or its
@@ -330,6 +400,44 @@ func (im *importer) resolveReplaces() {
 				}
 			}
 		}
+	}
+	im.breakReplaceCycles()
+}
+
+// breakReplaceCycles drops the replaces of every limit that replaces
+// itself through others: the service accepts such a cycle (a request
+// matching both rules is counted by neither), the filter refuses it. The
+// limits stay, each counting on its own, which is reported at the rule.
+func (im *importer) breakReplaceCycles() {
+	byName := map[string]*limit{}
+	for _, l := range im.out.Limits {
+		byName[l.Name] = l
+	}
+	reaches := func(from *limit, to string) bool {
+		seen := map[string]bool{}
+		stack := append([]string(nil), from.Replaces...)
+		for len(stack) > 0 {
+			n := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if n == to {
+				return true
+			}
+			if !seen[n] && byName[n] != nil {
+				seen[n] = true
+				stack = append(stack, byName[n].Replaces...)
+			}
+		}
+		return false
+	}
+	var cyclic []*limit
+	for _, l := range im.out.Limits {
+		if reaches(l, l.Name) {
+			cyclic = append(cyclic, l)
+		}
+	}
+	for _, l := range cyclic {
+		im.note(Unsupported, l.from.file, l.from.rule.at.child("replaces"), "these replaces form a cycle, which the service accepts (a request both rules apply to is limited by neither) and Sluice refuses: not imported, so each of those limits applies on its own")
+		l.Replaces = nil
 	}
 }
 

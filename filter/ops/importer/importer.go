@@ -142,6 +142,8 @@ type importer struct {
 	unnamedRoutes map[string]*route
 	// shared are the limits added by the bucket they count in.
 	shared map[string]*limit
+	// files are the inputs' names, for errors about all of them.
+	files []string
 }
 
 func (im *importer) note(code, file string, n node, format string, args ...any) {
@@ -150,6 +152,7 @@ func (im *importer) note(code, file string, n node, format string, args ...any) 
 
 // read parses one file's documents and sorts them by kind.
 func (im *importer) read(in Input) {
+	im.files = append(im.files, in.Name)
 	dec := yaml.NewDecoder(bytes.NewReader(in.Data))
 	for i := 0; ; i++ {
 		var doc yaml.Node
@@ -168,7 +171,12 @@ func (im *importer) read(in Input) {
 			im.res.Errors = append(im.res.Errors, Finding{File: in.Name, Message: fmt.Sprintf("document %d is too large or too deep (at most %d nodes, %d levels, aliases expanded)", i, maxNodes, maxDepth)})
 			return
 		}
-		root := node{deref(doc.Content[0]), ""}
+		root := node{n: deref(doc.Content[0])}
+		before := len(im.res.Errors)
+		duplicateKeys(reader{file: in.Name, errs: &im.res.Errors}, root)
+		if len(im.res.Errors) > before {
+			return
+		}
 		if root.child("domain").present() {
 			im.readRatelimit(in.Name, root)
 		} else {

@@ -53,6 +53,9 @@ var unitWindows = map[string]string{
 	"second": "1s", "minute": "1m", "hour": "1h", "day": "24h", "week": "168h",
 }
 
+// maxRate is the filter's largest limit; the service takes any uint32.
+const maxRate = 1e9
+
 // rlKeys are the service's valid keys (its loader refuses others).
 var rlKeys = map[string]bool{
 	"domain": true, "key": true, "value": true, "descriptors": true, "rate_limit": true,
@@ -62,7 +65,7 @@ var rlKeys = map[string]bool{
 }
 
 func (im *importer) readRatelimit(file string, root node) {
-	r := reader{file: file, errs: &im.res.Errors}
+	r := reader{file: file, errs: &im.res.Errors, lenient: true}
 	im.checkKeys(r, root)
 	domain := r.str(root.child("domain"))
 	if domain == "" {
@@ -165,6 +168,10 @@ func (im *importer) readRule(r reader, rl node, shadow bool) *rlRule {
 			im.note(Unsupported, r.file, rl.child("unit"), "unit %s: Sluice windows are at most a week; the limit is not imported", unit)
 		}
 		rule.limit, _ = r.uint(rl.child("requests_per_unit"), 1<<32-1)
+		if rule.limit > maxRate && rule.window != "" {
+			im.note(Unsupported, r.file, rl.child("requests_per_unit"), "%d requests per unit: Sluice's limits are at most %d; the limit is not imported (it refuses nothing a Sluice limit could)", rule.limit, uint64(maxRate))
+			rule.window = ""
+		}
 	}
 	if rs := rl.child("replaces"); r.isSeq(rs) {
 		for _, it := range rs.items() {
@@ -180,12 +187,24 @@ func (im *importer) readRule(r reader, rl node, shadow bool) *rlRule {
 	return rule
 }
 
+// composite is the name the service files a descriptor under: its key,
+// or its key, "_" and its value. The service looks an entry up by
+// key + "_" + value in those names, so a descriptor keyed "user_vip"
+// takes the entry user=vip as surely as key user, value vip would.
+func (n *rlNode) composite() string {
+	if n.value == "" {
+		return n.key
+	}
+	return n.key + "_" + n.value
+}
+
 // lookup is the service's choice of the child for key and value: the
-// child with that key and value, else the key's default (no value).
-// Wildcards are not imported.
+// child filed as key_value, else the one filed as key (the key's
+// default). Wildcards are not imported.
 func (n *rlNode) lookup(key, value string) *rlNode {
+	want := key + "_" + value
 	for _, c := range n.children {
-		if !c.wildcard && c.key == key && c.value == value && value != "" {
+		if !c.wildcard && c.composite() == want {
 			return c
 		}
 	}
@@ -194,19 +213,26 @@ func (n *rlNode) lookup(key, value string) *rlNode {
 
 func (n *rlNode) defaultChild(key string) *rlNode {
 	for _, c := range n.children {
-		if !c.wildcard && c.key == key && c.value == "" {
+		if !c.wildcard && c.composite() == key {
 			return c
 		}
 	}
 	return nil
 }
 
-// valued are the children with key and a value, in document order.
-func (n *rlNode) valued(key string) []*rlNode {
-	var out []*rlNode
+// valuedChild is a child the service picks for one value of a key.
+type valuedChild struct {
+	*rlNode
+	value string
+}
+
+// valued are the children the service picks for key with some value
+// (filed as key_value), with that value, in document order.
+func (n *rlNode) valued(key string) []valuedChild {
+	var out []valuedChild
 	for _, c := range n.children {
-		if !c.wildcard && c.key == key && c.value != "" {
-			out = append(out, c)
+		if v, ok := strings.CutPrefix(c.composite(), key+"_"); ok && !c.wildcard {
+			out = append(out, valuedChild{c, v})
 		}
 	}
 	return out

@@ -94,6 +94,9 @@ func (im *importer) pathScope(rt *route) (*match, string) {
 		}
 		own.Not = &match{PathRegex: "(?:" + strings.Join(alts, "|") + ")"}
 	}
+	if usesPath(own) && !(r.wrappedBool(rt.vh.hcm.child("normalize_path"), false) && r.boolean(rt.vh.hcm.child("merge_slashes"))) {
+		im.note(Inexact, rt.vh.file, rt.at, "this route is scoped by the request path: Envoy routes the path as sent, since its connection manager does not set both normalize_path and merge_slashes, while Sluice's path matches read it in normal form, so /api/../public/x takes this route in Envoy and is /public/x to Sluice (set both in the connection manager, or name the route: a name scopes exactly)")
+	}
 	if len(im.envoy.vhosts) > 1 {
 		hosts, why := im.vhostHosts(r, rt.vh)
 		if hosts == nil {
@@ -102,6 +105,11 @@ func (im *importer) pathScope(rt *route) (*match, string) {
 		own.Hosts = hosts
 	}
 	return own, ""
+}
+
+// usesPath reports whether m, or its negation, reads the path.
+func usesPath(m *match) bool {
+	return m != nil && (m.Path != "" || m.PathPrefix != "" || m.PathRegex != "" || usesPath(m.Not))
 }
 
 // routeMatch converts a route's match, or says why it cannot.

@@ -13,19 +13,47 @@ import (
 type node struct {
 	n    *yaml.Node
 	path string
+	// parentLine is, for a missing child, its mapping's line, so that
+	// "must not be empty" still says where.
+	parentLine int
 }
 
-// child is the value of key in a mapping, or a zero node.
+// child is the value of key in a mapping, or a node without a value that
+// still has the key's path.
 func (n node) child(key string) node {
 	if n.n == nil || n.n.Kind != yaml.MappingNode {
-		return node{}
+		return node{path: join(n.path, key), parentLine: n.line()}
 	}
 	for i := 0; i+1 < len(n.n.Content); i += 2 {
 		if n.n.Content[i].Value == key {
-			return node{deref(n.n.Content[i+1]), join(n.path, key)}
+			return node{n: deref(n.n.Content[i+1]), path: join(n.path, key)}
 		}
 	}
-	return node{}
+	return node{path: join(n.path, key), parentLine: n.line()}
+}
+
+// duplicateKeys reports every key given twice in one mapping under n:
+// yaml.v3 keeps both and the importer would read the first, while the
+// service (yaml.v2) takes the last and Envoy refuses the file. Aliases
+// are checked where their anchor is.
+func duplicateKeys(r reader, n node) {
+	switch n.n.Kind {
+	case yaml.MappingNode:
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.n.Content); i += 2 {
+			k, v := n.n.Content[i], n.n.Content[i+1]
+			c := node{n: v, path: join(n.path, k.Value)}
+			if seen[k.Value] {
+				r.fail(node{n: k, path: c.path}, "key %q is given twice in this mapping", k.Value)
+			}
+			seen[k.Value] = true
+			duplicateKeys(r, c)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.n.Content {
+			duplicateKeys(r, node{n: c, path: fmt.Sprintf("%s[%d]", n.path, i)})
+		}
+	}
 }
 
 // deref resolves an alias (*anchor) to the node it names: Envoy configs
@@ -61,7 +89,7 @@ func (n node) items() []node {
 	}
 	out := make([]node, len(n.n.Content))
 	for i, c := range n.n.Content {
-		out[i] = node{deref(c), fmt.Sprintf("%s[%d]", n.path, i)}
+		out[i] = node{n: deref(c), path: fmt.Sprintf("%s[%d]", n.path, i)}
 	}
 	return out
 }
@@ -76,7 +104,7 @@ func join(path, key string) string {
 // line is the node's line for messages, 0 when unknown.
 func (n node) line() int {
 	if n.n == nil {
-		return 0
+		return n.parentLine
 	}
 	return n.n.Line
 }
@@ -86,6 +114,10 @@ func (n node) line() int {
 type reader struct {
 	file string
 	errs *[]Finding
+	// lenient reads any scalar as a string, as the service's yaml.v2
+	// does; Envoy's protobuf JSON refuses a number or a bool for a
+	// string field.
+	lenient bool
 }
 
 func (r reader) fail(n node, format string, args ...any) {
@@ -118,7 +150,7 @@ func (r reader) str(n node) string {
 	if !n.present() {
 		return ""
 	}
-	if n.n.Kind != yaml.ScalarNode {
+	if n.n.Kind != yaml.ScalarNode || !r.lenient && n.n.Tag != "!!str" {
 		r.fail(n, "must be a string")
 		return ""
 	}

@@ -91,6 +91,11 @@ descriptors:
   - request_headers: {header_name: x-to, descriptor_key: to_number}`
 )
 
+// remoteAddressRateLimits makes a descriptor of the client address.
+const remoteAddressRateLimits = `
+- actions:
+  - remote_address: {}`
+
 // client is the scenarios' default client address.
 const client = "10.0.0.1"
 
@@ -143,10 +148,8 @@ descriptors:
       unit: second
       requests_per_unit: 0
 `,
-		RateLimits: `
-- actions:
-  - remote_address: {}`,
-		Traffic: cat(reqs(12, "GET", "50.0.0.1"), reqs(3, "GET", "50.0.0.5"), reqs(11, "GET", "2001:db8::1"), reqs(2, "GET", "50.0.0.2")),
+		RateLimits: remoteAddressRateLimits,
+		Traffic:    cat(reqs(12, "GET", "50.0.0.1"), reqs(3, "GET", "50.0.0.5"), reqs(11, "GET", "2001:db8::1"), reqs(2, "GET", "50.0.0.2")),
 	},
 	{
 		Name: "example4", Domain: "example4", Units: []time.Duration{time.Second}, WantDenials: true,
@@ -338,6 +341,94 @@ descriptors:
 		Traffic: cat(reqs(104, "POST", client, "x-message-type", "marketing", "x-to", "2063333333"),
 			reqs(5, "POST", client, "x-message-type", "transactional", "x-to", "2063333333")),
 	},
+	{
+		// Values that are no canonical address never match in the
+		// service, which compares the text Envoy sends: they must not
+		// exempt a range, an address or another spelling.
+		Name: "remote-address-values", Domain: "address_values", Units: []time.Duration{time.Second}, WantDenials: true,
+		Config: `domain: address_values
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: remote_address
+    value: 10.0.0.0/8
+    rate_limit: {unlimited: true}
+  - key: remote_address
+    value: 10.0.0.1/32
+    rate_limit: {unlimited: true}
+  - key: remote_address
+    value: "2001:DB8::1"
+    rate_limit: {unlimited: true}
+  - key: remote_address
+    value: "::ffff:10.0.0.2"
+    rate_limit: {unlimited: true}
+  - key: remote_address
+    value: "2001:db8::2"
+    rate_limit: {unlimited: true}
+`,
+		RateLimits: remoteAddressRateLimits,
+		Traffic:    cat(reqs(4, "GET", "10.0.0.1"), reqs(4, "GET", "10.0.0.2"), reqs(4, "GET", "2001:db8::1"), reqs(4, "GET", "2001:db8::2")),
+	},
+	{
+		// The service files descriptors as key or key_value in one map:
+		// the entry user=vip finds the descriptor keyed user_vip.
+		Name: "underscore-key", Domain: "underscore", Units: []time.Duration{time.Second}, WantDenials: true,
+		Config: `domain: underscore
+descriptors:
+  - key: user_vip
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 100}
+`,
+		RateLimits: `
+- actions:
+  - request_headers: {header_name: x-user, descriptor_key: user}`,
+		Traffic: cat(reqs(3, "GET", client, "x-user", "vip"), reqs(3, "GET", client, "x-user", "bob")),
+	},
+	{
+		// replaces come only from the rule a descriptor resolves to:
+		// alice, bob and carol resolve to their own descriptors, so the
+		// default's replaces leave general in force for them.
+		Name: "replaces-resolved", Domain: "replaces_resolved", Units: []time.Duration{time.Second}, WantDenials: true,
+		Config: `domain: replaces_resolved
+descriptors:
+  - key: generic_key
+    value: g
+    rate_limit: {unit: second, requests_per_unit: 2, name: general}
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 100, name: spec, replaces: [{name: general}]}
+  - key: user
+    value: alice
+    rate_limit: {unlimited: true}
+  - key: user
+    value: bob
+    rate_limit: {unit: second, requests_per_unit: 1000}
+  - key: user
+    value: carol
+`,
+		RateLimits: `
+- actions:
+  - generic_key: {descriptor_key: generic_key, descriptor_value: g}
+- actions:
+  - request_headers: {header_name: x-user, descriptor_key: user}`,
+		Traffic: cat(reqs(3, "GET", client, "x-user", "dave"), reqs(3, "GET", client, "x-user", "alice"),
+			reqs(2, "GET", client, "x-user", "bob"), reqs(2, "GET", client, "x-user", "carol"), reqs(2, "GET", client, "x-user", "erin")),
+	},
+	{
+		// Envoy's ignore_case folds ASCII only: x-class: ſK (U+017F)
+		// is not sk there, so it is limited.
+		Name: "ignore-case-ascii", Domain: "ignore_case", Units: []time.Duration{time.Second}, WantDenials: true,
+		Config: `domain: ignore_case
+descriptors:
+  - key: header_match
+    value: limited
+    rate_limit: {unit: second, requests_per_unit: 1}
+`,
+		RateLimits: `
+- actions:
+  - header_value_match: {descriptor_value: limited, expect_match: false, headers: [{name: x-class, string_match: {exact: sk, ignore_case: true}}]}`,
+		Traffic: cat(reqs(3, "GET", client, "x-class", "SK"), reqs(3, "GET", client, "x-class", "\u017fK"), reqs(2, "GET", client, "x-class", "s\u212a")),
+	},
 }
 
 // EnvoyYAML is a listener whose one route, r, has rateLimits, with
@@ -370,9 +461,14 @@ type envoyAction struct {
 	HeaderValueMatch *struct {
 		DescriptorKey   string `yaml:"descriptor_key"`
 		DescriptorValue string `yaml:"descriptor_value"`
+		ExpectMatch     *bool  `yaml:"expect_match"`
 		Headers         []struct {
 			Name         string `yaml:"name"`
 			PresentMatch bool   `yaml:"present_match"`
+			StringMatch  *struct {
+				Exact      string `yaml:"exact"`
+				IgnoreCase bool   `yaml:"ignore_case"`
+			} `yaml:"string_match"`
 		} `yaml:"headers"`
 	} `yaml:"header_value_match"`
 }
@@ -420,13 +516,22 @@ func Descriptors(rateLimits string, req *RatelimitRequest) ([]ratelimitsvc.Descr
 			case a.GenericKey != nil:
 				d.Entries = append(d.Entries, ratelimitsvc.Entry{Key: a.GenericKey.DescriptorKey, Value: a.GenericKey.DescriptorValue})
 			case a.HeaderValueMatch != nil:
+				matched := true
 				for _, h := range a.HeaderValueMatch.Headers {
-					if _, present := header(h.Name); present != h.PresentMatch {
-						ok = false
+					v, present := header(h.Name)
+					if h.StringMatch != nil {
+						matched = matched && present && (v == h.StringMatch.Exact || h.StringMatch.IgnoreCase && asciiEqualFold(v, h.StringMatch.Exact))
+					} else if present != h.PresentMatch {
+						matched = false
 					}
 				}
+				ok = matched == (a.HeaderValueMatch.ExpectMatch == nil || *a.HeaderValueMatch.ExpectMatch)
+				key := a.HeaderValueMatch.DescriptorKey
+				if key == "" {
+					key = "header_match"
+				}
 				if ok {
-					d.Entries = append(d.Entries, ratelimitsvc.Entry{Key: a.HeaderValueMatch.DescriptorKey, Value: a.HeaderValueMatch.DescriptorValue})
+					d.Entries = append(d.Entries, ratelimitsvc.Entry{Key: key, Value: a.HeaderValueMatch.DescriptorValue})
 				}
 			default:
 				return nil, fmt.Errorf("the tests' Envoy model lacks an action of %s", rateLimits)
@@ -440,4 +545,24 @@ func Descriptors(rateLimits string, req *RatelimitRequest) ([]ratelimitsvc.Descr
 		}
 	}
 	return out, nil
+}
+
+// asciiEqualFold is absl::EqualsIgnoreCase, which Envoy's ignore_case
+// uses: ASCII letters only, byte by byte.
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	lower := func(c byte) byte {
+		if c >= 'A' && c <= 'Z' {
+			return c + 'a' - 'A'
+		}
+		return c
+	}
+	for i := 0; i < len(a); i++ {
+		if lower(a[i]) != lower(b[i]) {
+			return false
+		}
+	}
+	return true
 }
