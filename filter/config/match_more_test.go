@@ -67,6 +67,7 @@ func TestCompileRegexKeepsItsMeaning(t *testing.T) {
 		{`(?i)v1|v2`, []string{"V1", "v2"}, []string{"v1x", "xv2"}},
 		{`(?m)a$`, []string{"a"}, []string{"a\n"}},
 		// At Go's nesting limit: valid alone, one level too deep wrapped.
+		{strings.Repeat("(", 999) + "a" + strings.Repeat(")", 999), []string{"a"}, []string{"", "aa", "ba"}},
 		{strings.Repeat("(", 997) + "a|ab" + strings.Repeat(")", 997), []string{"a", "ab"}, []string{"", "abc", "xab", "b"}},
 		{strings.Repeat("(?:", 999) + "[0-9]+" + strings.Repeat(")", 999), []string{"7", "12"}, []string{"", "1a", "a1"}},
 	} {
