@@ -18,6 +18,10 @@ type Regex struct {
 	// Source is the expression as configured.
 	Source string
 	re     *regexp.Regexp
+	// spans is set when re is Source alone, leftmost-longest, rather
+	// than Source anchored: a match then counts only if it spans the
+	// whole value.
+	spans bool
 }
 
 // CompileRegex compiles s anchored at both ends. s is first compiled on
@@ -26,26 +30,48 @@ type Regex struct {
 // valid alone its parentheses balance, so the wrapper keeps its meaning;
 // the one thing that can still reach past s is a \Q that s never ends,
 // which would quote our ")$", so an \E closes it first.
+//
+// The wrapper adds a level of nesting, so a regex at Go's nesting limit
+// (999 nested groups) is valid alone and not wrapped. Such a regex is
+// kept alone, leftmost-longest, and matches when its match spans the
+// value: the leftmost match starts at 0 whenever one does, and the
+// longest from there ends at the value's end whenever one does, so this
+// is the anchored meaning. The wrapped form stays the usual one because
+// an anchored regex is cheaper to run on a value that does not match.
 func CompileRegex(s string) (*Regex, error) {
-	if _, err := regexp.Compile(s); err != nil {
-		var e *syntax.Error
-		if errors.As(err, &e) {
-			return nil, fmt.Errorf("invalid regex %s: %s", Quote(s), e.Code)
-		}
-		return nil, fmt.Errorf("invalid regex %s", Quote(s))
+	alone, err := regexp.Compile(s)
+	if err != nil {
+		return nil, fmt.Errorf("invalid regex %s: %s", Quote(s), regexReason(err))
 	}
 	re, err := regexp.Compile(`^(?:` + s + `)$`)
 	if err != nil {
 		re, err = regexp.Compile(`^(?:` + s + `\E)$`)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("invalid regex %s", Quote(s))
+		alone.Longest()
+		return &Regex{Source: s, re: alone, spans: true}, nil
 	}
 	return &Regex{Source: s, re: re}, nil
 }
 
+// regexReason is why Go refused a regex, without the regex itself
+// (which the caller quotes, cut).
+func regexReason(err error) string {
+	var e *syntax.Error
+	if errors.As(err, &e) {
+		return string(e.Code)
+	}
+	return err.Error()
+}
+
 // MatchString reports whether the whole of v matches.
-func (r *Regex) MatchString(v string) bool { return r.re.MatchString(v) }
+func (r *Regex) MatchString(v string) bool {
+	if !r.spans {
+		return r.re.MatchString(v)
+	}
+	loc := r.re.FindStringIndex(v)
+	return loc != nil && loc[0] == 0 && loc[1] == len(v)
+}
 
 // ValueOp is how a header or query condition compares a value.
 type ValueOp uint8

@@ -3,8 +3,10 @@ package ops
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -358,6 +360,57 @@ func TestCheckBoundsYAMLWithItsECDSFiles(t *testing.T) {
 		if out := stdout.String() + stderr.String(); !strings.Contains(out, tc.want) {
 			t.Errorf("%d filters: %q, want %q", tc.filters, out, tc.want)
 		}
+	}
+}
+
+// Aliases cannot make a small file a large configuration: one long
+// string named many times, in an Istio WasmPlugin or an ECDS file's
+// Struct, and mappings naming mappings ("billion laughs"), are refused
+// before they are expanded, naming where the bound was passed, and cost
+// little memory to refuse.
+func TestCheckBoundsWhatAliasesExpandTo(t *testing.T) {
+	long := strings.Repeat("x", 64<<10)
+	refs := "[" + strings.Repeat("*s,", 300) + "*s]" // 301 × 64 KiB: past 16 MiB
+	plugin := "kind: WasmPlugin\nspec:\n  pluginConfig:\n    big: &s \"" + long + "\"\n    refs: " + refs + "\n"
+	ecds := strings.Replace(ecdsFile, "            client_ip: {source: xff}\n",
+		"            big: &s \""+long+"\"\n            refs: "+refs+"\n", 1)
+	laughs := "kind: WasmPlugin\nspec:\n  pluginConfig:\n    a: &a {x: \"" + strings.Repeat("y", 1024) + "\"}\n"
+	for i, prev := 'b', 'a'; i <= 'h'; i, prev = i+1, i {
+		laughs += fmt.Sprintf("    %c: &%c [%s*%c]\n", i, i, strings.Repeat(fmt.Sprintf("*%c,", prev), 9), prev)
+	}
+	stringValue := bootstrap(false, inlineSluice(xffConfig)) + "x: &s \"" + long + "\"\n"
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"a string named 301 times", plugin, "at spec.pluginConfig.refs[254])"},
+		{"in an ECDS file's Struct", ecds, "at resources[0].typed_config.config.configuration.value.refs[254])"},
+		{"mappings naming mappings", laughs, "at spec.pluginConfig.f[0][5][1][0][5].x)"},
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		r := Check("alias.yaml", []byte(tc.file))
+		runtime.ReadMemStats(&after)
+		if len(r.Errors) != 1 || !strings.HasPrefix(r.Errors[0].Message, "with aliases expanded, the plugin configurations would be more than 16777216 bytes of JSON") ||
+			!strings.HasSuffix(r.Errors[0].Message, tc.want) {
+			t.Errorf("%s: %+v, want one error ending %q", tc.name, r.Errors, tc.want)
+		}
+		// The old check built the whole expansion: 19 MiB of JSON, and
+		// several times that on the way.
+		if n := after.TotalAlloc - before.TotalAlloc; n > 8<<20 {
+			t.Errorf("%s: %d bytes allocated to refuse a %d-byte file", tc.name, n, len(tc.file))
+		}
+	}
+	// A long scalar under an anchor that the configuration does not name
+	// costs nothing.
+	if r := Check("envoy.yaml", []byte(stringValue)); len(r.Errors) != 0 || len(r.Configs) != 1 {
+		t.Errorf("an unused anchor: %+v", r)
+	}
+	// explain refuses it too, instead of explaining an empty configuration.
+	files := writeFiles(t, t.TempDir(), map[string]string{"plugin.yaml": plugin})
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"explain", "--config", files["plugin.yaml"], "/"}, &stdout, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "(spec.pluginConfig): with aliases expanded") {
+		t.Errorf("explain: exit %d, %q", code, stderr.String())
 	}
 }
 

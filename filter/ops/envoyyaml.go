@@ -112,7 +112,7 @@ func isJSON(file string, data []byte) bool {
 // their own), and in Istio WasmPlugin resources (spec.pluginConfig). A
 // file may hold several YAML documents.
 func findPluginConfigs(file string, data []byte) ([]pluginConfig, error) {
-	w := &walker{file: file, budget: maxWalkNodes, starts: maxYAMLStarts, bytes: maxYAMLBytes}
+	w := &walker{file: file, budget: maxWalkNodes, starts: maxYAMLStarts, bytes: maxYAMLBytes, configBytes: maxConfigFile}
 	if err := w.documents(data); err != nil {
 		return nil, err
 	}
@@ -131,6 +131,9 @@ type walker struct {
 	// a bootstrap naming one large ECDS file a thousand times is not
 	// parsed a thousand times.
 	starts, bytes int
+	// configBytes is what is left of the bytes the configurations found
+	// may take, aliases expanded (see chargeExpanded).
+	configBytes int
 }
 
 func (w *walker) documents(data []byte) error {
@@ -229,7 +232,7 @@ func (w *walker) ecds(name string, line int, hcm *connectionManager) error {
 		if err := w.chargeYAML(c, data); err != nil {
 			return err
 		}
-		sub := &walker{file: c, budget: w.budget, starts: w.starts, bytes: w.bytes, ecdsDepth: w.ecdsDepth + 1}
+		sub := &walker{file: c, budget: w.budget, starts: w.starts, bytes: w.bytes, configBytes: w.configBytes, ecdsDepth: w.ecdsDepth + 1}
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		var doc yaml.Node
 		if err := dec.Decode(&doc); err != nil {
@@ -240,7 +243,7 @@ func (w *walker) ecds(name string, line int, hcm *connectionManager) error {
 				return err
 			}
 		}
-		w.budget, w.starts, w.bytes = sub.budget, sub.starts, sub.bytes
+		w.budget, w.starts, w.bytes, w.configBytes = sub.budget, sub.starts, sub.bytes, sub.configBytes
 		w.found = append(w.found, sub.found...)
 		return nil
 	}
@@ -306,15 +309,20 @@ func (w *walker) wasmFilter(cfg *yaml.Node, path string, hcm *connectionManager)
 	}
 	switch t := scalar(lookup(conf, "@type")); t {
 	case "type.googleapis.com/google.protobuf.StringValue":
-		pc.Config = scalar(value)
+		if pc.Err = w.chargeExpanded(value, pc.YAMLPath); pc.Err == "" {
+			pc.Config = scalar(value)
+		}
 	case "type.googleapis.com/google.protobuf.BytesValue":
+		if pc.Err = w.chargeExpanded(value, pc.YAMLPath); pc.Err != "" {
+			break
+		}
 		b, err := base64.StdEncoding.DecodeString(scalar(value))
 		if err != nil {
 			pc.Err = "a BytesValue holds base64: " + err.Error()
 		}
 		pc.Config = string(b)
 	case "type.googleapis.com/google.protobuf.Struct":
-		pc.Config, pc.Err = nodeJSON(value)
+		pc.Config, pc.Err = w.nodeJSON(value, pc.YAMLPath)
 	default:
 		pc.Err = fmt.Sprintf("configuration type %s is not passed to a module (StringValue, BytesValue and Struct are)", config.Quote(t))
 	}
@@ -327,18 +335,22 @@ func (w *walker) wasmPlugin(root *yaml.Node) {
 	pc := pluginConfig{File: w.file, Line: root.Line, YAMLPath: "spec.pluginConfig"}
 	if n := lookupPath(root, "spec", "pluginConfig"); n != nil {
 		pc.Line = n.Line
-		pc.Config, pc.Err = nodeJSON(n)
+		pc.Config, pc.Err = w.nodeJSON(n, pc.YAMLPath)
 	}
 	w.found = append(w.found, pc)
 }
 
-// nodeJSON renders a YAML mapping as JSON.
-func nodeJSON(n *yaml.Node) (string, string) {
+// nodeJSON renders a YAML mapping, at path, as JSON, once its size with
+// aliases expanded is known to fit.
+func (w *walker) nodeJSON(n *yaml.Node, path string) (string, string) {
 	if n == nil {
 		return "", ""
 	}
 	if n.Kind != yaml.MappingNode {
 		return "", "must be a mapping (the plugin configuration object)"
+	}
+	if msg := w.chargeExpanded(n, path); msg != "" {
+		return "", msg
 	}
 	var v any
 	if err := n.Decode(&v); err != nil {
@@ -349,6 +361,70 @@ func nodeJSON(n *yaml.Node) (string, string) {
 		return "", err.Error()
 	}
 	return string(b), ""
+}
+
+// maxExpandedDepth bounds the nesting a configuration's YAML may reach
+// with aliases followed, as yaml.v3 bounds it without: an alias that
+// contains itself reaches it at once.
+const maxExpandedDepth = 10_000
+
+// chargeExpanded takes what the configuration at n (at path) expands to,
+// aliases followed, from what is left to the configurations of this file
+// and its ECDS files, and says why when it is more. yaml.v3 checks that
+// aliases are not too many for the nodes of a document, not how large
+// what they name is: one 1 MiB string named 2,000 times is a few nodes
+// and 2 GB of JSON. The size is counted on the node tree before
+// anything is expanded, as the bytes of every scalar and two more per
+// node (quotes, separators), which is what the JSON takes but for
+// escapes; a plugin configuration as JSON may have maxConfigFile bytes,
+// as a JSON file may, and all of them together no more.
+func (w *walker) chargeExpanded(n *yaml.Node, path string) string {
+	if n == nil {
+		return ""
+	}
+	where, ok := w.expand(n, 0)
+	if ok {
+		return ""
+	}
+	for i := len(where) - 1; i >= 0; i-- {
+		path = where[i](path)
+	}
+	if w.configBytes < 0 {
+		return fmt.Sprintf("with aliases expanded, the plugin configurations would be more than %d bytes of JSON (at %s)", maxConfigFile, path)
+	}
+	return fmt.Sprintf("with aliases expanded, nested more than %d deep (at %s)", maxExpandedDepth, path)
+}
+
+// expand charges n's expanded size to w.configBytes; when it runs out,
+// or nesting does, it returns the steps from n to where, innermost
+// first, to name the place without building paths along the way.
+func (w *walker) expand(n *yaml.Node, depth int) ([]func(string) string, bool) {
+	if depth > maxExpandedDepth {
+		return nil, false
+	}
+	if w.configBytes -= len(n.Value) + 2; w.configBytes < 0 {
+		return nil, false
+	}
+	switch n.Kind {
+	case yaml.AliasNode:
+		if n.Alias != nil {
+			return w.expand(n.Alias, depth+1)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if where, ok := w.expand(c, depth+1); !ok {
+				return append(where, func(p string) string { return p + "[" + strconv.Itoa(i) + "]" }), false
+			}
+		}
+	case yaml.MappingNode, yaml.DocumentNode:
+		for i, c := range n.Content {
+			if where, ok := w.expand(c, depth+1); !ok {
+				key := n.Content[i&^1].Value
+				return append(where, func(p string) string { return joinYAML(p, key) }), false
+			}
+		}
+	}
+	return nil, true
 }
 
 // jsonable turns what yaml.v3 decodes into values encoding/json takes:

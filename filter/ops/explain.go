@@ -338,6 +338,9 @@ func explainConfig(file string) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("%s holds %d Sluice filter configurations, want one (give that one as a JSON file): %s", file, len(found), strings.Join(where, ", "))
 	}
+	if f := found[0]; f.Err != "" {
+		return nil, fmt.Errorf("%s (%s): %s", f.location(), f.YAMLPath, f.Err)
+	}
 	return []byte(found[0].Config), nil
 }
 

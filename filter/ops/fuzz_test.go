@@ -66,6 +66,7 @@ func FuzzCheck(f *testing.F) {
 	// Hostile inputs: a flow sequence past the bound on nodes, long bad
 	// values, and regexes that would escape their anchors.
 	f.Add([]byte("x: [" + strings.Repeat("a,", maxYAMLStarts) + "a]\n"))
+	f.Add([]byte("kind: WasmPlugin\nspec:\n  pluginConfig:\n    a: &a {x: yyyy}\n    b: &b [*a, *a, *a]\n    c: &c [*b, *b, *b]\n    d: [*c, *c]\n"))
 	f.Add([]byte(`{"limits": [{"name": "` + strings.Repeat("n", 300) + `", "match": {"path_regex": "/only)|(?:/never"}}]}`))
 	f.Add([]byte("kind: WasmPlugin\nspec:\n  pluginConfig: {limits: [{name: a, requests_per_second: 1, match: {headers: [{name: x, regex: 'v1)|(?:.*'}]}}]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

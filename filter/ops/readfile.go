@@ -24,7 +24,8 @@ const (
 	maxYAMLBytes = 4 * maxConfigFile
 )
 
-// readRegular reads a regular file of at most maxConfigFile bytes. A
+// readRegular reads a regular file of at most maxConfigFile bytes, not
+// one of /proc or /sys. A
 // name may be a device, a FIFO or a symbolic link to one (/dev/zero,
 // /dev/stdin), which would never end: the file is opened without
 // blocking (a FIFO with no writer would otherwise hang the open), and
@@ -42,6 +43,13 @@ func readRegular(name string) ([]byte, error) {
 	}
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: not a regular file (%s)", name, st.Mode().Type())
+	}
+	// /proc and /sys files stat as regular, but the kernel writes them
+	// as they are read: a configuration is never one, and check would
+	// quote what it read (/proc/self/environ holds the environment's
+	// secrets) in its errors.
+	if fs := kernelFS(f); fs != "" {
+		return nil, fmt.Errorf("%s: a file of the kernel's %s, not a configuration file", name, fs)
 	}
 	if st.Size() > maxConfigFile {
 		return nil, fmt.Errorf("%s: %d bytes, more than the %d bytes a configuration file may have", name, st.Size(), maxConfigFile)
