@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/sluice-proxy/sluice/filter/ops/yamlbound"
 )
 
 // bootstrap is an Envoy bootstrap with one HTTP connection manager
@@ -327,7 +329,7 @@ func TestCheckBoundsWhatItReads(t *testing.T) {
 	if code := Main([]string{"check", files["many.yaml"]}, &stdout, &stderr); code != 0 {
 		t.Errorf("a large file under the bounds: exit %d: %s%s", code, stdout.String(), stderr.String())
 	}
-	if n := yamlStarts([]byte(nodes)); n <= maxYAMLStarts {
+	if n := yamlbound.Starts([]byte(nodes)); n <= maxYAMLStarts {
 		t.Fatalf("the flow sequence counts %d starts", n)
 	}
 }

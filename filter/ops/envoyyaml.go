@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/ops/yamlbound"
 )
 
 // The Envoy and Istio shapes a Sluice configuration sits in. Our e2e
@@ -382,49 +383,22 @@ func (w *walker) chargeExpanded(n *yaml.Node, path string) string {
 	if n == nil {
 		return ""
 	}
-	where, ok := w.expand(n, 0)
+	trail, ok := yamlbound.Charge(n, &w.configBytes, maxExpandedDepth)
 	if ok {
 		return ""
 	}
-	for i := len(where) - 1; i >= 0; i-- {
-		path = where[i](path)
+	for i := len(trail) - 1; i >= 0; i-- {
+		switch st := trail[i]; st.Parent.Kind {
+		case yaml.SequenceNode:
+			path += "[" + strconv.Itoa(st.Index) + "]"
+		case yaml.MappingNode:
+			path = joinYAML(path, st.Parent.Content[st.Index&^1].Value)
+		}
 	}
 	if w.configBytes < 0 {
 		return fmt.Sprintf("with aliases expanded, the plugin configurations would be more than %d bytes of JSON (at %s)", maxConfigFile, path)
 	}
 	return fmt.Sprintf("with aliases expanded, nested more than %d deep (at %s)", maxExpandedDepth, path)
-}
-
-// expand charges n's expanded size to w.configBytes; when it runs out,
-// or nesting does, it returns the steps from n to where, innermost
-// first, to name the place without building paths along the way.
-func (w *walker) expand(n *yaml.Node, depth int) ([]func(string) string, bool) {
-	if depth > maxExpandedDepth {
-		return nil, false
-	}
-	if w.configBytes -= len(n.Value) + 2; w.configBytes < 0 {
-		return nil, false
-	}
-	switch n.Kind {
-	case yaml.AliasNode:
-		if n.Alias != nil {
-			return w.expand(n.Alias, depth+1)
-		}
-	case yaml.SequenceNode:
-		for i, c := range n.Content {
-			if where, ok := w.expand(c, depth+1); !ok {
-				return append(where, func(p string) string { return p + "[" + strconv.Itoa(i) + "]" }), false
-			}
-		}
-	case yaml.MappingNode, yaml.DocumentNode:
-		for i, c := range n.Content {
-			if where, ok := w.expand(c, depth+1); !ok {
-				key := n.Content[i&^1].Value
-				return append(where, func(p string) string { return joinYAML(p, key) }), false
-			}
-		}
-	}
-	return nil, true
 }
 
 // jsonable turns what yaml.v3 decodes into values encoding/json takes:

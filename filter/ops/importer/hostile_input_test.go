@@ -1,6 +1,7 @@
 package importer_test
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -192,4 +193,36 @@ func scenario(t *testing.T, name string) importtest.RatelimitScenario {
 	}
 	t.Fatalf("no scenario %s", name)
 	return importtest.RatelimitScenario{}
+}
+
+// TestImportBoundsWhatYAMLExpandsTo: the shapes that once took gigabytes
+// (a 1 MiB string named 2,000 times, which yaml.v3 counts as a few
+// nodes, and a flow sequence just under the 16 MiB file bound) are
+// refused before they are expanded or parsed, with little memory.
+func TestImportBoundsWhatYAMLExpandsTo(t *testing.T) {
+	big := strings.Repeat("y", 1<<20)
+	bomb := "domain: d\ndescriptors:\n- {key: k, value: &v \"" + big + "\"}\n" +
+		strings.Repeat("- {key: *v}\n", 2000)
+	flow := "x: [" + strings.Repeat("1,", 15<<19) + "1]\n"
+	for _, tc := range []struct {
+		name, data, want string
+	}{
+		{"alias bomb", bomb, "too large or too deep with aliases expanded"},
+		{"flow sequence", flow, "is too large to import"},
+	} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		res := importer.Import([]importer.Input{{Name: "in.yaml", Data: []byte(tc.data)}}, importer.Options{})
+		runtime.ReadMemStats(&after)
+		if len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Message, tc.want) || res.Errors[0].File != "in.yaml" {
+			t.Errorf("%s: errors %v, want one for in.yaml saying %q", tc.name, res.Errors, tc.want)
+		}
+		// The input itself is a few MiB; what the import allocates on top
+		// stays within a small multiple of it, not the gigabytes the
+		// expansion would take.
+		if got := after.TotalAlloc - before.TotalAlloc; got > 64<<20 {
+			t.Errorf("%s: allocated %d MiB", tc.name, got>>20)
+		}
+	}
 }

@@ -36,6 +36,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/ops/yamlbound"
 )
 
 // Input is one file: its name (for messages) and its content.
@@ -96,10 +97,17 @@ type Result struct {
 	Errors   []Finding `json:"errors"`
 }
 
-// Bounds on hostile input: YAML aliases can expand a small file
-// exponentially, and descriptor alternatives multiply.
+// Bounds on hostile input, all inputs together: yaml.v3 builds a file's
+// whole tree before anything can count it, YAML aliases can expand a
+// small file exponentially, and descriptor alternatives multiply.
 const (
-	maxNodes        = 1 << 20
+	// maxYAMLStarts bounds the places a node can start in the inputs'
+	// text (yamlbound.Starts), before they are parsed, as sluicectl
+	// check bounds what it reads.
+	maxYAMLStarts = 1 << 18
+	// maxExpanded bounds the inputs' documents with aliases expanded
+	// (yamlbound.Charge): ratelimit and Envoy configs are a few KiB.
+	maxExpanded     = 4 << 20
 	maxDepth        = 64
 	maxAlternatives = 256
 	maxLimits       = 1000 // the filter's own bound on limits
@@ -109,7 +117,7 @@ const (
 // with a domain) or Envoy YAML (a bootstrap, listener, route
 // configuration or anything holding them); documents of a file may mix.
 func Import(inputs []Input, opt Options) *Result {
-	im := &importer{opt: opt, res: &Result{Findings: []Finding{}, Errors: []Finding{}}}
+	im := &importer{opt: opt, res: &Result{Findings: []Finding{}, Errors: []Finding{}}, startsLeft: maxYAMLStarts, expandedLeft: maxExpanded}
 	for _, in := range inputs {
 		im.read(in)
 	}
@@ -144,6 +152,9 @@ type importer struct {
 	shared map[string]*limit
 	// files are the inputs' names, for errors about all of them.
 	files []string
+	// startsLeft and expandedLeft are what the inputs read so far left
+	// of maxYAMLStarts and maxExpanded.
+	startsLeft, expandedLeft int
 }
 
 func (im *importer) note(code, file string, n node, format string, args ...any) {
@@ -153,6 +164,10 @@ func (im *importer) note(code, file string, n node, format string, args ...any) 
 // read parses one file's documents and sorts them by kind.
 func (im *importer) read(in Input) {
 	im.files = append(im.files, in.Name)
+	if im.startsLeft -= yamlbound.Starts(in.Data); im.startsLeft < 0 {
+		im.res.Errors = append(im.res.Errors, Finding{File: in.Name, Message: fmt.Sprintf("YAML with more than %d lines and indicators (-, ?, :, ',', [, {, *), with the other inputs, is too large to import", maxYAMLStarts)})
+		return
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(in.Data))
 	for i := 0; ; i++ {
 		var doc yaml.Node
@@ -167,8 +182,8 @@ func (im *importer) read(in Input) {
 		if len(doc.Content) == 0 {
 			continue
 		}
-		if nodes, deep := size(doc.Content[0], 0); nodes > maxNodes || deep {
-			im.res.Errors = append(im.res.Errors, Finding{File: in.Name, Message: fmt.Sprintf("document %d is too large or too deep (at most %d nodes, %d levels, aliases expanded)", i, maxNodes, maxDepth)})
+		if _, ok := yamlbound.Charge(doc.Content[0], &im.expandedLeft, maxDepth); !ok {
+			im.res.Errors = append(im.res.Errors, Finding{File: in.Name, Message: fmt.Sprintf("document %d is too large or too deep with aliases expanded (at most %d bytes with the other inputs, %d levels)", i, maxExpanded, maxDepth)})
 			return
 		}
 		root := node{n: deref(doc.Content[0])}
@@ -183,29 +198,6 @@ func (im *importer) read(in Input) {
 			im.readEnvoy(in.Name, root)
 		}
 	}
-}
-
-// size counts the nodes under n with aliases expanded, stopping early
-// once over the bounds.
-func size(n *yaml.Node, depth int) (int, bool) {
-	if depth > maxDepth {
-		return 0, true
-	}
-	if n.Kind == yaml.AliasNode {
-		n = n.Alias
-		if n == nil {
-			return 1, false
-		}
-	}
-	total := 1
-	for _, c := range n.Content {
-		k, deep := size(c, depth+1)
-		total += k
-		if deep || total > maxNodes {
-			return total, deep
-		}
-	}
-	return total, false
 }
 
 // plugin is the Sluice configuration written; fields in the field
