@@ -399,7 +399,7 @@ func (t *Table) readSlot(r *slotRead, key string, fp uint64, now int64) error {
 		owner = binary.LittleEndian.Uint64(r.value)
 	}
 	if err := t.store.Set(key, t.encode(owner, t.limit.Empty(now)), r.cas); err != nil &&
-		!errors.Is(err, store.ErrCASMismatch) {
+		!store.IsCASMismatch(err) {
 		return err
 	}
 	corrupt, err = t.parseSlot(r, key, fp, now)
@@ -414,7 +414,7 @@ func (t *Table) readSlot(r *slotRead, key string, fp uint64, now int64) error {
 func (t *Table) parseSlot(r *slotRead, key string, fp uint64, now int64) (corrupt bool, err error) {
 	*r = slotRead{key: key}
 	v, cas, err := t.store.Get(key)
-	if errors.Is(err, store.ErrNotFound) {
+	if store.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -658,7 +658,7 @@ func (t *Table) adjustOwn(h uint64, now int64, f func(State) State) (found bool,
 			return false, err
 		}
 		err := t.commit(&v, f(v.state), now, 0)
-		if !errors.Is(err, store.ErrCASMismatch) {
+		if !store.IsCASMismatch(err) {
 			return true, err
 		}
 		t.stats.CASMismatches++
@@ -720,7 +720,7 @@ func (t *Table) update(key string, now, n int64, charge bool) (res Result, exhau
 			t.countOverflow(&v, res)
 			return res, false, nil
 		}
-		if !errors.Is(err, store.ErrCASMismatch) {
+		if !store.IsCASMismatch(err) {
 			return Result{}, false, err
 		}
 		t.stats.CASMismatches++
@@ -914,7 +914,7 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 				done = append(done, committed{table: t, view: v, written: next})
 				break
 			}
-			if errors.Is(err, store.ErrCASMismatch) {
+			if store.IsCASMismatch(err) {
 				t.stats.CASMismatches++
 				if attempt >= t.maxRetries {
 					results[i] = t.contended(results[i])
