@@ -440,7 +440,8 @@ func (t *Table) parseSlot(r *slotRead, key string, fp uint64, now int64) (corrup
 			return true, nil
 		}
 	} else if err == nil {
-		err = t.limit.CheckState(alg, st, now)
+		// t.limit passed Validate in NewTable (or WithLimit).
+		err = t.limit.checkValidState(alg, st, now)
 	}
 	if err != nil {
 		return true, nil
@@ -748,7 +749,7 @@ func (t *Table) decide(st State, now, n int64, reuse bool) (State, Result) {
 			}
 		}
 	}
-	return t.limit.Decide(st, now, n)
+	return t.limit.decideValid(st, now, n)
 }
 
 // countOverflow counts a final decision made on an overflow bucket's state.
