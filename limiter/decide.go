@@ -17,6 +17,13 @@ func (l Limit) Decide(st State, now int64, n int64) (State, Result) {
 	if !l.valid() {
 		return st, Result{Limit: l.Rate, Period: l.Period, Reason: ReasonInvalidLimit}
 	}
+	return l.decideValid(st, now, n)
+}
+
+// decideValid is Decide for a Limit known to pass valid: one that passed
+// Validate (a Table's) or was just checked. The check is two calls on
+// GOARCH=wasm, which a request through a Table would otherwise make twice.
+func (l Limit) decideValid(st State, now int64, n int64) (State, Result) {
 	switch l.Algorithm {
 	case FixedWindow:
 		return l.decideFixed(st, now, n)
@@ -112,8 +119,8 @@ func (l Limit) Charge(st State, now int64, n int64) (State, Result) {
 	// The decisions that would follow describe the charged key exactly as
 	// Decide would: cost 0 reports Remaining and ResetAfter, cost 1 the
 	// wait for the next unit.
-	_, res := l.Decide(next, now, 0)
-	if _, one := l.Decide(next, now, 1); !one.Allowed {
+	_, res := l.decideValid(next, now, 0)
+	if _, one := l.decideValid(next, now, 1); !one.Allowed {
 		res.RetryAfter = one.RetryAfter
 	}
 	res.Allowed, res.Reason = true, ReasonAllowed

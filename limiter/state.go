@@ -153,6 +153,12 @@ func (l Limit) CheckState(alg Algorithm, st State, now int64) error {
 	if !l.valid() {
 		return fmt.Errorf("%w: invalid limit", ErrImpossible)
 	}
+	return l.checkValidState(alg, st, now)
+}
+
+// checkValidState is CheckState for a Limit known to pass valid (see
+// decideValid).
+func (l Limit) checkValidState(alg Algorithm, st State, now int64) error {
 	if alg != l.Algorithm {
 		return fmt.Errorf("%w: stored %v, configured %v", ErrImpossible, alg, l.Algorithm)
 	}

@@ -415,7 +415,7 @@ func (t *Table) readSlot(r *slotRead, key string, fp uint64, now int64) error {
 		owner = binary.LittleEndian.Uint64(r.value)
 	}
 	if err := t.store.Set(key, t.encode(owner, t.limit.Empty(now)), r.cas); err != nil &&
-		!errors.Is(err, store.ErrCASMismatch) {
+		!store.IsCASMismatch(err) {
 		return err
 	}
 	corrupt, err = t.parseSlot(r, key, fp, now)
@@ -430,7 +430,7 @@ func (t *Table) readSlot(r *slotRead, key string, fp uint64, now int64) error {
 func (t *Table) parseSlot(r *slotRead, key string, fp uint64, now int64) (corrupt bool, err error) {
 	*r = slotRead{key: key}
 	v, cas, err := t.store.Get(key)
-	if errors.Is(err, store.ErrNotFound) {
+	if store.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -456,7 +456,8 @@ func (t *Table) parseSlot(r *slotRead, key string, fp uint64, now int64) (corrup
 			return true, nil
 		}
 	} else if err == nil {
-		err = t.limit.CheckState(alg, st, now)
+		// t.limit passed Validate in NewTable (or WithLimit).
+		err = t.limit.checkValidState(alg, st, now)
 	}
 	if err != nil {
 		return true, nil
@@ -674,7 +675,7 @@ func (t *Table) adjustOwn(h uint64, now int64, f func(State) State) (found bool,
 			return false, err
 		}
 		err := t.commit(&v, f(v.state), now, 0)
-		if !errors.Is(err, store.ErrCASMismatch) {
+		if !store.IsCASMismatch(err) {
 			return true, err
 		}
 		t.stats.CASMismatches++
@@ -736,7 +737,7 @@ func (t *Table) update(key string, now, n int64, charge bool) (res Result, exhau
 			t.countOverflow(&v, res)
 			return res, false, nil
 		}
-		if !errors.Is(err, store.ErrCASMismatch) {
+		if !store.IsCASMismatch(err) {
 			return Result{}, false, err
 		}
 		t.stats.CASMismatches++
@@ -764,7 +765,7 @@ func (t *Table) decide(st State, now, n int64, reuse bool) (State, Result) {
 			}
 		}
 	}
-	return t.limit.Decide(st, now, n)
+	return t.limit.decideValid(st, now, n)
 }
 
 // countOverflow counts a final decision made on an overflow bucket's state.
@@ -930,7 +931,7 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 				done = append(done, committed{table: t, view: v, written: next})
 				break
 			}
-			if errors.Is(err, store.ErrCASMismatch) {
+			if store.IsCASMismatch(err) {
 				t.stats.CASMismatches++
 				if attempt >= t.maxRetries {
 					results[i] = t.contended(results[i])
