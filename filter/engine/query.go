@@ -22,26 +22,6 @@ func rawQuery(path string) (string, bool) {
 	return path[i+1:], true
 }
 
-// appendQueryValue appends the decoded value of parameter name in query to
-// dst. Repeated occurrences are joined with ',' in order, as repeated
-// headers are. found is false when the parameter does not occur; a
-// parameter given without '=' or with an empty value is found and empty.
-func appendQueryValue(dst []byte, query, name string) (out []byte, found bool) {
-	for query != "" {
-		var v string
-		var ok bool
-		if v, query, ok = nextQueryValue(query, name); !ok {
-			continue
-		}
-		if found {
-			dst = append(dst, ',')
-		}
-		found = true
-		dst = appendQueryUnescaped(dst, v)
-	}
-	return dst, found
-}
-
 // appendQueryKey appends the decoded value of parameter name in query to
 // dst, for a key: found is false when the parameter does not occur, and
 // also when it occurs with two different decoded values, which is then
