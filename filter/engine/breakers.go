@@ -60,6 +60,9 @@ func newBreakerRuntime(hc *host.Host, cfg *config.Breaker, index int) (*breakerR
 		return nil, fmt.Errorf("%s: %v", config.IndexPath("breakers", index), err)
 	}
 	b.machine = m
+	if m.Mode() == breaker.ModeForcedOpen {
+		b.metrics.setState(breaker.Open) // forced open makes no transition to record
+	}
 	return b, nil
 }
 
@@ -86,7 +89,7 @@ func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
 	// (a property) that is only valid until the callback returns.
 	scope = strings.Clone(scope)
 	b.instances[scope] = br
-	b.states[br] = breakerInstance{name: scope, state: b.stateGauge(b.hm, scope)}
+	b.states[br] = breakerInstance{name: scope, state: b.stateGauge(b.hm, scope, br)}
 	if len(b.first) < indexedBreakerInstances {
 		b.first = append(b.first, indexedInstance{scope, br})
 	}

@@ -89,11 +89,14 @@ func (r *requestInfo) MatchHeader(name string, c *config.ValueCondition, every b
 }
 
 // MatchQuery makes requestInfo a config.RequestExtra. The readings of a
-// parameter (config.ValueTest) are each of its values decoded, as the
-// query: key part decodes them, and with more than one also the values
-// joined with ',' in order (ASP.NET's reading); absent when it does not
-// occur. Values are decoded into the worker's scratch buffer one at a
-// time, so a parameter given thousands of times costs one scan.
+// parameter (config.ValueTest) are those of every reading of the query a
+// query: key part makes (queryReadings, queryScan: with ';' as a
+// separator too, and under each name PHP reads as this one): each value
+// decoded, in order; with more than one, also the values joined with ','
+// in order (ASP.NET's reading); and absent when the reading has none under
+// the very name. Values are decoded into the worker's scratch buffer one
+// at a time, so a parameter given thousands of times costs one scan per
+// reading, and one given once is read without a copy of its own.
 func (r *requestInfo) MatchQuery(name string, c *config.ValueCondition, every bool) bool {
 	t := c.Test(every)
 	query, ok := rawQuery(r.pseudo(needPath))
@@ -101,21 +104,39 @@ func (r *requestInfo) MatchQuery(name string, c *config.ValueCondition, every bo
 		return t.Holds()
 	}
 	buf := r.scratchBuf()
-	n := 0
-	for rest := query; rest != ""; {
-		var v string
-		if v, rest, ok = nextQueryValue(rest, name); !ok {
-			continue
+	for _, seps := range queryReadings(query) {
+		n, exact := 0, false
+		for s := (queryScan{rest: query, name: name, seps: seps}); ; {
+			v, isExact, ok := s.next()
+			if !ok {
+				break
+			}
+			n, exact = n+1, exact || isExact
+			*buf = appendQueryUnescaped((*buf)[:0], v)
+			if t.Read(arenaString(*buf)); t.Decided() {
+				return t.Holds()
+			}
 		}
-		n++
-		*buf = appendQueryUnescaped((*buf)[:0], v)
-		if t.Read(arenaString(*buf)); t.Decided() {
-			return t.Holds()
+		if !exact {
+			if t.ReadAbsent(); t.Decided() {
+				return t.Holds()
+			}
 		}
-	}
-	if n > 1 {
-		*buf, _ = appendQueryValue((*buf)[:0], query, name)
-		t.Read(arenaString(*buf))
+		if n > 1 {
+			j := (*buf)[:0]
+			for s, first := (queryScan{rest: query, name: name, seps: seps}), true; ; first = false {
+				v, _, ok := s.next()
+				if !ok {
+					break
+				}
+				if !first {
+					j = append(j, ',')
+				}
+				j = appendQueryUnescaped(j, v)
+			}
+			*buf = j
+			t.Read(arenaString(j))
+		}
 	}
 	return t.Holds()
 }

@@ -79,6 +79,26 @@ func TestRepeatedValuesInMatches(t *testing.T) {
 		// One value twice is still read joined, "1,1", as Envoy's own
 		// header matching and WSGI servers read a repeated header.
 		{`{"not":{"query":[{"name":"a","value":"1"},{"name":"b","value":"1"}]}}`, ":path=/?a=1&b=1&b=%31", true},
+		// Every reading of the query a query: key part makes: ';' as a
+		// separator too (parse_qs(separator=';'), Rack 2)...
+		{`{"query":[{"name":"plan","value":"free"}]}`, ":path=/?junk=1;plan=free", true},
+		{`{"query":[{"name":"plan","value":"free"}]}`, ":path=/?plan=free;junk=1", true},
+		{`{"query":[{"name":"plan","present":false}]}`, ":path=/?junk=1;plan=free", true},
+		{`{"query":[{"name":"plan","value":"free"}]}`, ":path=/?junk=1;plan=pro", false},
+		{`{"not":{"query":[{"name":"plan","value":"internal"}]}}`, ":path=/?plan=internal;x=1", true},
+		{`{"not":{"query":[{"name":"plan","present":true}]}}`, ":path=/?x=1;plan=a", true},
+		{`{"not":{"query":[{"name":"plan","value":"internal"}]}}`, ":path=/?plan=internal&x=1;y=2", false},
+		// ...and the names PHP registers as this one.
+		{`{"query":[{"name":"plan","value":"free"}]}`, ":path=/?+plan=free", true},
+		{`{"query":[{"name":"plan","value":"free"}]}`, ":path=/?plan%00x=free", true},
+		{`{"query":[{"name":"api_key","value":"free"}]}`, ":path=/?api.key=free", true},
+		{`{"query":[{"name":"api_key","value":"free"}]}`, ":path=/?api[key=free", true},
+		{`{"query":[{"name":"api_key","value":"free"}]}`, ":path=/?api[k]=free", false},
+		{`{"query":[{"name":"api_key","value":"free"}]}`, ":path=/?api_key=pro&api+key=free", true},
+		{`{"query":[{"name":"api_key","present":false}]}`, ":path=/?api.key=free", true},
+		{`{"not":{"query":[{"name":"api_key","value":"internal"}]}}`, ":path=/?api_key=internal&api.key=pro", true},
+		{`{"not":{"query":[{"name":"api_key","present":true}]}}`, ":path=/?api.key=a", true},
+		{`{"not":{"query":[{"name":"api_key","present":true}]}}`, ":path=/?api_key=a&api.key=b", false},
 		// not not: back to any reading.
 		{`{"not":{"not":{"query":[{"name":"plan","value":"free"}]}}}`, ":path=/?plan=x&plan=free", true},
 		{`{"not":{"not":{"query":[{"name":"plan","value":"free"}]}}}`, ":path=/?plan=x&plan=y", false},
@@ -130,13 +150,37 @@ func readingsOf(headers [][2]string, header bool, name string) (vals []string, a
 		}
 	}
 	q, ok := rawQuery(path)
-	if ok {
-		vals = queryValues(q, name)
+	if !ok {
+		return nil, true
 	}
-	if len(vals) > 1 {
-		vals = append(vals, strings.Join(vals, ","))
+	// Each reading of the query: split at '&', and, when it holds ';',
+	// at '&' and ';' too; a parameter is the name itself decoded, or one
+	// PHP registers as the name.
+	splits := []func(rune) bool{func(c rune) bool { return c == '&' }}
+	if strings.Contains(q, ";") {
+		splits = append(splits, func(c rune) bool { return c == '&' || c == ';' })
 	}
-	return vals, len(vals) == 0
+	for _, split := range splits {
+		var these []string
+		exact := false
+		for _, param := range strings.FieldsFunc(q, split) {
+			k, v, _ := strings.Cut(param, "=")
+			dk := string(appendQueryUnescaped(nil, k))
+			phpK, kOK := phpName([]byte(dk))
+			phpN, nOK := phpName([]byte(name))
+			if k == "" || dk != name && !(kOK && nOK && string(phpK) == string(phpN)) {
+				continue
+			}
+			exact = exact || dk == name
+			these = append(these, string(appendQueryUnescaped(nil, v)))
+		}
+		vals = append(vals, these...)
+		if len(these) > 1 {
+			vals = append(vals, strings.Join(these, ","))
+		}
+		absent = absent || !exact
+	}
+	return vals, absent
 }
 
 // FuzzMatchReadings checks header and query conditions, and their not,
@@ -147,6 +191,11 @@ func FuzzMatchReadings(f *testing.F) {
 	f.Add(":path=/?plan=free&plan=x", false, "plan", uint8(0), "free")
 	f.Add(":path=/?plan=x&plan=%66ree&plan=", false, "plan", uint8(1), "f")
 	f.Add(":path=/?plan&plan=a%zz", false, "plan", uint8(4), "a.*")
+	f.Add(":path=/?junk=1;xplan=free", false, "xplan", uint8(0), "free")
+	f.Add(":path=/?xplan=internal;x=1&xplan=internal", false, "xplan", uint8(1), "internal")
+	f.Add(":path=/?x.plan=a&x_plan=a", false, "x_plan", uint8(0), "a")
+	f.Add(":path=/?x+plan=a&x[plan=b&x%00y=c&x[p]=d", false, "x_plan", uint8(3), "")
+	f.Add(":path=/?x.plan=a", false, "x_plan", uint8(4), "")
 	f.Add("x-plan=internal\nx_plan=pro", true, "x-plan", uint8(1), "internal")
 	f.Add("x_plan=a", true, "x-plan", uint8(5), "")
 	f.Add("x-plan=a\nx-plan=b\nx-plan=c", true, "x-plan", uint8(0), "a,b,c")

@@ -22,26 +22,6 @@ func rawQuery(path string) (string, bool) {
 	return path[i+1:], true
 }
 
-// appendQueryValue appends the decoded value of parameter name in query to
-// dst. Repeated occurrences are joined with ',' in order, as repeated
-// headers are. found is false when the parameter does not occur; a
-// parameter given without '=' or with an empty value is found and empty.
-func appendQueryValue(dst []byte, query, name string) (out []byte, found bool) {
-	for query != "" {
-		var v string
-		var ok bool
-		if v, query, ok = nextQueryValue(query, name); !ok {
-			continue
-		}
-		if found {
-			dst = append(dst, ',')
-		}
-		found = true
-		dst = appendQueryUnescaped(dst, v)
-	}
-	return dst, found
-}
-
 // appendQueryKey appends the decoded value of parameter name in query to
 // dst, for a key: found is false when the parameter does not occur, and
 // also when it occurs with two different decoded values, which is then
@@ -60,28 +40,44 @@ func appendQueryValue(dst []byte, query, name string) (out []byte, found bool) {
 //     "api key" and "api[key" are all its "api_key", so each is the
 //     parameter too, as one more repeat.
 func appendQueryKey(dst []byte, query, name string) (out []byte, found, ambiguous bool) {
-	start := len(dst)
-	dst, found, ambiguous = appendQueryKeyAt(dst, query, name, "&")
-	if ambiguous || strings.IndexByte(query, ';') < 0 {
-		return dst, found, ambiguous
+	start, firstEnd := len(dst), 0
+	for i, seps := range queryReadings(query) {
+		at := len(dst)
+		var f bool
+		if dst, f, ambiguous = appendQueryKeyAt(dst, query, name, seps); ambiguous ||
+			i > 0 && (f != found || string(dst[start:firstEnd]) != string(dst[at:])) {
+			return dst[:start], false, true
+		}
+		if i == 0 {
+			found, firstEnd = f, len(dst)
+		} else {
+			dst = dst[:firstEnd]
+		}
 	}
-	mid := len(dst)
-	dst, semiFound, semiAmbiguous := appendQueryKeyAt(dst, query, name, "&;")
-	if semiAmbiguous || semiFound != found || string(dst[start:mid]) != string(dst[mid:]) {
-		return dst[:start], false, true
+	return dst, found, false
+}
+
+// querySeparators are the separators of each reading of a query: '&'
+// (Go, PHP, servlets), and '&' with ';' (parse_qs(separator=';'), Rack 2).
+var querySeparators = [...]string{"&", "&;"}
+
+// queryReadings is the separators of every reading of query that
+// upstreams make; a query without ';' has one.
+func queryReadings(query string) []string {
+	if strings.IndexByte(query, ';') < 0 {
+		return querySeparators[:1]
 	}
-	return dst[:mid], found, false
+	return querySeparators[:]
 }
 
 // appendQueryKeyAt is appendQueryKey for one reading: parameters
 // separated by any byte of seps.
 func appendQueryKeyAt(dst []byte, query, name, seps string) (out []byte, found, ambiguous bool) {
 	start := len(dst)
-	for query != "" {
-		k, v, rest := nextQueryParam(query, seps)
-		query = rest
-		if !queryKeyNameEquals(k, name) {
-			continue
+	for s := (queryScan{rest: query, name: name, seps: seps}); ; {
+		v, _, ok := s.next()
+		if !ok {
+			return dst, found, false
 		}
 		if !found {
 			found = true
@@ -90,7 +86,32 @@ func appendQueryKeyAt(dst []byte, query, name, seps string) (out []byte, found, 
 			return dst[:start], false, true
 		}
 	}
-	return dst, found, false
+}
+
+// queryScan walks the parameters of one reading of a query (separated by
+// any byte of seps) that are parameter name to some upstream: the raw
+// name decodes to name, or PHP reads both as one name. Keys and matches
+// read a parameter through it alike.
+type queryScan struct{ rest, name, seps string }
+
+// next is the raw value of the next such parameter, with exact true when
+// its name decodes to name itself (what Go and servlets read), or ok
+// false when there is none.
+func (s *queryScan) next() (raw string, exact, ok bool) {
+	for s.rest != "" {
+		var k string
+		k, raw, s.rest = nextQueryParam(s.rest, s.seps)
+		if k == "" {
+			continue // "a=1&&b=2" holds no empty-named parameter
+		}
+		if queryComponentEquals(k, s.name) {
+			return raw, true, true
+		}
+		if samePHPName(k, s.name) {
+			return raw, false, true
+		}
+	}
+	return "", false, false
 }
 
 // phpNameBytes are the raw bytes without which a name is its own PHP
@@ -98,16 +119,9 @@ func appendQueryKeyAt(dst []byte, query, name, seps string) (out []byte, found, 
 // either or a NUL.
 const phpNameBytes = ". +[%"
 
-// queryKeyNameEquals reports whether the raw name k is parameter name for
-// a key: it decodes to name, or PHP reads both as one name. The PHP
-// reading is looked at only when a name holds a byte it rewrites.
-func queryKeyNameEquals(k, name string) bool {
-	if k == "" {
-		return false // "a=1&&b=2" holds no empty-named parameter
-	}
-	if queryComponentEquals(k, name) {
-		return true
-	}
+// samePHPName reports whether PHP registers the raw name k and name as
+// one name. It is looked at only when a name holds a byte PHP rewrites.
+func samePHPName(k, name string) bool {
 	if strings.IndexAny(k, phpNameBytes) < 0 && strings.IndexAny(name, phpNameBytes) < 0 {
 		return false
 	}

@@ -142,4 +142,38 @@ var matchCases = []Case{
 			wantCounter(t, h, "sluice.limit.hpaid.limited", 3)
 		},
 	},
+	{
+		// A query: key part reads a parameter the way each common upstream
+		// does: with ';' a separator too (parse_qs(separator=';'), Rack 2)
+		// and under every name PHP registers as it. A query match reads it
+		// all those ways, so no such spelling escapes a match or slips
+		// into a not's exemption.
+		Name: "query matches read the parameter as query keys do: ';' separates too, PHP's names are the name",
+		Config: `{"limits":[
+			{"name":"qfree","key":[],"requests_per_second":1,"burst":0,"match":{"path_prefix":"/q","query":[{"name":"plan","value":"free"}]}},
+			{"name":"kfree","key":[],"requests_per_second":1,"burst":0,"match":{"path_prefix":"/k","query":[{"name":"api_key","value":"free"}]}},
+			{"name":"qpaid","key":[],"requests_per_second":1,"burst":0,"match":{"path_prefix":"/nq","not":{"query":[{"name":"plan","prefix":"internal"}]}}}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"plan=free uses the free bucket", get("/q?plan=free"), true},
+				{"after a ';': free to parse_qs and Rack", get("/q?junk=1;plan=free"), false},
+				{"a leading space: plan to PHP", get("/q?%20plan=free"), false},
+				{"plan[]: an array to PHP, no plan", get("/q?plan[]=free"), true},
+				{"after a ';' but pro", get("/q?junk=1;plan=pro"), true},
+				{"api_key=free uses the free bucket", get("/k?api_key=free"), true},
+				{"api.key: api_key to PHP", get("/k?api.key=free"), false},
+				{"api[key: api_key to PHP", get("/k?api[key=free"), false},
+				{"api[k]: an array to PHP", get("/k?api[k]=free"), true},
+				{"internal plan is exempt", get("/nq?plan=internal"), true},
+				{"no plan uses the bucket", get("/nq"), true},
+				{"pro after a ';': limited as pro", get("/nq?plan=internal&x=1;plan=pro"), false},
+				{"pro under +plan: limited as pro", get("/nq?plan=internal&+plan=pro"), false},
+				{"a ';' in another parameter changes nothing", get("/nq?plan=internal&x=1;y=2"), true},
+			})
+			wantCounter(t, h, "sluice.limit.qfree.limited", 2)
+			wantCounter(t, h, "sluice.limit.kfree.limited", 2)
+			wantCounter(t, h, "sluice.limit.qpaid.limited", 2)
+		},
+	},
 }
