@@ -181,7 +181,7 @@ func (l Limit) CheckState(alg Algorithm, st State, now int64) error {
 		if alg == FixedWindow && st.Prev != 0 {
 			return fmt.Errorf("%w: fixed window with previous count", ErrImpossible)
 		}
-		if _, _, _, plausible := l.window(st, now); !plausible {
+		if _, _, _, _, plausible := l.window(st, now); !plausible {
 			return fmt.Errorf("%w: window %d is ahead of now %d", ErrImpossible, st.At, now)
 		}
 	}
@@ -207,7 +207,8 @@ func (l Limit) Empty(now int64) State {
 	case SlidingLog:
 		return State{Log: l.emptyLog(now)}
 	default:
-		return State{At: max(now, 0) / int64(l.Period), N: uint32(l.Rate)}
+		win, _, _, _, _ := l.window(State{}, now)
+		return State{At: win, N: uint32(l.Rate)}
 	}
 }
 
@@ -225,7 +226,7 @@ func (l Limit) Idle(st State, now int64) bool {
 		live, _, ok := l.scanLog(st.Log, now)
 		return ok && live == ""
 	default:
-		win, _, _, plausible := l.window(st, now)
+		win, _, _, _, plausible := l.window(st, now)
 		if !plausible {
 			return false
 		}
@@ -269,8 +270,8 @@ func (l Limit) Merge(a, b State, now int64) State {
 		lb, _ := l.liveLog(b.Log, now)
 		return State{Log: mergeLogs(la, lb, uint64(l.Rate))}
 	}
-	wa, _, _, okA := l.window(a, now)
-	wb, _, _, okB := l.window(b, now)
+	wa, _, _, _, okA := l.window(a, now)
+	wb, _, _, _, okB := l.window(b, now)
 	if !okA || !okB {
 		return l.Empty(now)
 	}
@@ -327,7 +328,7 @@ func (l Limit) usage(st State, now int64) (units uint64, rank u128) {
 		_, used := l.liveLog(st.Log, now)
 		return used, u128{0, used}
 	}
-	win, elapsed, _, plausible := l.window(st, now)
+	win, elapsed, _, _, plausible := l.window(st, now)
 	cur, prev := l.windowCounts(st, win, plausible)
 	if l.Algorithm == FixedWindow {
 		return cur, u128{0, cur}
@@ -373,20 +374,49 @@ func (l Limit) bucketState(now int64, debt u128) State {
 // later (clock went back) the decision is evaluated at the start of the
 // state's window, so a backwards clock never releases units, and delay is
 // the time from now until that evaluation point. A state window too far
-// ahead to be a clock step is reported as implausible.
-func (l Limit) window(st State, now int64) (win int64, elapsed, delay uint64, plausible bool) {
+// ahead to be a clock step is reported as implausible. length is the
+// length of window win: Period, or one calendar period.
+func (l Limit) window(st State, now int64) (win int64, elapsed, length, delay uint64, plausible bool) {
+	if l.Calendar != NoCalendar {
+		return l.calendarWindow(st, now)
+	}
 	period := int64(l.Period)
 	t := max(now, 0)
 	cur := t / period
 	elapsed = uint64(t - cur*period)
 	if st.At <= cur {
-		return cur, elapsed, 0, true
+		return cur, elapsed, uint64(period), 0, true
 	}
 	ahead := uint64(st.At - cur)
 	if ahead > uint64(ClockStepTolerance/l.Period)+1 {
-		return cur, elapsed, 0, false
+		return cur, elapsed, uint64(period), 0, false
 	}
-	return st.At, 0, ahead*uint64(period) - elapsed, true
+	return st.At, 0, uint64(period), ahead*uint64(period) - elapsed, true
+}
+
+// calendarWindow is window for a calendar limit. The only plausible state
+// ahead of now's period is in the next one (every period is longer than
+// ClockStepTolerance); it is evaluated at that period's start.
+func (l Limit) calendarWindow(st State, now int64) (win int64, elapsed, length, delay uint64, plausible bool) {
+	t := max(now, calendarFloor)
+	cur, start, length := l.Calendar.Period(t, l.Offset)
+	elapsed = uint64(t - start)
+	switch {
+	case st.At <= cur:
+		return cur, elapsed, length, 0, true
+	case st.At > cur+1:
+		return cur, elapsed, length, 0, false
+	}
+	_, _, nextLength := l.Calendar.Period(addSatInt(start, length), l.Offset)
+	return st.At, 0, nextLength, length - elapsed, true
+}
+
+// addSatInt is t+d saturated at MaxInt64.
+func addSatInt(t int64, d uint64) int64 {
+	if d > uint64(math.MaxInt64-t) {
+		return math.MaxInt64
+	}
+	return t + int64(d)
 }
 
 // windowCounts is what st counts in window win, as window found it
