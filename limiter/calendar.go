@@ -57,12 +57,15 @@ func (c Calendar) Longest() time.Duration {
 }
 
 const (
-	secondsPerDay = 86400
-	nanosPerSec   = int64(time.Second)
+	secondsPerDay  = 86400
+	nanosPerSec    = int64(time.Second)
+	nanosPerMinute = int64(time.Minute)
+	nanosPerDay    = uint64(24 * time.Hour)
 	// calendarFloor is the earliest instant a calendar window is evaluated
-	// at: clamping the clock here keeps the local time, and so every period
-	// index, non-negative for any offset down to −MaxOffset.
-	calendarFloor = int64(MaxOffset)
+	// at: clamping the clock here, 40 days after the epoch, keeps every
+	// period's start (at most a month and MaxOffset earlier) after the
+	// epoch, so window indexes are never negative.
+	calendarFloor = int64(40 * 24 * time.Hour)
 	// mondayShift: day 0 (1970-01-01) was a Thursday, 3 days after Monday.
 	mondayShift = 3
 )

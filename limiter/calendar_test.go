@@ -199,3 +199,106 @@ func TestCalendarLimitValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestCalendarPeriodChangeKeepsUse: what a key used stays counted in the
+// current period when the config changes its period, offset or rate.
+func TestCalendarPeriodChangeKeepsUse(t *testing.T) {
+	month := Limit{Algorithm: FixedWindow, Rate: 100, Period: CalendarMonth.Longest(), Calendar: CalendarMonth}
+	day := Limit{Algorithm: FixedWindow, Rate: 50, Period: CalendarDay.Longest(), Calendar: CalendarDay}
+	// reload is what the table does with the stored bytes under a new limit.
+	reload := func(l Limit, st State, at string) State {
+		got, err := l.DecodeState(month.AppendState(nil, st), utc(at))
+		if err != nil {
+			t.Logf("%s: %v", at, err)
+		}
+		return got
+	}
+
+	// Month to day: the 30 used this month count today, not tomorrow.
+	st, _ := month.Decide(State{}, utc("2024-02-10T08:00:00Z"), 30)
+	st = reload(day, st, "2024-02-10T12:00:00Z")
+	st, res := day.Decide(st, utc("2024-02-10T12:00:00Z"), 20)
+	if !res.Allowed || res.Remaining != 0 {
+		t.Fatalf("month to day: %+v", res)
+	}
+	if _, res := day.Decide(st, utc("2024-02-10T12:00:00Z"), 1); res.Allowed || res.RetryAfter != 12*time.Hour {
+		t.Fatalf("month to day, over: %+v", res)
+	}
+	if _, res := day.Decide(st, utc("2024-02-11T00:00:00Z"), 1); !res.Allowed || res.Remaining != 49 {
+		t.Fatalf("month to day, next day: %+v", res)
+	}
+
+	// Day to month: today's 4 count toward the month, to its end.
+	st, _ = day.Decide(State{}, utc("2024-02-10T08:00:00Z"), 4)
+	st = reload(month, st, "2024-02-10T09:00:00Z")
+	st, res = month.Decide(st, utc("2024-02-10T09:00:00Z"), 1)
+	if !res.Allowed || res.Remaining != 95 {
+		t.Fatalf("day to month: %+v", res)
+	}
+	st, res = month.Decide(st, utc("2024-02-20T09:00:00Z"), 1)
+	if !res.Allowed || res.Remaining != 94 || res.ResetAfter != (9*24+15)*time.Hour {
+		t.Fatalf("day to month, later: %+v", res)
+	}
+	if _, res = month.Decide(st, utc("2024-03-01T00:00:00Z"), 1); res.Remaining != 99 {
+		t.Fatalf("day to month, next month: %+v", res)
+	}
+
+	// A new offset: the UTC month overlaps the +09:00 month it is in.
+	tokyo := month
+	tokyo.Offset = 9 * 3600
+	st, _ = month.Decide(State{}, utc("2024-02-10T08:00:00Z"), 30)
+	st = reload(tokyo, st, "2024-02-10T09:00:00Z")
+	if _, res = tokyo.Decide(st, utc("2024-02-10T09:00:00Z"), 1); res.Remaining != 69 || res.ResetAfter != (19*24-9)*time.Hour+15*time.Hour {
+		t.Fatalf("new offset: %+v", res)
+	}
+
+	// A lower rate than already used: the key has nothing left until the
+	// period ends (the state reads as impossible, and Empty is used).
+	lower := month
+	lower.Rate = 20
+	st, _ = month.Decide(State{}, utc("2024-02-10T08:00:00Z"), 30)
+	st = reload(lower, st, "2024-02-10T09:00:00Z")
+	if _, res = lower.Decide(st, utc("2024-02-10T09:00:00Z"), 1); res.Allowed || res.RetryAfter != (19*24+15)*time.Hour {
+		t.Fatalf("lower rate: %+v", res)
+	}
+	// A higher one keeps the 30 and adds the difference.
+	higher := month
+	higher.Rate = 200
+	st, _ = month.Decide(State{}, utc("2024-02-10T08:00:00Z"), 30)
+	st = reload(higher, st, "2024-02-10T09:00:00Z")
+	if _, res = higher.Decide(st, utc("2024-02-10T09:00:00Z"), 1); res.Remaining != 169 {
+		t.Fatalf("higher rate: %+v", res)
+	}
+}
+
+// TestCalendarDurationChange: from a calendar period to a duration window
+// the count carries into the window it overlaps; from a duration window to
+// a calendar period the key starts afresh (a duration window's index does
+// not say its length), even for a window far shorter than a period.
+func TestCalendarDurationChange(t *testing.T) {
+	month := Limit{Algorithm: FixedWindow, Rate: 100, Period: CalendarMonth.Longest(), Calendar: CalendarMonth}
+	hour := Limit{Algorithm: FixedWindow, Rate: 50, Period: time.Hour}
+	st, _ := month.Decide(State{}, utc("2024-02-10T08:00:00Z"), 30)
+	st, err := hour.DecodeState(month.AppendState(nil, st), utc("2024-02-10T09:30:00Z"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, res := hour.Decide(st, utc("2024-02-10T09:30:00Z"), 1)
+	if !res.Allowed || res.Remaining != 19 || res.ResetAfter != 30*time.Minute {
+		t.Fatalf("month to hour: %+v", res)
+	}
+	if _, res = hour.Decide(st, utc("2024-02-10T10:00:00Z"), 1); res.Remaining != 49 {
+		t.Fatalf("month to hour, next hour: %+v", res)
+	}
+	for _, d := range []time.Duration{time.Millisecond, time.Second, time.Hour, 168 * time.Hour} {
+		short := Limit{Algorithm: FixedWindow, Rate: 50, Period: d}
+		st, _ := short.Decide(State{}, utc("2024-02-10T08:00:00Z"), 30)
+		st, err := month.DecodeState(short.AppendState(nil, st), utc("2024-02-10T08:00:00Z"))
+		if err != nil {
+			t.Fatalf("%v: %v", d, err)
+		}
+		if _, res := month.Decide(st, utc("2024-02-10T08:00:00Z"), 1); res.Remaining != 99 {
+			t.Fatalf("%v to month: %+v", d, res)
+		}
+	}
+}

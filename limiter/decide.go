@@ -127,7 +127,7 @@ func (l Limit) decideFixed(st State, now int64, n int64) (State, Result) {
 	switch {
 	case !plausible:
 		used = limit
-	case st.At == win:
+	case l.inWindow(st.At, win):
 		used = uint64(st.N)
 	}
 	untilEnd := addSat(delay, length-elapsed)

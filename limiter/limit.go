@@ -94,8 +94,8 @@ type Limit struct {
 	// Calendar.Longest(). Only FixedWindow takes a calendar: the other
 	// algorithms measure a sliding span of constant length.
 	Calendar Calendar
-	// Offset is the calendar's UTC offset in seconds east of UTC, within
-	// ±MaxOffset; zero without a calendar.
+	// Offset is the calendar's UTC offset in seconds east of UTC, a whole
+	// number of minutes within ±MaxOffset; zero without a calendar.
 	Offset int32
 }
 
@@ -138,7 +138,7 @@ func (l Limit) Validate() error {
 	case l.Calendar != NoCalendar && l.Period != l.Calendar.Longest():
 		return fmt.Errorf("limiter: a %v calendar's period must be %v, got %v", l.Calendar, l.Calendar.Longest(), l.Period)
 	case !l.offsetValid():
-		return fmt.Errorf("limiter: offset %ds must be within ±%v, and zero without a calendar", l.Offset, MaxOffset)
+		return fmt.Errorf("limiter: offset %ds must be whole minutes within ±%v, and zero without a calendar", l.Offset, MaxOffset)
 	case !l.spanFits():
 		return errors.New("limiter: capacity×period/rate (time to refill an empty bucket) exceeds 146 years")
 	}
@@ -163,7 +163,7 @@ func (l Limit) offsetValid() bool {
 	if l.Calendar == NoCalendar {
 		return l.Offset == 0
 	}
-	return int64(l.Offset) >= -int64(MaxOffset/time.Second) && int64(l.Offset) <= int64(MaxOffset/time.Second)
+	return l.Offset%60 == 0 && int64(l.Offset) >= -int64(MaxOffset/time.Second) && int64(l.Offset) <= int64(MaxOffset/time.Second)
 }
 
 // spanFits checks Capacity×Period < 2^62×Rate without dividing.
@@ -245,8 +245,8 @@ type Result struct {
 //
 //	TokenBucket:   At = theoretical arrival time (TAT) in Unix ns, integer part;
 //	               N  = fractional part of the TAT in units of 1/Rate ns (N < Rate).
-//	FixedWindow:   At = window index floor(t/Period), or the calendar period's
-//	               index (Calendar.Period); N = units used in that window.
+//	FixedWindow:   At = window index floor(t/Period), or for a calendar the
+//	               period's span (see calendarAt); N = units used in that window.
 //	SlidingWindow: At = window index; N = units used in window At;
 //	               Prev = units used in window At-1.
 //	SlidingLog:    Log = the admissions, oldest first (see slidinglog.go);

@@ -231,7 +231,7 @@ func (l Limit) Idle(st State, now int64) bool {
 			return false
 		}
 		switch {
-		case st.At == win:
+		case l.inWindow(st.At, win):
 			return st.N == 0 && (l.Algorithm == FixedWindow || st.Prev == 0)
 		case st.At == win-1:
 			return st.N == 0 || l.Algorithm == FixedWindow
@@ -277,10 +277,10 @@ func (l Limit) Merge(a, b State, now int64) State {
 	}
 	w := max(wa, wb)
 	counts := func(s State) (cur, prev uint64) {
-		switch s.At {
-		case w:
+		switch {
+		case l.inWindow(s.At, w):
 			return uint64(s.N), uint64(s.Prev)
-		case w - 1:
+		case s.At == w-1:
 			return 0, uint64(s.N)
 		}
 		return 0, 0
@@ -384,7 +384,8 @@ func (l Limit) window(st State, now int64) (win int64, elapsed, length, delay ui
 	t := max(now, 0)
 	cur := t / period
 	elapsed = uint64(t - cur*period)
-	if st.At <= cur {
+	if st.At <= cur || st.At >= calendarBit {
+		// A calendar window's span (the config changed) counts by overlap.
 		return cur, elapsed, uint64(period), 0, true
 	}
 	ahead := uint64(st.At - cur)
@@ -394,21 +395,77 @@ func (l Limit) window(st State, now int64) (win int64, elapsed, length, delay ui
 	return st.At, 0, uint64(period), ahead*uint64(period) - elapsed, true
 }
 
-// calendarWindow is window for a calendar limit. The only plausible state
-// ahead of now's period is in the next one (every period is longer than
-// ClockStepTolerance); it is evaluated at that period's start.
+// calendarWindow is window for a calendar limit, whose window index is
+// calendarAt of the period (see Calendar). A state counted in a window that
+// began before now's period ends is in the past or overlaps now's period
+// (inWindow tells which), and a duration window's state reads as one in
+// the past; one that begins exactly where now's period ends is a clock
+// that went back, evaluated at that period's start; any other is
+// implausible.
 func (l Limit) calendarWindow(st State, now int64) (win int64, elapsed, length, delay uint64, plausible bool) {
 	t := max(now, calendarFloor)
-	cur, start, length := l.Calendar.Period(t, l.Offset)
+	_, start, length := l.Calendar.Period(t, l.Offset)
+	win = calendarAt(start, length)
 	elapsed = uint64(t - start)
+	end := addSatInt(start, length)
+	s0, e0 := calendarSpan(st.At)
 	switch {
-	case st.At <= cur:
-		return cur, elapsed, length, 0, true
-	case st.At > cur+1:
-		return cur, elapsed, length, 0, false
+	case s0 < end:
+		return win, elapsed, length, 0, true
+	case s0 == end && e0 > s0:
+		return st.At, 0, uint64(e0 - s0), length - elapsed, true
 	}
-	_, _, nextLength := l.Calendar.Period(addSatInt(start, length), l.Offset)
-	return st.At, 0, nextLength, length - elapsed, true
+	return win, elapsed, length, 0, false
+}
+
+// inWindow reports whether a state stored with window index at counts in
+// window win: the same window, or for a window stored as a calendar span
+// (see calendarAt) any overlap of the two spans. So when the config changes
+// between day, week and month, or from a calendar period to a duration,
+// what a key used in a window overlapping the current one still counts.
+func (l Limit) inWindow(at, win int64) bool {
+	if at == win || at < calendarBit {
+		return at == win
+	}
+	s0, e0 := calendarSpan(at)
+	var s1, e1 int64
+	if l.Calendar != NoCalendar {
+		s1, e1 = calendarSpan(win)
+	} else {
+		s1 = win * int64(l.Period) // win is now's window: no overflow
+		e1 = addSatInt(s1, uint64(l.Period))
+	}
+	return s0 < e1 && e0 > s1
+}
+
+// A calendar window's index is its span: calendarBit, above any index of
+// a window of constant length, then its start in Unix minutes (every offset
+// is a whole number of minutes) shifted left 5 bits, or'ed with its length
+// in days (1 to 31). A stored state so stays meaningful when the period
+// changes, and indexes still order by start.
+const (
+	calendarBit     = 1 << 62
+	calendarLenBits = 5
+)
+
+func calendarAt(start int64, length uint64) int64 {
+	return calendarBit | (start/nanosPerMinute)<<calendarLenBits | int64(length/nanosPerDay)
+}
+
+// calendarSpan is the span [s, e) in Unix nanoseconds that the calendar
+// window index at names, saturated at MaxInt64 for an index beyond 2262.
+// An index below calendarBit is not a calendar window (a duration window's
+// index, or a fresh state): its span is empty, at the epoch.
+func calendarSpan(at int64) (s, e int64) {
+	if at < calendarBit {
+		return 0, 0
+	}
+	minutes := uint64(at-calendarBit) >> calendarLenBits
+	if minutes > uint64(math.MaxInt64/nanosPerMinute) {
+		return math.MaxInt64, math.MaxInt64
+	}
+	s = int64(minutes) * nanosPerMinute
+	return s, addSatInt(s, uint64(at&(1<<calendarLenBits-1))*nanosPerDay)
 }
 
 // addSatInt is t+d saturated at MaxInt64.
@@ -427,7 +484,7 @@ func (l Limit) windowCounts(st State, win int64, plausible bool) (cur, prev uint
 	switch {
 	case !plausible:
 		return uint64(l.Rate), 0
-	case st.At == win:
+	case l.inWindow(st.At, win):
 		return uint64(st.N), uint64(st.Prev)
 	case st.At == win-1 && l.Algorithm == SlidingWindow:
 		return 0, uint64(st.N)
