@@ -128,6 +128,11 @@ type Rate struct {
 	// Burst is extra bucket capacity above Limit (token bucket only); >= 0,
 	// default 0.
 	Burst int64
+	// Calendar, when set (window "day", "week" or "month"), makes the
+	// windows calendar periods in the UTC offset Offset (seconds east);
+	// Window is then the calendar's longest period.
+	Calendar limiter.Calendar
+	Offset   int32
 }
 
 // Capacity is the most requests the algorithm admits at once from a fresh
@@ -143,7 +148,7 @@ func (r Rate) Capacity(a Algorithm) int64 {
 // definition the filter's tables and Redis commands and Parse's range
 // checks share.
 func (r Rate) Limiter(a Algorithm) limiter.Limit {
-	lim := limiter.Limit{Rate: r.Limit, Period: r.Window, Burst: r.Burst}
+	lim := limiter.Limit{Rate: r.Limit, Period: r.Window, Burst: r.Burst, Calendar: r.Calendar, Offset: r.Offset}
 	switch a {
 	case FixedWindow:
 		lim.Algorithm = limiter.FixedWindow
