@@ -27,16 +27,11 @@ const (
 // offsets in use, with room (ISO 8601 and RFC 3339 zones reach ±14:00).
 const MaxOffset = 18 * time.Hour
 
+var calendarNames = [numCalendars]string{"", "day", "week", "month"}
+
 func (c Calendar) String() string {
-	switch c {
-	case NoCalendar:
-		return ""
-	case CalendarDay:
-		return "day"
-	case CalendarWeek:
-		return "week"
-	case CalendarMonth:
-		return "month"
+	if c < numCalendars {
+		return calendarNames[c]
 	}
 	return fmt.Sprintf("Calendar(%d)", uint8(c))
 }

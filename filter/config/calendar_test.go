@@ -97,3 +97,16 @@ func FuzzParseUTCOffset(f *testing.F) {
 		}
 	})
 }
+
+func TestRateWindowString(t *testing.T) {
+	for want, r := range map[string]Rate{
+		"1m0s":         {Limit: 1, Window: time.Minute},
+		"month +09:00": {Limit: 1, Window: 31 * 24 * time.Hour, Calendar: limiter.CalendarMonth, Offset: 9 * 3600},
+		"day -05:30":   {Limit: 1, Window: 24 * time.Hour, Calendar: limiter.CalendarDay, Offset: -(5*3600 + 30*60)},
+		"week +00:00":  {Limit: 1, Window: 7 * 24 * time.Hour, Calendar: limiter.CalendarWeek},
+	} {
+		if got := r.WindowString(); got != want {
+			t.Errorf("%+v: %q, want %q", r, got, want)
+		}
+	}
+}

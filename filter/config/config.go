@@ -144,6 +144,15 @@ func (r Rate) Capacity(a Algorithm) int64 {
 	return r.Limit
 }
 
+// WindowString is the window as an operator reads it: a duration, or a
+// calendar period with its UTC offset ("month +09:00").
+func (r Rate) WindowString() string {
+	if r.Calendar == limiter.NoCalendar {
+		return r.Window.String()
+	}
+	return r.Calendar.String() + " " + formatUTCOffset(r.Offset)
+}
+
 // Limiter is the limiter.Limit that enforces r with algorithm a: the one
 // definition the filter's tables and Redis commands and Parse's range
 // checks share.
