@@ -3,6 +3,8 @@ package limiter
 import (
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/limiter/store"
 )
 
 func utc(s string) int64 {
@@ -300,5 +302,36 @@ func TestCalendarDurationChange(t *testing.T) {
 		if _, res := month.Decide(st, utc("2024-02-10T08:00:00Z"), 1); res.Remaining != 99 {
 			t.Fatalf("%v to month: %+v", d, res)
 		}
+	}
+}
+
+// TestCalendarTableReload: a table rebuilt over the same shared data with
+// another period or rate (a config reload) keeps what each key used, as
+// the field reference says, and other keys are untouched.
+func TestCalendarTableReload(t *testing.T) {
+	s := store.NewMemory()
+	cfg := TableConfig{Prefix: "t.", Slots: 64}
+	month := Limit{Algorithm: FixedWindow, Rate: 100, Period: CalendarMonth.Longest(), Calendar: CalendarMonth}
+	at := utc("2024-02-10T08:00:00Z")
+	if res, err := newTable(t, s, month, cfg).AllowN("a", at, 30); err != nil || !res.Allowed {
+		t.Fatalf("%+v %v", res, err)
+	}
+	day := Limit{Algorithm: FixedWindow, Rate: 40, Period: CalendarDay.Longest(), Calendar: CalendarDay}
+	tab := newTable(t, s, day, cfg)
+	if res, _ := tab.AllowN("a", at, 1); res.Remaining != 9 {
+		t.Fatalf("month to day: %+v", res)
+	}
+	if res, _ := tab.AllowN("b", at, 1); res.Remaining != 39 {
+		t.Fatalf("another key: %+v", res)
+	}
+	// Lower than what "a" used: nothing left until the day ends.
+	lower := day
+	lower.Rate = 5
+	tab = newTable(t, s, lower, cfg)
+	if res, _ := tab.AllowN("a", at, 1); res.Allowed || res.RetryAfter != 16*time.Hour {
+		t.Fatalf("lower rate: %+v", res)
+	}
+	if res, _ := tab.AllowN("a", utc("2024-02-11T00:00:00Z"), 1); !res.Allowed || res.Remaining != 4 {
+		t.Fatalf("lower rate, next day: %+v", res)
 	}
 }
