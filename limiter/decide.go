@@ -97,7 +97,7 @@ func (l Limit) Charge(st State, now int64, n int64) (State, Result) {
 		next = l.chargeLog(st, now, n)
 	case FixedWindow, SlidingWindow:
 		limit := uint64(l.Rate)
-		win, _, _, plausible := l.window(st, now)
+		win, _, _, _, plausible := l.window(st, now)
 		cur, prev := l.windowCounts(st, win, plausible)
 		cur = min(cur+min(uint64(n), limit), limit)
 		next = State{At: win, N: uint32(cur)}
@@ -129,18 +129,17 @@ func (l Limit) Charge(st State, now int64, n int64) (State, Result) {
 
 func (l Limit) decideFixed(st State, now int64, n int64) (State, Result) {
 	limit := uint64(l.Rate)
-	period := uint64(l.Period)
-	win, elapsed, delay, plausible := l.window(st, now)
+	win, elapsed, length, delay, plausible := l.window(st, now)
 	used := uint64(0)
 	switch {
 	case !plausible:
 		used = limit
-	case st.At == win:
+	case l.inWindow(st.At, win):
 		used = uint64(st.N)
 	}
-	untilEnd := addSat(delay, period-elapsed)
+	untilEnd := addSat(delay, length-elapsed)
 
-	res := Result{Limit: l.Rate, Period: l.Period}
+	res := Result{Limit: l.Rate, Period: time.Duration(length)}
 	reason, ok := l.costReason(n)
 	if ok {
 		if used+uint64(n) <= limit {
@@ -170,7 +169,7 @@ func (l Limit) decideFixed(st State, now int64, n int64) (State, Result) {
 func (l Limit) decideSliding(st State, now int64, n int64) (State, Result) {
 	limit := uint64(l.Rate)
 	period := uint64(l.Period)
-	win, elapsed, delay, plausible := l.window(st, now)
+	win, elapsed, _, delay, plausible := l.window(st, now)
 	cur, prev := l.windowCounts(st, win, plausible)
 	capacity := mul(limit, period)
 	// headroom(c) = L×P − prev×(P−e) − c×P: units still admissible, scaled.

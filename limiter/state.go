@@ -187,7 +187,7 @@ func (l Limit) checkValidState(alg Algorithm, st State, now int64) error {
 		if alg == FixedWindow && st.Prev != 0 {
 			return fmt.Errorf("%w: fixed window with previous count", ErrImpossible)
 		}
-		if _, _, _, plausible := l.window(st, now); !plausible {
+		if _, _, _, _, plausible := l.window(st, now); !plausible {
 			return fmt.Errorf("%w: window %d is ahead of now %d", ErrImpossible, st.At, now)
 		}
 	}
@@ -213,7 +213,8 @@ func (l Limit) Empty(now int64) State {
 	case SlidingLog:
 		return State{Log: l.emptyLog(now)}
 	default:
-		return State{At: max(now, 0) / int64(l.Period), N: uint32(l.Rate)}
+		win, _, _, _, _ := l.window(State{}, now)
+		return State{At: win, N: uint32(l.Rate)}
 	}
 }
 
@@ -231,12 +232,12 @@ func (l Limit) Idle(st State, now int64) bool {
 		live, _, ok := l.scanLog(st.Log, now)
 		return ok && live == ""
 	default:
-		win, _, _, plausible := l.window(st, now)
+		win, _, _, _, plausible := l.window(st, now)
 		if !plausible {
 			return false
 		}
 		switch {
-		case st.At == win:
+		case l.inWindow(st.At, win):
 			return st.N == 0 && (l.Algorithm == FixedWindow || st.Prev == 0)
 		case st.At == win-1:
 			return st.N == 0 || l.Algorithm == FixedWindow
@@ -275,17 +276,17 @@ func (l Limit) Merge(a, b State, now int64) State {
 		lb, _ := l.liveLog(b.Log, now)
 		return State{Log: mergeLogs(la, lb, uint64(l.Rate))}
 	}
-	wa, _, _, okA := l.window(a, now)
-	wb, _, _, okB := l.window(b, now)
+	wa, _, _, _, okA := l.window(a, now)
+	wb, _, _, _, okB := l.window(b, now)
 	if !okA || !okB {
 		return l.Empty(now)
 	}
 	w := max(wa, wb)
 	counts := func(s State) (cur, prev uint64) {
-		switch s.At {
-		case w:
+		switch {
+		case l.inWindow(s.At, w):
 			return uint64(s.N), uint64(s.Prev)
-		case w - 1:
+		case s.At == w-1:
 			return 0, uint64(s.N)
 		}
 		return 0, 0
@@ -333,7 +334,7 @@ func (l Limit) usage(st State, now int64) (units uint64, rank u128) {
 		_, used := l.liveLog(st.Log, now)
 		return used, u128{0, used}
 	}
-	win, elapsed, _, plausible := l.window(st, now)
+	win, elapsed, _, _, plausible := l.window(st, now)
 	cur, prev := l.windowCounts(st, win, plausible)
 	if l.Algorithm == FixedWindow {
 		return cur, u128{0, cur}
@@ -379,20 +380,106 @@ func (l Limit) bucketState(now int64, debt u128) State {
 // later (clock went back) the decision is evaluated at the start of the
 // state's window, so a backwards clock never releases units, and delay is
 // the time from now until that evaluation point. A state window too far
-// ahead to be a clock step is reported as implausible.
-func (l Limit) window(st State, now int64) (win int64, elapsed, delay uint64, plausible bool) {
+// ahead to be a clock step is reported as implausible. length is the
+// length of window win: Period, or one calendar period.
+func (l Limit) window(st State, now int64) (win int64, elapsed, length, delay uint64, plausible bool) {
+	if l.Calendar != NoCalendar {
+		return l.calendarWindow(st, now)
+	}
 	period := int64(l.Period)
 	t := max(now, 0)
 	cur := t / period
 	elapsed = uint64(t - cur*period)
-	if st.At <= cur {
-		return cur, elapsed, 0, true
+	if st.At <= cur || st.At >= calendarBit {
+		// A calendar window's span (the config changed) counts by overlap.
+		return cur, elapsed, uint64(period), 0, true
 	}
 	ahead := uint64(st.At - cur)
 	if ahead > uint64(ClockStepTolerance/l.Period)+1 {
-		return cur, elapsed, 0, false
+		return cur, elapsed, uint64(period), 0, false
 	}
-	return st.At, 0, ahead*uint64(period) - elapsed, true
+	return st.At, 0, uint64(period), ahead*uint64(period) - elapsed, true
+}
+
+// calendarWindow is window for a calendar limit, whose window index is
+// calendarAt of the period (see Calendar). A state counted in a window that
+// began before now's period ends is in the past or overlaps now's period
+// (inWindow tells which), and a duration window's state reads as one in
+// the past; one that begins exactly where now's period ends is a clock
+// that went back, evaluated at that period's start; any other is
+// implausible.
+func (l Limit) calendarWindow(st State, now int64) (win int64, elapsed, length, delay uint64, plausible bool) {
+	t := max(now, calendarFloor)
+	_, start, length := l.Calendar.Period(t, l.Offset)
+	win = calendarAt(start, length)
+	elapsed = uint64(t - start)
+	end := addSatInt(start, length)
+	s0, e0 := calendarSpan(st.At)
+	switch {
+	case s0 < end:
+		return win, elapsed, length, 0, true
+	case s0 == end && e0 > s0:
+		return st.At, 0, uint64(e0 - s0), length - elapsed, true
+	}
+	return win, elapsed, length, 0, false
+}
+
+// inWindow reports whether a state stored with window index at counts in
+// window win: the same window, or for a window stored as a calendar span
+// (see calendarAt) any overlap of the two spans. So when the config changes
+// between day, week and month, or from a calendar period to a duration,
+// what a key used in a window overlapping the current one still counts.
+func (l Limit) inWindow(at, win int64) bool {
+	if at == win || at < calendarBit {
+		return at == win
+	}
+	s0, e0 := calendarSpan(at)
+	var s1, e1 int64
+	if l.Calendar != NoCalendar {
+		s1, e1 = calendarSpan(win)
+	} else {
+		s1 = win * int64(l.Period) // win is now's window: no overflow
+		e1 = addSatInt(s1, uint64(l.Period))
+	}
+	return s0 < e1 && e0 > s1
+}
+
+// A calendar window's index is its span: calendarBit, above any index of
+// a window of constant length, then its start in Unix minutes (every offset
+// is a whole number of minutes) shifted left 5 bits, or'ed with its length
+// in days (1 to 31). A stored state so stays meaningful when the period
+// changes, and indexes still order by start.
+const (
+	calendarBit     = 1 << 62
+	calendarLenBits = 5
+)
+
+func calendarAt(start int64, length uint64) int64 {
+	return calendarBit | (start/nanosPerMinute)<<calendarLenBits | int64(length/nanosPerDay)
+}
+
+// calendarSpan is the span [s, e) in Unix nanoseconds that the calendar
+// window index at names, saturated at MaxInt64 for an index beyond 2262.
+// An index below calendarBit is not a calendar window (a duration window's
+// index, or a fresh state): its span is empty, at the epoch.
+func calendarSpan(at int64) (s, e int64) {
+	if at < calendarBit {
+		return 0, 0
+	}
+	minutes := uint64(at-calendarBit) >> calendarLenBits
+	if minutes > uint64(math.MaxInt64/nanosPerMinute) {
+		return math.MaxInt64, math.MaxInt64
+	}
+	s = int64(minutes) * nanosPerMinute
+	return s, addSatInt(s, uint64(at&(1<<calendarLenBits-1))*nanosPerDay)
+}
+
+// addSatInt is t+d saturated at MaxInt64.
+func addSatInt(t int64, d uint64) int64 {
+	if d > uint64(math.MaxInt64-t) {
+		return math.MaxInt64
+	}
+	return t + int64(d)
 }
 
 // windowCounts is what st counts in window win, as window found it
@@ -403,7 +490,7 @@ func (l Limit) windowCounts(st State, win int64, plausible bool) (cur, prev uint
 	switch {
 	case !plausible:
 		return uint64(l.Rate), 0
-	case st.At == win:
+	case l.inWindow(st.At, win):
 		return uint64(st.N), uint64(st.Prev)
 	case st.At == win-1 && l.Algorithm == SlidingWindow:
 		return 0, uint64(st.N)

@@ -14,6 +14,7 @@ var codecLimits = []Limit{
 	{Algorithm: FixedWindow, Rate: 5, Period: time.Second},
 	{Algorithm: SlidingWindow, Rate: 10, Period: time.Second},
 	{Algorithm: SlidingLog, Rate: 10, Period: time.Second},
+	{Algorithm: FixedWindow, Rate: 7, Period: CalendarMonth.Longest(), Calendar: CalendarMonth, Offset: -(9*3600 + 30*60)},
 }
 
 // maxStateLen is the longest encoding of l's states.

@@ -128,6 +128,11 @@ type Rate struct {
 	// Burst is extra bucket capacity above Limit (token bucket only); >= 0,
 	// default 0.
 	Burst int64
+	// Calendar, when set (window "day", "week" or "month"), makes the
+	// windows calendar periods in the UTC offset Offset (seconds east);
+	// Window is then the calendar's longest period.
+	Calendar limiter.Calendar
+	Offset   int32
 }
 
 // Capacity is the most requests the algorithm admits at once from a fresh
@@ -139,11 +144,20 @@ func (r Rate) Capacity(a Algorithm) int64 {
 	return r.Limit
 }
 
+// WindowString is the window as an operator reads it: a duration, or a
+// calendar period with its UTC offset ("month +09:00").
+func (r Rate) WindowString() string {
+	if r.Calendar == limiter.NoCalendar {
+		return r.Window.String()
+	}
+	return r.Calendar.String() + " " + formatUTCOffset(r.Offset)
+}
+
 // Limiter is the limiter.Limit that enforces r with algorithm a: the one
 // definition the filter's tables and Redis commands and Parse's range
 // checks share.
 func (r Rate) Limiter(a Algorithm) limiter.Limit {
-	lim := limiter.Limit{Rate: r.Limit, Period: r.Window, Burst: r.Burst}
+	lim := limiter.Limit{Rate: r.Limit, Period: r.Window, Burst: r.Burst, Calendar: r.Calendar, Offset: r.Offset}
 	switch a {
 	case FixedWindow:
 		lim.Algorithm = limiter.FixedWindow

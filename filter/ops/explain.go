@@ -210,7 +210,7 @@ func explainLimit(cfg *config.Config, i int, lt engine.LimitTrace, all []engine.
 	}
 	le.Override, le.Action = lt.OverrideValue, lt.Action
 	if lt.Rate.Limit > 0 {
-		le.Rate = &Rate{Limit: lt.Rate.Limit, Window: lt.Rate.Window.String(), Burst: lt.Rate.Burst}
+		le.Rate = &Rate{Limit: lt.Rate.Limit, Window: lt.Rate.WindowString(), Burst: lt.Rate.Burst}
 		le.Cost = lt.Cost
 	}
 	le.RedisKey = lt.RedisKey
