@@ -61,6 +61,13 @@ func FuzzCheck(f *testing.F) {
 	f.Add([]byte(strings.Replace(bootstrap(true, inlineSluice(xffConfig)), "use_remote_address: true", "use_remote_address: '"+strings.Repeat("t", 3000)+"'", 1)))
 	f.Add([]byte(strings.Replace(bootstrap(true, inlineSluice(xffConfig)), "use_remote_address: true", "use_remote_address: [TRUE]", 1)))
 	f.Add([]byte("kind: WasmPlugin\nspec:\n  pluginConfig: {limits: [{name: a, requests_per_second: 1}]}\n"))
+	// The spellings Envoy reads a field in: camelCase, merge keys, and the
+	// duplicates it refuses.
+	for _, ura := range []string{"useRemoteAddress: true", "<<: {use_remote_address: true}", "<<: [*m, {useRemoteAddress: false}]",
+		"use_remote_address: true\n                use_remote_address: false", "use_remote_address: false\n                useRemoteAddress: true"} {
+		f.Add([]byte(strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)), "use_remote_address: true", ura, 1)))
+	}
+	f.Add([]byte(bootstrap(true, strings.NewReplacer("root_id:", "rootId:", "vm_config:", "<<: &m {vmConfig: {vmId: x}}\n                        vm_config:").Replace(inlineSluice(peerConfig)))))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte(`{"limits": [{"name": "a", "requests_per_second": 1, "match": {"not": {}}}]}`))
 	// Hostile inputs: a flow sequence past the bound on nodes, long bad
