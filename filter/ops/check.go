@@ -56,12 +56,14 @@ func Check(file string, data []byte) CheckReport {
 	if isJSON(file, data) {
 		found = []pluginConfig{{File: file, Config: string(data)}}
 	} else {
+		var problems []Finding
 		var err error
-		if found, err = findPluginConfigs(file, data); err != nil {
+		if found, problems, err = findPluginConfigs(file, data); err != nil {
 			r.Errors = append(r.Errors, Finding{ConfigRef: ConfigRef{File: file}, Message: err.Error()})
 			return r
 		}
-		if len(found) == 0 {
+		r.Errors = append(r.Errors, problems...)
+		if len(found) == 0 && len(problems) == 0 {
 			r.Errors = append(r.Errors, Finding{ConfigRef: ConfigRef{File: file},
 				Message: "no Sluice filter found (a wasm filter named sluice, with root_id or vm_id sluice, or code whose file name or URL says sluice; or an Istio WasmPlugin)"})
 			return r

@@ -456,3 +456,44 @@ func TestCheckQuotesBoundedPrefixes(t *testing.T) {
 		}
 	}
 }
+
+// Every field check reads is read as Envoy reads it: in its protobuf
+// JSON spelling too, through merge keys, and refused when given twice.
+func TestCheckReadsFieldsInEverySpellingEnvoyTakes(t *testing.T) {
+	camel := strings.NewReplacer("root_id:", "rootId:", "vm_config:", "vmConfig:")
+	for _, c := range []struct {
+		name, yaml string
+		errs       []string // each in one error, with its line and path
+		configs    int
+	}{
+		{name: "camelCase wasm fields", yaml: bootstrap(true, camel.Replace(inlineSluice(peerConfig))), configs: 1},
+		{name: "useRemoteAddress", yaml: strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)), "use_remote_address:", "useRemoteAddress:", 1), configs: 1},
+		{name: "merge key", yaml: strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)), "use_remote_address: true", "<<: {use_remote_address: true}", 1), configs: 1},
+		{name: "merged wasm config", yaml: strings.Replace(bootstrap(true, inlineSluice(peerConfig)), "                      config:\n", "                      <<: {config: &c {name: other}}\n                      cfg:\n", 1),
+			configs: 0, errs: []string{"no Sluice filter found"}},
+		{name: "duplicate field", yaml: strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)), "use_remote_address: true", "use_remote_address: false\n                useRemoteAddress: true", 1),
+			errs: []string{"envoy.yaml:11 (static_resources.listeners[0].filter_chains[0].filters[0].typed_config.useRemoteAddress): error: use_remote_address: set twice, as use_remote_address and as useRemoteAddress, which Envoy refuses (duplicate field)"}, configs: 1},
+		{name: "duplicate key", yaml: strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)), "use_remote_address: true", "use_remote_address: true\n                use_remote_address: false", 1),
+			errs: []string{`envoy.yaml:11 (static_resources.listeners[0].filter_chains[0].filters[0].typed_config.use_remote_address): error: "use_remote_address": given twice in one mapping, which Envoy refuses (duplicate key)`}, configs: 1},
+		{name: "duplicate wasm field in both spellings", yaml: bootstrap(true, strings.Replace(inlineSluice(peerConfig), "root_id: sluice", "root_id: sluice\n                        rootId: other", 1)),
+			errs: []string{"config.rootId): error: root_id: set twice, as root_id and as rootId"}, configs: 1},
+		{name: "duplicate key inside the wasm config", yaml: bootstrap(true, strings.Replace(inlineSluice(peerConfig), "root_id: sluice", "root_id: sluice\n                        root_id: sluice", 1)),
+			errs: []string{`config.root_id): error: "root_id": given twice in one mapping`}, configs: 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := Check("envoy.yaml", []byte(c.yaml))
+			var out strings.Builder
+			for _, e := range r.Errors {
+				fmt.Fprintf(&out, "%s: error: %s\n", e.where(), e.text())
+			}
+			if len(r.Configs) != c.configs || len(r.Errors) != len(c.errs) || len(r.Warnings) != 0 {
+				t.Fatalf("configs %d errors %s warnings %+v", len(r.Configs), out.String(), r.Warnings)
+			}
+			for _, want := range c.errs {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("no error %q in:\n%s", want, out.String())
+				}
+			}
+		})
+	}
+}

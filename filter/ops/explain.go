@@ -327,9 +327,14 @@ func explainConfig(file string) ([]byte, error) {
 	if isJSON(file, data) {
 		return data, nil
 	}
-	found, err := findPluginConfigs(file, data)
+	found, problems, err := findPluginConfigs(file, data)
 	if err != nil {
 		return nil, err
+	}
+	if len(problems) > 0 {
+		// Envoy refuses the file, so no request meets this filter.
+		p := problems[0]
+		return nil, fmt.Errorf("%s (%s): %s", pluginConfig{File: p.File, Line: p.Line}.location(), p.YAMLPath, p.Message)
 	}
 	if len(found) != 1 {
 		var where []string

@@ -3,6 +3,9 @@ package ops
 import (
 	"strings"
 	"testing"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/engine"
 )
 
 // fuzzConfig reads every part of a request explain can be told about, so
@@ -61,6 +64,13 @@ func FuzzCheck(f *testing.F) {
 	f.Add([]byte(strings.Replace(bootstrap(true, inlineSluice(xffConfig)), "use_remote_address: true", "use_remote_address: '"+strings.Repeat("t", 3000)+"'", 1)))
 	f.Add([]byte(strings.Replace(bootstrap(true, inlineSluice(xffConfig)), "use_remote_address: true", "use_remote_address: [TRUE]", 1)))
 	f.Add([]byte("kind: WasmPlugin\nspec:\n  pluginConfig: {limits: [{name: a, requests_per_second: 1}]}\n"))
+	// The spellings Envoy reads a field in: camelCase, merge keys, and the
+	// duplicates it refuses.
+	for _, ura := range []string{"useRemoteAddress: true", "<<: {use_remote_address: true}", "<<: [*m, {useRemoteAddress: false}]",
+		"use_remote_address: true\n                use_remote_address: false", "use_remote_address: false\n                useRemoteAddress: true"} {
+		f.Add([]byte(strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)), "use_remote_address: true", ura, 1)))
+	}
+	f.Add([]byte(bootstrap(true, strings.NewReplacer("root_id:", "rootId:", "vm_config:", "<<: &m {vmConfig: {vmId: x}}\n                        vm_config:").Replace(inlineSluice(peerConfig)))))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte(`{"limits": [{"name": "a", "requests_per_second": 1, "match": {"not": {}}}]}`))
 	// Hostile inputs: a flow sequence past the bound on nodes, long bad
@@ -85,6 +95,43 @@ func FuzzCheck(f *testing.F) {
 			if w.Code == "" || w.File == "" {
 				t.Fatalf("warning without code or file: %+v", w)
 			}
+		}
+	})
+}
+
+// FuzzAdminReply gives the admin route's reply reader hostile bodies: it
+// never panics, and what it accepts is within what the configuration
+// says the route answers.
+func FuzzAdminReply(f *testing.F) {
+	for _, s := range []string{
+		`{"limit":"qq","mode":"local","algorithm":"token_bucket","capacity":5,"remaining":4,"reset_after_ms":720000}`,
+		`{"limit":"qq","mode":"local","algorithm":"token_bucket","capacity":5,"remaining":4,"reset_after_ms":720000,"reset":true}`,
+		`{"limit":"qq","Limit":"qq","mode":"local","algorithm":"fixed_window","capacity":1e3,"remaining":-5,"reset_after_ms":null}`,
+		`{"limit":"qq","limit":"qq"}{}`, `[`, `{"override":"gold"`,
+	} {
+		f.Add(s, false)
+	}
+	cfg, err := config.Parse([]byte(`{"limits":[{"name":"qq","key":["header:x-k"],"limit":5,"window":"1h"}]}`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	lim := &cfg.Limits[0]
+	q, err := engine.ResolveQuotaKey(lim, []string{"k"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body string, reset bool) {
+		want := adminReply{action: "get", limit: lim, q: q}
+		if reset {
+			want.action = "reset"
+		}
+		st, why := want.read("application/json", []byte(body))
+		if why != "" {
+			return
+		}
+		if st.Limit != "qq" || st.Algorithm != "token_bucket" || st.Capacity != 5 || st.Remaining < 0 || st.Remaining > 5 ||
+			st.ResetAfterMS < 0 || st.Override != "" || (st.Reset != nil) != reset {
+			t.Fatalf("accepted %q as %+v", body, st)
 		}
 	})
 }
