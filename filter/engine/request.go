@@ -275,9 +275,81 @@ func (r *requestInfo) matchRequest(needs requestNeeds) config.Request {
 	return req
 }
 
-// keySeparator cannot occur in HTTP header values, paths or addresses, so
-// composite keys built with it are unambiguous.
-const keySeparator = '\x00'
+// keySeparator joins the parts of a composite key. A decoded query value,
+// cookie or metadata string can hold it, so every part is escaped as it
+// is appended (escapeKeyPart): keyEscape followed by keyEscapedSep stands
+// for a separator byte inside a value, and keyEscape followed by
+// keyEscapedEsc for the escape byte itself. An escaped part holds no
+// separator and decodes to one value only, so distinct tuples of values
+// never compose one key. A value with neither byte (every header, path
+// and address Envoy passes on) is appended as it is, so such keys are
+// what they were before the escaping, in shared data and in Redis alike.
+const (
+	keySeparator  = '\x00'
+	keyEscape     = '\x01'
+	keyEscapedSep = '0'
+	keyEscapedEsc = '1'
+)
+
+// escapeKeyPart escapes the key part dst[start:] in place, so that it holds
+// no keySeparator; without a separator or escape byte it is left as it is
+// and nothing is allocated.
+func escapeKeyPart(dst []byte, start int) []byte {
+	n := 0
+	for _, c := range dst[start:] {
+		if c == keySeparator || c == keyEscape {
+			n++
+		}
+	}
+	if n == 0 {
+		return dst
+	}
+	end := len(dst)
+	dst = append(dst, make([]byte, n)...)
+	// Walk back from the end so that each byte moves before it is
+	// overwritten.
+	w := len(dst)
+	for r := end - 1; r >= start; r-- {
+		c := dst[r]
+		switch c {
+		case keySeparator:
+			w -= 2
+			dst[w], dst[w+1] = keyEscape, keyEscapedSep
+		case keyEscape:
+			w -= 2
+			dst[w], dst[w+1] = keyEscape, keyEscapedEsc
+		default:
+			w--
+			dst[w] = c
+		}
+	}
+	return dst
+}
+
+// SplitKey is the values of a composite key, as appendKey composed it from
+// its parts: split at each separator and unescaped. A key of one part is one
+// value; a key of no parts (the single global bucket) is one empty value.
+func SplitKey(key string) []string {
+	values := strings.Split(key, string(rune(keySeparator)))
+	for i, v := range values {
+		if strings.IndexByte(v, keyEscape) < 0 {
+			continue
+		}
+		b := make([]byte, 0, len(v))
+		for j := 0; j < len(v); j++ {
+			c := v[j]
+			if c == keyEscape && j+1 < len(v) {
+				j++
+				if v[j] == keyEscapedSep {
+					c = keySeparator
+				}
+			}
+			b = append(b, c)
+		}
+		values[i] = string(b)
+	}
+	return values
+}
 
 // appendKey appends the composite key of parts to dst. ok is false when a
 // part is missing: an absent or empty header or cookie, an absent query
@@ -326,6 +398,7 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 			if i == overrideBy {
 				overrideValue = string(dst[start:])
 			}
+			dst = escapeKeyPart(dst, start)
 			continue
 		default:
 			ok = false
@@ -336,7 +409,8 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 		if i == overrideBy {
 			overrideValue = v
 		}
-		dst = append(dst, v...)
+		start := len(dst)
+		dst = escapeKeyPart(append(dst, v...), start)
 	}
 	return dst, overrideValue, true
 }

@@ -368,6 +368,40 @@ var adminCases = []Case{
 		},
 	},
 	{
+		Name: "key values holding the separator byte: (k1\\0y, z) and (k1, y\\0z) are two buckets, on requests and on the admin route",
+		Config: `{"limits":[{"name":"qq","key":["query:a","query:b"],"limit":3,"window":"1h"}],
+		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			const pairA, pairB = "a=k1%00y&b=z", "a=k1&b=y%00z"
+			quota := func(method, pair string) map[string]any {
+				route := "/.sluice/quota"
+				if method == "POST" {
+					route += "/reset"
+				}
+				// The admin route takes the part values as repeated key=.
+				a, b, _ := strings.Cut(pair, "&")
+				q := "limit=qq&key=" + strings.TrimPrefix(a, "a=") + "&key=" + strings.TrimPrefix(b, "b=")
+				return adminState(t, h.Do(t, adminCall(method, route+"?"+q, adminPeer, AdminToken)))
+			}
+			if got := admitted(t, h, 4, func(int) Request { return get("/d?" + pairA) }); got != 3 {
+				t.Fatalf("(k1\\0y, z) admitted %d of 4, want 3", got)
+			}
+			if st := quota("GET", pairB); st["remaining"] != 3.0 {
+				t.Fatalf("the admin route reads (k1, y\\0z) as %v, want its own full bucket", st)
+			}
+			if got := admitted(t, h, 1, func(int) Request { return get("/d?" + pairB) }); got != 1 {
+				t.Fatal("(k1, y\\0z) is limited by the bucket (k1\\0y, z) spent")
+			}
+			if st := quota("POST", pairA); st["reset"] != true || st["remaining"] != 3.0 {
+				t.Fatalf("resetting (k1\\0y, z): %v", st)
+			}
+			if st := quota("GET", pairB); st["remaining"] != 2.0 {
+				t.Fatalf("resetting (k1\\0y, z) reset (k1, y\\0z) too: %v", st)
+			}
+		},
+	},
+	{
 		Name: "a request failing the admin checks is limited as any request and answered as an upstream 404",
 		Config: `{"limits":[{"name":"all","key":["client_ip"],"limit":3,"window":"1h"}],
 		  "response":{"reply_headers":{"x-served-by":"sluice"}},

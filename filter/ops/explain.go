@@ -251,14 +251,14 @@ func partNames(parts []config.KeyPart) []string {
 	return names
 }
 
-// explainKey splits a composite key into its parts (the engine joins them
-// with a NUL, which no part holds) and redacts each value unless
+// explainKey splits a composite key into its parts' values
+// (engine.SplitKey undoes the engine's escaping) and redacts each unless
 // showKeys. An empty parts list is the limit's one bucket: no values.
 func explainKey(parts []string, key string, showKeys bool) []KeyValue {
 	if len(parts) == 0 {
 		return []KeyValue{} // "key": [], one bucket for every request
 	}
-	values := strings.Split(key, "\x00")
+	values := engine.SplitKey(key)
 	if len(values) != len(parts) {
 		parts, values = []string{strings.Join(parts, "+")}, []string{key}
 	}
