@@ -138,7 +138,12 @@ func (h *Stream) RequestHeaders() Verdict {
 		// the admin token, whatever its path. One that fails them goes
 		// through the limits as any request and is never forwarded
 		// (admin.go, admitAfterLimits).
-		if rest, ok := p.admin.route(h.info.pseudo(needPath)); ok || h.carriesAdminToken() {
+		carries, invalid := h.adminCredential()
+		if invalid {
+			h.refuseCredentials()
+			return Pause
+		}
+		if rest, ok := p.admin.route(h.info.pseudo(needPath)); ok || carries {
 			if h.serveAdmin(rest, ok, h.start) {
 				return Pause
 			}
