@@ -543,14 +543,62 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) bool {
 	return true
 }
 
+// passBreakers runs the breakers for a request (checkBreakers), or only
+// previews them for one that failed the admin checks: it never reaches
+// the upstream, so it must neither take a half-open breaker's probe slot
+// (which it would hold, unreported, until the probe timeout, keeping the
+// breaker from closing: issue 23) nor report an outcome. Where a breaker
+// would refuse a request (open, or half-open with its probes out) it is
+// refused as that breaker refuses; otherwise it goes on, without a
+// ticket, to hideAdmin's 404.
+func (h *Stream) passBreakers(now time.Time) bool {
+	if !h.adminDenied {
+		return h.checkBreakers(now)
+	}
+	p := h.plugin
+	match := h.info.matchRequest(p.matchNeeds)
+	for _, b := range p.breakers {
+		if !b.cfg.Match.Matches(match) {
+			continue
+		}
+		scope := h.breakerScope(b)
+		d, err := b.instance(scope).Preview(now)
+		if err != nil {
+			p.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
+		}
+		if !d.Allowed {
+			b.metrics.rejected.Increment(1)
+			h.rejectOpen(b, scope, d)
+			return false
+		}
+	}
+	return true
+}
+
 // hideAdmin answers an admin request that failed the checks and that the
-// limits admitted: an empty 404 carrying what an admitted response
+// limits admitted, at now, charged as an upstream's 404 without usage
+// is: an empty 404 carrying what an admitted response
 // carries from this filter, the rate-limit headers (with
 // headers_on_allowed), and nothing else of it, not even reply_headers.
 // So it is told from an upstream's 404 only by what the upstream and
 // Envoy's router put on a forwarded response.
-func (h *Stream) hideAdmin() {
+func (h *Stream) hideAdmin(now time.Time) {
 	p := h.plugin
+	// A request held past its deadline is answered as any held request
+	// then is, at the moment it would be resumed (504, or gRPC's
+	// DEADLINE_EXCEEDED), not with the 404.
+	if !h.applyDeadline(now) {
+		return
+	}
+	if len(h.charges) > 0 {
+		// Charged as the upstream 404 it stands for, a response without
+		// usage: each cost_from_response limit its default, before the
+		// rate-limit headers are read, as respond does.
+		h.chargeResponse(nil)
+		if len(h.charges) > 0 {
+			h.chargeBody(p.host.Clock()) // an empty body reports no usage
+		}
+	}
 	var headers [][2]string
 	if h.hasQuota && p.cfg.Response.HeadersOnAllowed {
 		// Reset times are relative to the decision, as respond's.

@@ -213,14 +213,14 @@ func (h *Stream) evaluate(now time.Time) Verdict {
 // then 5. the concurrency limits. False means the request was answered.
 func (h *Stream) admitAfterLimits(now time.Time) bool {
 	p := h.plugin
-	if len(p.breakers) > 0 && !h.checkBreakers(now) {
+	if len(p.breakers) > 0 && !h.passBreakers(now) {
 		return false
 	}
 	if len(p.concurrency) > 0 && !h.acquireConcurrency(now) {
 		return false
 	}
 	if h.adminDenied {
-		h.hideAdmin() // admitted, but never forwarded: a 404 as from the upstream
+		h.hideAdmin(now) // admitted, but never forwarded: a 404 as from the upstream
 		return false
 	}
 	return true

@@ -359,6 +359,90 @@ var adminCases = []Case{
 		},
 	},
 	{
+		// Issue 23: a denied admin request admitted in half-open took the
+		// probe slot and never reported, so an attacker's requests kept a
+		// healthy upstream's breaker open.
+		Name: "a request failing the admin checks is refused by an open breaker as any request, but never takes a probe",
+		Config: `{"breakers":[{"name":"up","failure_threshold":2,"success_threshold":1,"open_timeout":"4s","half_open_max_requests":1}],
+		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
+		Workers: 2,
+		Run: func(t *testing.T, h Harness) {
+			denied := func(w int) Request { return adminCall("GET", "/.sluice/quota", "192.0.2.9:40000", "").on(w) }
+			for i := range 2 {
+				upstreamAnswers(t, h, "failure", get("/").status(503).on(i%2))
+			}
+			wantBreakerState(t, h, "up", 1)
+			circuitOpen(t, h, "denied admin request, open", denied(0), "4")
+			h.Advance(t, 4*time.Second)
+			// Half-open with its probe slot free: the hidden 404, and the
+			// slot is still free for the next request, on either worker.
+			for w := range 2 {
+				wantHidden(t, "denied admin request, half-open", h.Do(t, denied(w)))
+			}
+			probe := open(t, h, get("/").on(1))
+			// With the probe out, refused as a second probe would be.
+			circuitOpen(t, h, "denied admin request, probe out", denied(0), "1")
+			finish(t, probe)
+			wantBreakerState(t, h, "up", 0)
+			wantCounter(t, h, "sluice.breaker.up.closes", 1)
+			wantHidden(t, "denied admin request, closed", h.Do(t, denied(1)))
+			wantCounter(t, h, "sluice.admin.denied", 5)
+		},
+	},
+	{
+		// Issue 23: the hidden 404 was charged 1 where an upstream 404
+		// without usage is charged the default.
+		Name: "a request failing the admin checks is charged as an upstream 404 without usage",
+		Config: `{"limits":[{"name":"tokens","key":[],"limit":100,"window":"10s",
+			"cost_from_response":{"header":"x-tokens-used","default":30}},
+		  {"name":"body","key":[],"limit":100,"window":"10s",
+			"cost_from_response":{"json":"usage.total_tokens","default":20}}],
+		  "response":{"headers_on_allowed":true},
+		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			up := h.Do(t, get("/missing").status(404))
+			if up.Status != 404 || up.Local {
+				t.Fatalf("upstream 404: %d local %v", up.Status, up.Local)
+			}
+			hidden := h.Do(t, adminCall("GET", "/.sluice/quota", "192.0.2.9:40000", ""))
+			if hidden.Status != 404 || !hidden.Local || len(hidden.Body) != 0 {
+				t.Fatalf("denied admin request: %d local %v body %q", hidden.Status, hidden.Local, hidden.Body)
+			}
+			// Each took its limit's default, 30 and 20, both times.
+			wantCounter(t, h, "sluice.limit.tokens.response_cost", 60)
+			wantCounter(t, h, "sluice.limit.body.response_cost", 40)
+		},
+	},
+	{
+		// Issue 23: a denied admin request held past its deadline got the
+		// empty 404 where any held request gets the 504.
+		Name: "a request failing the admin checks held past its deadline is answered 504, or DEADLINE_EXCEEDED, as any",
+		Config: `{"limits":[{"name":"shaped","key":[],"requests_per_second":1,"on_limit":{"action":"delay","max_delay":"2s"}}],
+		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			denied := func() Request { return adminCall("GET", "/.sluice/quota", "192.0.2.9:40000", "") }
+			resp := held(t, h, denied().with("x-envoy-upstream-rq-timeout-ms", "200"))
+			if resp.Status != 504 || !resp.Local {
+				t.Fatalf("status %d local %v, want a local 504", resp.Status, resp.Local)
+			}
+			h.Advance(t, 2*time.Second)
+			resp = held(t, h, denied().with("content-type", "application/grpc").with("grpc-timeout", "100m"))
+			if resp.Status != 200 || !resp.Local || resp.Headers.Get("grpc-status") != "4" {
+				t.Fatalf("gRPC: status %d local %v grpc-status %q, want DEADLINE_EXCEEDED (4)",
+					resp.Status, resp.Local, resp.Headers.Get("grpc-status"))
+			}
+			// Held within its deadline: the hidden 404.
+			h.Advance(t, 2*time.Second)
+			if resp := held(t, h, denied().with("x-envoy-upstream-rq-timeout-ms", "5000")); resp.Status != 404 || !resp.Local || len(resp.Body) != 0 {
+				t.Fatalf("held within its deadline: status %d local %v body %q, want the empty 404", resp.Status, resp.Local, resp.Body)
+			}
+			wantCounter(t, h, "sluice.deadline.exceeded", 2)
+			wantCounter(t, h, "sluice.admin.denied", 3)
+		},
+	},
+	{
 		Name: "an admin key value no request carries in its part is a 400, and an empty query value is its own bucket",
 		Config: `{"limits":[
 		  {"name":"seg","key":["path_segment:1"],"limit":2,"window":"1h"},
