@@ -447,7 +447,9 @@ var adminCases = []Case{
 		Config: `{"limits":[
 		  {"name":"seg","key":["path_segment:1"],"limit":2,"window":"1h"},
 		  {"name":"qry","key":["query:user"],"limit":2,"window":"1h"},
-		  {"name":"hdr","key":["header:x-t"],"limit":2,"window":"1h"}],
+		  {"name":"hdr","key":["header:x-t"],"limit":2,"window":"1h"},
+		  {"name":"mth","key":["method"],"limit":1000,"window":"1h"},
+		  {"name":"hst","key":["host"],"limit":1000,"window":"1h"}],
 		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
 		Workers: 1,
 		Run: func(t *testing.T, h Harness) {
@@ -464,7 +466,9 @@ var adminCases = []Case{
 			// "victim?x" names no segment a request carries: refused, and
 			// victim's bucket stays spent.
 			for _, q := range []string{"limit=seg&key=victim%3Fnot-victim", "limit=seg&key=victim%23x", "limit=seg&key=victim%00",
-				"limit=hdr&key=%20%20spc%20%20", "limit=hdr&key=acme%00", "limit=hdr&key=a%0D%0Ab"} {
+				"limit=hdr&key=%20%20spc%20%20", "limit=hdr&key=acme%00", "limit=hdr&key=a%0D%0Ab",
+				// Issue 23: bytes no request carries there.
+				"limit=hdr&key=a%01b", "limit=hdr&key=a%7Fb", "limit=mth&key=G+T", "limit=mth&key=GET%01", "limit=hst&key=a+b"} {
 				for _, method := range []string{"GET", "POST"} {
 					if resp := call(method, q); resp.Status != 400 || !strings.Contains(string(resp.Body), "key part 1") {
 						t.Fatalf("%s %s: %d %s, want a 400 naming the part", method, q, resp.Status, resp.Body)
