@@ -6,7 +6,7 @@ package engine
 //
 // Which requests are admin requests: every request whose normalised path
 // (normalPath) is path_prefix or under it, and every request, whatever
-// its path, that carries the admin token (carriesAdminToken). Normalising
+// its path, that carries the admin token (adminCredential). Normalising
 // decodes every percent escape, turns '\' into '/', lower-cases ASCII
 // letters, merges runs of '/' and removes "." and ".." segments, and
 // ignores the query; so "/%2esluice/", "//.sluice/", "/.SLUICE/",
@@ -221,7 +221,7 @@ func (h *Stream) authorization() (string, bool) {
 
 // tokenCandidates gathers the words of a request that may be a bearer
 // token (its token candidates) and its bearer credentials, to decide
-// whether the request carries the admin token (carriesAdminToken).
+// whether the request carries the admin token (adminCredential).
 type tokenCandidates struct {
 	// first is the digest of the first candidate; distinct counts the
 	// candidates that differ from it, and it.

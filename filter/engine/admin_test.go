@@ -354,9 +354,9 @@ func TestDeniedAdminRequestIsNeverResumed(t *testing.T) {
 	}
 }
 
-// BenchmarkAccessTokensMatch is what looking for an access_token costs a
+// BenchmarkAccessTokenCandidates is what looking for an access_token costs a
 // request with an ordinary query and none: no allocation, one pass.
-func BenchmarkAccessTokensMatch(b *testing.B) {
+func BenchmarkAccessTokenCandidates(b *testing.B) {
 	sum := sha256.Sum256([]byte("tok"))
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
