@@ -27,12 +27,12 @@ package engine
 //     case (Envoy's downstreamDirectRemoteAddress is not one), so an
 //     address that may have come from a header is refused, whatever
 //     client_ip says; client_ip is not used here at all.
-//   - the source must not have sent too many wrong tokens lately: every
-//     bearer credential is a guess, so a request from an allowed address
-//     needs one unit of a per-address (IPv6: per-/64) token bucket in
-//     shared data (adminFailLimit) for each it carries, and each wrong one
-//     takes its unit; an address whose bucket cannot cover the request is
-//     refused, right token or not, until it refills.
+//   - the source must not have sent too many wrong tokens lately: a
+//     request from an allowed address needs one unit of a per-address
+//     (IPv6: per-/64) token bucket in shared data (adminFailLimit), and a
+//     wrong token takes it; an address whose bucket is empty is refused,
+//     right token or not, until it refills. (A request of more than one
+//     bearer credential never gets here: refuseCredentials.)
 //   - "Authorization: Bearer <token>" must carry a token whose SHA-256
 //     equals token_sha256, compared in constant time.
 //
