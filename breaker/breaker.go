@@ -194,6 +194,27 @@ func (b *Breaker) Report(t Ticket, o Outcome, now time.Time) (Transition, error)
 	}
 }
 
+// Preview is the decision Check would make at now, without taking a
+// probe slot or writing anything, and without a ticket: for a request
+// that will not reach the upstream, so has no outcome to report, but
+// must be refused where a request would be (the admin route's denied
+// requests). An open breaker past its timeout previews as half-open with
+// a free probe slot: allowed.
+func (b *Breaker) Preview(now time.Time) (Decision, error) {
+	if b.m.mode == ModeDisabled || b.m.mode == ModeForcedOpen {
+		_, d, _ := b.m.Check(&b.rec, now)
+		return d, nil
+	}
+	if _, _, err := b.load(); err != nil {
+		// As Check: without the state, allow.
+		return Decision{Allowed: true, State: Closed}, fmt.Errorf("breaker %q: %w", b.key, err)
+	}
+	rec := b.rec // check changes the record it is given; this one is thrown away
+	_, d, _ := b.m.check(&rec, now.UnixNano(), nil)
+	d.Transition = NoTransition
+	return d, nil
+}
+
 // Peek returns the state stored for the key without changing it, for a
 // state gauge. An open breaker past its timeout still reads Open.
 func (b *Breaker) Peek() (State, error) {

@@ -6,7 +6,7 @@ package engine
 //
 // Which requests are admin requests: every request whose normalised path
 // (normalPath) is path_prefix or under it, and every request, whatever
-// its path, that carries the admin token (carriesAdminToken). Normalising
+// its path, that carries the admin token (adminCredential). Normalising
 // decodes every percent escape, turns '\' into '/', lower-cases ASCII
 // letters, merges runs of '/' and removes "." and ".." segments, and
 // ignores the query; so "/%2esluice/", "//.sluice/", "/.SLUICE/",
@@ -27,12 +27,12 @@ package engine
 //     case (Envoy's downstreamDirectRemoteAddress is not one), so an
 //     address that may have come from a header is refused, whatever
 //     client_ip says; client_ip is not used here at all.
-//   - the source must not have sent too many wrong tokens lately: every
-//     bearer credential is a guess, so a request from an allowed address
-//     needs one unit of a per-address (IPv6: per-/64) token bucket in
-//     shared data (adminFailLimit) for each it carries, and each wrong one
-//     takes its unit; an address whose bucket cannot cover the request is
-//     refused, right token or not, until it refills.
+//   - the source must not have sent too many wrong tokens lately: a
+//     request from an allowed address needs one unit of a per-address
+//     (IPv6: per-/64) token bucket in shared data (adminFailLimit), and a
+//     wrong token takes it; an address whose bucket is empty is refused,
+//     right token or not, until it refills. (A request of more than one
+//     bearer credential never gets here: refuseCredentials.)
 //   - "Authorization: Bearer <token>" must carry a token whose SHA-256
 //     equals token_sha256, compared in constant time.
 //
@@ -64,6 +64,7 @@ const (
 	metricAdminCalls     = "sluice.admin.calls"
 	metricAdminDenied    = "sluice.admin.denied"
 	metricAdminThrottled = "sluice.admin.throttled"
+	metricAdminInvalid   = "sluice.admin.invalid_credentials"
 )
 
 // adminFailLimit is how many wrong tokens one address may send: 10 at
@@ -83,6 +84,9 @@ const (
 type adminRuntime struct {
 	cfg                      *config.Admin
 	calls, denied, throttled host.Counter
+	// invalid counts requests refused for carrying more than one bearer
+	// credential (refuseCredentials).
+	invalid host.Counter
 	// fails counts wrong tokens per caller address, across workers.
 	fails *limiter.Table
 	// pathBuf holds the normalised path of the current request; a VM runs
@@ -101,7 +105,8 @@ func newAdminRuntime(hc *host.Host, cfg *config.Admin) (*adminRuntime, error) {
 	}
 	hm := hc.Metrics
 	return &adminRuntime{cfg: cfg, fails: fails, calls: hm.Counter(metricAdminCalls),
-		denied: hm.Counter(metricAdminDenied), throttled: hm.Counter(metricAdminThrottled)}, nil
+		denied: hm.Counter(metricAdminDenied), throttled: hm.Counter(metricAdminThrottled),
+		invalid: hm.Counter(metricAdminInvalid)}, nil
 }
 
 // route returns what follows path_prefix in the normalised path (always
@@ -136,12 +141,7 @@ func appendNormalPath(dst []byte, path string) []byte {
 // are compared in constant time, and a value without a token is hashed
 // all the same.
 func tokenMatches(authorization string, want *[32]byte) (match, bearer bool) {
-	const scheme = "bearer"
-	token := ""
-	v := strings.TrimLeft(authorization, " \t")
-	if len(v) > len(scheme) && strings.EqualFold(v[:len(scheme)], scheme) && (v[len(scheme)] == ' ' || v[len(scheme)] == '\t') {
-		token, bearer = strings.Trim(v[len(scheme):], " \t"), true
-	}
+	token, bearer := bearerToken(authorization)
 	return digestMatches(token, want) && bearer, bearer
 }
 
@@ -186,28 +186,6 @@ func digestMatches(word string, want *[32]byte) bool {
 	return subtle.ConstantTimeCompare(sum[:], want[:]) == 1 && word != ""
 }
 
-// wordsMatch reports whether any word of s is the admin token, words
-// being separated by the characters a token (b64token) never holds but
-// credential syntaxes put around one: "Bearer:<token>", "Token <token>",
-// a bare "<token>", "a,<token>". Every word is hashed.
-func wordsMatch(s string, want *[32]byte) bool {
-	found := false
-	for n := 0; s != "" && n < maxTokenCandidates; {
-		i := strings.IndexAny(s, " \t,:;\"")
-		w := s
-		if i >= 0 {
-			w, s = s[:i], s[i+1:]
-		} else {
-			s = ""
-		}
-		if w != "" {
-			found = digestMatches(w, want) || found
-			n++
-		}
-	}
-	return found
-}
-
 // maxTokenCandidates bounds the hashes one request costs: the words of its
 // Authorization, its access_token values, its credentials on the admin
 // path. A header of 60 KiB of one-letter words would otherwise cost
@@ -232,54 +210,206 @@ func (h *Stream) authorization() (string, bool) {
 	return all, true
 }
 
-// carriesAdminToken reports whether the admin token is anywhere a client
-// may send a bearer token: any word of any Authorization value (in any
-// credential syntax, or none), or of an access_token query parameter (RFC
-// 6750's URI query form) however an upstream may spell its name. Such a request is the operator's and must not
-// reach the upstream, however the rest of it is spelled.
-func (h *Stream) carriesAdminToken() bool {
-	want := &h.plugin.admin.cfg.TokenSHA256
-	found := false
-	if all, ok := h.authorization(); ok {
-		found = wordsMatch(all, want)
-	}
-	if q, ok := rawQuery(h.info.pseudo(needPath)); ok {
-		found = accessTokensMatch(q, want) || found
-	}
-	return found
+// RFC 6750 §2: a client MUST NOT use more than one method to transmit
+// the token in a request. A request that does anyway is refused here
+// (400 invalid_request, as RFC 6750 §3.1 answers a malformed request)
+// before any of its credentials is compared with the admin token. Were
+// they compared, a request carrying the token is answered here and one
+// without it is forwarded, and that difference is an oracle: one request
+// with 31 credentials tests 31 guesses, at any path, from any address,
+// at the request rate. With the refusal a request tests at most one.
+
+// tokenCandidates gathers the words of a request that may be a bearer
+// token (its token candidates) and its bearer credentials, to decide
+// whether the request carries the admin token (adminCredential).
+type tokenCandidates struct {
+	// first is the digest of the first candidate; distinct counts the
+	// candidates that differ from it, and it.
+	first    [32]byte
+	distinct int
+	// bearer counts the bearer credentials: Authorization credentials of
+	// scheme Bearer, and access_token parameters (the most any reading
+	// of the query finds). malformed is a bearer credential whose token
+	// is not one word.
+	bearer    int
+	malformed bool
 }
 
-// accessTokensMatch reports whether any word of any access_token value in
-// query is the admin token. A name is read as the most lenient upstream
-// parser reads it (isAccessTokenName); a value is decoded and split into
-// words as an Authorization value is (wordsMatch), so that spaces ('+',
-// "%20") or a scheme around the token hide nothing. The candidates are
-// bounded as the Authorization's are.
-func accessTokensMatch(query string, want *[32]byte) bool {
-	found := false
-	for n := 0; query != "" && n < maxTokenCandidates; {
-		param := query
-		if i := strings.IndexByte(query, '&'); i >= 0 {
-			param, query = query[:i], query[i+1:]
+// add takes one candidate word; an empty word is none. Repeats of one
+// word are one candidate, a spelling a proxy may fold or double.
+func (t *tokenCandidates) add(word string) {
+	if word == "" || t.distinct > maxTokenCandidates {
+		return
+	}
+	var buf [256]byte
+	sum := sha256.Sum256(append(buf[:0], word...))
+	switch {
+	case t.distinct == 0:
+		t.first, t.distinct = sum, 1
+	case sum != t.first:
+		t.distinct++
+	}
+}
+
+// tokenWordSeps separate the words of a credential: the characters a
+// token (b64token) never holds but credential syntaxes put around one,
+// "Bearer:<token>", "Token <token>", "a,<token>".
+const tokenWordSeps = " \t,:;\""
+
+// addCredential takes one credential, an Authorization credential or a
+// decoded access_token value (bearer): the word after a leading scheme
+// word, or its only word. A bearer credential must be one token after
+// its scheme; any other syntax (Digest, AWS signatures) names many words
+// and is no candidate of one.
+func (t *tokenCandidates) addCredential(c string, bearer bool) {
+	words, last, first := 0, "", ""
+	for s := c; s != ""; {
+		w := s
+		if i := strings.IndexAny(s, tokenWordSeps); i >= 0 {
+			w, s = s[:i], s[i+1:]
 		} else {
-			query = ""
+			s = ""
 		}
-		name, raw, _ := strings.Cut(param, "=")
-		if !isAccessTokenName(name) {
+		if w == "" {
 			continue
 		}
-		n++
-		var buf [256]byte
-		found = wordsMatch(arenaString(appendQueryUnescaped(buf[:0], raw)), want) || found
+		if words == 0 {
+			first = w
+		}
+		last = w
+		words++
 	}
-	return found
+	switch {
+	case words == 1:
+		t.add(first)
+	case words == 2:
+		t.add(last)
+	default:
+		t.distinct = maxTokenCandidates + 1 // many words: many candidates
+	}
+	if bearer && words > 1 {
+		t.malformed = true
+	}
+}
+
+// readAuthorization takes the credentials of every Authorization value
+// (joined with ',', as a client or proxy may fold repeated fields).
+func (t *tokenCandidates) readAuthorization(list string) {
+	for n := 0; list != "" && n <= maxTokenCandidates; n++ {
+		c := list
+		if i := strings.IndexByte(list, ','); i >= 0 {
+			c, list = list[:i], list[i+1:]
+		} else {
+			list = ""
+		}
+		c = strings.Trim(c, " \t")
+		if c == "" {
+			continue
+		}
+		if token, ok := bearerToken(c); ok {
+			t.bearer++
+			t.addCredential(token, true)
+			continue
+		}
+		t.addCredential(c, false)
+	}
+	if list != "" {
+		t.distinct = maxTokenCandidates + 1
+	}
+}
+
+// readQuery takes every access_token parameter of query, in every
+// reading of it (queryReadings), under every name an upstream reads as
+// access_token (isAccessTokenName).
+func (t *tokenCandidates) readQuery(query string) {
+	bearer := 0
+	for _, seps := range queryReadings(query) {
+		n := 0
+		for q := query; q != "" && n <= maxTokenCandidates; {
+			var name, raw string
+			name, raw, q = nextQueryParam(q, seps)
+			if !isAccessTokenName(name) {
+				continue
+			}
+			n++
+			var buf [256]byte
+			t.addCredential(arenaString(appendQueryUnescaped(buf[:0], raw)), true)
+		}
+		bearer = max(bearer, n)
+	}
+	t.bearer += bearer
+}
+
+// invalid reports whether the request is refused without comparing any
+// candidate: it carries more than one bearer credential, a malformed one,
+// or one beside other candidates (RFC 6750 §2's one method).
+func (t *tokenCandidates) invalid() bool {
+	return t.bearer > 1 || t.malformed || t.bearer == 1 && t.distinct > 1
+}
+
+// matches reports whether the request's one candidate is the admin
+// token, compared in constant time. A request of several candidates and
+// no bearer credential (a signature, Digest) is compared with nothing:
+// no one request tests more than one guess.
+func (t *tokenCandidates) matches(want *[32]byte) bool {
+	return t.distinct == 1 && subtle.ConstantTimeCompare(t.first[:], want[:]) == 1
+}
+
+// bearerToken is the token of a credential of scheme Bearer ("Bearer"
+// without regard to case, then spaces or tabs), and whether it is one.
+func bearerToken(c string) (string, bool) {
+	const scheme = "bearer"
+	v := strings.TrimLeft(c, " \t")
+	if len(v) > len(scheme) && strings.EqualFold(v[:len(scheme)], scheme) && (v[len(scheme)] == ' ' || v[len(scheme)] == '\t') {
+		return strings.Trim(v[len(scheme):], " \t"), true
+	}
+	return "", false
+}
+
+// adminCredential reports whether the request carries the admin token
+// where a client may send a bearer token: a word of its Authorization (in
+// any credential syntax, or none), or an access_token query parameter
+// (RFC 6750's URI query form) however an upstream may spell its name.
+// Such a request is the operator's and must not reach the upstream,
+// however the rest of it is spelled. invalid is a request refused
+// without comparing (tokenCandidates.invalid).
+func (h *Stream) adminCredential() (carries, invalid bool) {
+	var t tokenCandidates
+	if all, ok := h.authorization(); ok {
+		t.readAuthorization(all)
+	}
+	if q, ok := rawQuery(h.info.pseudo(needPath)); ok {
+		t.readQuery(q)
+	}
+	if t.invalid() {
+		return false, true
+	}
+	return t.matches(&h.plugin.admin.cfg.TokenSHA256), false
+}
+
+// refuseCredentials answers a request carrying more than one bearer
+// credential: 400 with RFC 6750's error, before its limits, so that it
+// costs no one's quota and tells nothing of any credential in it.
+func (h *Stream) refuseCredentials() {
+	p := h.plugin
+	p.admin.invalid.Increment(1)
+	headers := [][2]string{{"www-authenticate", `Bearer error="invalid_request"`},
+		{"content-type", "application/json"}, {"cache-control", "no-store"}}
+	h.localReply = true
+	body := adminError("invalid_request: send one bearer token, in one place (RFC 6750 section 2)")
+	if err := p.host.Stream.Reply(400, headers, body); err != nil {
+		p.log.Errorf("sluice: sending the credentials reply: %v", err)
+	}
 }
 
 // isAccessTokenName reports whether an upstream may read the raw query
 // name as access_token: decoded ('+' and %XX), without regard to ASCII
-// case (ASP.NET's reading), with ' ', '.' and '[' read as '_' and leading
-// spaces dropped (PHP's), trailing spaces ignored, and a "[...]" suffix
-// allowed (PHP's and Rack's arrays). It decodes without memory.
+// case (ASP.NET's reading); with leading spaces, '[' and ']' dropped
+// (PHP drops spaces; Rails' normalize_params and Node's qs brackets,
+// "[access_token]", "]access_token"); ' ', '.' and '[' inside read as
+// '_' (PHP's); and ending at trailing spaces or at the first '[' or ']'
+// after it (PHP's and Rack's arrays, Rails' cut at the next bracket:
+// "access_token]]"). It decodes without memory.
 func isAccessTokenName(raw string) bool {
 	const want = "access_token"
 	if len(raw) < len(want) {
@@ -293,10 +423,10 @@ func isAccessTokenName(raw string) bool {
 			c += 'a' - 'A'
 		}
 		switch {
-		case j == 0 && c == ' ':
+		case j == 0 && (c == ' ' || c == '[' || c == ']'):
 			continue
 		case j == len(want):
-			if c == '[' {
+			if c == '[' || c == ']' {
 				return true
 			}
 			if c != ' ' {
@@ -413,14 +543,62 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) bool {
 	return true
 }
 
+// passBreakers runs the breakers for a request (checkBreakers), or only
+// previews them for one that failed the admin checks: it never reaches
+// the upstream, so it must neither take a half-open breaker's probe slot
+// (which it would hold, unreported, until the probe timeout, keeping the
+// breaker from closing: issue 23) nor report an outcome. Where a breaker
+// would refuse a request (open, or half-open with its probes out) it is
+// refused as that breaker refuses; otherwise it goes on, without a
+// ticket, to hideAdmin's 404.
+func (h *Stream) passBreakers(now time.Time) bool {
+	if !h.adminDenied {
+		return h.checkBreakers(now)
+	}
+	p := h.plugin
+	match := h.info.matchRequest(p.matchNeeds)
+	for _, b := range p.breakers {
+		if !b.cfg.Match.Matches(match) {
+			continue
+		}
+		scope := h.breakerScope(b)
+		d, err := b.instance(scope).Preview(now)
+		if err != nil {
+			p.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
+		}
+		if !d.Allowed {
+			b.metrics.rejected.Increment(1)
+			h.rejectOpen(b, scope, d)
+			return false
+		}
+	}
+	return true
+}
+
 // hideAdmin answers an admin request that failed the checks and that the
-// limits admitted: an empty 404 carrying what an admitted response
+// limits admitted, at now, charged as an upstream's 404 without usage
+// is: an empty 404 carrying what an admitted response
 // carries from this filter, the rate-limit headers (with
 // headers_on_allowed), and nothing else of it, not even reply_headers.
 // So it is told from an upstream's 404 only by what the upstream and
 // Envoy's router put on a forwarded response.
-func (h *Stream) hideAdmin() {
+func (h *Stream) hideAdmin(now time.Time) {
 	p := h.plugin
+	// A request held past its deadline is answered as any held request
+	// then is, at the moment it would be resumed (504, or gRPC's
+	// DEADLINE_EXCEEDED), not with the 404.
+	if !h.applyDeadline(now) {
+		return
+	}
+	if len(h.charges) > 0 {
+		// Charged as the upstream 404 it stands for, a response without
+		// usage: each cost_from_response limit its default, before the
+		// rate-limit headers are read, as respond does.
+		h.chargeResponse(nil)
+		if len(h.charges) > 0 {
+			h.chargeBody(p.host.Clock()) // an empty body reports no usage
+		}
+	}
 	var headers [][2]string
 	if h.hasQuota && p.cfg.Response.HeadersOnAllowed {
 		// Reset times are relative to the decision, as respond's.

@@ -37,19 +37,67 @@ func TestNormalPath(t *testing.T) {
 	}
 }
 
+// candidatesOf reads an Authorization value and a query as a request's.
+func candidatesOf(auth, query string) tokenCandidates {
+	var t tokenCandidates
+	if auth != "" {
+		t.readAuthorization(auth)
+	}
+	t.readQuery(query)
+	return t
+}
+
 // Hashing is bounded per request, whatever the header holds.
 func TestTokenCandidatesAreBounded(t *testing.T) {
 	sum := sha256.Sum256([]byte("tok"))
-	few := strings.Repeat("a ", maxTokenCandidates-1) + "tok"
-	many := strings.Repeat("a ", maxTokenCandidates) + "tok"
-	if !wordsMatch(few, &sum) || wordsMatch(many, &sum) {
-		t.Fatal("words past the bound are hashed, or words within it are not")
-	}
 	if n, ok := bearerCredentials(strings.Repeat("a,", maxTokenCandidates-1)+"Bearer tok", &sum); !ok || n != 1 {
 		t.Fatalf("the token within the bound: %d bearer credentials, found %v", n, ok)
 	}
 	if n, ok := bearerCredentials(strings.Repeat("a,", maxTokenCandidates)+"Bearer tok", &sum); ok || n <= maxTokenCandidates {
 		t.Fatalf("the token past the bound: %d bearer credentials, found %v", n, ok)
+	}
+	long := candidatesOf(strings.Repeat("a,", 10000)+"Bearer tok", "")
+	if long.matches(&sum) || long.distinct > maxTokenCandidates+1 {
+		t.Fatalf("10,000 credentials: %+v", long)
+	}
+}
+
+// The guessing oracle (issue 23): no request compares more than one
+// candidate with the admin token. A request of more than one bearer
+// credential, however spread over Authorization and the query, is
+// refused without comparing; one of many non-bearer words compares none.
+func TestOneGuessPerRequest(t *testing.T) {
+	sum := sha256.Sum256([]byte("tok"))
+	for _, tc := range []struct {
+		auth, query    string
+		invalid, match bool
+	}{
+		{"Bearer tok", "", false, true},
+		{"Bearer G1", "", false, false},
+		{"", "access_token=tok", false, true},
+		{"Token tok", "", false, true},
+		{"tok", "", false, true},
+		{"Bearer:tok", "", false, true},
+		{"Bearer tok, Bearer tok", "", true, false},
+		{"Bearer G1, Bearer tok", "", true, false},
+		{"", "access_token=G1&access_token=tok", true, false},
+		{"Bearer G17", "access_token=tok", true, false},
+		{"Bearer tok", "access_token=tok", true, false},
+		{"Bearer G1 tok", "", true, false},
+		{"", "access_token=G1+tok", true, false},
+		{"Bearer tok", "x=1;access_token=G2", true, false},
+		{"Basic abc, Bearer tok", "", true, false},
+		// Many words and no bearer credential: nothing is compared.
+		{"Token G1, Token tok", "", false, false},
+		{"G1 G2 tok", "", false, false},
+		{`Digest username="u", realm="r", response="tok"`, "", false, false},
+		{"AWS4-HMAC-SHA256 Credential=a/b, SignedHeaders=host, Signature=tok", "", false, false},
+		{"", "page=2", false, false},
+	} {
+		c := candidatesOf(tc.auth, tc.query)
+		if c.invalid() != tc.invalid || !c.invalid() && c.matches(&sum) != tc.match {
+			t.Errorf("%q %q: invalid %v match %v, want %v %v", tc.auth, tc.query, c.invalid(), c.matches(&sum), tc.invalid, tc.match)
+		}
 	}
 }
 
@@ -80,37 +128,44 @@ func TestTokenMatches(t *testing.T) {
 }
 
 // An access_token query parameter is found under every name an upstream
-// parser may read as access_token, and its value in every spelling one
-// may read as the token.
+// parser may read as access_token, with every separator one splits on,
+// and its value in every spelling one may read as the token.
 func TestAccessTokenIsFoundAsUpstreamsReadIt(t *testing.T) {
 	sum := sha256.Sum256([]byte("tok"))
 	for q, want := range map[string]bool{
-		"access_token=tok":                    true,
-		"access%5Ftoken=tok":                  true,
-		"%61ccess_token=tok":                  true,
-		"ACCESS_TOKEN=tok":                    true,
-		"access.token=tok":                    true,
-		"access+token=tok":                    true,
-		"access%20token=tok":                  true,
-		"+access_token+=tok":                  true,
-		"access_token[]=tok":                  true,
-		"access_token[0]=tok":                 true,
-		"access_token=+tok+":                  true,
-		"access_token=%20tok":                 true,
-		"access_token=Bearer+tok":             true,
-		"a=1&access_token=x&access_token=tok": true,
-		"access_tokens=tok":                   false,
-		"xaccess_token=tok":                   false,
-		"access_token=tokx":                   false,
-		"access_token":                        false,
-		"tok=access_token":                    false,
+		"access_token=tok":       true,
+		"access%5Ftoken=tok":     true,
+		"%61ccess_token=tok":     true,
+		"ACCESS_TOKEN=tok":       true,
+		"access.token=tok":       true,
+		"access+token=tok":       true,
+		"access%20token=tok":     true,
+		"+access_token+=tok":     true,
+		"access_token[]=tok":     true,
+		"access_token[0]=tok":    true,
+		"access_token=+tok+":     true,
+		"access_token=%20tok":    true,
+		"a=1&access_token=tok":   true,
+		"x=1;access_token=tok":   true, // Rack, parse_qs(separator=';')
+		"x;access_token=tok":     true,
+		";access_token=tok":      true,
+		"[access_token]=tok":     true, // Rails' normalize_params, Node's qs
+		"%5Baccess_token%5D=tok": true,
+		"access_token]=tok":      true,
+		"]access_token=tok":      true,
+		"[]access_token=tok":     true,
+		"[[access_token=tok":     true,
+		"access_token]]=tok":     true,
+		"access_tokens=tok":      false,
+		"xaccess_token=tok":      false,
+		"access_token=tokx":      false,
+		"access_token":           false,
+		"tok=access_token":       false,
 	} {
-		if got := accessTokensMatch(q, &sum); got != want {
+		c := candidatesOf("", q)
+		if got := !c.invalid() && c.matches(&sum); got != want {
 			t.Errorf("%q: %v, want %v", q, got, want)
 		}
-	}
-	if accessTokensMatch(strings.Repeat("access_token=a&", maxTokenCandidates)+"access_token=tok", &sum) {
-		t.Error("access_token values past the bound are hashed")
 	}
 }
 
@@ -129,6 +184,9 @@ func FuzzAdminRoute(f *testing.F) {
 	f.Add("/api", "Bearer:tok", "10.9.0.1:0")
 	f.Add("/api?Access%5Ftoken=+tok+", "", "10.9.0.1:1")
 	f.Add("/.sluice/quota", "Bearer a, Bearer tok", "10.9.0.1:1")
+	f.Add("/api?access_token=a&access_token=tok", "Bearer b", "192.0.2.1:1")
+	f.Add("/api?x=1;access_token=tok", "", "192.0.2.1:1")
+	f.Add("/api?[access_token]=tok", "", "192.0.2.1:1")
 	f.Fuzz(func(t *testing.T, path, auth, peer string) {
 		norm := appendNormalPath(nil, path)
 		if norm[0] != '/' || norm[len(norm)-1] != '/' || bytes.Contains(norm, []byte("//")) ||
@@ -160,20 +218,24 @@ func FuzzAdminRoute(f *testing.F) {
 		// An admin request: under the prefix, or carrying the token
 		// whatever its path.
 		_, inPrefix := p.admin.route(path)
-		// The token anywhere in Authorization or an access_token makes an
-		// admin request; only the Bearer form authorises.
-		carried := wordsMatch(auth, &sum)
-		if q, ok := rawQuery(path); ok {
-			for _, v := range queryValues(q, "access_token") {
-				if v == "tok" && strings.Count(q, "&") < maxTokenCandidates && !accessTokensMatch(q, &sum) {
-					t.Fatalf("%q carries access_token=tok, unseen", q)
-				}
-			}
-			carried = carried || accessTokensMatch(q, &sum)
-		}
+		// The token as the one candidate in Authorization or an
+		// access_token makes an admin request; only the Bearer form
+		// authorises. More than one bearer credential is refused first.
+		q, _ := rawQuery(path)
+		c := candidatesOf(auth, q)
+		carried := c.matches(&sum)
 		creds, authorised := bearerCredentials(auth, &sum)
 		authorised = authorised && creds <= 10 // the wrong-token bucket's size
 		admin := inPrefix || carried
+		if c.invalid() {
+			if v := s.RequestHeaders(); v != Pause || len(fk.Stream.Replies) != 1 || fk.Stream.Replies[0].Status != 400 {
+				t.Fatalf("more than one bearer credential: %v %v", v, fk.Stream.Replies)
+			}
+			if spend() {
+				t.Fatal("the key was refilled by a refused request")
+			}
+			return
+		}
 		v := s.RequestHeaders()
 		replies := fk.Stream.Replies
 		if admin != (v == Pause) || admin != (len(replies) == 1) {
@@ -292,13 +354,13 @@ func TestDeniedAdminRequestIsNeverResumed(t *testing.T) {
 	}
 }
 
-// BenchmarkAccessTokensMatch is what looking for an access_token costs a
+// BenchmarkAccessTokenCandidates is what looking for an access_token costs a
 // request with an ordinary query and none: no allocation, one pass.
-func BenchmarkAccessTokensMatch(b *testing.B) {
+func BenchmarkAccessTokenCandidates(b *testing.B) {
 	sum := sha256.Sum256([]byte("tok"))
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if accessTokensMatch("fields=name,email&page=2&sort=desc&include_archived=true", &sum) {
+		if c := candidatesOf("", "fields=name,email&page=2&sort=desc&include_archived=true"); c.matches(&sum) || c.invalid() {
 			b.Fatal("found")
 		}
 	}

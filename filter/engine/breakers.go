@@ -143,10 +143,7 @@ func (h *Stream) checkBreakers(now time.Time) bool {
 		if !b.cfg.Match.Matches(match) {
 			continue
 		}
-		scope := h.info.clusterName()
-		if b.cfg.Per == config.PerRoute {
-			scope = h.info.routeName()
-		}
+		scope := h.breakerScope(b)
 		br := b.instance(scope)
 		t, d, err := br.Check(now)
 		if err != nil {
@@ -167,6 +164,15 @@ func (h *Stream) checkBreakers(now time.Time) bool {
 		}
 	}
 	return true
+}
+
+// breakerScope is the instance of b the request counts in: its cluster,
+// or its route with per route.
+func (h *Stream) breakerScope(b *breakerRuntime) string {
+	if b.cfg.Per == config.PerRoute {
+		return h.info.routeName()
+	}
+	return h.info.clusterName()
 }
 
 // releaseTickets drops tickets of breakers passed before another breaker

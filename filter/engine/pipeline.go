@@ -138,7 +138,12 @@ func (h *Stream) RequestHeaders() Verdict {
 		// the admin token, whatever its path. One that fails them goes
 		// through the limits as any request and is never forwarded
 		// (admin.go, admitAfterLimits).
-		if rest, ok := p.admin.route(h.info.pseudo(needPath)); ok || h.carriesAdminToken() {
+		carries, invalid := h.adminCredential()
+		if invalid {
+			h.refuseCredentials()
+			return Pause
+		}
+		if rest, ok := p.admin.route(h.info.pseudo(needPath)); ok || carries {
 			if h.serveAdmin(rest, ok, h.start) {
 				return Pause
 			}
@@ -208,14 +213,14 @@ func (h *Stream) evaluate(now time.Time) Verdict {
 // then 5. the concurrency limits. False means the request was answered.
 func (h *Stream) admitAfterLimits(now time.Time) bool {
 	p := h.plugin
-	if len(p.breakers) > 0 && !h.checkBreakers(now) {
+	if len(p.breakers) > 0 && !h.passBreakers(now) {
 		return false
 	}
 	if len(p.concurrency) > 0 && !h.acquireConcurrency(now) {
 		return false
 	}
 	if h.adminDenied {
-		h.hideAdmin() // admitted, but never forwarded: a 404 as from the upstream
+		h.hideAdmin(now) // admitted, but never forwarded: a 404 as from the upstream
 		return false
 	}
 	return true

@@ -80,8 +80,9 @@ type quotaRequest struct {
 
 // newQuotaRequest builds the request carrying values for parts. A value a
 // request cannot carry in its part is refused rather than read back as
-// something else: a header, cookie, method or host value with a NUL, CR
-// or LF (Envoy refuses them), a header or cookie value with spaces or
+// something else: a header or cookie value with a control character but
+// tab (Envoy refuses them), a method that is no HTTP token, a host with a
+// space or control character, a header or cookie value with spaces or
 // tabs around it (Envoy trims them, and the cookie reader too), a path
 // or path segment with a control character (the normal form keeps those
 // escaped), a path with a query or fragment, a path segment that is
@@ -103,12 +104,20 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 				return nil, fmt.Errorf("key parts name two client addresses, %q and %q", prev, v)
 			}
 			r.props["source\x00address"] = v
-		case config.KeyHeader, config.KeyCookie, config.KeyMethod, config.KeyHost:
-			if strings.ContainsAny(v, "\x00\r\n") {
-				return nil, fmt.Errorf("key part %d (%s): a header value cannot hold NUL, CR or LF", i+1, p)
+		case config.KeyHeader, config.KeyCookie:
+			if !IsFieldValue(v) {
+				return nil, fmt.Errorf("key part %d (%s): a header value holds no control character but tab: no NUL, CR, LF, DEL (Envoy refuses them)", i+1, p)
 			}
-			if (p.Kind == config.KeyHeader || p.Kind == config.KeyCookie) && strings.Trim(v, " \t") != v {
+			if strings.Trim(v, " \t") != v {
 				return nil, fmt.Errorf("key part %d (%s): a header value has no spaces or tabs around it (Envoy trims them)", i+1, p)
+			}
+		case config.KeyMethod:
+			if v != "" && !IsHTTPToken(v) {
+				return nil, fmt.Errorf("key part %d (%s): a method is an HTTP token: letters, digits and !#$%%&'*+-.^_`|~, no space or control character", i+1, p)
+			}
+		case config.KeyHost:
+			if strings.ContainsFunc(v, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+				return nil, fmt.Errorf("key part %d (%s): a host holds no space or control character", i+1, p)
 			}
 		case config.KeyPath, config.KeyPathSegment:
 			// The normal form keeps a control byte escaped, so a key never
@@ -234,4 +243,27 @@ func keyKindsOf(key []config.KeyPart) string {
 		kinds[i] = k.String()
 	}
 	return strings.Join(kinds, "+")
+}
+
+// IsHTTPToken reports whether s is an HTTP token (RFC 9110 tchar+): what
+// a method or a field name is.
+func IsHTTPToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// IsFieldValue reports whether s may be an HTTP field value: no control
+// characters but tab (RFC 9110 field-value).
+func IsFieldValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }

@@ -110,10 +110,19 @@ func TestResolveQuotaKeyComposesEveryPartAsTheRequestPath(t *testing.T) {
 		{`["path"]`, []string{"/a\r\n"}, "no control character"},
 		{`["header:x-t"]`, []string{"  spc  "}, "key part 1 (header:x-t): a header value has no spaces or tabs around it"},
 		{`["header:x-t"]`, []string{"spc\t"}, "no spaces or tabs around it"},
-		{`["header:x-t"]`, []string{"acme\x00"}, "key part 1 (header:x-t): a header value cannot hold NUL, CR or LF"},
-		{`["header:x-t"]`, []string{"a\r\nb"}, "cannot hold NUL, CR or LF"},
+		{`["header:x-t"]`, []string{"acme\x00"}, "key part 1 (header:x-t): a header value holds no control character but tab"},
+		{`["header:x-t"]`, []string{"a\r\nb"}, "no control character but tab"},
+		// Issue 23: control bytes a request cannot carry, a method or a
+		// host with a space.
+		{`["header:x-t"]`, []string{"a\x01b"}, "key part 1 (header:x-t): a header value holds no control character but tab"},
+		{`["header:x-t"]`, []string{"a\x7fb"}, "no control character but tab"},
+		{`["cookie:sid"]`, []string{"a\x01b"}, "key part 1 (cookie:sid): a header value holds no control character but tab"},
 		{`["cookie:sid"]`, []string{" a"}, "no spaces or tabs around it"},
-		{`["method"]`, []string{"GET\n"}, "cannot hold NUL, CR or LF"},
+		{`["method"]`, []string{"GET\n"}, "key part 1 (method): a method is an HTTP token"},
+		{`["method"]`, []string{"G T"}, "key part 1 (method): a method is an HTTP token"},
+		{`["method"]`, []string{"GET\x7f"}, "a method is an HTTP token"},
+		{`["host"]`, []string{"api example"}, "key part 1 (host): a host holds no space or control character"},
+		{`["host"]`, []string{"api\x01"}, "a host holds no space or control character"},
 		{`["header:x-t"]`, []string{""}, "key part 1 (header:x-t) is empty, which the filter treats as a missing key"},
 		{`["path_segment:1"]`, []string{""}, "key part 1 (path_segment:1) is empty"},
 	} {
@@ -133,10 +142,13 @@ func FuzzResolveQuotaKey(f *testing.F) {
 	f.Add("\x00\xff", "x,y", "[::1]:80", "v2")
 	f.Add("", " t ", "10.0.0.1", "a?b")
 	f.Add("x", "a\r\nb", "10.0.0.1", "%41")
+	f.Add("x", "a\x01b", "10.0.0.1", "G T")
+	f.Add("x", "a\x7fb", "10.0.0.1", "a b")
 	cfg, err := config.Parse([]byte(`{"limits":[
 		{"name":"qh","key":["query:q","header:x-h"],"requests_per_second":1},
 		{"name":"ip","key":["client_ip/24/56","path_segment:2"],"requests_per_second":1},
-		{"name":"path","key":["path","path_segment:1","cookie:c"],"requests_per_second":1}]}`))
+		{"name":"path","key":["path","path_segment:1","cookie:c"],"requests_per_second":1},
+		{"name":"mh","key":["method","host"],"requests_per_second":1}]}`))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -144,11 +156,17 @@ func FuzzResolveQuotaKey(f *testing.F) {
 		// Every query value, the empty one too, is a bucket; a header
 		// value is one unless Envoy would refuse or trim it, or it is
 		// empty (missing).
-		carriable := h != "" && !strings.ContainsAny(h, "\x00\r\n") && strings.Trim(h, " \t") == h
+		carriable := h != "" && strings.Trim(h, " \t") == h &&
+			!strings.ContainsFunc(h, func(c rune) bool { return c < ' ' && c != '\t' || c == 0x7f })
 		if k, err := ResolveQuotaKey(&cfg.Limits[0], []string{q, h}); err == nil && !slices.Equal(SplitKey(k.Key), []string{q, h}) {
 			t.Fatalf("%q %q composed %q", q, h, k.Key)
 		} else if (err == nil) != carriable {
 			t.Fatalf("%q %q: %v; the header value is carriable: %v", q, h, err, carriable)
+		}
+		// A method or host is one a request line carries, or refused.
+		if _, err := ResolveQuotaKey(&cfg.Limits[3], []string{path, path}); err == nil &&
+			(!IsHTTPToken(path) || strings.ContainsFunc(path, func(c rune) bool { return c <= ' ' || c == 0x7f })) {
+			t.Fatalf("method and host %q accepted", path)
 		}
 		_, _ = ResolveQuotaKey(&cfg.Limits[1], []string{ip, path})
 		_, _ = ResolveQuotaKey(&cfg.Limits[2], []string{path, h, q})

@@ -71,6 +71,18 @@ func wantHidden(t *testing.T, what string, resp Response) {
 	}
 }
 
+// wantInvalid checks the answer to a request carrying more than one
+// bearer credential: the filter's 400 invalid_request (RFC 6750), nothing
+// sent upstream.
+func wantInvalid(t *testing.T, what string, resp Response) {
+	t.Helper()
+	if resp.Status != 400 || !resp.Local || resp.UpstreamHeaders != nil ||
+		!strings.Contains(resp.Headers.Get("www-authenticate"), `error="invalid_request"`) {
+		t.Fatalf("%s: status %d local %v reached upstream %v www-authenticate %q, want the filter's 400 invalid_request",
+			what, resp.Status, resp.Local, resp.UpstreamHeaders != nil, resp.Headers.Get("www-authenticate"))
+	}
+}
+
 var adminCases = []Case{
 	{
 		Name:    "admin route reads and resets one local key",
@@ -177,11 +189,13 @@ var adminCases = []Case{
 				// From anywhere else: the empty 404 of a failed check.
 				wantHidden(t, path+" with the token from a disallowed address", h.Do(t, adminCall("GET", path, "10.0.0.1:40000", AdminToken)))
 			}
-			// The token in a second Authorization field, or folded after
-			// another credential, in any case of the scheme, with a tab.
+			// The token beside another credential, in a second
+			// Authorization field or folded after it: refused for the two.
+			wantInvalid(t, "the token beside Basic", h.Do(t,
+				get("/api").with("authorization", "Basic dXNlcjpwYXNz").with("authorization", "Bearer "+AdminToken)))
+			wantInvalid(t, "the token after another", h.Do(t, get("/api").with("authorization", "Bearer other, Bearer "+AdminToken)))
+			// In any case of the scheme, with a tab.
 			for i, r := range []Request{
-				get("/api").with("authorization", "Basic dXNlcjpwYXNz").with("authorization", "Bearer "+AdminToken),
-				get("/api").with("authorization", "Bearer other, Bearer "+AdminToken),
 				get("/api").with("authorization", "bEaReR\t"+AdminToken),
 				// Other credential syntaxes a lenient upstream may accept,
 				// and RFC 6750's query parameter.
@@ -193,7 +207,7 @@ var adminCases = []Case{
 				wantHidden(t, fmt.Sprintf("hidden token %d", i), h.Do(t, r))
 			}
 			wantCounter(t, h, "sluice.admin.calls", uint64(len(paths)))
-			wantCounter(t, h, "sluice.admin.denied", uint64(len(paths)+7))
+			wantCounter(t, h, "sluice.admin.denied", uint64(len(paths)+5))
 			// Other bearer tokens are the application's: they pass.
 			if resp := h.Do(t, get("/api").with("authorization", "Bearer "+AdminToken+"x")); resp.Status != 200 || resp.Local {
 				t.Fatalf("another bearer token: status %d local %v", resp.Status, resp.Local)
@@ -261,20 +275,33 @@ var adminCases = []Case{
 		Workers: 1,
 		Run: func(t *testing.T, h Harness) {
 			for _, q := range []string{
-				"access%5Ftoken=" + AdminToken,                  // an escaped '_'
-				"%61ccess_token=" + AdminToken,                  // an escaped letter
-				"Access_Token=" + AdminToken,                    // ASP.NET reads names without case
-				"access.token=" + AdminToken,                    // PHP reads '.' and ' ' as '_'
-				"access+token=" + AdminToken,                    //
-				"access_token[]=" + AdminToken,                  // PHP's and Rack's arrays
-				"access_token=+" + AdminToken + "+",             // spaces a parser may trim
-				"access_token=%20" + AdminToken,                 //
-				"access_token=Bearer+" + AdminToken,             // a scheme before it
-				"x=1&access_token=a&access_token=" + AdminToken, // a second value
+				"access%5Ftoken=" + AdminToken,      // an escaped '_'
+				"%61ccess_token=" + AdminToken,      // an escaped letter
+				"Access_Token=" + AdminToken,        // ASP.NET reads names without case
+				"access.token=" + AdminToken,        // PHP reads '.' and ' ' as '_'
+				"access+token=" + AdminToken,        //
+				"access_token[]=" + AdminToken,      // PHP's and Rack's arrays
+				"access_token=+" + AdminToken + "+", // spaces a parser may trim
+				"access_token=%20" + AdminToken,     //
+				"x=1;access_token=" + AdminToken,    // Rack and parse_qs split on ';'
+				"x;access_token=" + AdminToken,      //
+				";access_token=" + AdminToken,       //
+				"[access_token]=" + AdminToken,      // Rails' normalize_params, Node's qs
+				"%5Baccess_token%5D=" + AdminToken,  //
+				"access_token]=" + AdminToken,       //
+				"]access_token=" + AdminToken,       //
+				"[]access_token=" + AdminToken,      //
+				"[[access_token=" + AdminToken,      //
+				"access_token]]=" + AdminToken,      //
 			} {
 				wantHidden(t, q, h.Do(t, get("/api?"+q)))
 			}
-			wantCounter(t, h, "sluice.admin.denied", 10)
+			wantCounter(t, h, "sluice.admin.denied", 18)
+			// A value of two words (a scheme before the token) or a second
+			// value is more than one token: refused, compared with nothing.
+			for _, q := range []string{"access_token=Bearer+" + AdminToken, "x=1&access_token=a&access_token=" + AdminToken} {
+				wantInvalid(t, q, h.Do(t, get("/api?"+q)))
+			}
 			// Other names and other tokens are the application's.
 			for _, q := range []string{"access_tokens=" + AdminToken, "xaccess_token=" + AdminToken, "access_token=" + AdminToken + "x"} {
 				if resp := h.Do(t, get("/api?"+q)); resp.Status != 200 || resp.Local {
@@ -284,35 +311,135 @@ var adminCases = []Case{
 		},
 	},
 	{
-		Name:    "every wrong bearer credential of an admin request costs one of its address's wrong-token allowance",
+		// Issue 23: a request carrying the admin token is answered here,
+		// one without it forwarded; were every credential of a request
+		// compared, one request would test many guesses, from anywhere.
+		Name:    "a request carrying more than one bearer credential is refused before any is compared, on any path",
 		Config:  adminConfig,
-		Workers: 2,
+		Workers: 1,
 		Run: func(t *testing.T, h Harness) {
-			const path = "/.sluice/quota?limit=per-tenant&key=acme"
-			guesses := func(r Request, n int) Request {
-				for i := range n {
-					r = r.with("authorization", "Bearer guess"+strconv.Itoa(i))
+			batch := func(path string, withToken bool) Request {
+				q := ""
+				for i := range 15 {
+					q += "&access_token=G" + strconv.Itoa(i)
+				}
+				r := get(path + "?x=1" + q)
+				r.Peer = "192.0.2.9:40000"
+				for i := range 15 {
+					r = r.with("authorization", "Bearer H"+strconv.Itoa(i))
+				}
+				if withToken {
+					r = r.with("authorization", "Bearer "+AdminToken)
 				}
 				return r
 			}
-			// Fifteen wrong tokens and the right one are more guesses
-			// than the allowance (10) holds: refused, the right one too.
-			wantHidden(t, "fifteen wrong tokens and the right one",
-				h.Do(t, guesses(adminCall("GET", path, adminPeer, ""), 15).with("authorization", "Bearer "+AdminToken)))
-			wantCounter(t, h, "sluice.admin.throttled", 1)
-			// Nine wrong ones in one request, folded into one field, cost
-			// nine: one is left, for the right token alone, then one
-			// wrong token empties the allowance.
-			folded := "Bearer g0"
-			for i := 1; i < 9; i++ {
-				folded += ", Bearer g" + strconv.Itoa(i)
+			for _, path := range []string{"/api", "/.sluice/quota"} {
+				// The batch with the token and the one without are
+				// answered alike: the answer tells nothing of either.
+				wantInvalid(t, path+" without the token", h.Do(t, batch(path, false)))
+				wantInvalid(t, path+" with the token", h.Do(t, batch(path, true)))
 			}
-			wantHidden(t, "nine wrong tokens", h.Do(t, adminCall("GET", path, adminPeer, "").with("authorization", folded)))
-			adminState(t, h.Do(t, adminCall("GET", path, adminPeer, AdminToken).on(1)))
-			wantHidden(t, "the tenth wrong token", h.Do(t, adminCall("GET", path, adminPeer, "nope")))
-			wantHidden(t, "the right token with no allowance left", h.Do(t, adminCall("GET", path, adminPeer, AdminToken).on(1)))
-			wantCounter(t, h, "sluice.admin.throttled", 2)
-			wantCounter(t, h, "sluice.admin.calls", 1)
+			// One credential in each place is two.
+			wantInvalid(t, "header and query", h.Do(t, get("/api?access_token=a").with("authorization", "Bearer b")))
+			wantCounter(t, h, "sluice.admin.invalid_credentials", 5)
+			wantCounter(t, h, "sluice.admin.denied", 0)
+			// The route itself still answers its one token.
+			adminState(t, h.Do(t, adminCall("GET", "/.sluice/quota?limit=per-tenant&key=acme", adminPeer, AdminToken)))
+			// One bearer credential, and other schemes' many words, are
+			// the application's.
+			for _, r := range []Request{
+				get("/api").with("authorization", "Bearer app-token"),
+				get("/api?access_token=app-token"),
+				get("/api").with("authorization", `Digest username="u", realm="r", response="`+AdminToken+`"`),
+			} {
+				if resp := h.Do(t, r); resp.Status != 200 || resp.Local {
+					t.Fatalf("%v: status %d local %v, want the upstream's 200", r, resp.Status, resp.Local)
+				}
+			}
+		},
+	},
+	{
+		// Issue 23: a denied admin request admitted in half-open took the
+		// probe slot and never reported, so an attacker's requests kept a
+		// healthy upstream's breaker open.
+		Name: "a request failing the admin checks is refused by an open breaker as any request, but never takes a probe",
+		Config: `{"breakers":[{"name":"up","failure_threshold":2,"success_threshold":1,"open_timeout":"4s","half_open_max_requests":1}],
+		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
+		Workers: 2,
+		Run: func(t *testing.T, h Harness) {
+			denied := func(w int) Request { return adminCall("GET", "/.sluice/quota", "192.0.2.9:40000", "").on(w) }
+			for i := range 2 {
+				upstreamAnswers(t, h, "failure", get("/").status(503).on(i%2))
+			}
+			wantBreakerState(t, h, "up", 1)
+			circuitOpen(t, h, "denied admin request, open", denied(0), "4")
+			h.Advance(t, 4*time.Second)
+			// Half-open with its probe slot free: the hidden 404, and the
+			// slot is still free for the next request, on either worker.
+			for w := range 2 {
+				wantHidden(t, "denied admin request, half-open", h.Do(t, denied(w)))
+			}
+			probe := open(t, h, get("/").on(1))
+			// With the probe out, refused as a second probe would be.
+			circuitOpen(t, h, "denied admin request, probe out", denied(0), "1")
+			finish(t, probe)
+			wantBreakerState(t, h, "up", 0)
+			wantCounter(t, h, "sluice.breaker.up.closes", 1)
+			wantHidden(t, "denied admin request, closed", h.Do(t, denied(1)))
+			wantCounter(t, h, "sluice.admin.denied", 5)
+		},
+	},
+	{
+		// Issue 23: the hidden 404 was charged 1 where an upstream 404
+		// without usage is charged the default.
+		Name: "a request failing the admin checks is charged as an upstream 404 without usage",
+		Config: `{"limits":[{"name":"tokens","key":[],"limit":100,"window":"10s",
+			"cost_from_response":{"header":"x-tokens-used","default":30}},
+		  {"name":"body","key":[],"limit":100,"window":"10s",
+			"cost_from_response":{"json":"usage.total_tokens","default":20}}],
+		  "response":{"headers_on_allowed":true},
+		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			up := h.Do(t, get("/missing").status(404))
+			if up.Status != 404 || up.Local {
+				t.Fatalf("upstream 404: %d local %v", up.Status, up.Local)
+			}
+			hidden := h.Do(t, adminCall("GET", "/.sluice/quota", "192.0.2.9:40000", ""))
+			if hidden.Status != 404 || !hidden.Local || len(hidden.Body) != 0 {
+				t.Fatalf("denied admin request: %d local %v body %q", hidden.Status, hidden.Local, hidden.Body)
+			}
+			// Each took its limit's default, 30 and 20, both times.
+			wantCounter(t, h, "sluice.limit.tokens.response_cost", 60)
+			wantCounter(t, h, "sluice.limit.body.response_cost", 40)
+		},
+	},
+	{
+		// Issue 23: a denied admin request held past its deadline got the
+		// empty 404 where any held request gets the 504.
+		Name: "a request failing the admin checks held past its deadline is answered 504, or DEADLINE_EXCEEDED, as any",
+		Config: `{"limits":[{"name":"shaped","key":[],"requests_per_second":1,"on_limit":{"action":"delay","max_delay":"2s"}}],
+		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			denied := func() Request { return adminCall("GET", "/.sluice/quota", "192.0.2.9:40000", "") }
+			resp := held(t, h, denied().with("x-envoy-upstream-rq-timeout-ms", "200"))
+			if resp.Status != 504 || !resp.Local {
+				t.Fatalf("status %d local %v, want a local 504", resp.Status, resp.Local)
+			}
+			h.Advance(t, 2*time.Second)
+			resp = held(t, h, denied().with("content-type", "application/grpc").with("grpc-timeout", "100m"))
+			if resp.Status != 200 || !resp.Local || resp.Headers.Get("grpc-status") != "4" {
+				t.Fatalf("gRPC: status %d local %v grpc-status %q, want DEADLINE_EXCEEDED (4)",
+					resp.Status, resp.Local, resp.Headers.Get("grpc-status"))
+			}
+			// Held within its deadline: the hidden 404.
+			h.Advance(t, 2*time.Second)
+			if resp := held(t, h, denied().with("x-envoy-upstream-rq-timeout-ms", "5000")); resp.Status != 404 || !resp.Local || len(resp.Body) != 0 {
+				t.Fatalf("held within its deadline: status %d local %v body %q, want the empty 404", resp.Status, resp.Local, resp.Body)
+			}
+			wantCounter(t, h, "sluice.deadline.exceeded", 2)
+			wantCounter(t, h, "sluice.admin.denied", 3)
 		},
 	},
 	{
@@ -320,7 +447,9 @@ var adminCases = []Case{
 		Config: `{"limits":[
 		  {"name":"seg","key":["path_segment:1"],"limit":2,"window":"1h"},
 		  {"name":"qry","key":["query:user"],"limit":2,"window":"1h"},
-		  {"name":"hdr","key":["header:x-t"],"limit":2,"window":"1h"}],
+		  {"name":"hdr","key":["header:x-t"],"limit":2,"window":"1h"},
+		  {"name":"mth","key":["method"],"limit":1000,"window":"1h"},
+		  {"name":"hst","key":["host"],"limit":1000,"window":"1h"}],
 		  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`,
 		Workers: 1,
 		Run: func(t *testing.T, h Harness) {
@@ -337,7 +466,9 @@ var adminCases = []Case{
 			// "victim?x" names no segment a request carries: refused, and
 			// victim's bucket stays spent.
 			for _, q := range []string{"limit=seg&key=victim%3Fnot-victim", "limit=seg&key=victim%23x", "limit=seg&key=victim%00",
-				"limit=hdr&key=%20%20spc%20%20", "limit=hdr&key=acme%00", "limit=hdr&key=a%0D%0Ab"} {
+				"limit=hdr&key=%20%20spc%20%20", "limit=hdr&key=acme%00", "limit=hdr&key=a%0D%0Ab",
+				// Issue 23: bytes no request carries there.
+				"limit=hdr&key=a%01b", "limit=hdr&key=a%7Fb", "limit=mth&key=G+T", "limit=mth&key=GET%01", "limit=hst&key=a+b"} {
 				for _, method := range []string{"GET", "POST"} {
 					if resp := call(method, q); resp.Status != 400 || !strings.Contains(string(resp.Body), "key part 1") {
 						t.Fatalf("%s %s: %d %s, want a 400 naming the part", method, q, resp.Status, resp.Body)
