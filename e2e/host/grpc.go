@@ -515,13 +515,22 @@ func hGrpcSend(v *vm, _ context.Context, s []uint64) {
 	ok(s, StatusOK)
 }
 
-// hGrpcCancel is Context::grpcCancel: the call or stream is reset and
-// forgotten; the plugin gets no callback for it afterwards.
-func hGrpcCancel(v *vm, _ context.Context, s []uint64) {
+// calloutOrNotFound is the callout whose token is the hostcall's first
+// argument, or nil after answering NotFound.
+func (v *vm) calloutOrNotFound(s []uint64) (uint32, *grpcCallout) {
 	token := uint32(s[0])
 	c := v.grpcCallouts[token]
 	if c == nil {
 		ok(s, StatusNotFound)
+	}
+	return token, c
+}
+
+// hGrpcCancel is Context::grpcCancel: the call or stream is reset and
+// forgotten; the plugin gets no callback for it afterwards.
+func hGrpcCancel(v *vm, _ context.Context, s []uint64) {
+	token, c := v.calloutOrNotFound(s)
+	if c == nil {
 		return
 	}
 	delete(v.grpcCallouts, token)
@@ -534,10 +543,8 @@ func hGrpcCancel(v *vm, _ context.Context, s []uint64) {
 // close still arrive, until the server closes it too; a stream the server
 // already closed is forgotten.
 func hGrpcClose(v *vm, _ context.Context, s []uint64) {
-	token := uint32(s[0])
-	c := v.grpcCallouts[token]
+	token, c := v.calloutOrNotFound(s)
 	if c == nil {
-		ok(s, StatusNotFound)
 		return
 	}
 	if token&calloutTypeMask == calloutGrpcCall || c.remoteClosed {

@@ -359,6 +359,30 @@ func (g *grpcGuest) expect(want ...string) {
 	}
 }
 
+// drainWake empties the loop's wake-up signal, so that the next one is
+// a post made after this point; loop only.
+func (g *grpcGuest) drainWake() {
+	select {
+	case <-g.p.workers[0].loop.wake:
+	default:
+	}
+}
+
+// endQueued makes hostcall (t_cancel or t_close) end the callout token,
+// and holds the loop until the callout's goroutine has posted what the
+// reset made it report, so that quiet afterwards proves it was dropped.
+func (g *grpcGuest) endQueued(hostcall string, token uint32) {
+	g.t.Helper()
+	g.onLoop(func(v *vm) {
+		g.drainWake()
+		if st := g.invoke(v, hostcall, uint64(token)); st != StatusOK {
+			g.t.Errorf("%s: %v", hostcall, st)
+			return
+		}
+		<-g.p.workers[0].loop.wake
+	})
+}
+
 // quiet checks the guest got no callback up to now: a no-op task posted
 // to the loop after every callout goroutine has ended runs after anything
 // they posted.
@@ -461,25 +485,11 @@ func TestGrpcCallTimeout(t *testing.T) {
 func TestGrpcCancel(t *testing.T) {
 	srv := startGrpcServer(t)
 	g := newGrpcGuest(t, grpcCallers{srv.addr})
-	l := g.p.workers[0].loop
-	drainWake := func() {
-		select {
-		case <-l.wake:
-		default:
-		}
-	}
-
 	// A hanging call: the server sees the reset; the client's own
 	// CANCELLED close, posted once the reset is done, is dropped.
 	_, tok := g.call([]byte("grpc"), "Hang", nil, nil, 0)
 	<-srv.entered
-	g.onLoop(func(v *vm) {
-		drainWake()
-		if st := g.invoke(v, "t_cancel", uint64(tok)); st != StatusOK {
-			t.Errorf("cancel: %v", st)
-		}
-		<-l.wake // the callout's close is queued behind this task
-	})
+	g.endQueued("t_cancel", tok)
 	if err := <-srv.gone; !errors.Is(err, context.Canceled) {
 		t.Errorf("server saw %v, want the call cancelled", err)
 	}
@@ -489,8 +499,9 @@ func TestGrpcCancel(t *testing.T) {
 	}
 
 	// A reply already queued on the loop when the plugin cancels.
+	l := g.p.workers[0].loop
 	g.onLoop(func(v *vm) {
-		drainWake()
+		g.drainWake()
 		st, tok := g.startCall(v, []byte("grpc"), "Echo", nil, []byte("x"), 5000)
 		if st != StatusOK {
 			t.Errorf("call: %v", st)
@@ -507,13 +518,7 @@ func TestGrpcCancel(t *testing.T) {
 	_, tok = g.call([]byte("grpc"), "Hang", nil, nil, 0)
 	<-srv.entered
 	<-srv.entered // the Echo above
-	g.onLoop(func(v *vm) {
-		drainWake()
-		if st := g.invoke(v, "t_close", uint64(tok)); st != StatusOK {
-			t.Errorf("close of a call: %v", st)
-		}
-		<-l.wake
-	})
+	g.endQueued("t_close", tok)
 	if err := <-srv.gone; !errors.Is(err, context.Canceled) {
 		t.Errorf("server saw %v, want the call cancelled", err)
 	}
@@ -575,19 +580,9 @@ func TestGrpcStreamClose(t *testing.T) {
 func TestGrpcStreamCancel(t *testing.T) {
 	srv := startGrpcServer(t)
 	g := newGrpcGuest(t, grpcCallers{srv.addr})
-	l := g.p.workers[0].loop
 	_, tok := g.stream([]byte("grpc"), "Chat", nil)
 	g.expect(fmt.Sprintf(`I%d(2 "x-chat=hi")`, tok))
-	g.onLoop(func(v *vm) {
-		select {
-		case <-l.wake:
-		default:
-		}
-		if st := g.invoke(v, "t_cancel", uint64(tok)); st != StatusOK {
-			t.Errorf("cancel: %v", st)
-		}
-		<-l.wake // the stream's close is queued behind this task
-	})
+	g.endQueued("t_cancel", tok)
 	if err := <-srv.gone; !errors.Is(err, context.Canceled) {
 		t.Errorf("server saw %v, want the stream cancelled", err)
 	}
