@@ -268,27 +268,24 @@ func (v *vm) startGrpcStream(network, address, path string, md [][2]string) (uin
 	c := &grpcCallout{cancel: cancel, sender: newGrpcSender()}
 	v.grpcCallouts[token] = c
 	w := v.p.workers[v.worker]
-	v.p.wg.Add(2)
-	desc := &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}
-	cs, err := conn.NewStream(ctx, desc, path)
-	if err != nil {
-		// grpc-go opens the HTTP/2 stream lazily; an error here is the
-		// channel failing at once, reported as Envoy reports a stream that
-		// could not start: a close.
-		cs = nil
-	}
-	go func() {
-		defer v.p.wg.Done()
-		c.sender.run(ctx, cs)
-	}()
+	v.p.wg.Add(1)
 	go func() {
 		defer v.p.wg.Done()
 		defer cancel()
-		if cs == nil {
+		// Opening the stream waits for the connection; it happens here,
+		// off the loop, as Envoy's startRaw never blocks the worker.
+		desc := &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}
+		cs, err := conn.NewStream(ctx, desc, path)
+		if err != nil {
 			s := status.Convert(err)
 			v.postGrpc(w, token, func() { v.grpcClose(token, uint32(s.Code()), s.Message()) })
 			return
 		}
+		v.p.wg.Add(1)
+		go func() {
+			defer v.p.wg.Done()
+			c.sender.run(ctx, cs)
+		}()
 		hdr, herr := cs.Header()
 		if herr == nil {
 			v.postGrpc(w, token, func() { v.grpcMetadata(token, mapGrpcInitialMetadata, pairsOf(hdr)) })
@@ -415,9 +412,6 @@ func (s *grpcSender) run(ctx context.Context, cs grpc.ClientStream) {
 		s.queue = nil
 		s.mu.Unlock()
 		for _, m := range q {
-			if cs == nil {
-				return
-			}
 			if m.hasMsg {
 				msg := m.msg
 				if cs.SendMsg(&msg) != nil {
