@@ -462,8 +462,7 @@ func TestGrpcCallStatuses(t *testing.T) {
 }
 
 // TestGrpcCallTimeout: a call to a server that never answers ends with
-// DEADLINE_EXCEEDED (4) when its timeout passes, and the server sees the
-// call go away.
+// DEADLINE_EXCEEDED (4) when its timeout passes.
 func TestGrpcCallTimeout(t *testing.T) {
 	srv := startGrpcServer(t)
 	g := newGrpcGuest(t, grpcCallers{srv.addr})
@@ -473,9 +472,9 @@ func TestGrpcCallTimeout(t *testing.T) {
 		t.Errorf("status: %v", e)
 	}
 	g.expect(fmt.Sprintf(`C%d(4 "")`, tok))
-	if err := <-srv.gone; err == nil {
-		t.Error("the server's call did not end")
-	}
+	// Whether the server saw the call before its deadline passed depends
+	// on the machine, so its side is not asserted here (TestGrpcCancel
+	// checks that an abandoned call reaches the server as a reset).
 	g.quiet()
 }
 
