@@ -23,7 +23,7 @@ else
 RUN_CONFIG := examples/$(EXAMPLE)/envoy.yaml
 endif
 
-.PHONY: help build deps test run lint clean bench soak oci push fuzz
+.PHONY: help build deps test run lint clean bench soak oci push fuzz test-realhost bench-realhost realhost-block cpphost-given
 
 help:
 	@echo "make build   - build/sluice.wasm and build/noop.wasm (standard Go + bridge)"
@@ -33,6 +33,8 @@ help:
 	@echo "make lint    - gofmt, go vet (native and wasm), pure packages free of the SDK, go mod tidy leaves no diff"
 	@echo "make bench   - BENCHMARKS.md and its plot (BENCH_QUICK=1: the short CI mode; BENCH_OUT=path: elsewhere)"
 	@echo "make soak    - the 10,000,000-request soak and 1,000,000 client IPs; updates BENCHMARKS.md"
+	@echo "make test-realhost CPPHOST=dir  - the behavioural cases in the real host (proxy-wasm-cpp-host on Wasmtime; optional)"
+	@echo "make bench-realhost CPPHOST=dir - the real-host section of BENCHMARKS.md (optional)"
 	@echo "make fuzz    - every fuzz target for FUZZTIME (default 20s)"
 	@echo "make oci     - OCI image layouts under build/oci"
 	@echo "make clean"
@@ -157,6 +159,16 @@ bench: build
 	@# report) gets a pointer to make soak instead.
 	$(GO) run ./tools/mdblock -name soak -get BENCHMARKS.md > $(BUILD)/bench-soak-block.md \
 		|| echo "No soak results yet: run \`make soak\`." > $(BUILD)/bench-soak-block.md
+	@# The real-host section is measured only when CPPHOST is given;
+	@# otherwise the last one is carried over, or a pointer replaces it.
+	$(GO) run ./tools/mdblock -name realhost -get BENCHMARKS.md > $(BUILD)/bench-realhost-block.md \
+		|| echo "No real-host results yet: run \`make bench-realhost CPPHOST=dir\` (tools/realhost/README.md)." > $(BUILD)/bench-realhost-block.md
+	@if [ -n "$(CPPHOST)" ]; then \
+	  echo "== 1b. filter cost in the real host"; start=$$(date +%s); \
+	  $(MAKE) --no-print-directory realhost-block CPPHOST="$(CPPHOST)" BENCH_QUICK="$(BENCH_QUICK)"; \
+	  cp $(BUILD)/realhost-block.md $(BUILD)/bench-realhost-block.md; \
+	  echo "== took $$(( $$(date +%s) - start ))s"; \
+	fi
 	@echo "== 1. filter cost in our host"; start=$$(date +%s); \
 	$(BENCH_ENV) SLUICE_BENCH_OUT=$(CURDIR)/$(BUILD)/bench-lifecycle.md \
 		$(GO) test -count=1 -timeout 20m -run '^TestLifecycleReport$$' -benchtime $(BENCH_LIFECYCLE_TIME) ./e2e/; \
@@ -199,6 +211,9 @@ bench: build
 	  echo "The hybrid case takes its lease from a real Redis through webdis and then stops the guest's clock, so every measured request is served from the lease (no renewal, no expiry; the benchmark fails if any request calls Redis); what renewals cost is in section 3."; \
 	  echo "Guest allocations are counted in a separate, untimed run: a wazero function listener counts calls to \`runtime.mallocgc\`, the Go runtime's allocation entry point, over thousands of requests after warm-up."; echo; \
 	  cat $(BUILD)/bench-lifecycle.md; echo; \
+	  echo "## 1b. Filter cost in the real host"; echo; \
+	  echo "$(REALHOST_ABOUT)"; echo; \
+	  echo "<!-- realhost:begin -->"; cat $(BUILD)/bench-realhost-block.md; echo "<!-- realhost:end -->"; echo; \
 	  echo "## 2. Native cores"; echo; \
 	  echo "ns per decision (median and spread min–max over \`-count $(BENCH_COUNT)\`) against golang.org/x/time/rate's AllowN in the same run."; echo; \
 	  cat $(BUILD)/bench-native.md; echo; \
@@ -222,6 +237,40 @@ bench: build
 	  cat $(BUILD)/faults/*.md; \
 	} > $(BENCH_OUT)
 	@echo "wrote $(BENCH_OUT) and $(BENCH_PLOT)"
+
+# The real host (tools/realhost/README.md): proxy-wasm-cpp-host, the
+# library Envoy embeds for Wasm, on Wasmtime, built from checkouts under
+# CPPHOST. Optional: make test and CI need neither target, and without
+# CPPHOST both stop with what is missing.
+CPPHOST ?=
+REALHOST_ABOUT := The same lifecycle in proxy-wasm-cpp-host, the library Envoy embeds for Wasm, on Wasmtime v37 (Cranelift), with the minimal Envoy-like host of tools/realhost; one worker VM per case, interleaved in rounds. The figure is the host thread's CPU time per request, which leaves out whatever else ran on a shared core (wall time beside it); hostcalls and calls into the guest are counted from cpp-host's own trace. The hybrid case is left out because that host serves no callouts. \`make bench-realhost CPPHOST=dir\` (or \`make bench CPPHOST=dir\`) measures it; without CPPHOST \`make bench\` carries the block below over.
+# Pinned to the last core where taskset exists: the driver and the test
+# share one core, which steadies the rounds on a shared machine.
+REALHOST_PIN := $(shell command -v taskset >/dev/null && echo taskset -c $$(( $$(nproc) - 1 )))
+
+cpphost-given:
+	@if [ -z "$(CPPHOST)" ]; then \
+	  echo "CPPHOST is not set: it names a directory holding checkouts of proxy-wasm-cpp-host and proxy-wasm-cpp-sdk,"; \
+	  echo "e.g. make $(MAKECMDGOALS) CPPHOST=/path/to/cpphost; tools/realhost/README.md says how to clone them."; \
+	  exit 2; fi
+	@bash tools/realhost/build.sh "$(CPPHOST)" $(BUILD)/realhost >/dev/null
+
+test-realhost: cpphost-given build
+	CPPHOST="$(abspath $(CPPHOST))" CI=$${CI:-true} $(GO) test -count=1 -timeout 30m -run '^TestRealHost' ./e2e/
+
+# The real-host block of BENCHMARKS.md, into $(BUILD)/realhost-block.md.
+realhost-block: cpphost-given build
+	SLUICE_BENCH=1 BENCH_QUICK=$(BENCH_QUICK) CPPHOST="$(abspath $(CPPHOST))" \
+		SLUICE_BENCH_OUT_REALHOST=$(CURDIR)/$(BUILD)/bench-realhost.md \
+		$(REALHOST_PIN) $(GO) test -count=1 -timeout 30m -run '^TestRealHostLifecycleReport$$' ./e2e/
+	@{ \
+	  echo "Produced by \`$(if $(BENCH_QUICK),BENCH_QUICK=1 )make bench-realhost\` on $$(nproc) cores$(if $(REALHOST_PIN), pinned with \`$(REALHOST_PIN)\`), $$(date -u +%Y-%m-%dT%H:%MZ) (commit $$(git rev-parse --short HEAD 2>/dev/null || echo unknown), proxy-wasm-cpp-host $$(git -C "$(CPPHOST)/proxy-wasm-cpp-host" rev-parse --short HEAD 2>/dev/null || echo unknown)); load average at the end: $$(cut -d' ' -f1-3 /proc/loadavg)."; echo; \
+	  cat $(BUILD)/bench-realhost.md; \
+	} > $(BUILD)/realhost-block.md
+
+bench-realhost: realhost-block
+	$(GO) run ./tools/mdblock -name realhost -set $(BUILD)/realhost-block.md $(BENCH_OUT)
+	@echo "updated the real-host block of $(BENCH_OUT)"
 
 # make soak: the 10,000,000-request soak through 2 workers under both host
 # profiles and the 1,000,000 distinct client IPs run (about 10 minutes on 2

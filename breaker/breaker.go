@@ -66,13 +66,13 @@ func (b *Breaker) Init() error {
 	if err == nil {
 		return nil
 	}
-	if !errors.Is(err, store.ErrNotFound) {
+	if !store.IsNotFound(err) {
 		b.stats.StoreErrors++
 		return fmt.Errorf("breaker %q: %w", b.key, err)
 	}
 	b.m.Reset(&b.rec)
 	err = b.store.Set(b.key, b.rec.Encode(b.buf[:0]), store.CreateCAS)
-	if errors.Is(err, store.ErrCASMismatch) {
+	if store.IsCASMismatch(err) {
 		return nil // another worker created it first
 	}
 	if err != nil {
@@ -88,7 +88,7 @@ func (b *Breaker) Init() error {
 func (b *Breaker) load() (cas uint32, corrupt bool, err error) {
 	v, cas, err := b.store.Get(b.key)
 	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
+		if store.IsNotFound(err) {
 			b.m.Reset(&b.rec)
 			return store.CreateCAS, false, nil
 		}
@@ -129,7 +129,7 @@ func (b *Breaker) Check(now time.Time) (Ticket, Decision, error) {
 		if err == nil {
 			return t, d, nil
 		}
-		if !errors.Is(err, store.ErrCASMismatch) {
+		if !store.IsCASMismatch(err) {
 			b.stats.StoreErrors++
 			return Ticket{}, b.contended(last), fmt.Errorf("breaker %q: %w", b.key, err)
 		}
@@ -182,7 +182,7 @@ func (b *Breaker) Report(t Ticket, o Outcome, now time.Time) (Transition, error)
 		if err == nil {
 			return tr, nil
 		}
-		if !errors.Is(err, store.ErrCASMismatch) {
+		if !store.IsCASMismatch(err) {
 			b.stats.StoreErrors++
 			return NoTransition, fmt.Errorf("breaker %q: %w", b.key, err)
 		}
@@ -192,6 +192,27 @@ func (b *Breaker) Report(t Ticket, o Outcome, now time.Time) (Transition, error)
 		}
 		b.stats.Retries++
 	}
+}
+
+// Preview is the decision Check would make at now, without taking a
+// probe slot or writing anything, and without a ticket: for a request
+// that will not reach the upstream, so has no outcome to report, but
+// must be refused where a request would be (the admin route's denied
+// requests). An open breaker past its timeout previews as half-open with
+// a free probe slot: allowed.
+func (b *Breaker) Preview(now time.Time) (Decision, error) {
+	if b.m.mode == ModeDisabled || b.m.mode == ModeForcedOpen {
+		_, d, _ := b.m.Check(&b.rec, now)
+		return d, nil
+	}
+	if _, _, err := b.load(); err != nil {
+		// As Check: without the state, allow.
+		return Decision{Allowed: true, State: Closed}, fmt.Errorf("breaker %q: %w", b.key, err)
+	}
+	rec := b.rec // check changes the record it is given; this one is thrown away
+	_, d, _ := b.m.check(&rec, now.UnixNano(), nil)
+	d.Transition = NoTransition
+	return d, nil
 }
 
 // Peek returns the state stored for the key without changing it, for a

@@ -465,3 +465,40 @@ func TestConcurrentTripOnce(t *testing.T) {
 		t.Fatalf("opened %d times; state %v gen %d", opened.Load(), r.State(), r.Generation())
 	}
 }
+
+// Preview decides as Check would and changes nothing stored: an open
+// breaker past its timeout previews allowed and leaves its probe slot to
+// the next Check; with the probe out it previews refused.
+func TestBreakerPreviewTakesNoProbe(t *testing.T) {
+	st := store.NewMemory()
+	b := NewBreaker(mustMachine(t, Settings{FailureThreshold: 1, OpenTimeout: 10 * sec, SuccessThreshold: 1}), st, "k")
+	if err := b.Init(); err != nil {
+		t.Fatal(err)
+	}
+	tk, _, _ := b.Check(t0)
+	if tr, _ := b.Report(tk, fail, t0); tr != Opened {
+		t.Fatalf("failure: %v", tr)
+	}
+	if d, err := b.Preview(t0.Add(4 * sec)); err != nil || d.Allowed || d.State != Open || d.RetryAfter != 6*sec {
+		t.Fatalf("open: %+v %v", d, err)
+	}
+	before := storedRecord(t, st, "k")
+	for range 3 {
+		if d, err := b.Preview(t0.Add(10 * sec)); err != nil || !d.Allowed || d.Transition != NoTransition {
+			t.Fatalf("past the timeout: %+v %v", d, err)
+		}
+	}
+	if after := storedRecord(t, st, "k"); after != before {
+		t.Fatalf("preview wrote %+v over %+v", after, before)
+	}
+	probe, d, _ := b.Check(t0.Add(10 * sec))
+	if !d.Allowed || !probe.Probe() {
+		t.Fatalf("the probe after previews: %+v %+v", probe, d)
+	}
+	if d, _ := b.Preview(t0.Add(11 * sec)); d.Allowed || d.State != HalfOpen {
+		t.Fatalf("probe out: %+v", d)
+	}
+	if tr, _ := b.Report(probe, ok, t0.Add(11*sec)); tr != Recovered {
+		t.Fatalf("probe report: %v", tr)
+	}
+}

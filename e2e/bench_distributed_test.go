@@ -2,15 +2,12 @@ package e2e_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -20,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/fixtures/ratelimitsvc"
 	"github.com/sluice-proxy/sluice/internal/fixtures/redistest"
 )
 
@@ -44,7 +42,7 @@ import (
 //	SLUICE_BENCH_DIST_LIMIT               the per-key limit per second (benchLimit); twice it is offered
 //	SLUICE_BENCH_DIST_MODES               comma-separated subset of strict,hybrid,ratelimit (all)
 //	SLUICE_RATELIMIT_BIN                  a prebuilt ratelimit service_cmd (skips go install)
-//	SLUICE_RATELIMIT_VERSION              module version to go install (ratelimitVersion)
+//	SLUICE_RATELIMIT_VERSION              module version to go install (ratelimitsvc.Version)
 func TestBenchDistributed(t *testing.T) {
 	dur := benchHarness(t, benchSize{dur: 30 * time.Second}, benchSize{dur: 3 * time.Second}).dur
 	if s := os.Getenv("SLUICE_BENCH_DIST_SECONDS"); s != "" {
@@ -101,7 +99,7 @@ func TestBenchDistributed(t *testing.T) {
 	var rlBin string
 	rlErr := errPeerLeftOut
 	if modes["ratelimit"] {
-		rlBin, rlErr = ratelimitBinary(t)
+		rlBin, rlErr = ratelimitsvc.Binary(t)
 	}
 	if rlErr != nil && modes["ratelimit"] {
 		if os.Getenv("CI") == "true" {
@@ -160,14 +158,6 @@ var errPeerLeftOut = errors.New("left out by SLUICE_BENCH_DIST_MODES")
 // bucket of 200 for Sluice; the peer only has fixed windows, so it gets
 // 200 per one-second window, the nearest it can express.
 const benchLimit = 200
-
-// ratelimitModule is the peer's main package and ratelimitVersion the
-// pseudo-version the Go module proxy serves (the repository has no
-// tagged Go release); SLUICE_RATELIMIT_VERSION overrides it.
-const (
-	ratelimitModule  = "github.com/envoyproxy/ratelimit/src/service_cmd"
-	ratelimitVersion = "v1.4.1-0.20260122083618-3fb702589d36"
-)
 
 type benchPlan struct {
 	limit, offered int
@@ -386,7 +376,7 @@ func runRatelimitMode(t *testing.T, plan benchPlan, bin string) *modeResult {
 	rl := startRatelimit(t, bin, r.Addr(), plan.limit)
 	body := []byte(`{"domain":"sluice-bench","descriptors":[{"entries":[{"key":"x-key","value":"` + uniqueKey("bench") + `"}]}]}`)
 	post := func() int {
-		req, err := http.NewRequest("POST", rl.http+"/json", bytes.NewReader(body))
+		req, err := http.NewRequest("POST", rl.HTTP+"/json", bytes.NewReader(body))
 		if err != nil {
 			return 0
 		}
@@ -395,7 +385,7 @@ func runRatelimitMode(t *testing.T, plan benchPlan, bin string) *modeResult {
 	res := &modeResult{mode: "envoyproxy/ratelimit", baseIs: "the same ratelimit HTTP server's /healthcheck",
 		calls: []string{"incrby", "expire", "ping"}}
 	health := func(int) int {
-		req, err := http.NewRequest("GET", rl.http+"/healthcheck", nil)
+		req, err := http.NewRequest("GET", rl.HTTP+"/healthcheck", nil)
 		if err != nil {
 			return 0
 		}
@@ -444,143 +434,13 @@ func commandDelta(before, after map[string]int64) map[string]int64 {
 	return d
 }
 
-// ratelimitProc is a running envoyproxy/ratelimit.
-type ratelimitProc struct {
-	http string // base URL of its HTTP server (/json, /healthcheck)
-}
-
-// ratelimitBinary returns SLUICE_RATELIMIT_BIN or installs the peer with
-// go install into a temporary GOBIN, outside this module so go.mod is
-// never touched.
-func ratelimitBinary(t *testing.T) (string, error) {
-	if p := os.Getenv("SLUICE_RATELIMIT_BIN"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("SLUICE_RATELIMIT_BIN: %w", err)
-		}
-		return p, nil
-	}
-	gobin := t.TempDir()
-	ver := envOr("SLUICE_RATELIMIT_VERSION", ratelimitVersion)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "install", ratelimitModule+"@"+ver)
-	cmd.Dir = gobin
-	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=-mod=mod", "GOWORK=off")
-	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go install %s@%s: %v\n%s", ratelimitModule, ver, err, out)
-	}
-	t.Logf("installed %s@%s in %v", ratelimitModule, ver, time.Since(start).Round(time.Second))
-	return filepath.Join(gobin, "service_cmd"), nil
-}
-
 // startRatelimit runs the peer against redisAddr with one descriptor,
-// x-key (any value), limited to limit per second. It retries on another
-// set of ports if one was taken between choosing and binding.
-func startRatelimit(t *testing.T, bin, redisAddr string, limit int) *ratelimitProc {
+// x-key (any value), limited to limit per second.
+func startRatelimit(t *testing.T, bin, redisAddr string, limit int) *ratelimitsvc.Service {
 	t.Helper()
-	root := t.TempDir()
-	// RUNTIME_WATCH_ROOT=false reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/
-	// RUNTIME_APPDIRECTORY (default "config")/*.yaml.
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	yaml := fmt.Sprintf("domain: sluice-bench\ndescriptors:\n  - key: x-key\n    rate_limit:\n      unit: second\n      requests_per_unit: %d\n", limit)
-	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var lastErr error
-	for attempt := range 3 {
-		ports, err := freePorts(3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		logPath := filepath.Join(root, fmt.Sprintf("ratelimit-%d.log", attempt))
-		logf, err := os.Create(logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.Env = append(os.Environ(),
-			"REDIS_URL="+redisAddr, "REDIS_SOCKET_TYPE=tcp", "USE_STATSD=false", "LOG_LEVEL=warn",
-			"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-			"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-			"PORT="+strconv.Itoa(ports[0]), "GRPC_PORT="+strconv.Itoa(ports[1]), "DEBUG_PORT="+strconv.Itoa(ports[2]),
-		)
-		if err := cmd.Start(); err != nil {
-			logf.Close()
-			t.Fatalf("starting %s: %v", bin, err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait(); logf.Close() }()
-		stop := func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		base := "http://127.0.0.1:" + strconv.Itoa(ports[0])
-		if lastErr = waitRatelimit(base, exited); lastErr == nil {
-			t.Cleanup(stop)
-			return &ratelimitProc{http: base}
-		}
-		stop()
-		log, _ := os.ReadFile(logPath)
-		lastErr = fmt.Errorf("%v\n%s", lastErr, log)
-	}
-	t.Fatalf("envoyproxy/ratelimit did not start: %v", lastErr)
-	return nil
-}
-
-// waitRatelimit polls until the peer answers a real decision (so its
-// config is loaded, not just its health check), or it exits, or 20 s.
-func waitRatelimit(base string, exited <-chan error) error {
 	probe := []byte(`{"domain":"sluice-bench","descriptors":[{"entries":[{"key":"x-key","value":"probe"}]}]}`)
-	deadline := time.Now().Add(20 * time.Second)
-	pace := time.NewTicker(20 * time.Millisecond)
-	defer pace.Stop()
-	c := &http.Client{Timeout: time.Second}
-	for {
-		resp, err := c.Post(base+"/json", "application/json", bytes.NewReader(probe))
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 && bytes.Contains(b, []byte("currentLimit")) {
-				return nil
-			}
-			err = fmt.Errorf("/json answered %d %s", resp.StatusCode, b)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after 20s: %v", err)
-		}
-		select {
-		case e := <-exited:
-			return fmt.Errorf("exited: %v", e)
-		case <-pace.C:
-		}
-	}
-}
-
-// freePorts reserves n distinct ports at once, then releases them: the
-// peer binds them a moment later (a race startRatelimit retries).
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+	return ratelimitsvc.Start(t, bin, redisAddr, map[string]string{"bench.yaml": yaml}, probe)
 }
 
 // summary is what the report needs from one mode, computed over the

@@ -216,8 +216,14 @@ func TestCasesWasm(t *testing.T) {
 // newWasmHarness serves case c's configuration on code, its clock at
 // filtertest.Epoch; the runtime closes when the test ends.
 func newWasmHarness(t *testing.T, code []byte, c filtertest.Case) *wasmHarness {
+	return newWasmHarnessLogging(t, code, c, func(host.LogLevel, string, string) {})
+}
+
+// newWasmHarnessLogging is newWasmHarness with the plugin's logs going to
+// logger.
+func newWasmHarnessLogging(t *testing.T, code []byte, c filtertest.Case, logger func(host.LogLevel, string, string)) *wasmHarness {
 	h := &wasmHarness{steppedClock: steppedClock{now: filtertest.Epoch}}
-	h.rt = host.NewRuntime(host.RuntimeOptions{Clock: h.clock, ManualTicks: true, Logger: func(host.LogLevel, string, string) {}})
+	h.rt = host.NewRuntime(host.RuntimeOptions{Clock: h.clock, ManualTicks: true, Logger: logger})
 	t.Cleanup(func() { h.rt.Close(context.Background()) })
 	p, err := h.rt.NewPlugin(context.Background(), host.PluginConfig{
 		Name: "sluice", RootID: "sluice", VMID: "sluice-" + strconv.Itoa(int(time.Now().UnixNano())),

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,15 +14,16 @@ import (
 
 // TestFloodKeepsActiveClients is issue #13's flood with issue #23's rule,
 // on build/sluice.wasm with two workers and a stepped clock: a per-IP
-// limit of 5 per minute in a 256-slot table (forget_max_used 1, the
-// default), one client that has used 1 of its 5 and three that have used
+// limit of 5 per minute in a 256-slot table (forget_max_used by default
+// any key), one client that has used 1 of its 5 and three that have used
 // all 5, then a flood of 6,000 distinct addresses (one request each) over
 // 10s on both workers at once, with the three repeating a request every
 // step. New addresses forget the keys that used the least, so at most 10%
 // of their first requests may be refused (each refusal an overflow_denied
 // decision); the existing client gets its 4 remaining, or 5 if it was
 // forgotten (never less, and at most the 1 unit it had used more); the
-// three at their limit are never forgotten and get nothing.
+// three at their limit, the most used of any candidates here, are not
+// forgotten and get nothing.
 func TestFloodKeepsActiveClients(t *testing.T) {
 	code := wasmModule(t, "sluice")
 	ctx := context.Background()
@@ -139,4 +141,68 @@ func TestFloodKeepsActiveClients(t *testing.T) {
 	}
 	t.Logf("flood: %d admitted, %d refused; existing client %d/10; repeaters %v; forgotten=%d overflow=%d overflow_denied=%d",
 		floodOK, floodDenied, got, repeaterOK, forgotten, overflow, denied)
+}
+
+// TestFloodWorkersClocksApart is issue #23's flood between two workers,
+// made deterministic: the requests are served one at a time, alternating
+// workers, and worker 1's clock reads 1ms ahead of worker 0's (the host's
+// monotonic clock runs on its own). A key worker 1 placed with one unit
+// then weighs two units to worker 0. With a cap of one unit (the old
+// default) a newcomer on worker 0 whose candidates both held such keys
+// found none to forget and was decided on a shared overflow bucket, which
+// the flood soon drained. By default it forgets the least-used: no first
+// request of the 3,000 keys is refused, no decision falls to an overflow
+// bucket, and the client that used 1 of its 5 gets 4 more, or 5 if it was
+// forgotten.
+func TestFloodWorkersClocksApart(t *testing.T) {
+	code := wasmModule(t, "sluice")
+	ctx := context.Background()
+	base := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	var worker int // the worker about to serve; requests run one at a time
+	var mono atomic.Int64
+	rt := host.NewRuntime(host.RuntimeOptions{
+		Clock:       func() time.Time { return base.Add(time.Duration(worker) * time.Millisecond) },
+		Monotonic:   func() int64 { return mono.Add(1000) },
+		ManualTicks: true, LogLevel: host.LogWarn, Logger: func(host.LogLevel, string, string) {}})
+	defer rt.Close(ctx)
+	p := startPlugin(t, rt, "apart", code, `{"limits":[{"name":"f","key":["header:x-id"],"limit":5,"window":"1m","slots":64}]}`, 2)
+	up := okUpstream(new(atomic.Int64))
+	serve := func(id string, w int) int {
+		worker = w
+		resp, err := p.Serve(ctx, &host.Request{Worker: w,
+			Headers:       [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "example.com"}, {"x-id", id}},
+			SourceAddress: "10.0.0.1:5000", RouteName: "default", ClusterName: "backend"}, up)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return resp.Status
+	}
+	if got := serve("client", 1); got != 200 {
+		t.Fatalf("the client's first request: %d", got)
+	}
+	refused := 0
+	const keys = 3000
+	for i := 0; i < keys; i++ {
+		if serve("flood-"+strconv.Itoa(i), i%2) != 200 {
+			refused++
+		}
+	}
+	got := 0
+	for i := 0; i < 6; i++ {
+		if serve("client", i%2) == 200 {
+			got++
+		}
+	}
+	overflow, _ := rt.Stats().Lookup("sluice.limit.f.overflow")
+	forgotten, _ := rt.Stats().Lookup("sluice.limit.f.forgotten")
+	t.Logf("%d of %d first requests refused; the client got %d; overflow=%d forgotten=%d", refused, keys, got, overflow, forgotten)
+	if refused != 0 || overflow != 0 || forgotten == 0 {
+		t.Errorf("%d first requests refused, overflow=%d forgotten=%d: want none refused and none on an overflow bucket", refused, overflow, forgotten)
+	}
+	if got != 4 && got != 5 {
+		t.Errorf("the client got %d after the flood, want its own 4 (5 if forgotten)", got)
+	}
+	if p.Traps() != 0 {
+		t.Fatalf("%d traps", p.Traps())
+	}
 }

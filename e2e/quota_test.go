@@ -97,19 +97,30 @@ func TestQuotaGetResetThroughRedis(t *testing.T) {
 	})
 }
 
+// adminRouteToken is the admin token of startAdminRoute's instance.
+const adminRouteToken = "e2e-admin-token"
+
+// startAdminRoute starts one instance with the limits (a JSON array) and
+// the admin route open to loopback callers with adminRouteToken; file is
+// its plugin configuration, for sluicectl --config.
+func startAdminRoute(t *testing.T, limits string) (insts []*distInstance, file string) {
+	t.Helper()
+	sum := sha256.Sum256([]byte(adminRouteToken))
+	cfg := `{"limits":` + limits + `,
+	  "admin":{"client_cidrs":["127.0.0.1/32","::1"],"token_sha256":"` + hex.EncodeToString(sum[:]) + `"}}`
+	insts = startInstances(t, 1, func(wasm, backendAddr string) string {
+		return pluginYAML(wasm, cfg, backendAddr, nil)
+	}, envoy.Options{})
+	return insts, writeConfig(t, cfg)
+}
+
 // The runbook's admin route: sluicectl quota --envoy reads and resets a
 // local key in our host serving the wasm, and a wrong token gets only
 // the empty 404.
 func TestQuotaThroughAdminRoute(t *testing.T) {
-	const token = "e2e-admin-token"
-	sum := sha256.Sum256([]byte(token))
-	cfg := `{"limits":[{"name":"per-key","key":["header:x-key","method"],"limit":3,"window":"1h"}],
-	  "admin":{"client_cidrs":["127.0.0.1/32","::1"],"token_sha256":"` + hex.EncodeToString(sum[:]) + `"}}`
-	insts := startInstances(t, 1, func(wasm, backendAddr string) string {
-		return pluginYAML(wasm, cfg, backendAddr, nil)
-	}, envoy.Options{})
+	const token = adminRouteToken
+	insts, file := startAdminRoute(t, `[{"name":"per-key","key":["header:x-key","method"],"limit":3,"window":"1h"}]`)
 	base := insts[0].base
-	file := writeConfig(t, cfg)
 	key := uniqueKey("tenant")
 	for i := range 3 {
 		if st, _ := hit(t, base+"/", key); st != 200 {
@@ -146,5 +157,46 @@ func TestQuotaThroughAdminRoute(t *testing.T) {
 	}
 	if n := insts[0].metric("sluice.admin.calls"); n != 2 {
 		t.Fatalf("sluice.admin.calls = %d, want 2", n)
+	}
+}
+
+// sluicectl quota --envoy names exactly the buckets requests fill: --key
+// ” on a query part is the bucket of ?user= (present and empty), and a
+// value no request carries in its part (a header value Envoy would trim,
+// a path segment with '?') is refused naming the part, never answered
+// from another bucket.
+func TestQuotaKeyValuesThroughAdminRouteAreRequests(t *testing.T) {
+	insts, file := startAdminRoute(t, `[{"name":"qry","key":["query:user"],"limit":2,"window":"1h"},
+	  {"name":"hdr","key":["header:x-key"],"limit":2,"window":"1h"},
+	  {"name":"seg","key":["path_segment:2"],"limit":2,"window":"1h"}]`)
+	base := insts[0].base
+	t.Setenv("SLUICE_ADMIN_TOKEN", adminRouteToken)
+	for i := range 3 {
+		want := 200
+		if i == 2 {
+			want = 429
+		}
+		// Each request has its own header key and segment: only the
+		// empty user is shared.
+		if st, _ := hit(t, base+"/u/"+uniqueKey("s")+"?user=", uniqueKey("k")); st != want {
+			t.Fatalf("request %d with ?user=: %d, want %d", i+1, st, want)
+		}
+	}
+	args := []string{"--config", file, "--limit", "qry", "--key", "", "--envoy", base}
+	if got := sluicectl(t, append([]string{"quota", "get"}, args...)...); got["remaining"] != 0.0 {
+		t.Fatalf("the empty user's bucket: %+v", got)
+	}
+	if got := sluicectl(t, append([]string{"quota", "reset"}, args...)...); got["reset"] != true || got["remaining"] != 2.0 {
+		t.Fatalf("the empty user's reset: %+v", got)
+	}
+	if st, _ := hit(t, base+"/u/"+uniqueKey("s")+"?user=", uniqueKey("k")); st != 200 {
+		t.Fatalf("?user= after its reset: %d", st)
+	}
+	for _, bad := range [][2]string{{"hdr", "  spc  "}, {"hdr", "acme\x00"}, {"seg", "zz?x"}} {
+		var out, errOut bytes.Buffer
+		code := ops.Main([]string{"quota", "get", "--config", file, "--limit", bad[0], "--key", bad[1], "--envoy", base}, &out, &errOut)
+		if code == 0 || !strings.Contains(errOut.String(), "key part 1") {
+			t.Fatalf("%s %q: exit %d, %q %q; want an error naming the part", bad[0], bad[1], code, out.String(), errOut.String())
+		}
 	}
 }

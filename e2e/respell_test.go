@@ -19,7 +19,9 @@ const respellPlugin = `{"limits":[
  {"name":"q","match":{"path_prefix":"/q"},"key":["query:api_key"],"limit":1,"window":"1h"},
  {"name":"h","match":{"path_prefix":"/h"},"key":["header:x-api-key"],"limit":1,"window":"1h"},
  {"name":"host","match":{"path_prefix":"/host"},"key":["host"],"limit":1,"window":"1h"},
- {"name":"score","match":{"path_prefix":"/m"},"key":["metadata:scores:score"],"limit":1,"window":"1h"}]}`
+ {"name":"score","match":{"path_prefix":"/m"},"key":["metadata:scores:score"],"limit":1,"window":"1h"},
+ {"name":"ck","match":{"path_prefix":"/c"},"key":["cookie:sid"],"limit":1,"window":"1h"},
+ {"name":"free","match":{"path_prefix":"/f","headers":[{"name":"x-plan","value":"free"}]},"limit":1,"window":"1h"}]}`
 
 // scoreToMetadata copies the client's x-score header into dynamic
 // metadata as a NUMBER, as a header_to_metadata rule would for a claim.
@@ -65,10 +67,18 @@ func TestRespelledIdentitiesEndToEnd(t *testing.T) {
 		{"escaped slashes", "/t%2Falice%2Fx", "", nil, 429},
 		{"a servlet path parameter", "/t/alice;jsessionid=1/x", "", nil, 429},
 		{"bob", "/t/bob/x", "", nil, 200},
+		{"carol@x.com", "/t/carol@x.com/x", "", nil, 200},
+		{"carol%40x.com", "/t/carol%40x.com/x", "", nil, 429},
+		{"caf%C3%A9", "/t/caf%C3%A9/x", "", nil, 200},
+		{"café in raw UTF-8", "/t/caf\u00e9/x", "", nil, 429},
 		{"api_key alice", "/q?api_key=alice", "", nil, 200},
 		{"alice then junk", "/q?api_key=alice&api_key=junk1", "", nil, 429},
 		{"junk then alice", "/q?api_key=junk2&api_key=alice", "", nil, 429},
 		{"api_key bob", "/q?api_key=bob", "", nil, 200},
+		{"a ';' read two ways", "/q?api_key=bob;junk=1", "", nil, 429},
+		{"a ';' hiding api_key from Go", "/q?junk=1;api_key=dave", "", nil, 429},
+		{"api.key, PHP's api_key", "/q?api.key=bob", "", nil, 429},
+		{"api[key, PHP's api_key", "/q?api[key=bob", "", nil, 429},
 		{"header alice", "/h", "", []string{"x-api-key", "alice"}, 200},
 		{"header alice then junk", "/h", "", []string{"x-api-key", "alice", "x-api-key", "junk"}, 429},
 		{"header as x_api_key", "/h", "", []string{"x_api_key", "alice"}, 429},
@@ -76,6 +86,12 @@ func TestRespelledIdentitiesEndToEnd(t *testing.T) {
 		{"host with :80", "/host", "api.example:80", nil, 429},
 		{"host with :080", "/host", "api.example:080", nil, 429},
 		{"host with a trailing dot", "/host", "API.example.", nil, 429},
+		{"host with extra colons", "/host", "api.example:80:80", nil, 429},
+		{"host with two empty ports", "/host", "api.example::", nil, 429},
+		{"cookie alice", "/c", "", []string{"cookie", "sid=alice"}, 200},
+		{"cookie al%69ce", "/c", "", []string{"cookie", "sid=al%69ce"}, 429},
+		{"plan free", "/f", "", []string{"x-plan", "free"}, 200},
+		{"plan free as x_plan", "/f", "", []string{"x_plan", "free"}, 429},
 		{"score nan", "/m", "", []string{"x-score", "nan"}, 200},
 		{"score NaN again", "/m", "", []string{"x-score", "NaN"}, 429},
 		{"score -Inf", "/m", "", []string{"x-score", "-Inf"}, 200},

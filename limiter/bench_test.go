@@ -41,6 +41,12 @@ func BenchmarkFixedWindow(b *testing.B) {
 	benchDecide(b, Limit{Algorithm: FixedWindow, Rate: 100, Period: time.Second})
 }
 
+// BenchmarkFixedWindowMonth is a calendar month with a fixed offset: its
+// period bounds are computed on every decision, in integers.
+func BenchmarkFixedWindowMonth(b *testing.B) {
+	benchDecide(b, Limit{Algorithm: FixedWindow, Rate: 1 << 30, Period: CalendarMonth.Longest(), Calendar: CalendarMonth, Offset: 9 * 3600})
+}
+
 func BenchmarkSlidingWindow(b *testing.B) {
 	benchDecide(b, Limit{Algorithm: SlidingWindow, Rate: 100, Period: time.Second})
 }

@@ -1,9 +1,6 @@
 package limiter
 
-import (
-	"math"
-	"time"
-)
+import "time"
 
 // ClockStepTolerance is how far ahead of the caller's clock a state may
 // legitimately be: another worker read a slightly later clock, or the clock
@@ -20,6 +17,13 @@ func (l Limit) Decide(st State, now int64, n int64) (State, Result) {
 	if !l.valid() {
 		return st, Result{Limit: l.Rate, Period: l.Period, Reason: ReasonInvalidLimit}
 	}
+	return l.decideValid(st, now, n)
+}
+
+// decideValid is Decide for a Limit known to pass valid: one that passed
+// Validate (a Table's) or was just checked. The check is two calls on
+// GOARCH=wasm, which a request through a Table would otherwise make twice.
+func (l Limit) decideValid(st State, now int64, n int64) (State, Result) {
 	switch l.Algorithm {
 	case FixedWindow:
 		return l.decideFixed(st, now, n)
@@ -71,36 +75,6 @@ func (l Limit) decideBucket(st State, now int64, n int64) (State, Result) {
 	return st, res
 }
 
-// bucketDebt returns how far the TAT of st is ahead of now (zero: the
-// bucket is full) and the debt of an empty bucket, both in units of
-// 1/Rate ns. A debt beyond what Charge can leave plus ClockStepTolerance
-// cannot come from a sane clock and reads as an empty bucket.
-func (l Limit) bucketDebt(st State, now int64) (debt, full u128) {
-	rate := uint64(l.Rate)
-	full = mul(uint64(l.Capacity()), uint64(l.Period))
-	if st.At > now || (st.At == now && st.N > 0) {
-		debt = mul(uint64(st.At)-uint64(now), rate).add64(uint64(st.N))
-		if full.add(full).add(mul(uint64(ClockStepTolerance), rate)).less(debt) {
-			debt = full
-		}
-	}
-	return debt, full
-}
-
-// bucketState is the state whose TAT is debt (in units of 1/Rate ns)
-// ahead of now.
-func (l Limit) bucketState(now int64, debt u128) State {
-	q, r := debt.div(uint64(l.Rate))
-	// q is below 2^63 for practical limits; an extreme one (capacity ×
-	// period near the 146-year bound, charged into debt) or a now near
-	// MaxInt64 saturates instead of wrapping.
-	at := int64(math.MaxInt64)
-	if now <= 0 || q <= uint64(math.MaxInt64-now) {
-		at = now + int64(q)
-	}
-	return State{At: at, N: uint32(r)}
-}
-
 // Charge takes n units at now whether or not they are available: the cost
 // of work already done (a response that reports what it used), which
 // cannot be refused. A token bucket goes into debt, down to one full
@@ -123,7 +97,7 @@ func (l Limit) Charge(st State, now int64, n int64) (State, Result) {
 		next = l.chargeLog(st, now, n)
 	case FixedWindow, SlidingWindow:
 		limit := uint64(l.Rate)
-		win, _, _, plausible := l.window(st, now)
+		win, _, _, _, plausible := l.window(st, now)
 		cur, prev := l.windowCounts(st, win, plausible)
 		cur = min(cur+min(uint64(n), limit), limit)
 		next = State{At: win, N: uint32(cur)}
@@ -145,65 +119,27 @@ func (l Limit) Charge(st State, now int64, n int64) (State, Result) {
 	// The decisions that would follow describe the charged key exactly as
 	// Decide would: cost 0 reports Remaining and ResetAfter, cost 1 the
 	// wait for the next unit.
-	_, res := l.Decide(next, now, 0)
-	if _, one := l.Decide(next, now, 1); !one.Allowed {
+	_, res := l.decideValid(next, now, 0)
+	if _, one := l.decideValid(next, now, 1); !one.Allowed {
 		res.RetryAfter = one.RetryAfter
 	}
 	res.Allowed, res.Reason = true, ReasonAllowed
 	return next, res
 }
 
-// window finds the window a decision is evaluated in. Normally that is the
-// window containing now (clamped to the epoch); when the state's window is
-// later (clock went back) the decision is evaluated at the start of the
-// state's window, so a backwards clock never releases units, and delay is
-// the time from now until that evaluation point. A state window too far
-// ahead to be a clock step is reported as implausible.
-func (l Limit) window(st State, now int64) (win int64, elapsed, delay uint64, plausible bool) {
-	period := int64(l.Period)
-	t := max(now, 0)
-	cur := t / period
-	elapsed = uint64(t - cur*period)
-	if st.At <= cur {
-		return cur, elapsed, 0, true
-	}
-	ahead := uint64(st.At - cur)
-	if ahead > uint64(ClockStepTolerance/l.Period)+1 {
-		return cur, elapsed, 0, false
-	}
-	return st.At, 0, ahead*uint64(period) - elapsed, true
-}
-
-// windowCounts is what st counts in window win, as window found it
-// (plausible or not): the units in win and, for a sliding window, in
-// win−1 (a fixed window's Prev is always 0). An implausible state counts
-// as a full window.
-func (l Limit) windowCounts(st State, win int64, plausible bool) (cur, prev uint64) {
-	switch {
-	case !plausible:
-		return uint64(l.Rate), 0
-	case st.At == win:
-		return uint64(st.N), uint64(st.Prev)
-	case st.At == win-1 && l.Algorithm == SlidingWindow:
-		return 0, uint64(st.N)
-	}
-	return 0, 0
-}
-
 func (l Limit) decideFixed(st State, now int64, n int64) (State, Result) {
 	limit := uint64(l.Rate)
-	period := uint64(l.Period)
-	win, elapsed, delay, plausible := l.window(st, now)
+	win, elapsed, length, delay, plausible := l.window(st, now)
 	used := uint64(0)
 	switch {
 	case !plausible:
 		used = limit
-	case st.At == win:
+	case l.inWindow(st.At, win):
 		used = uint64(st.N)
 	}
-	untilEnd := addSat(delay, period-elapsed)
+	untilEnd := addSat(delay, length-elapsed)
 
-	res := Result{Limit: l.Rate, Period: l.Period}
+	res := Result{Limit: l.Rate, Period: time.Duration(length)}
 	reason, ok := l.costReason(n)
 	if ok {
 		if used+uint64(n) <= limit {
@@ -233,7 +169,7 @@ func (l Limit) decideFixed(st State, now int64, n int64) (State, Result) {
 func (l Limit) decideSliding(st State, now int64, n int64) (State, Result) {
 	limit := uint64(l.Rate)
 	period := uint64(l.Period)
-	win, elapsed, delay, plausible := l.window(st, now)
+	win, elapsed, _, delay, plausible := l.window(st, now)
 	cur, prev := l.windowCounts(st, win, plausible)
 	capacity := mul(limit, period)
 	// headroom(c) = L×P − prev×(P−e) − c×P: units still admissible, scaled.

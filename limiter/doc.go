@@ -216,12 +216,12 @@
 // ago (lossless: a full bucket carries no information;
 // Stats.LosslessTakeovers), else the first whose value is unreadable even
 // after healing (Stats.Evictions), else the one whose key has used the
-// least, if at most TableConfig.ForgetMaxUsed units (see "Forgetting the
-// least-used key"). The refill span is how long a used-up key takes to
-// become full: Σ for a token bucket, P for the windows. A slot holding a
-// key that has used more than ForgetMaxUsed is never taken over, however
-// many new keys arrive. A key with no slot and no such candidate is
-// homeless: it is decided on its overflow bucket, with the same Limit and
+// least, if at most TableConfig.ForgetMaxUsed units (by default any; see
+// "Forgetting the least-used key"). The refill span is how long a used-up
+// key takes to become full: Σ for a token bucket, P for the windows. Under
+// a lower ForgetMaxUsed a slot holding a key that has used more is never
+// taken over, however many new keys arrive, and a key with no slot and no
+// such candidate is homeless: it is decided on its overflow bucket, with the same Limit and
 // the same CAS commit (Stats.Overflow, Stats.OverflowDenied, which also
 // count keys placed from an overflow bucket that was not full). Homeless
 // keys sharing an overflow bucket share its allowance: they are refused
@@ -240,8 +240,8 @@
 //	sliding_log:    the live units
 //
 // The candidate with the least use is forgotten if Used ≤ ForgetMaxUsed
-// (default 1; ForgetNone forgets nothing, and the table then never
-// over-admits); among equals the first. "Least" is finer than Used where
+// (default ForgetAny: whatever it used; ForgetNone forgets nothing, and
+// the table then never over-admits); among equals the first. "Least" is finer than Used where
 // the state says more: the debt itself for a token bucket (a unit used
 // earlier is mostly refilled), the weighted count for a sliding window.
 // The forget is the placement's CAS on the victim's slot: an update by the
@@ -249,13 +249,30 @@
 // newcomer reads and decides again, so the units forgotten are exactly
 // those of the state the CAS replaced (Stats.Forgotten,
 // Stats.ForgottenUnits; a state with Used = 0 is a lossless takeover).
-// The forgotten key, if it returns, is a newcomer: it starts from its
-// overflow bucket's state, fresh unless homeless keys are using that
-// bucket (then it may get less than its own state had left, until the
-// bucket refills; with every flood key forgettable nobody is homeless).
+// The forgotten key, if it returns, is a newcomer: it forgets another
+// key and starts from its overflow bucket's state, fresh unless homeless
+// keys are using that bucket (then it may get less than its own state had
+// left, until the bucket refills). Under ForgetAny nobody is ever
+// homeless, so the overflow buckets are never written and every
+// placement starts fresh.
 //
-// The bound. A key forgotten at f with u = Used units can be admitted at
-// most u units beyond its limit, in every span that contains f:
+// Why ForgetAny is the default. Under a cap, a flood of keys that each use
+// just over it (2 units under a cap of 1) fills every slot with keys that
+// may not be forgotten: newcomers are homeless, drain their overflow
+// buckets, and a forgotten client that returns starts from a drained
+// bucket, locked out. Workers' clocks make the same happen without an
+// attacker: a token-bucket state written at t+δ by one worker is read at
+// t by another, whose Used counts ⌈(τ+δ)/τ⌉ = 2 units for a key that used
+// one, so after a lost CAS the newcomer's retry finds no candidate under
+// a cap of 1 and falls to its overflow bucket (TestForgetRaceWithAWorker-
+// AheadKeepsTheNewcomerPlaced). Forgetting the least-used whatever it used
+// keeps every newcomer in a slot of its own and costs at most the bound
+// below; a lower cap trades that for never forgetting the keys above it.
+//
+// The bound. A key forgotten at f with u = Used units (u ≤ ForgetMaxUsed,
+// and u ≤ the key's Capacity, 2·Capacity for a token bucket after
+// charges) can be admitted at most u units beyond its limit, in every span
+// that contains f:
 //
 //	token_bucket:   admitted in [s, t] ≤ C + (t−s)·L/P + u
 //	fixed_window:   admitted in f's window ≤ L + u
@@ -266,11 +283,15 @@
 // because forgetting is the same as giving the key u units back at f (the
 // stored state never counts less than the key used, see below), and
 // nothing else changes. Over several forgettings the u add up: a key
-// forgotten k times is over-admitted by at most k·ForgetMaxUsed, so during
-// a flood that keeps every slot churning, a key that never has more than
-// ForgetMaxUsed units outstanding can restart again and again; a key above
-// it keeps its state. TestForgetModel checks the bound for every key of a
-// randomized flood with injected races, from the writes the store saw.
+// forgotten k times is over-admitted by at most the sum of its k u's
+// (k·min(ForgetMaxUsed, 2·Capacity)), so during a flood that keeps every
+// slot churning a key can restart again and again; under a lower cap a key
+// above it keeps its state. Stats.ForgottenUnits (the metric
+// sluice.limit.<name>.forgotten counts the keys) adds up the u's: the most
+// all forgotten keys together can be over-admitted by. TestForgetModel
+// checks the bound for every key of a randomized flood with injected
+// races, from the writes the store saw, under caps of 1 and 3 and under
+// ForgetAny (where it also checks that nobody is homeless).
 //
 // Never over-admitting otherwise. A key's admissions while homeless are a
 // subset of its overflow bucket's admissions (it always maps to the same
@@ -282,7 +303,7 @@
 // not from a fresh bucket: fresh in normal operation, where the overflow
 // buckets are idle or missing; drained after homeless keys used them. A
 // key whose slot was taken over losslessly lost nothing, as its state was
-// idle (full); a forgotten one lost at most ForgetMaxUsed units. Two races
+// idle (full); a forgotten one lost at most the u units above. Two races
 // between workers are closed: a decision committed to the overflow bucket
 // checks afterwards whether the key has been placed meanwhile and charges
 // its units to that slot too (Limit.Charge); a placement rereads the

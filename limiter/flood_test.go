@@ -97,7 +97,7 @@ func TestTableRecentKeyKeepsSlot(t *testing.T) {
 }
 
 // fillSlots gives every slot of a one-way table a live key that has used
-// two units at now (more than DefaultForgetMaxUsed: none is forgotten),
+// two units at now (more than a ForgetMaxUsed of 1: none is forgotten),
 // and returns those keys by slot.
 func fillSlots(t *testing.T, tab *Table, now int64) []string {
 	t.Helper()
@@ -118,12 +118,13 @@ func fillSlots(t *testing.T, tab *Table, now int64) []string {
 	return owners
 }
 
-// Homeless keys (every candidate live with another key) share their
-// overflow bucket: together they get one bucket, the residents keep theirs.
+// Homeless keys (every candidate live with another key above the
+// forgetting cap) share their overflow bucket: together they get one
+// bucket, the residents keep theirs.
 func TestTableHomelessShareOverflow(t *testing.T) {
 	s := store.NewMemory()
 	l := Limit{Rate: 10, Period: time.Second}
-	tab := newTable(t, s, l, TableConfig{Slots: 4, Ways: 1, OverflowSlots: 1})
+	tab := newTable(t, s, l, TableConfig{Slots: 4, Ways: 1, OverflowSlots: 1, ForgetMaxUsed: 1})
 	residents := fillSlots(t, tab, t0)
 	admitted := 0
 	for i := 0; i < 30; i++ {
@@ -463,6 +464,8 @@ func runFloodModel(t *testing.T, l Limit, seed int64, forget int64) {
 		t.Fatalf("stats %+v: the flood did not exercise overflow and takeovers", st)
 	case forget != ForgetNone && (st.Forgotten == 0 || st.CASMismatches == 0):
 		t.Fatalf("stats %+v: the flood did not exercise forgetting and races", st)
+	case forget == ForgetAny && st.Overflow != 0:
+		t.Fatalf("stats %+v: a newcomer fell to an overflow bucket though any key may be forgotten", st)
 	}
 	if s.Len() > 2*(cfg.Slots+ws[0].main.OverflowSlots()) {
 		t.Fatalf("%d shared-data keys", s.Len())

@@ -4,56 +4,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluice-proxy/sluice/limiter/store"
 )
-
-func TestUsed(t *testing.T) {
-	bucket := Limit{Rate: 10, Period: time.Second, Burst: 2} // τ = 100ms, C = 12
-	fixed := Limit{Algorithm: FixedWindow, Rate: 10, Period: time.Second}
-	sliding := Limit{Algorithm: SlidingWindow, Rate: 10, Period: time.Second}
-	log := Limit{Algorithm: SlidingLog, Rate: 10, Period: time.Second}
-	after := func(l Limit, st State, at int64, n int64) State {
-		next, r := l.Decide(st, at, n)
-		if !r.Allowed {
-			t.Fatalf("%v: %d denied at +%v", l.Algorithm, n, time.Duration(at-t0))
-		}
-		return next
-	}
-	charged, _ := bucket.Charge(after(bucket, State{}, t0, 12), t0, 12)
-	win := t0 / int64(time.Second) // t0 is at a whole second
-	cases := []struct {
-		name string
-		l    Limit
-		st   State
-		now  int64
-		want int64
-	}{
-		{"bucket fresh", bucket, State{}, t0, 0},
-		{"bucket 3 used", bucket, after(bucket, State{}, t0, 3), t0, 3},
-		{"bucket 3 used, 150ms later: 1.5 left, rounded up", bucket, after(bucket, State{}, t0, 3), t0 + int64(150*ms), 2},
-		{"bucket refilled", bucket, after(bucket, State{}, t0, 3), t0 + int64(300*ms), 0},
-		{"bucket charged a full bucket past empty", bucket, charged, t0, 24},
-		{"bucket implausible", bucket, State{At: t0 + int64(time.Hour)}, t0, 12},
-		{"fixed this window", fixed, State{At: win, N: 4}, t0 + int64(999*ms), 4},
-		{"fixed last window", fixed, State{At: win - 1, N: 4}, t0, 0},
-		{"fixed implausible", fixed, State{At: win + 1000}, t0, 10},
-		{"sliding both windows", sliding, State{At: win, N: 4, Prev: 3}, t0, 7},
-		{"sliding last window is prev", sliding, State{At: win - 1, N: 4, Prev: 3}, t0, 4},
-		{"sliding older", sliding, State{At: win - 2, N: 4, Prev: 3}, t0, 0},
-		{"log live units", log, after(log, after(log, State{}, t0, 2), t0+int64(600*ms), 3), t0 + int64(900*ms), 5},
-		{"log first entry left", log, after(log, after(log, State{}, t0, 2), t0+int64(600*ms), 3), t0 + int64(1100*ms), 3},
-		{"log implausible", log, State{Log: "short"}, t0, 10},
-	}
-	for _, c := range cases {
-		if got := c.l.Used(c.st, c.now); got != c.want {
-			t.Errorf("%s: Used = %d, want %d", c.name, got, c.want)
-		}
-	}
-}
 
 // writeSlot stores st as key's state in slot.
 func writeSlot(t *testing.T, s store.Store, tab *Table, slot string, key string, st State) {
@@ -67,7 +24,8 @@ func writeSlot(t *testing.T, s store.Store, tab *Table, slot string, key string,
 // A newcomer whose candidates are all held forgets the key that used the
 // least, if it used at most ForgetMaxUsed units: here the key whose one
 // unit is older (less debt left), not the one that just used its unit,
-// and never the one that used two.
+// and under a cap of 1 never the one that used two. By default
+// (ForgetAny) the least-used is forgotten whatever it used.
 func TestForgetTakesTheLeastUsedCandidate(t *testing.T) {
 	l := Limit{Rate: 10, Period: time.Second}
 	for _, c := range []struct {
@@ -77,10 +35,12 @@ func TestForgetTakesTheLeastUsedCandidate(t *testing.T) {
 		forgotten  int              // -1: none, the newcomer is homeless
 		forgetMost int64
 	}{
-		{"older of two single units", [3]int64{1, 1, 2}, [3]time.Duration{0, 50 * ms, 0}, 1, 0},
-		{"first of equals", [3]int64{1, 1, 2}, [3]time.Duration{0, 0, 0}, 0, 0},
-		{"all above the cap", [3]int64{2, 3, 2}, [3]time.Duration{0, 0, 0}, -1, 0},
+		{"older of two single units", [3]int64{1, 1, 2}, [3]time.Duration{0, 50 * ms, 0}, 1, 1},
+		{"first of equals", [3]int64{1, 1, 2}, [3]time.Duration{0, 0, 0}, 0, 1},
+		{"all above the cap", [3]int64{2, 3, 2}, [3]time.Duration{0, 0, 0}, -1, 1},
 		{"a larger cap", [3]int64{3, 4, 5}, [3]time.Duration{0, 0, 0}, 0, 3},
+		{"by default whatever it used", [3]int64{4, 3, 5}, [3]time.Duration{0, 0, 0}, 1, 0},
+		{"by default the older of equal units", [3]int64{10, 10, 10}, [3]time.Duration{0, 50 * ms, 0}, 1, 0},
 		{"an idle key loses nothing", [3]int64{1, 1, 1}, [3]time.Duration{0, 0, 100 * ms}, 2, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -161,11 +121,11 @@ func TestForgetOverAdmitsByTheUnitsUsed(t *testing.T) {
 func TestForgetPlacementInheritsOverflow(t *testing.T) {
 	s := store.NewMemory()
 	l := Limit{Rate: 10, Period: time.Second}
-	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
+	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1, ForgetMaxUsed: 1})
 	if r, _ := tab.AllowN("heavy", t0, 5); !r.Allowed {
 		t.Fatal("heavy denied")
 	}
-	// heavy used 5, more than the default 1: k is homeless and drains the
+	// heavy used 5, more than the cap of 1: k is homeless and drains the
 	// overflow bucket.
 	if got := drain(t, tab, "k", t0); got != 10 {
 		t.Fatalf("homeless k admitted %d", got)
@@ -294,9 +254,10 @@ var forgetModelRuns atomic.Int64
 
 // TestForgetModel is the flood model (runFloodModel: three workers, small
 // tables, AllowN, Charge and AllowAll mixed, another worker's whole
-// decision injected between reads and writes) with forgetting on. Every
-// key's admissions must stay within its own limit plus the units the store
-// saw forgotten of it, each at most ForgetMaxUsed.
+// decision injected between reads and writes) with forgetting on, capped or not (ForgetAny, the default).
+// Every key's admissions must stay within its own limit plus the units
+// the store saw forgotten of it, each at most ForgetMaxUsed, and under
+// ForgetAny no decision may fall to an overflow bucket.
 func TestForgetModel(t *testing.T) {
 	run := forgetModelRuns.Add(1)
 	for _, l := range []Limit{
@@ -307,7 +268,7 @@ func TestForgetModel(t *testing.T) {
 	} {
 		for i := int64(0); i < 2; i++ {
 			seed := run*2 + i
-			forget := 1 + seed%3
+			forget := [...]int64{1, 3, ForgetAny}[seed%3]
 			t.Run(fmt.Sprintf("%v/seed=%d/forget=%d", l.Algorithm, seed, forget), func(t *testing.T) {
 				runFloodModel(t, l, seed, forget)
 			})
@@ -336,22 +297,25 @@ func checkForgetBound(t *testing.T, name string, l Limit, ops []modelOp, forgets
 	}
 	sort.SliceStable(adm, func(i, j int) bool { return adm[i].now < adm[j].now })
 	sort.SliceStable(forgets, func(i, j int) bool { return forgets[i].now < forgets[j].now })
-	// units admitted, and forgotten, in [from, to]
-	admitted := func(from, to int64) (n int64) {
-		for _, o := range adm {
-			if o.now >= from && o.now <= to {
-				n += o.n
-			}
-		}
-		return n
+	// units admitted, and forgotten, in [from, to], from running sums over
+	// the sorted events: the token-bucket check below tries every pair of
+	// admissions, and a flood under ForgetAny gives a key hundreds.
+	admSum, forgotSum := make([]int64, len(adm)+1), make([]int64, len(forgets)+1)
+	for i, o := range adm {
+		admSum[i+1] = admSum[i] + o.n
 	}
-	forgot := func(from, to int64) (u int64) {
-		for _, f := range forgets {
-			if f.now >= from && f.now <= to {
-				u += f.used
-			}
-		}
-		return u
+	for i, f := range forgets {
+		forgotSum[i+1] = forgotSum[i] + f.used
+	}
+	admitted := func(from, to int64) int64 {
+		lo := sort.Search(len(adm), func(i int) bool { return adm[i].now >= from })
+		hi := sort.Search(len(adm), func(i int) bool { return adm[i].now > to })
+		return admSum[max(hi, lo)] - admSum[lo]
+	}
+	forgot := func(from, to int64) int64 {
+		lo := sort.Search(len(forgets), func(i int) bool { return forgets[i].now >= from })
+		hi := sort.Search(len(forgets), func(i int) bool { return forgets[i].now > to })
+		return forgotSum[max(hi, lo)] - forgotSum[lo]
 	}
 	period := int64(l.Period)
 	for j, last := range adm {
@@ -374,5 +338,71 @@ func checkForgetBound(t *testing.T, name string, l Limit, ops []modelOp, forgets
 				t.Fatalf("%s: %d admitted in the window of +%v, more than %d and the %d forgotten", name, a, time.Duration(last.now-t0), l.Rate, u)
 			}
 		}
+	}
+}
+
+// Issue #23's contention between workers: a newcomer's placement loses
+// its CAS to another worker that placed a key in the same candidate, a
+// moment later by that worker's clock. Read at the newcomer's now, that
+// key's one unit weighs as two (its debt is τ plus the skew), as does the
+// other candidate's. Under the old cap of one unit the retry found nobody
+// to forget and sent the newcomer to the shared overflow bucket; by
+// default it forgets the least-used candidate and gets its own allowance,
+// and the other resident keeps its state.
+func TestForgetRaceWithAWorkerAheadKeepsTheNewcomerPlaced(t *testing.T) {
+	s := store.NewMemory()
+	l := Limit{Rate: 5, Period: time.Minute}
+	a := newTable(t, s, l, TableConfig{Slots: 64})
+	light, heavy := slotOf(a, "newcomer", 0), slotOf(a, "newcomer", 1)
+	one := func(at int64) State { st, _ := l.Decide(State{}, at, 1); return st }
+	two, _ := l.Decide(State{}, t0, 2)
+	writeSlot(t, s, a, light, "light", one(t0))
+	writeSlot(t, s, a, heavy, "heavy", two)
+	ahead := t0 + int64(time.Microsecond)
+	raced(t, s, light, func() { writeSlot(t, s, a, light, "other", one(ahead)) }, allow(t, a, "newcomer", 1))
+	if st := a.Stats(); st.Overflow != 0 || st.CASMismatches != 1 || st.Forgotten != 1 || st.ForgottenUnits != 2 {
+		t.Fatalf("stats %+v: want the newcomer placed by forgetting after its lost CAS", st)
+	}
+	if got := drain(t, a, "newcomer", t0); got != 4 {
+		t.Fatalf("the newcomer admitted %d more, want its own 4", got)
+	}
+	for slot, key := range map[string]string{light: "newcomer", heavy: "heavy"} {
+		if v, _, _ := s.Get(slot); binary.LittleEndian.Uint64(v) != Hash(0, key) {
+			t.Errorf("slot %s does not hold %s", slot, key)
+		}
+	}
+}
+
+// Issue #23's flood of heavy keys: ten clients use one unit of five,
+// then 400 keys use two each through a 64-slot table. Every client is
+// either still in its slot or forgotten and placed afresh when it
+// returns: it gets its own 4, or 5 with the one unit forgotten, never
+// less; ten newcomers after the flood get their own 5 each; no decision
+// is made on a shared overflow bucket.
+func TestForgetHeavyFloodLocksNobodyOut(t *testing.T) {
+	l := Limit{Rate: 5, Period: time.Minute}
+	tab := newTable(t, store.NewMemory(), l, TableConfig{Slots: 64})
+	now := t0
+	for i := 0; i < 10; i++ {
+		allow(t, tab, "E"+strconv.Itoa(i), 1)()
+	}
+	for i := 0; i < 400; i++ {
+		now += int64(time.Millisecond)
+		for j := 0; j < 2; j++ {
+			if r, err := tab.AllowN("attacker-"+strconv.Itoa(i), now, 1); err != nil || !r.Allowed {
+				t.Fatalf("attacker %d's request %d: %+v %v", i, j, r, err)
+			}
+		}
+	}
+	for i := 0; i < 10; i++ {
+		if got := drain(t, tab, "E"+strconv.Itoa(i), now); got != 4 && got != 5 {
+			t.Errorf("client E%d admitted %d after the flood, want its own 4 (or 5 if forgotten)", i, got)
+		}
+		if got := drain(t, tab, "late-"+strconv.Itoa(i), now); got != 5 {
+			t.Errorf("newcomer %d admitted %d, want its own 5", i, got)
+		}
+	}
+	if st := tab.Stats(); st.Overflow != 0 || st.Forgotten == 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }

@@ -13,7 +13,8 @@ const (
 	// TokenBucket is the default: capacity Rate+Burst, continuous refill of
 	// Rate units per Period, evaluated as GCRA (see the package doc).
 	TokenBucket Algorithm = iota
-	// FixedWindow admits at most Rate units per epoch-aligned Period.
+	// FixedWindow admits at most Rate units per epoch-aligned Period, or
+	// per calendar period (see Calendar).
 	FixedWindow
 	// SlidingWindow is the weighted two-window counter.
 	SlidingWindow
@@ -88,6 +89,14 @@ type Limit struct {
 	// Burst is extra token-bucket capacity above Rate; zero means capacity
 	// equals Rate. Must be zero for the window algorithms.
 	Burst int64
+	// Calendar, when set, aligns a FixedWindow to calendar periods in the
+	// UTC offset Offset instead of to the epoch; Period must then be
+	// Calendar.Longest(). Only FixedWindow takes a calendar: the other
+	// algorithms measure a sliding span of constant length.
+	Calendar Calendar
+	// Offset is the calendar's UTC offset in seconds east of UTC, a whole
+	// number of minutes within ±MaxOffset; zero without a calendar.
+	Offset int32
 }
 
 // Capacity is the most units one decision can ever get: Rate+Burst for the
@@ -122,6 +131,14 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("limiter: a sliding_log limit is at most %d (one entry per admission is kept), got %d", MaxLogLimit, l.Rate)
 	case l.Algorithm == SlidingLog && l.Period%time.Microsecond != 0:
 		return fmt.Errorf("limiter: a sliding_log window must be a whole number of microseconds, got %v", l.Period)
+	case l.Calendar >= numCalendars:
+		return fmt.Errorf("limiter: unknown calendar %d", l.Calendar)
+	case l.Calendar != NoCalendar && l.Algorithm != FixedWindow:
+		return fmt.Errorf("limiter: a calendar period is only valid for fixed_window, not %v", l.Algorithm)
+	case l.Calendar != NoCalendar && l.Period != l.Calendar.Longest():
+		return fmt.Errorf("limiter: a %v calendar's period must be %v, got %v", l.Calendar, l.Calendar.Longest(), l.Period)
+	case !l.offsetValid():
+		return fmt.Errorf("limiter: offset %ds must be whole minutes within ±%v, and zero without a calendar", l.Offset, MaxOffset)
 	case !l.spanFits():
 		return errors.New("limiter: capacity×period/rate (time to refill an empty bucket) exceeds 146 years")
 	}
@@ -137,7 +154,16 @@ func (l Limit) valid() bool {
 		l.Burst >= 0 && l.Burst <= MaxRate &&
 		(l.Burst == 0 || l.Algorithm == TokenBucket) &&
 		(l.Algorithm != SlidingLog || (l.Rate <= MaxLogLimit && l.Period%time.Microsecond == 0)) &&
+		(l.Calendar == NoCalendar || (l.Calendar < numCalendars && l.Algorithm == FixedWindow && l.Period == l.Calendar.Longest())) &&
+		l.offsetValid() &&
 		l.spanFits()
+}
+
+func (l Limit) offsetValid() bool {
+	if l.Calendar == NoCalendar {
+		return l.Offset == 0
+	}
+	return l.Offset%60 == 0 && int64(l.Offset) >= -int64(MaxOffset/time.Second) && int64(l.Offset) <= int64(MaxOffset/time.Second)
 }
 
 // spanFits checks Capacity×Period < 2^62×Rate without dividing.
@@ -197,7 +223,8 @@ type Result struct {
 	Allowed bool
 	// Limit is the per-period allowance (Limit.Rate), not the capacity.
 	Limit int64
-	// Period is the window Limit applies to (Limit.Period): the "w" of the
+	// Period is the window Limit applies to (Limit.Period, or for a
+	// calendar limit the length of the period decided in): the "w" of the
 	// IETF RateLimit-Policy field.
 	Period time.Duration
 	// Remaining is the whole units still available after this decision.
@@ -218,7 +245,8 @@ type Result struct {
 //
 //	TokenBucket:   At = theoretical arrival time (TAT) in Unix ns, integer part;
 //	               N  = fractional part of the TAT in units of 1/Rate ns (N < Rate).
-//	FixedWindow:   At = window index floor(t/Period); N = units used in that window.
+//	FixedWindow:   At = window index floor(t/Period), or for a calendar the
+//	               period's span (see calendarAt); N = units used in that window.
 //	SlidingWindow: At = window index; N = units used in window At;
 //	               Prev = units used in window At-1.
 //	SlidingLog:    Log = the admissions, oldest first (see slidinglog.go);

@@ -46,7 +46,7 @@ func TestResetRefillsOnlyTheKeysOwnSlot(t *testing.T) {
 // refill that bucket, which other homeless keys share.
 func TestResetLeavesTheOverflowBucket(t *testing.T) {
 	l := Limit{Rate: 2, Period: time.Hour}
-	tab := newTable(t, store.NewMemory(), l, TableConfig{Prefix: "o.", Slots: 1, OverflowSlots: 1})
+	tab := newTable(t, store.NewMemory(), l, TableConfig{Prefix: "o.", Slots: 1, OverflowSlots: 1, ForgetMaxUsed: 1})
 	now := time.Unix(1_700_000_000, 0).UnixNano()
 	drain(t, tab, "resident", now) // takes the only slot, live for an hour
 	if n := drain(t, tab, "homeless", now); n != 2 {

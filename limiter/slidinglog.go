@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"encoding/binary"
-	"strings"
 	"time"
 	"unsafe"
 )
@@ -45,114 +44,7 @@ func oneEntry(at, n uint64) [logEntryLen]byte {
 	return b
 }
 
-// logClock is now in microseconds, clamped to the epoch: floor is the
-// instant decisions are evaluated at and ceil the one admissions are
-// recorded at. An entry thus stays up to 1µs longer than the exact
-// nanosecond rule would keep it, never shorter, so rounding can only
-// under-admit.
-func logClock(now int64) (t, floor, ceil uint64) {
-	t = uint64(max(now, 0))
-	floor = t / nanosPerMicro
-	ceil = floor
-	if t%nanosPerMicro != 0 {
-		ceil++
-	}
-	return t, floor, ceil
-}
-
 func (l Limit) periodMicros() uint64 { return uint64(l.Period / time.Microsecond) }
-
-// scanLog reads a log at now: its live suffix (entries younger than
-// Period at the evaluation instant, including entries ahead of the clock
-// after it went back) and the units in it. ok is false for a log this
-// limit cannot hold: malformed, entries out of order, more than Rate live
-// units, or entries further ahead than ClockStepTolerance. Such a log is
-// decided as Limit.Empty, never as fresher than a used-up key.
-func (l Limit) scanLog(log string, now int64) (live string, used uint64, ok bool) {
-	if len(log)%logEntryLen != 0 {
-		return "", 0, false
-	}
-	_, floor, ceil := logClock(now)
-	// An entry below this (time and count together, as stored) has left
-	// the window: its time plus Period is at most floor.
-	expired := uint64(0)
-	if p := l.periodMicros(); floor >= p {
-		expired = (floor - p + 1) << logCountBits
-	}
-	// One pass, over the bytes in place: this runs on every decision of
-	// a log that may hold a thousand entries.
-	b := unsafe.Slice(unsafe.StringData(log), len(log))
-	start, prev := 0, uint64(0)
-	for off := 0; off+logEntryLen <= len(b); off += logEntryLen {
-		e := binary.LittleEndian.Uint64(b[off:])
-		if e&logCountMask == 0 || (off > 0 && e>>logCountBits <= prev>>logCountBits) {
-			return "", 0, false
-		}
-		prev = e
-		if e < expired {
-			start, used = off+logEntryLen, 0
-			continue
-		}
-		used += e & logCountMask
-	}
-	last := prev >> logCountBits
-	if used > uint64(l.Rate) || last > ceil+logTolerance {
-		return "", 0, false
-	}
-	return log[start:], used, true
-}
-
-// liveLog is scanLog with an impossible log replaced by Empty's.
-func (l Limit) liveLog(log string, now int64) (string, uint64) {
-	live, used, ok := l.scanLog(log, now)
-	if !ok {
-		return l.emptyLog(now), uint64(l.Rate)
-	}
-	return live, used
-}
-
-// emptyLog is the log of a key that used its whole allowance at now.
-func (l Limit) emptyLog(now int64) string {
-	_, _, ceil := logClock(now)
-	e := oneEntry(ceil, uint64(l.Rate))
-	return string(e[:])
-}
-
-// mergeLogs merges two live logs in time order, adding the counts of a
-// shared microsecond, and keeps only the newest units up to most: entries
-// leave a log oldest first, so at every later instant the result holds
-// min(most, units of both), never fewer than either.
-func mergeLogs(a, b string, most uint64) string {
-	total := logUnits(a) + logUnits(b)
-	drop := total - min(total, most)
-	var out strings.Builder
-	out.Grow(len(a) + len(b))
-	i, j := 0, 0
-	na, nb := len(a)/logEntryLen, len(b)/logEntryLen
-	for i < na || j < nb {
-		var at, n uint64
-		switch {
-		case j >= nb || (i < na && logEntry(a, i)>>logCountBits < logEntry(b, j)>>logCountBits):
-			at, n = logEntry(a, i)>>logCountBits, logEntry(a, i)&logCountMask
-			i++
-		case i >= na || logEntry(b, j)>>logCountBits < logEntry(a, i)>>logCountBits:
-			at, n = logEntry(b, j)>>logCountBits, logEntry(b, j)&logCountMask
-			j++
-		default:
-			at, n = logEntry(a, i)>>logCountBits, logEntry(a, i)&logCountMask+logEntry(b, j)&logCountMask
-			i, j = i+1, j+1
-		}
-		if drop >= n {
-			drop -= n
-			continue
-		}
-		n -= drop
-		drop = 0
-		e := oneEntry(at, n)
-		out.Write(e[:])
-	}
-	return out.String()
-}
 
 // addToLog records n units at now (its microsecond rounded up) in a live
 // log holding used units, keeping the newest Rate units. A clock that

@@ -35,10 +35,19 @@ const (
 	DefaultMaxRetries = 8
 	// DefaultPrefix prefixes every shared-data key of a table.
 	DefaultPrefix = "sluice.rl."
-	// DefaultForgetMaxUsed is the default TableConfig.ForgetMaxUsed: a
-	// key that has used at most one unit may be forgotten for a newcomer,
-	// which can then over-admit it by at most one unit.
-	DefaultForgetMaxUsed = 1
+	// ForgetAny, as TableConfig.ForgetMaxUsed (or any larger value),
+	// forgets the least-used candidate whatever it used: no newcomer is
+	// ever homeless, so none is decided on a shared overflow bucket, and a
+	// forgotten key that returns is a newcomer that gets its own fresh
+	// allowance. Each forgetting over-admits its key by at most the units
+	// it had used, at most its Capacity (twice that after charges). It is
+	// MaxRate so that a config can spell it.
+	ForgetAny = MaxRate
+	// DefaultForgetMaxUsed is the default TableConfig.ForgetMaxUsed. A
+	// smaller cap leaves the keys above it in place, which during a flood
+	// makes newcomers homeless and lets a returning forgotten key find its
+	// overflow bucket drained (see the package doc).
+	DefaultForgetMaxUsed = ForgetAny
 	// ForgetNone, as TableConfig.ForgetMaxUsed, forgets no key: a
 	// newcomer takes only a slot idle for a refill span, and the table
 	// never over-admits.
@@ -103,7 +112,8 @@ type TableConfig struct {
 	// candidates are all held; a forgotten key that returns can be
 	// over-admitted by at most the units it had used (see the package
 	// doc, "Forgetting the least-used key"). Zero: DefaultForgetMaxUsed.
-	// Negative (ForgetNone): no key is forgotten.
+	// ForgetAny or more: any key. Negative (ForgetNone): no key is
+	// forgotten.
 	ForgetMaxUsed int64
 }
 
@@ -126,7 +136,8 @@ type Stats struct {
 	// OverflowDenied counts the Overflow decisions that were denied.
 	OverflowDenied uint64
 	// Forgotten counts keys forgotten to place a newcomer: a slot holding
-	// another key's state that had used from 1 to ForgetMaxUsed units.
+	// another key's state that had used from 1 to ForgetMaxUsed units
+	// (any number under ForgetAny).
 	// ForgottenUnits adds up those units (Limit.Used when forgotten): the
 	// most the forgotten keys can be over-admitted by, all together.
 	Forgotten, ForgottenUnits uint64
@@ -167,7 +178,8 @@ type Table struct {
 	maxRetries int
 	policy     ContentionPolicy
 	ovMask     uint64
-	// forgetMax is TableConfig.ForgetMaxUsed resolved; negative: none.
+	// forgetMax is TableConfig.ForgetMaxUsed resolved; negative: none;
+	// math.MaxInt64: any.
 	forgetMax int64
 	// hold is how long a slot's state must have been idle before another
 	// key may take the slot: the limit's refill span.
@@ -231,6 +243,10 @@ func NewTable(s store.Store, l Limit, cfg TableConfig) (*Table, error) {
 	forget := cfg.ForgetMaxUsed
 	if forget == 0 {
 		forget = DefaultForgetMaxUsed
+	}
+	if forget >= ForgetAny {
+		// Used can pass MaxRate (a charged bucket of a large Capacity).
+		forget = math.MaxInt64
 	}
 	prefix := cfg.Prefix
 	if prefix == "" {
@@ -399,7 +415,7 @@ func (t *Table) readSlot(r *slotRead, key string, fp uint64, now int64) error {
 		owner = binary.LittleEndian.Uint64(r.value)
 	}
 	if err := t.store.Set(key, t.encode(owner, t.limit.Empty(now)), r.cas); err != nil &&
-		!errors.Is(err, store.ErrCASMismatch) {
+		!store.IsCASMismatch(err) {
 		return err
 	}
 	corrupt, err = t.parseSlot(r, key, fp, now)
@@ -414,7 +430,7 @@ func (t *Table) readSlot(r *slotRead, key string, fp uint64, now int64) error {
 func (t *Table) parseSlot(r *slotRead, key string, fp uint64, now int64) (corrupt bool, err error) {
 	*r = slotRead{key: key}
 	v, cas, err := t.store.Get(key)
-	if errors.Is(err, store.ErrNotFound) {
+	if store.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -440,7 +456,8 @@ func (t *Table) parseSlot(r *slotRead, key string, fp uint64, now int64) (corrup
 			return true, nil
 		}
 	} else if err == nil {
-		err = t.limit.CheckState(alg, st, now)
+		// t.limit passed Validate in NewTable (or WithLimit).
+		err = t.limit.checkValidState(alg, st, now)
 	}
 	if err != nil {
 		return true, nil
@@ -658,7 +675,7 @@ func (t *Table) adjustOwn(h uint64, now int64, f func(State) State) (found bool,
 			return false, err
 		}
 		err := t.commit(&v, f(v.state), now, 0)
-		if !errors.Is(err, store.ErrCASMismatch) {
+		if !store.IsCASMismatch(err) {
 			return true, err
 		}
 		t.stats.CASMismatches++
@@ -720,7 +737,7 @@ func (t *Table) update(key string, now, n int64, charge bool) (res Result, exhau
 			t.countOverflow(&v, res)
 			return res, false, nil
 		}
-		if !errors.Is(err, store.ErrCASMismatch) {
+		if !store.IsCASMismatch(err) {
 			return Result{}, false, err
 		}
 		t.stats.CASMismatches++
@@ -748,7 +765,7 @@ func (t *Table) decide(st State, now, n int64, reuse bool) (State, Result) {
 			}
 		}
 	}
-	return t.limit.Decide(st, now, n)
+	return t.limit.decideValid(st, now, n)
 }
 
 // countOverflow counts a final decision made on an overflow bucket's state.
@@ -914,7 +931,7 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 				done = append(done, committed{table: t, view: v, written: next})
 				break
 			}
-			if errors.Is(err, store.ErrCASMismatch) {
+			if store.IsCASMismatch(err) {
 				t.stats.CASMismatches++
 				if attempt >= t.maxRetries {
 					results[i] = t.contended(results[i])

@@ -117,12 +117,13 @@ func TestTableBoundedKeys(t *testing.T) {
 	t.Logf("keys=%d stats=%+v", s.Len(), st)
 }
 
-// A slot holding live state is never taken over: a colliding newcomer is
-// decided on the overflow bucket, and the resident keeps its state.
+// A slot holding live state above the forgetting cap is never taken
+// over: a colliding newcomer is decided on the overflow bucket, and the
+// resident keeps its state.
 func TestTableLiveSlotNeverTakenOver(t *testing.T) {
 	s := store.NewMemory()
 	l := Limit{Rate: 10, Period: time.Second}
-	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1})
+	tab := newTable(t, s, l, TableConfig{Slots: 1, Ways: 1, ForgetMaxUsed: 1})
 	if got := drain(t, tab, "a", t0); got != 10 {
 		t.Fatalf("a admitted %d", got)
 	}

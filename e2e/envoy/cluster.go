@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -91,6 +92,17 @@ func (cm *clusterManager) close() {
 
 // HasCluster implements host.Caller.
 func (cm *clusterManager) HasCluster(name string) bool { return cm.clusters[name] != nil }
+
+// GrpcEndpoint implements host.GrpcCaller: the cluster's next endpoint in
+// round-robin order, the one a gRPC callout connects to over HTTP/2.
+func (cm *clusterManager) GrpcEndpoint(name string) (network, address string, ok bool) {
+	c := cm.clusters[name]
+	if c == nil || len(c.cfg.Endpoints) == 0 {
+		return "", "", false
+	}
+	i := c.next.Add(1) - 1
+	return c.cfg.Network, c.cfg.Endpoints[i%uint64(len(c.cfg.Endpoints))], true
+}
 
 // Call implements host.Caller for proxy_http_call.
 func (cm *clusterManager) Call(ctx context.Context, cluster string, headers [][2]string, body []byte, trailers [][2]string, timeout time.Duration) (*host.Response, error) {
@@ -276,4 +288,8 @@ func (b *upstreamBody) Close() error {
 		b.done = nil
 	}
 	return err
+}
+
+func sortPairs(p [][2]string) {
+	sort.SliceStable(p, func(i, j int) bool { return p[i][0] < p[j][0] })
 }

@@ -1,11 +1,14 @@
 package envoy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
@@ -212,4 +215,89 @@ func parseECDSUpdate(data []byte, filterName string, clusters map[string]*Cluste
 		return version, nil, fmt.Errorf("Unexpected resource name in ExtensionConfigDS response: %s (the http filter is named %q)", ecs[0].Name, filterName)
 	}
 	return version, ecs[0].Wasm, nil
+}
+
+// watchECDS applies new versions of slot's ECDS file until the server
+// stops. Envoy's filesystem subscription reacts to the file being moved
+// into place, not to writes, so a changed inode is what counts here too.
+func (s *Server) watchECDS(slot *wasmSlot) {
+	defer s.watchers.Done()
+	last := slot.loaded
+	tick := time.NewTicker(s.opts.ECDSPollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stopWatch:
+			return
+		case <-tick.C:
+		}
+		fi, err := os.Stat(slot.file)
+		if err != nil || (last != nil && os.SameFile(fi, last)) {
+			continue
+		}
+		last = fi
+		s.applyECDS(slot)
+	}
+}
+
+// applyECDS loads the slot's ECDS file and, if it holds a valid config
+// different from the running one, starts a plugin for it and swaps it in.
+// A rejected version leaves the running config alone, as Envoy does.
+func (s *Server) applyECDS(slot *wasmSlot) {
+	up := ConfigUpdate{Listener: slot.listener, Filter: slot.filter, File: slot.file}
+	defer func() {
+		if up.Err != nil {
+			s.log.Logf(LevelWarning, "config", "ECDS update of filter '%s' from %s rejected: %v", slot.filter, slot.file, up.Err)
+		}
+		if s.opts.OnConfigUpdate != nil {
+			s.opts.OnConfigUpdate(up)
+		}
+	}()
+	stat, err := os.Stat(slot.file)
+	var data []byte
+	if err == nil {
+		data, err = readECDSFile(slot.file, stat)
+	}
+	if err != nil {
+		up.Err = err
+		return
+	}
+	clusters := make(map[string]*Cluster, len(s.cfg.Clusters))
+	for _, c := range s.cfg.Clusters {
+		clusters[c.Name] = c
+	}
+	version, ecs, err := parseECDSUpdate(data, slot.filter, clusters)
+	up.Version = version
+	if err != nil {
+		up.Err = err
+		return
+	}
+	slot.mu.RLock()
+	same := reflect.DeepEqual(slot.wasm, ecs)
+	slot.mu.RUnlock()
+	if same {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := s.startPlugin(ctx, ecs)
+	if err != nil {
+		up.Err = err
+		return
+	}
+	slot.mu.Lock()
+	old := slot.cur
+	slot.cur, slot.wasm = &pluginRef{p: p}, ecs
+	slot.mu.Unlock()
+	s.log.Logf(LevelInfo, "config", "ECDS: filter '%s' updated to version '%s' from %s", slot.filter, version, slot.file)
+	s.retiring.Add(1)
+	go func() {
+		defer s.retiring.Done()
+		old.inflight.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := old.p.Close(ctx); err != nil {
+			s.log.Logf(LevelWarning, "wasm", "closing replaced plugin '%s': %v", slot.filter, err)
+		}
+	}()
 }

@@ -1,7 +1,3 @@
-// Package envoy runs a supported subset of Envoy v3 bootstrap configuration
-// on the sluice wazero host: it loads and validates the YAML with Envoy's own
-// protos and serves the listeners, routes, clusters, wasm filters and admin
-// endpoints it describes.
 package envoy
 
 import (

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,5 +123,26 @@ func TestCaller(t *testing.T) {
 	}
 	if _, err := cm.Call(context.Background(), "nope", hdrs, nil, nil, time.Second); err == nil {
 		t.Error("unknown cluster gave no error")
+	}
+}
+
+// TestGrpcEndpoint checks the endpoints gRPC callouts go to: each of the
+// cluster's in turn, and none for an unknown cluster.
+func TestGrpcEndpoint(t *testing.T) {
+	cm := newClusterManager([]*Cluster{{Name: "limits", Type: "STATIC", Network: "tcp", Endpoints: []string{"127.0.0.1:1", "127.0.0.1:2"}}})
+	defer cm.close()
+	var got []string
+	for range 3 {
+		network, addr, ok := cm.GrpcEndpoint("limits")
+		if !ok || network != "tcp" {
+			t.Fatalf("GrpcEndpoint = %q %q %v", network, addr, ok)
+		}
+		got = append(got, addr)
+	}
+	if strings.Join(got, " ") != "127.0.0.1:1 127.0.0.1:2 127.0.0.1:1" {
+		t.Errorf("endpoints in turn = %v", got)
+	}
+	if _, _, ok := cm.GrpcEndpoint("nope"); ok {
+		t.Error("an unknown cluster has an endpoint")
 	}
 }

@@ -189,6 +189,11 @@ func DecodePairs(b []byte) ([][2]string, bool) {
 // writable is false for http call responses.
 func (v *vm) headerMap(t uint32) (m *[][2]string, writable bool) {
 	switch t {
+	case mapGrpcInitialMetadata, mapGrpcTrailingMetadata:
+		if v.scope.grpcMetadata == nil || v.scope.grpcMapType != t {
+			return nil, false
+		}
+		return v.scope.grpcMetadata, false
 	case mapHTTPCallRespHeaders, mapHTTPCallRespTrailers:
 		if v.scope.httpCall == nil {
 			return nil, false
@@ -246,6 +251,10 @@ func (v *vm) buffer(t uint32) (*[]byte, bool) {
 		if v.scope.httpCall != nil {
 			return &v.scope.httpCall.Body, true
 		}
+	case bufGrpcReceive:
+		if v.scope.grpcMessage != nil {
+			return v.scope.grpcMessage, true
+		}
 	case bufRequestBody:
 		if st := v.stream(); st != nil && st.reqBodyReadable {
 			return &st.reqBody, true
@@ -286,11 +295,12 @@ func envFuncs() []hostFunc {
 		{name: "proxy_get_buffer_bytes", params: sig(5), results: oneI32, fn: hGetBuffer},
 		{name: "proxy_set_buffer_bytes", params: sig(5), results: oneI32, fn: hSetBuffer},
 		{name: "proxy_http_call", params: sig(10), results: oneI32, fn: hHTTPCall},
-		{name: "proxy_grpc_call", params: sig(12), results: oneI32, fn: badArg},
-		{name: "proxy_grpc_stream", params: sig(9), results: oneI32, fn: badArg},
-		{name: "proxy_grpc_cancel", params: sig(1), results: oneI32, fn: notFound},
-		{name: "proxy_grpc_close", params: sig(1), results: oneI32, fn: notFound},
-		{name: "proxy_grpc_send", params: sig(4), results: oneI32, fn: notFound},
+		{name: "proxy_grpc_call", params: sig(12), results: oneI32, fn: hGrpcCall},
+		{name: "proxy_grpc_stream", params: sig(9), results: oneI32, fn: hGrpcStream},
+		{name: "proxy_grpc_cancel", params: sig(1), results: oneI32, fn: hGrpcCancel},
+		{name: "proxy_grpc_close", params: sig(1), results: oneI32, fn: hGrpcClose},
+		{name: "proxy_grpc_send", params: sig(4), results: oneI32, fn: hGrpcSend},
+		{name: "proxy_get_status", params: sig(3), results: oneI32, fn: hGetStatus},
 		{name: "proxy_set_tick_period_milliseconds", params: sig(1), results: oneI32, fn: func(v *vm, _ context.Context, s []uint64) {
 			v.setTick(time.Duration(uint32(s[0])) * time.Millisecond)
 			ok(s, StatusOK)
@@ -319,9 +329,6 @@ func envFuncs() []hostFunc {
 		// ABI 0.2.x stream control.
 	}
 }
-
-func badArg(v *vm, _ context.Context, s []uint64)   { ok(s, StatusBadArgument) }
-func notFound(v *vm, _ context.Context, s []uint64) { ok(s, StatusNotFound) }
 
 // hForeignFunction serves the one foreign function Sluice calls, Envoy's
 // clear_route_cache (source/extensions/common/wasm/foreign.cc): it clears

@@ -476,6 +476,7 @@ type Plugin struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	shared  *sharedStore
+	grpc    grpcConns
 
 	traps   atomic.Uint64
 	reloads atomic.Uint64
@@ -595,6 +596,7 @@ func (p *Plugin) Close(ctx context.Context) error {
 		})
 	}
 	p.wg.Wait()
+	p.grpc.close()
 	p.rt.mu.Lock()
 	delete(p.rt.plugins, p)
 	p.rt.mu.Unlock()

@@ -25,6 +25,10 @@ type callScope struct {
 	vmConfig     bool
 	pluginConfig bool
 	httpCall     *Response // http call response readable (map 6/7, buffer 4)
+	grpcMessage  *[]byte   // gRPC message readable (buffer 5)
+	grpcMetadata *[][2]string
+	grpcMapType  uint32 // map type of grpcMetadata (4 or 5)
+	grpcStatus   *grpcStatusScope
 }
 
 // vm is one instance of the module. Only the owning worker's loop touches
@@ -51,6 +55,7 @@ type vm struct {
 	fnReqHeaders, fnReqBody, fnReqTrailers                    api.Function
 	fnRespHeaders, fnRespBody, fnRespTrailers                 api.Function
 	fnLog, fnDone, fnDelete, fnTick, fnHTTPResp, fnQueueReady api.Function
+	fnGrpcInitial, fnGrpcReceive, fnGrpcTrailing, fnGrpcClose api.Function
 
 	callStack  [8]uint64
 	allocStack [2]uint64
@@ -75,8 +80,11 @@ type vm struct {
 	parked    atomic.Int32
 
 	nextToken uint32
-	metrics   map[uint32]*metric
-	nextMID   uint32
+	// gRPC callouts in flight, by token; see grpc.go.
+	grpcCallouts             map[uint32]*grpcCallout
+	grpcCallID, grpcStreamID uint32
+	metrics                  map[uint32]*metric
+	nextMID                  uint32
 }
 
 func (p *Plugin) newVM(ctx context.Context, worker int) (*vm, error) {
@@ -92,6 +100,8 @@ func (p *Plugin) newVM(ctx context.Context, worker int) (*vm, error) {
 		p: p, worker: worker, mod: mod, mem: mod.ExportedMemory("memory"),
 		cancel: cancel, nextID: rootContextID + 1,
 		streams: map[uint32]*stream{}, metrics: map[uint32]*metric{},
+		grpcCallouts: map[uint32]*grpcCallout{},
+		grpcCallID:   calloutGrpcCall, grpcStreamID: calloutGrpcStream,
 	}
 	if v.mem == nil {
 		for name := range p.code.mod.ExportedMemories() {
@@ -126,6 +136,10 @@ func (p *Plugin) newVM(ctx context.Context, worker int) (*vm, error) {
 	v.fnTick = get("proxy_on_tick")
 	v.fnHTTPResp = get("proxy_on_http_call_response")
 	v.fnQueueReady = get("proxy_on_queue_ready")
+	v.fnGrpcInitial = get("proxy_on_grpc_receive_initial_metadata")
+	v.fnGrpcReceive = get("proxy_on_grpc_receive")
+	v.fnGrpcTrailing = get("proxy_on_grpc_receive_trailing_metadata")
+	v.fnGrpcClose = get("proxy_on_grpc_close")
 
 	if err := v.startup(); err != nil {
 		v.close()
@@ -186,7 +200,7 @@ func (v *vm) close() {
 	}
 	v.closed = true
 	v.stopTicker()
-	v.cancel()
+	v.cancel() // also ends every gRPC callout
 	_ = v.mod.Close(context.Background())
 }
 

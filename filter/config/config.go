@@ -128,6 +128,11 @@ type Rate struct {
 	// Burst is extra bucket capacity above Limit (token bucket only); >= 0,
 	// default 0.
 	Burst int64
+	// Calendar, when set (window "day", "week" or "month"), makes the
+	// windows calendar periods in the UTC offset Offset (seconds east);
+	// Window is then the calendar's longest period.
+	Calendar limiter.Calendar
+	Offset   int32
 }
 
 // Capacity is the most requests the algorithm admits at once from a fresh
@@ -139,11 +144,20 @@ func (r Rate) Capacity(a Algorithm) int64 {
 	return r.Limit
 }
 
+// WindowString is the window as an operator reads it: a duration, or a
+// calendar period with its UTC offset ("month +09:00").
+func (r Rate) WindowString() string {
+	if r.Calendar == limiter.NoCalendar {
+		return r.Window.String()
+	}
+	return r.Calendar.String() + " " + formatUTCOffset(r.Offset)
+}
+
 // Limiter is the limiter.Limit that enforces r with algorithm a: the one
 // definition the filter's tables and Redis commands and Parse's range
 // checks share.
 func (r Rate) Limiter(a Algorithm) limiter.Limit {
-	lim := limiter.Limit{Rate: r.Limit, Period: r.Window, Burst: r.Burst}
+	lim := limiter.Limit{Rate: r.Limit, Period: r.Window, Burst: r.Burst, Calendar: r.Calendar, Offset: r.Offset}
 	switch a {
 	case FixedWindow:
 		lim.Algorithm = limiter.FixedWindow
@@ -426,8 +440,8 @@ type Limit struct {
 	OverflowSlots int
 	// ForgetMaxUsed is the most units a key may have used and still be
 	// forgotten for a newcomer (limiter TableConfig.ForgetMaxUsed), 0 to
-	// limiter.MaxRate, default limiter.DefaultForgetMaxUsed; 0 forgets no
-	// key.
+	// limiter.MaxRate, default limiter.DefaultForgetMaxUsed (limiter.ForgetAny,
+	// any key); 0 forgets no key.
 	ForgetMaxUsed int64
 	// Disabled ("enabled": false) keeps the entry configured but switched
 	// off: never evaluated, never counted; its metrics stay at zero.
@@ -541,8 +555,62 @@ func (c *ValueCondition) holds(v string, found bool) bool {
 	return found == c.Present
 }
 
-// Request is what Match.Matches looks at. Header returns the value of a
-// lower-case header name and whether it is present; nil means no headers.
+// ValueTest tests a header or query condition against each reading of a
+// value that a request may give more than once: each value sent, the
+// values joined, and absent where some upstream reads none. Upstreams
+// disagree on which reading is the request's (Go, Flask and servlets take
+// the first value, PHP and Rails the last, WSGI servers join headers), so
+// a match must not depend on one: it holds when the condition holds for
+// some reading, so that a request is limited under every reading an
+// upstream could serve it as; under a not, the nested match is tested for
+// every reading instead (see Match.Matches). The request's source calls
+// Read and ReadAbsent, and may stop once Decided.
+type ValueTest struct {
+	c         *ValueCondition
+	every     bool
+	read      bool
+	some, all bool
+}
+
+// Test starts a ValueTest of c: for some reading, or every reading with
+// every.
+func (c *ValueCondition) Test(every bool) ValueTest {
+	return ValueTest{c: c, every: every, all: true}
+}
+
+// Read adds a reading in which the value is v.
+func (t *ValueTest) Read(v string) { t.add(t.c.holds(v, true)) }
+
+// ReadAbsent adds a reading in which the value is absent.
+func (t *ValueTest) ReadAbsent() { t.add(t.c.holds("", false)) }
+
+func (t *ValueTest) add(held bool) {
+	t.read = true
+	t.some = t.some || held
+	t.all = t.all && held
+}
+
+// Decided reports whether no further reading can change Holds.
+func (t *ValueTest) Decided() bool {
+	if t.every {
+		return !t.all
+	}
+	return t.some
+}
+
+// Holds is the result: the condition holds for some (every) reading; with
+// no reading at all, the value is absent.
+func (t *ValueTest) Holds() bool {
+	if !t.read {
+		t.ReadAbsent()
+	}
+	if t.every {
+		return t.all
+	}
+	return t.some
+}
+
+// Request is what Match.Matches looks at.
 type Request struct {
 	Method string
 	// Path may include the query string; it is ignored.
@@ -556,20 +624,22 @@ type Request struct {
 	Extra RequestExtra
 }
 
-// header, queryValue and metadata read what conditions test, absent when r
-// has no source for it.
-func (r *Request) header(name string) (string, bool) {
+// headerHolds, queryHolds and metadata read what conditions test, absent
+// when r has no source for it.
+func (r *Request) headerHolds(h *HeaderMatch, every bool) bool {
 	if r.Header == nil {
-		return "", false
+		t := h.Test(every)
+		return t.Holds()
 	}
-	return r.Header.RequestHeader(name)
+	return r.Header.MatchHeader(h.Name, &h.ValueCondition, every)
 }
 
-func (r *Request) queryValue(name string) (string, bool) {
+func (r *Request) queryHolds(q *QueryMatch, every bool) bool {
 	if r.Extra == nil {
-		return "", false
+		t := q.Test(every)
+		return t.Holds()
 	}
-	return r.Extra.QueryValue(name)
+	return r.Extra.MatchQuery(q.Name, &q.ValueCondition, every)
 }
 
 func (r *Request) metadata(property []string) (string, bool) {
@@ -579,21 +649,42 @@ func (r *Request) metadata(property []string) (string, bool) {
 	return r.Extra.Metadata(property)
 }
 
-// HeaderSource gives request headers by lower-case name. It is an interface
+// HeaderSource tests header conditions on a request. It is an interface
 // rather than a func so that the filter can pass a pointer it already has
 // without allocating a closure per request.
 type HeaderSource interface {
-	RequestHeader(name string) (value string, ok bool)
+	// MatchHeader reports whether c holds for some reading (every: for
+	// every reading) of the lower-case header name, as ValueTest defines.
+	MatchHeader(name string, c *ValueCondition, every bool) bool
 }
 
-// HeaderFunc adapts a function to HeaderSource.
+// HeaderFunc adapts a function giving each header's one value to
+// HeaderSource.
 type HeaderFunc func(name string) (string, bool)
 
-// RequestHeader calls f.
-func (f HeaderFunc) RequestHeader(name string) (string, bool) { return f(name) }
+// MatchHeader tests c against f's one reading of name.
+func (f HeaderFunc) MatchHeader(name string, c *ValueCondition, every bool) bool {
+	t := c.Test(every)
+	if v, ok := f(name); ok {
+		t.Read(v)
+	}
+	return t.Holds()
+}
 
-// Matches reports whether r satisfies m. It does not allocate.
-func (m *Match) Matches(r Request) bool {
+// Matches reports whether r satisfies m. It does not allocate. A header
+// or query parameter that has several readings (ValueTest) satisfies a
+// condition when any reading does; a not holds when its nested match
+// fails for some reading, that is, when the nested match does not hold
+// for every reading. So no reading an upstream may serve a request as
+// lets it escape a limit whose match that reading satisfies.
+func (m *Match) Matches(r Request) bool { return m.holds(r, false) }
+
+// holds is Matches for some reading of the request, or every reading with
+// every. A conjunction holds for every reading exactly when each of its
+// conditions does; for some reading, testing each condition on its own
+// may find them held by different readings, which only ever applies a
+// limit to more requests, never fewer.
+func (m *Match) holds(r Request, every bool) bool {
 	path := r.Path
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
@@ -614,12 +705,11 @@ func (m *Match) Matches(r Request) bool {
 		return false
 	}
 	for i := range m.Headers {
-		h := &m.Headers[i]
-		if !h.holds(r.header(h.Name)) {
+		if !r.headerHolds(&m.Headers[i], every) {
 			return false
 		}
 	}
-	return m.matchesMore(r, path)
+	return m.matchesMore(r, path, every)
 }
 
 func contains(list []string, s string) bool {
@@ -655,7 +745,8 @@ func matchHost(hosts []string, host string) bool {
 }
 
 // HostName is the host of an :authority as hosts matches and the host key
-// part read it: without its port (any port: an upstream that routes by
+// part read it: without its port (everything from the first ':' after the
+// name, see stripPort; any port: an upstream that routes by
 // name, as nginx's server_name and Go's ServeMux do, ignores it, and a
 // port's spellings are endless: ":80", ":080") and without trailing dots
 // ("api.example." is the fully qualified "api.example"). Case is left to
@@ -664,21 +755,23 @@ func HostName(authority string) string {
 	return strings.TrimRight(stripPort(authority), ".")
 }
 
-// stripPort removes ":port" from a host, leaving bracketed IPv6 literals
-// ("[::1]:80" -> "[::1]") intact.
+// stripPort is the host of an authority: a bracketed IPv6 literal up to
+// its ']' ("[::1]:80" is "[::1]"), any other host up to its first ':', as
+// nginx takes it, so that "api.example:80:80", "api.example::" and
+// "api.example:1:2" are all "api.example" rather than a host each. An
+// unbracketed IPv6 address is no valid authority; it is cut like any
+// other ("::1" is "", missing).
 func stripPort(host string) string {
-	i := strings.LastIndexByte(host, ':')
-	if i < 0 {
+	if strings.HasPrefix(host, "[") {
+		if i := strings.IndexByte(host, ']'); i >= 0 {
+			return host[:i+1]
+		}
 		return host
 	}
-	if strings.IndexByte(host, ']') > i {
-		return host
+	if i := strings.IndexByte(host, ':'); i >= 0 {
+		return host[:i]
 	}
-	if host[0] != '[' && strings.IndexByte(host[:i], ':') >= 0 {
-		// A bare IPv6 address has no port.
-		return host
-	}
-	return host[:i]
+	return host
 }
 
 // ConcurrencyLimit caps the requests in flight at once per key: a

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
+
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 // MarshalJSON writes the effective configuration: every default spelled out,
@@ -182,6 +184,12 @@ func (c *Config) wireLimit(l *Limit) wireLimit {
 
 func wireRateOf(r Rate, a Algorithm) wireRate {
 	w := wireRate{Limit: r.Limit, Window: dur(r.Window)}
+	if r.Calendar != limiter.NoCalendar {
+		w.Window = r.Calendar.String()
+		if r.Offset != 0 {
+			w.WindowOffset = formatUTCOffset(r.Offset)
+		}
+	}
 	if a == TokenBucket {
 		w.Burst = &r.Burst
 	}
@@ -273,9 +281,20 @@ type wireClientIP struct {
 }
 
 type wireRate struct {
-	Limit  int64  `json:"limit"`
-	Window string `json:"window"`
-	Burst  *int64 `json:"burst,omitempty"`
+	Limit        int64  `json:"limit"`
+	Window       string `json:"window"`
+	WindowOffset string `json:"window_offset,omitempty"`
+	Burst        *int64 `json:"burst,omitempty"`
+}
+
+// formatUTCOffset is ParseUTCOffset's inverse.
+func formatUTCOffset(off int32) string {
+	sign := byte('+')
+	if off < 0 {
+		sign, off = '-', -off
+	}
+	h, m := off/3600, off/60%60
+	return string([]byte{sign, byte('0' + h/10), byte('0' + h%10), ':', byte('0' + m/10), byte('0' + m%10)})
 }
 
 type wireLimit struct {

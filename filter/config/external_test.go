@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 func init() {
@@ -73,7 +75,7 @@ func TestParseExternalDefaults(t *testing.T) {
 	want := &External{
 		Limit: Limit{
 			Name: "external", Key: []KeyPart{tenant, plan}, Rate: Rate{Limit: 100, Window: time.Second, Burst: 50},
-			Cost: 1, OverrideBy: -1, Instances: 1, OnLimit: OnLimit{Action: ActionReject, Status: 429}, Slots: 16384, ForgetMaxUsed: 1,
+			Cost: 1, OverrideBy: -1, Instances: 1, OnLimit: OnLimit{Action: ActionReject, Status: 429}, Slots: 16384, ForgetMaxUsed: limiter.DefaultForgetMaxUsed,
 			Rollout: FullRollout,
 		},
 		Cluster: "limits", Authority: "limits", Path: "/limits", Timeout: 100 * time.Millisecond,

@@ -14,7 +14,7 @@ import (
 )
 
 var limitFields = []string{"name", "match", "key", "algorithm", "requests_per_second", "burst", "limit",
-	"window", "cost", "cost_from_response", "overrides", "override_by", "mode", "failure_policy", "instances",
+	"window", "window_offset", "cost", "cost_from_response", "overrides", "override_by", "mode", "failure_policy", "instances",
 	"on_missing_key", "on_limit", "shadow", "replaces", "slots", "overflow_slots",
 	"forget_max_used", "rollout", "upstream_headers_when_limited", "enabled"}
 
@@ -227,18 +227,35 @@ func (p *parser) rate(o *object, alg Algorithm) (Rate, bool) {
 		ok = good && !o.has("limit") && !o.has("window")
 	case o.has("limit") || o.has("window"):
 		n, good := o.integer("limit", 1, maxCount)
-		d, goodW := o.duration("window", time.Millisecond, maxWindow)
+		var d time.Duration
+		goodW := false
+		if cal, isCal := calendarWindow(o.fields["window"]); isCal {
+			r.Calendar, d, goodW = cal, cal.Longest(), p.calendarAlgorithm(o, alg, cal)
+		} else if w, has := o.fields["window"]; has && (w.Type != gjson.String || !durationSyntax(w.Str)) {
+			o.errorf("window", `must be a duration string such as "500ms", "60s" or "1m", or a calendar period "day", "week" or "month"`)
+		} else {
+			d, goodW = o.duration("window", time.Millisecond, maxWindow)
+		}
 		if !o.has("limit") {
 			o.errorf("limit", "required with window")
 		}
 		if !o.has("window") {
 			o.p.errorf(o.path1("window"), o.offset("limit"), "required with limit")
 		}
-		r = Rate{Limit: n, Window: d}
+		r.Limit, r.Window = n, d
 		ok = good && goodW
 	default:
 		o.p.errorf(o.path, o.at, "one of requests_per_second or limit with window is required")
 		ok = false
+	}
+	if r.Calendar != limiter.NoCalendar {
+		if off, good := p.utcOffset(o); good {
+			r.Offset = off
+		} else {
+			ok = false
+		}
+	} else {
+		o.onlyWith("window_offset", `a calendar window ("day", "week" or "month")`)
 	}
 	if alg == TokenBucket {
 		if n, good := o.integer("burst", 0, maxCount); good {
@@ -262,6 +279,13 @@ func (p *parser) rate(o *object, alg Algorithm) (Rate, bool) {
 // exactly. The filter builds its tables and commands from the same
 // limiter.Limit, so a config Parse accepts never fails at plugin start.
 func (p *parser) rateFits(o *object, mode Mode, alg Algorithm, r Rate) {
+	if r.Calendar != limiter.NoCalendar && mode != ModeLocal {
+		// Hybrid already needs a token bucket, which refuses a calendar.
+		if mode == ModeGlobal {
+			o.errorf("window", `a calendar period (%q) is only supported with mode "local" so far: the Redis scripts count fixed windows since the epoch`, r.Calendar)
+		}
+		return
+	}
 	if alg == SlidingLog && r.Limit > limiter.MaxLogLimit {
 		field := "limit"
 		if o.has("requests_per_second") {
@@ -349,7 +373,7 @@ func (p *parser) overrides(o *object, l *Limit) {
 		if p.overrideAction(l, name, vpath, v) {
 			return true
 		}
-		oo := p.object(vpath, v, "requests_per_second", "limit", "window", "burst")
+		oo := p.object(vpath, v, "requests_per_second", "limit", "window", "window_offset", "burst")
 		if oo == nil {
 			l.Overrides[name] = Rate{}
 			return true
@@ -606,4 +630,78 @@ func (p *parser) resolveReplaces(cfg *Config, path string, refs [][]replacesRef)
 		}
 		p.errorf(FieldPath(IndexPath(path, i), "replaces"), at, "cycle between limits %s", strings.Join(members, ", "))
 	}
+}
+
+// calendarWindow reports a window that names a calendar period rather than
+// a duration.
+func calendarWindow(v gjson.Result) (limiter.Calendar, bool) {
+	if v.Type == gjson.String {
+		switch v.Str {
+		case "day":
+			return limiter.CalendarDay, true
+		case "week":
+			return limiter.CalendarWeek, true
+		case "month":
+			return limiter.CalendarMonth, true
+		}
+	}
+	return limiter.NoCalendar, false
+}
+
+// calendarAlgorithm checks that alg can count calendar periods: only a fixed
+// window can, because its windows are the periods; a token bucket refills
+// continuously and the sliding algorithms look back one constant length,
+// and a calendar period has neither property.
+func (p *parser) calendarAlgorithm(o *object, alg Algorithm, cal limiter.Calendar) bool {
+	if alg == FixedWindow {
+		return true
+	}
+	o.errorf("window", `%q is a calendar period, only valid with algorithm "fixed_window", not %q: token_bucket refills continuously and sliding_window and sliding_log look back one constant length, which calendar periods do not have`, cal, alg)
+	return false
+}
+
+// utcOffset reads window_offset, "+HH:MM" or "-HH:MM" (default "+00:00",
+// UTC), in seconds east of UTC.
+func (p *parser) utcOffset(o *object) (int32, bool) {
+	if !o.has("window_offset") {
+		return 0, true
+	}
+	s, ok := o.str("window_offset")
+	if !ok {
+		return 0, false
+	}
+	off, err := ParseUTCOffset(s)
+	if err != nil {
+		o.errorf("window_offset", "%v, got %s", err, Quote(s))
+		return 0, false
+	}
+	return off, true
+}
+
+// ParseUTCOffset parses a fixed UTC offset written "+HH:MM" or "-HH:MM"
+// (RFC 3339's time-numoffset), within ±18:00, into seconds east of UTC.
+func ParseUTCOffset(s string) (int32, error) {
+	digit := func(c byte) (int32, bool) { return int32(c - '0'), c >= '0' && c <= '9' }
+	if len(s) != 6 || (s[0] != '+' && s[0] != '-') || s[3] != ':' {
+		return 0, errors.New(`must be a UTC offset "+HH:MM" or "-HH:MM"`)
+	}
+	h1, ok1 := digit(s[1])
+	h2, ok2 := digit(s[2])
+	m1, ok3 := digit(s[4])
+	m2, ok4 := digit(s[5])
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return 0, errors.New(`must be a UTC offset "+HH:MM" or "-HH:MM"`)
+	}
+	h, m := h1*10+h2, m1*10+m2
+	if m > 59 {
+		return 0, errors.New("minutes must be 00-59")
+	}
+	off := (h*60 + m) * 60
+	if off > int32(limiter.MaxOffset/time.Second) {
+		return 0, errors.New("must be within -18:00 and +18:00")
+	}
+	if s[0] == '-' {
+		off = -off
+	}
+	return off, nil
 }

@@ -18,7 +18,11 @@ func (e fakeExtra) ClientAddr() (netip.Addr, bool) {
 	return a, err == nil
 }
 
-func (e fakeExtra) QueryValue(name string) (string, bool) { v, ok := e.query[name]; return v, ok }
+// MatchQuery tests c against the parameter's one reading.
+func (e fakeExtra) MatchQuery(name string, c *ValueCondition, every bool) bool {
+	v, ok := e.query[name]
+	return HeaderFunc(func(string) (string, bool) { return v, ok }).MatchHeader(name, c, every)
+}
 
 func (e fakeExtra) Metadata(prop []string) (string, bool) {
 	v, ok := e.meta[strings.Join(prop, ".")]

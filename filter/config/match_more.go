@@ -18,6 +18,10 @@ type Regex struct {
 	// Source is the expression as configured.
 	Source string
 	re     *regexp.Regexp
+	// spans is set when re is Source alone, leftmost-longest, rather
+	// than Source anchored: a match then counts only if it spans the
+	// whole value.
+	spans bool
 }
 
 // CompileRegex compiles s anchored at both ends. s is first compiled on
@@ -26,26 +30,48 @@ type Regex struct {
 // valid alone its parentheses balance, so the wrapper keeps its meaning;
 // the one thing that can still reach past s is a \Q that s never ends,
 // which would quote our ")$", so an \E closes it first.
+//
+// The wrapper adds a level of nesting, so a regex at Go's nesting limit
+// (999 nested groups) is valid alone and not wrapped. Such a regex is
+// kept alone, leftmost-longest, and matches when its match spans the
+// value: the leftmost match starts at 0 whenever one does, and the
+// longest from there ends at the value's end whenever one does, so this
+// is the anchored meaning. The wrapped form stays the usual one because
+// an anchored regex is cheaper to run on a value that does not match.
 func CompileRegex(s string) (*Regex, error) {
-	if _, err := regexp.Compile(s); err != nil {
-		var e *syntax.Error
-		if errors.As(err, &e) {
-			return nil, fmt.Errorf("invalid regex %s: %s", Quote(s), e.Code)
-		}
-		return nil, fmt.Errorf("invalid regex %s", Quote(s))
+	alone, err := regexp.Compile(s)
+	if err != nil {
+		return nil, fmt.Errorf("invalid regex %s: %s", Quote(s), regexReason(err))
 	}
 	re, err := regexp.Compile(`^(?:` + s + `)$`)
 	if err != nil {
 		re, err = regexp.Compile(`^(?:` + s + `\E)$`)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("invalid regex %s", Quote(s))
+		alone.Longest()
+		return &Regex{Source: s, re: alone, spans: true}, nil
 	}
 	return &Regex{Source: s, re: re}, nil
 }
 
+// regexReason is why Go refused a regex, without the regex itself
+// (which the caller quotes, cut).
+func regexReason(err error) string {
+	var e *syntax.Error
+	if errors.As(err, &e) {
+		return string(e.Code)
+	}
+	return err.Error()
+}
+
 // MatchString reports whether the whole of v matches.
-func (r *Regex) MatchString(v string) bool { return r.re.MatchString(v) }
+func (r *Regex) MatchString(v string) bool {
+	if !r.spans {
+		return r.re.MatchString(v)
+	}
+	loc := r.re.FindStringIndex(v)
+	return loc != nil && loc[0] == 0 && loc[1] == len(v)
+}
 
 // ValueOp is how a header or query condition compares a value.
 type ValueOp uint8
@@ -88,7 +114,8 @@ func (op ValueOp) test(v, operand string, re *Regex) bool {
 }
 
 // QueryMatch is a condition on one query parameter, compared after
-// percent-decoding, repeats joined with ',' as the query: key part reads.
+// percent-decoding as the query: key part reads it; a repeated parameter
+// is tested on each value and on its values joined with ',' (ValueTest).
 type QueryMatch struct {
 	Name string
 	ValueCondition
@@ -99,15 +126,18 @@ type QueryMatch struct {
 // the caller.
 type RequestExtra interface {
 	ClientAddr() (netip.Addr, bool)
-	QueryValue(name string) (string, bool)
+	// MatchQuery reports whether c holds for some reading (every: for
+	// every reading) of query parameter name, as ValueTest defines.
+	MatchQuery(name string, c *ValueCondition, every bool) bool
 	// Metadata gives the dynamic metadata value at property path prop as
 	// a key renders it; ok is false when it is absent or not a scalar.
 	Metadata(prop []string) (string, bool)
 }
 
-// matchesMore checks client_cidrs, query, path_regex and not. path is the
-// path without the query.
-func (m *Match) matchesMore(r Request, path string) bool {
+// matchesMore checks client_cidrs, query, path_regex and not, for some
+// reading or every reading (Match.holds). path is the path without the
+// query.
+func (m *Match) matchesMore(r Request, path string, every bool) bool {
 	if m.PathRegex != nil && !m.PathRegex.MatchString(path) {
 		return false
 	}
@@ -123,8 +153,7 @@ func (m *Match) matchesMore(r Request, path string) bool {
 		}
 	}
 	for i := range m.Query {
-		q := &m.Query[i]
-		if !q.holds(r.queryValue(q.Name)) {
+		if !r.queryHolds(&m.Query[i], every) {
 			return false
 		}
 	}
@@ -134,7 +163,9 @@ func (m *Match) matchesMore(r Request, path string) bool {
 			return false
 		}
 	}
-	if m.Not != nil && m.Not.Matches(r) {
+	// Not holds for some reading when the nested match fails for some
+	// reading, and for every reading when it holds for none.
+	if m.Not != nil && m.Not.holds(r, !every) {
 		return false
 	}
 	return true

@@ -66,11 +66,18 @@ func TestCompileRegexKeepsItsMeaning(t *testing.T) {
 		{`x{2`, []string{"x{2"}, []string{"xx"}},
 		{`(?i)v1|v2`, []string{"V1", "v2"}, []string{"v1x", "xv2"}},
 		{`(?m)a$`, []string{"a"}, []string{"a\n"}},
+		// At Go's nesting limit: valid alone, one level too deep wrapped.
+		{strings.Repeat("(", 999) + "a" + strings.Repeat(")", 999), []string{"a"}, []string{"", "aa", "ba"}},
+		{strings.Repeat("(", 997) + "a|ab" + strings.Repeat(")", 997), []string{"a", "ab"}, []string{"", "abc", "xab", "b"}},
+		{strings.Repeat("(?:", 999) + "[0-9]+" + strings.Repeat(")", 999), []string{"7", "12"}, []string{"", "1a", "a1"}},
 	} {
 		r, err := CompileRegex(tc.re)
 		if err != nil {
-			t.Errorf("%q: %v", tc.re, err)
+			t.Errorf("%.40q: %.200v", tc.re, err)
 			continue
+		}
+		if deep := strings.HasPrefix(tc.re, "((("); r.spans != deep {
+			t.Errorf("%.40q: kept alone %v, want %v", tc.re, r.spans, deep)
 		}
 		for _, v := range tc.match {
 			if !r.MatchString(v) {
@@ -85,8 +92,23 @@ func TestCompileRegexKeepsItsMeaning(t *testing.T) {
 	}
 }
 
+// A regex Go refuses says why, also one nested past Go's limit.
+func TestCompileRegexErrorsSayWhy(t *testing.T) {
+	for re, why := range map[string]string{
+		strings.Repeat("(", 1000) + "a" + strings.Repeat(")", 1000): "expression nests too deeply",
+		strings.Repeat("(", 999) + "a" + strings.Repeat(")", 998):   "missing closing )",
+		`a{1001}`: "invalid repeat count",
+	} {
+		_, err := CompileRegex(re)
+		if err == nil || !strings.HasSuffix(err.Error(), ": "+why) {
+			t.Errorf("%.20q…: %v, want the reason %q", re, err, why)
+		}
+	}
+}
+
 func FuzzCompileRegex(f *testing.F) {
-	for _, s := range []string{`/only)|(?:/never`, `v1)|(?:.*`, `\Qa(b`, `a|ab`, `x{2`, `(?i)bot.*`, `[0-9]+`, `)(`} {
+	for _, s := range []string{`/only)|(?:/never`, `v1)|(?:.*`, `\Qa(b`, `a|ab`, `x{2`, `(?i)bot.*`, `[0-9]+`, `)(`,
+		strings.Repeat("(", 997) + "a|ab" + strings.Repeat(")", 997)} {
 		f.Add(s, "v1")
 	}
 	f.Fuzz(func(t *testing.T, re, v string) {
@@ -96,6 +118,10 @@ func FuzzCompileRegex(f *testing.F) {
 			t.Fatalf("%q: alone %v, anchored %v", re, aloneErr, err)
 		}
 		if err != nil {
+			// Every refusal says why, after the quoted regex.
+			if _, reason, _ := strings.Cut(err.Error(), "): "); reason == "" && !strings.Contains(err.Error(), `": `) {
+				t.Fatalf("%q: an error without its reason: %v", re, err)
+			}
 			if len(err.Error()) > 4*MaxQuoted+100 { // strconv.Quote writes a byte as at most 4
 				t.Fatalf("error of %d bytes: %v", len(err.Error()), err)
 			}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/limiter"
 )
 
 func mustParse(t *testing.T, in string) *Config {
@@ -46,7 +48,7 @@ func TestParseLimitDefaults(t *testing.T) {
 		OnLimit:    OnLimit{Action: ActionReject, Status: 429},
 		Slots:      16384,
 
-		ForgetMaxUsed: 1,
+		ForgetMaxUsed: limiter.DefaultForgetMaxUsed,
 		Rollout:       FullRollout,
 	}
 	if !reflect.DeepEqual(c.Limits, []Limit{want}) {
@@ -164,10 +166,10 @@ func TestParseEverything(t *testing.T) {
 			Overrides:  map[string]Rate{"premium": {Limit: 100, Window: time.Second}, "a.b c": {Limit: 5, Window: 2 * time.Second}},
 			OverrideBy: 1, Mode: ModeGlobal, FailurePolicy: FailDeny, Instances: 4, OnMissingKey: MissingKeyDeny,
 			OnLimit:  OnLimit{Action: ActionDelay, MaxDelay: 250 * time.Millisecond, Status: 503},
-			Replaces: []int{0}, Slots: 16384, ForgetMaxUsed: 1},
+			Replaces: []int{0}, Slots: 16384, ForgetMaxUsed: limiter.DefaultForgetMaxUsed},
 		{Name: "exact", Match: Match{Path: "/login"}, Key: []KeyPart{{Kind: KeyClientIP}}, Algorithm: FixedWindow,
 			Rate: Rate{Limit: 1, Window: time.Second}, Cost: 1, OverrideBy: -1, Mode: ModeGlobal,
-			FailurePolicy: FailLocal, Instances: 3, Shadow: true, OnLimit: OnLimit{Status: 420}, Slots: 16384, ForgetMaxUsed: 1},
+			FailurePolicy: FailLocal, Instances: 3, Shadow: true, OnLimit: OnLimit{Status: 420}, Slots: 16384, ForgetMaxUsed: limiter.DefaultForgetMaxUsed},
 	}
 	for i := range wantLimits {
 		wantLimits[i].Rollout = FullRollout
@@ -392,11 +394,11 @@ var badCases = []badCase{
 		want: []string{`limits[0].algorithm: unknown value "leaky_bucket"; want one of token_bucket, fixed_window, sliding_window, sliding_log`}},
 	{name: "window zero", in: `{"limits": [{"name": "a", "limit": 1, "window": "0s"}]}`, want: []string{"limits[0].window: must be >= 1ms"}, schemaAccepts: true},
 	{name: "window negative", in: `{"limits": [{"name": "a", "limit": 1, "window": "-1s"}]}`,
-		want: []string{`limits[0].window: must be a duration string such as "500ms", "60s" or "1m"`}},
+		want: []string{`limits[0].window: must be a duration string such as "500ms", "60s" or "1m", or a calendar period "day", "week" or "month"`}},
 	{name: "window no unit", in: `{"limits": [{"name": "a", "limit": 1, "window": "60"}]}`,
-		want: []string{`limits[0].window: must be a duration string such as "500ms", "60s" or "1m"`}},
+		want: []string{`limits[0].window: must be a duration string such as "500ms", "60s" or "1m", or a calendar period "day", "week" or "month"`}},
 	{name: "window number", in: `{"limits": [{"name": "a", "limit": 1, "window": 60}]}`,
-		want: []string{`limits[0].window: must be a duration string such as "500ms", "60s" or "1m"`}},
+		want: []string{`limits[0].window: must be a duration string such as "500ms", "60s" or "1m", or a calendar period "day", "week" or "month"`}},
 	{name: "window too long", in: `{"limits": [{"name": "a", "limit": 1, "window": "200h"}]}`, want: []string{"limits[0].window: must be <= 168h0m0s"}, schemaAccepts: true},
 	{name: "window overflow", in: `{"limits": [{"name": "a", "limit": 1, "window": "9999999999h"}]}`, want: []string{"limits[0].window: must be <= 168h0m0s"}, schemaAccepts: true},
 	{name: "cost zero", in: lim(`, "cost": 0`), want: []string{"limits[0].cost: must be >= 1"}},
@@ -726,8 +728,9 @@ func TestMatch(t *testing.T) {
 
 func TestStripPort(t *testing.T) {
 	for in, want := range map[string]string{
-		"a.com": "a.com", "a.com:80": "a.com", "[::1]:80": "[::1]", "[::1]": "[::1]", "::1": "::1",
-		"10.0.0.1:9": "10.0.0.1", "": "",
+		"a.com": "a.com", "a.com:80": "a.com", "[::1]:80": "[::1]", "[::1]": "[::1]", "::1": "",
+		"10.0.0.1:9": "10.0.0.1", "": "", "a.com:80:80": "a.com", "a.com:1:2": "a.com", "a.com::": "a.com",
+		"a.com:80:": "a.com", "[::1]:80:80": "[::1]", "[::1": "[::1",
 	} {
 		if got := stripPort(in); got != want {
 			t.Errorf("stripPort(%q) = %q, want %q", in, got, want)

@@ -6,13 +6,19 @@ import "strings"
 // spelling of a path as one path, so that a client cannot re-spell a
 // resource into a fresh bucket (the engine's keys and path matches) or
 // around the admin route, and so that a match's own path can be checked
-// to be in the form requests are compared in. It is RFC 3986 section 6.2.2 plus what upstreams commonly
-// treat as the same path:
+// to be in the form requests are compared in. It is RFC 3986 section
+// 6.2.2, decoding further than its unreserved bytes, plus what upstreams
+// commonly treat as the same path:
 //
-//   - a percent escape of an unreserved byte (letters, digits, "-._~")
-//     is decoded ("%61lice" is "alice", "%2e%2e" is ".."); any other
-//     valid escape is kept, its hex digits upper-cased ("%2f" is "%2F");
-//     a broken escape ("%zz", "%4") is kept literally;
+//   - a percent escape is decoded ("%61lice" is "alice", "%2e%2e" is
+//     "..", "%40" is "@", "%C3%A9" the two bytes of "é"), as Go's
+//     ServeMux, servlet containers and nginx's locations read it, unless
+//     its byte would change the path's structure on a second reading or
+//     is a control byte: '%', '?', '#', ';' and bytes below 0x20 and 0x7F
+//     stay escaped, their hex digits upper-cased ("%3f" is "%3F"), and a
+//     raw control byte is escaped the same way ("\n" is "%0A"), so each
+//     has one spelling and a key never holds a control byte; a broken
+//     escape ("%zz", "%4") is kept literally;
 //   - '\', "%2F" and "%5C" count as '/', as Istio's
 //     DECODE_AND_MERGE_SLASHES, WSGI servers (Flask), nginx and
 //     Windows servers read them; a spelling the upstream reads as a
@@ -74,7 +80,7 @@ func PathIsNormal(path string, form PathForm) bool {
 				return false
 			}
 		default:
-			if form == PathAdmin && 'A' <= c && c <= 'Z' {
+			if form == PathAdmin && 'A' <= c && c <= 'Z' || form == PathKey && isControl(c) {
 				return false
 			}
 		}
@@ -109,29 +115,34 @@ func pathEscape[S string | []byte](path string, i int, form PathForm, before S) 
 	if b, ok = UnhexPair(path, i+1); !ok {
 		return 0, false, false
 	}
-	decode = form == PathAdmin || unreservedOrSlash(b)
-	if n := len(before); decode && isHexDigit(b) &&
-		(n >= 1 && before[n-1] == '%' || n >= 2 && before[n-2] == '%' && isHexDigit(before[n-1])) {
-		decode = false
-	}
+	decode = (form == PathAdmin || keyDecodes(b)) && !joinsBrokenEscape(before, b)
 	return b, decode, true
+}
+
+// joinsBrokenEscape reports whether b, decoded after before, would
+// complete a broken escape at before's end into a valid one.
+func joinsBrokenEscape[S string | []byte](before S, b byte) bool {
+	n := len(before)
+	return isHexDigit(b) && (n >= 1 && before[n-1] == '%' || n >= 2 && before[n-2] == '%' && isHexDigit(before[n-1]))
 }
 
 func isHexDigit(c byte) bool { _, ok := unhex(c); return ok }
 
-// unreservedOrSlash reports whether an escape of b is decoded for keys:
-// RFC 3986's unreserved bytes, and the slashes.
-func unreservedOrSlash(b byte) bool {
-	switch {
-	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
-		return true
-	}
+// keyDecodes reports whether the key form decodes an escape of b: every
+// byte but those a second reading would take as structure ('%' would
+// start an escape, '?' and '#' end the path, ';' a segment's
+// parameters) and the control bytes, which no upstream serves as part
+// of a name and which must not reach a key (its parts are separated by
+// NUL).
+func keyDecodes(b byte) bool {
 	switch b {
-	case '-', '.', '_', '~', '/', '\\':
-		return true
+	case '%', '?', '#', ';':
+		return false
 	}
-	return false
+	return !isControl(b)
 }
+
+func isControl(c byte) bool { return c < 0x20 || c == 0x7f }
 
 // AppendPath appends the normal form of path to dst.
 func AppendPath(dst []byte, path string, form PathForm) []byte {
@@ -165,6 +176,10 @@ func AppendPath(dst []byte, path string, form PathForm) []byte {
 		switch {
 		case c == '\\':
 			c = '/'
+		case form == PathKey && isControl(c):
+			// Raw, as an escaped one is never decoded here.
+			dst = append(dst, '%', hex[c>>4], hex[c&15])
+			continue
 		case form == PathAdmin && 'A' <= c && c <= 'Z':
 			c += 'a' - 'A'
 		}

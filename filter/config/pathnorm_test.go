@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -21,13 +22,19 @@ func TestNormalPathForKeys(t *testing.T) {
 		{"/t/;x/alice%3Bx", "/t/alice%3Bx"},         // an escaped ';' is not one
 		{"/t/alice?q=/../x", "/t/alice"},
 		{"/../../t/alice", "/t/alice"},
-		{"/t/Alice", "/t/Alice"},                 // case is kept
-		{"/t/alice/", "/t/alice/"},               // a trailing slash is kept
-		{"/t/alice/.", "/t/alice/"},              // as RFC 3986 leaves it
-		{"/t/alice/..", "/t/"},                   //
-		{"/a%20b/%e2%82%ac", "/a%20b/%E2%82%AC"}, // reserved escapes kept, hex upper-cased
-		{"/%zz%4", "/%zz%4"},                     // broken escapes kept literally
-		{"/%252e", "/%252e"},                     // one decoding: %25 is '%', kept escaped
+		{"/t/Alice", "/t/Alice"},            // case is kept
+		{"/t/alice/", "/t/alice/"},          // a trailing slash is kept
+		{"/t/alice/.", "/t/alice/"},         // as RFC 3986 leaves it
+		{"/t/alice/..", "/t/"},              //
+		{"/a%20b/%e2%82%ac", "/a b/\u20ac"}, // escapes that keep the structure decoded
+		{"/users/bob%40x.com/o", "/users/bob@x.com/o"},
+		{"/t/caf%C3%A9/x", "/t/café/x"},
+		{"/t/%21%2B%3a%2c%27", "/t/!+:,'"},
+		{"/t/%3f%23%3b%25", "/t/%3F%23%3B%25"},  // structure kept escaped, hex upper-cased
+		{"/t/%00%1f%7F", "/t/%00%1F%7F"},        // so are control bytes
+		{"/t/a\x00b\nc\x7f", "/t/a%00b%0Ac%7F"}, // raw ones are escaped
+		{"/%zz%4", "/%zz%4"},                    // broken escapes kept literally
+		{"/%252e", "/%252e"},                    // one decoding: %25 is '%', kept escaped
 		{"/...", "/..."},
 		{"/.well-known/x", "/.well-known/x"},
 		{"t/alice", "/t/alice"},
@@ -40,7 +47,7 @@ func TestNormalPathForKeys(t *testing.T) {
 }
 
 func TestNormalPathAllocatesNothingWhenNormal(t *testing.T) {
-	for _, p := range []string{"/", "/api/v1/users/12345", "/a%20b/.well-known/", "/%zz"} {
+	for _, p := range []string{"/", "/api/v1/users/12345", "/a%25b/.well-known/", "/%zz", "/users/bob@x.com/caf\u00e9%3F"} {
 		if !PathIsNormal(p, PathKey) {
 			t.Errorf("%q is not normal", p)
 		}
@@ -76,8 +83,7 @@ func referencePath(path string, form PathForm) string {
 			sofar := b.String()
 			n := len(sofar)
 			joins := isHexDigit(v) && (strings.HasSuffix(sofar, "%") || n >= 2 && sofar[n-2] == '%' && isHexDigit(sofar[n-1]))
-			if !joins && (form == PathAdmin || strings.IndexByte("-._~/\\", v) >= 0 ||
-				'a' <= v && v <= 'z' || 'A' <= v && v <= 'Z' || '0' <= v && v <= '9') {
+			if !joins && (form == PathAdmin || strings.IndexByte("%?#;", v) < 0 && v >= 0x20 && v != 0x7f) {
 				c = v
 			} else {
 				b.WriteString(strings.ToUpper(path[i : i+3]))
@@ -88,6 +94,10 @@ func referencePath(path string, form PathForm) string {
 		}
 		if c == '\\' {
 			c = '/'
+		}
+		if form == PathKey && (c < 0x20 || c == 0x7f) {
+			fmt.Fprintf(&b, "%%%02X", c)
+			continue
 		}
 		if form == PathAdmin && 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
@@ -128,7 +138,8 @@ func hexValue(c byte) byte { v, _ := unhex(c); return v }
 // escape, and reports an input normal exactly when it returns it as is.
 func FuzzNormalPath(f *testing.F) {
 	for _, s := range []string{"/t/junk/../alice/x", "/t/./alice", "//a//b", "/%2e%2E/%61", "/a%2fb%5C",
-		`\a\..\b`, "/a/b/..", "/a/.", "/%zz%4", "/%e2%82%ac", "a/b", "", "/x?y/../z", "/x#/../y"} {
+		`\a\..\b`, "/a/b/..", "/a/.", "/%zz%4", "/%e2%82%ac", "a/b", "", "/x?y/../z", "/x#/../y",
+		"/%40me/%3f%3B%23%25", "/a\x00b\n%7f", "/%%34%0%61", "/caf%C3%A9"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
@@ -142,11 +153,26 @@ func FuzzNormalPath(f *testing.F) {
 		if again := NormalPath(out, PathKey); again != out {
 			t.Fatalf("%q: %q, then %q", in, out, again)
 		}
-		if len(out) > len(in)+1 || (strings.HasPrefix(in, "/") && len(out) > len(in)) {
+		// Only a raw control byte grows, into its escape.
+		grown := 0
+		for i := 0; i < len(in); i++ {
+			if in[i] < 0x20 || in[i] == 0x7f {
+				grown += 2
+			}
+		}
+		if len(out) > len(in)+1+grown || (strings.HasPrefix(in, "/") && len(out) > len(in)+grown) {
 			t.Fatalf("%q grew to %q", in, out)
 		}
-		if out[0] != '/' || strings.Contains(out, "//") || strings.ContainsAny(out, `\?#`) {
+		if out[0] != '/' || strings.Contains(out, "//") || strings.ContainsAny(out, `\?#;`) {
 			t.Fatalf("%q: %q", in, out)
+		}
+		for i := 0; i < len(out); i++ {
+			if out[i] < 0x20 || out[i] == 0x7f {
+				t.Fatalf("%q: %q holds control byte %#x", in, out, out[i])
+			}
+			if b, ok := UnhexPair(out, i+1); out[i] == '%' && ok && keyDecodes(b) && !joinsBrokenEscape(out[:i], b) {
+				t.Fatalf("%q: %q keeps %q escaped", in, out, out[i:i+3])
+			}
 		}
 		for _, seg := range strings.Split(out[1:], "/") {
 			if seg == "." || seg == ".." {

@@ -6,7 +6,7 @@ package engine
 //
 // Which requests are admin requests: every request whose normalised path
 // (normalPath) is path_prefix or under it, and every request, whatever
-// its path, that carries the admin token (carriesAdminToken). Normalising
+// its path, that carries the admin token (adminCredential). Normalising
 // decodes every percent escape, turns '\' into '/', lower-cases ASCII
 // letters, merges runs of '/' and removes "." and ".." segments, and
 // ignores the query; so "/%2esluice/", "//.sluice/", "/.SLUICE/",
@@ -27,20 +27,25 @@ package engine
 //     case (Envoy's downstreamDirectRemoteAddress is not one), so an
 //     address that may have come from a header is refused, whatever
 //     client_ip says; client_ip is not used here at all.
-//   - the source must not have sent too many wrong tokens lately: each
-//     wrong token from an allowed address takes one unit of a per-address
-//     (IPv6: per-/64) token bucket in shared data (adminFailLimit), and an
-//     address whose bucket is empty is refused, right token or not, until
-//     it refills.
+//   - the source must not have sent too many wrong tokens lately: a
+//     request from an allowed address needs one unit of a per-address
+//     (IPv6: per-/64) token bucket in shared data (adminFailLimit), and a
+//     wrong token takes it; an address whose bucket is empty is refused,
+//     right token or not, until it refills. (A request of more than one
+//     bearer credential never gets here: refuseCredentials.)
 //   - "Authorization: Bearer <token>" must carry a token whose SHA-256
 //     equals token_sha256, compared in constant time.
 //
-// A request failing any gets an empty 404 with no header of ours, as a
-// path the upstream does not have, so the route's existence does not
-// show; it is counted (sluice.admin.denied, and sluice.admin.throttled for
-// the throttled ones) and logged with its source and reason. An answered
-// call is counted (sluice.admin.calls) and logged with its source, action
-// and limit, never its key values.
+// A request failing any is counted (sluice.admin.denied, and
+// sluice.admin.throttled for the throttled ones) and logged with its
+// source and reason, then treated as any request up to the moment it
+// would be forwarded: the limits, breakers and bulkheads decide it,
+// charge it and refuse it as they would a request to the upstream, and
+// where they admit it, it gets an empty 404 with the rate-limit headers
+// an admitted response gets (hideAdmin), as a path the upstream does not
+// have; so the route's existence does not show. An answered call is
+// counted (sluice.admin.calls) and logged with its source, action and
+// limit, never its key values.
 
 import (
 	"crypto/sha256"
@@ -59,6 +64,7 @@ const (
 	metricAdminCalls     = "sluice.admin.calls"
 	metricAdminDenied    = "sluice.admin.denied"
 	metricAdminThrottled = "sluice.admin.throttled"
+	metricAdminInvalid   = "sluice.admin.invalid_credentials"
 )
 
 // adminFailLimit is how many wrong tokens one address may send: 10 at
@@ -78,6 +84,9 @@ const (
 type adminRuntime struct {
 	cfg                      *config.Admin
 	calls, denied, throttled host.Counter
+	// invalid counts requests refused for carrying more than one bearer
+	// credential (refuseCredentials).
+	invalid host.Counter
 	// fails counts wrong tokens per caller address, across workers.
 	fails *limiter.Table
 	// pathBuf holds the normalised path of the current request; a VM runs
@@ -96,7 +105,8 @@ func newAdminRuntime(hc *host.Host, cfg *config.Admin) (*adminRuntime, error) {
 	}
 	hm := hc.Metrics
 	return &adminRuntime{cfg: cfg, fails: fails, calls: hm.Counter(metricAdminCalls),
-		denied: hm.Counter(metricAdminDenied), throttled: hm.Counter(metricAdminThrottled)}, nil
+		denied: hm.Counter(metricAdminDenied), throttled: hm.Counter(metricAdminThrottled),
+		invalid: hm.Counter(metricAdminInvalid)}, nil
 }
 
 // route returns what follows path_prefix in the normalised path (always
@@ -125,35 +135,40 @@ func appendNormalPath(dst []byte, path string) []byte {
 }
 
 // tokenMatches reports whether an Authorization value is "Bearer <token>"
-// with SHA-256(token) = want. The scheme is matched without regard to
-// case and may be followed by any run of spaces or tabs, as lenient
-// servers read it. The digests are compared in constant time, and a value
-// without a token is hashed all the same.
-func tokenMatches(authorization string, want *[32]byte) bool {
-	const scheme = "bearer"
-	token, ok := "", false
-	v := strings.TrimLeft(authorization, " \t")
-	if len(v) > len(scheme) && strings.EqualFold(v[:len(scheme)], scheme) && (v[len(scheme)] == ' ' || v[len(scheme)] == '\t') {
-		token, ok = strings.Trim(v[len(scheme):], " \t"), true
-	}
-	return digestMatches(token, want) && ok
+// with SHA-256(token) = want, and whether it is a bearer credential at
+// all. The scheme is matched without regard to case and may be followed
+// by any run of spaces or tabs, as lenient servers read it. The digests
+// are compared in constant time, and a value without a token is hashed
+// all the same.
+func tokenMatches(authorization string, want *[32]byte) (match, bearer bool) {
+	token, bearer := bearerToken(authorization)
+	return digestMatches(token, want) && bearer, bearer
 }
 
-// credentialsMatch reports whether any comma-separated credential in
-// list is the admin token (a client or proxy may fold repeated fields
-// into one line). Every credential is hashed.
-func credentialsMatch(list string, want *[32]byte) bool {
-	found := false
-	for n := 0; list != "" && n < maxTokenCandidates; n++ {
+// bearerCredentials counts the comma-separated credentials of list whose
+// scheme is Bearer (a client or proxy may fold repeated fields into one
+// line) and reports whether one of them is the admin token. Every
+// credential is hashed. A list of more than maxTokenCandidates
+// credentials is read no further and counts maxTokenCandidates+1 bearer
+// credentials, more than the wrong-token bucket ever holds.
+func bearerCredentials(list string, want *[32]byte) (n int, found bool) {
+	for read := 0; list != ""; read++ {
+		if read == maxTokenCandidates {
+			return maxTokenCandidates + 1, found
+		}
 		c := list
 		if i := strings.IndexByte(list, ','); i >= 0 {
 			c, list = list[:i], list[i+1:]
 		} else {
 			list = ""
 		}
-		found = tokenMatches(c, want) || found
+		match, bearer := tokenMatches(c, want)
+		if bearer {
+			n++
+		}
+		found = match || found
 	}
-	return found
+	return n, found
 }
 
 // propAuthorization is Envoy's request.headers attribute for
@@ -169,28 +184,6 @@ func digestMatches(word string, want *[32]byte) bool {
 	var buf [256]byte
 	sum := sha256.Sum256(append(buf[:0], word...))
 	return subtle.ConstantTimeCompare(sum[:], want[:]) == 1 && word != ""
-}
-
-// wordsMatch reports whether any word of s is the admin token, words
-// being separated by the characters a token (b64token) never holds but
-// credential syntaxes put around one: "Bearer:<token>", "Token <token>",
-// a bare "<token>", "a,<token>". Every word is hashed.
-func wordsMatch(s string, want *[32]byte) bool {
-	found := false
-	for n := 0; s != "" && n < maxTokenCandidates; {
-		i := strings.IndexAny(s, " \t,:;\"")
-		w := s
-		if i >= 0 {
-			w, s = s[:i], s[i+1:]
-		} else {
-			s = ""
-		}
-		if w != "" {
-			found = digestMatches(w, want) || found
-			n++
-		}
-	}
-	return found
 }
 
 // maxTokenCandidates bounds the hashes one request costs: the words of its
@@ -217,26 +210,238 @@ func (h *Stream) authorization() (string, bool) {
 	return all, true
 }
 
-// carriesAdminToken reports whether the admin token is anywhere a client
-// may send a bearer token: any word of any Authorization value (in any
-// credential syntax, or none), or an access_token query parameter (RFC
-// 6750's URI query form). Such a request is the operator's and must not
-// reach the upstream, however the rest of it is spelled.
-func (h *Stream) carriesAdminToken() bool {
-	want := &h.plugin.admin.cfg.TokenSHA256
-	found := false
-	if all, ok := h.authorization(); ok {
-		found = wordsMatch(all, want)
+// RFC 6750 §2: a client MUST NOT use more than one method to transmit
+// the token in a request. A request that does anyway is refused here
+// (400 invalid_request, as RFC 6750 §3.1 answers a malformed request)
+// before any of its credentials is compared with the admin token. Were
+// they compared, a request carrying the token is answered here and one
+// without it is forwarded, and that difference is an oracle: one request
+// with 31 credentials tests 31 guesses, at any path, from any address,
+// at the request rate. With the refusal a request tests at most one.
+
+// tokenCandidates gathers the words of a request that may be a bearer
+// token (its token candidates) and its bearer credentials, to decide
+// whether the request carries the admin token (adminCredential).
+type tokenCandidates struct {
+	// first is the digest of the first candidate; distinct counts the
+	// candidates that differ from it, and it.
+	first    [32]byte
+	distinct int
+	// bearer counts the bearer credentials: Authorization credentials of
+	// scheme Bearer, and access_token parameters (the most any reading
+	// of the query finds). malformed is a bearer credential whose token
+	// is not one word.
+	bearer    int
+	malformed bool
+}
+
+// add takes one candidate word; an empty word is none. Repeats of one
+// word are one candidate, a spelling a proxy may fold or double.
+func (t *tokenCandidates) add(word string) {
+	if word == "" || t.distinct > maxTokenCandidates {
+		return
 	}
-	if q, ok := rawQuery(h.info.pseudo(needPath)); ok && strings.Contains(q, "access_token") {
-		for i, v := range queryValues(q, "access_token") {
-			if i == maxTokenCandidates {
-				break
-			}
-			found = digestMatches(v, want) || found
+	var buf [256]byte
+	sum := sha256.Sum256(append(buf[:0], word...))
+	switch {
+	case t.distinct == 0:
+		t.first, t.distinct = sum, 1
+	case sum != t.first:
+		t.distinct++
+	}
+}
+
+// tokenWordSeps separate the words of a credential: the characters a
+// token (b64token) never holds but credential syntaxes put around one,
+// "Bearer:<token>", "Token <token>", "a,<token>".
+const tokenWordSeps = " \t,:;\""
+
+// addCredential takes one credential, an Authorization credential or a
+// decoded access_token value (bearer): the word after a leading scheme
+// word, or its only word. A bearer credential must be one token after
+// its scheme; any other syntax (Digest, AWS signatures) names many words
+// and is no candidate of one.
+func (t *tokenCandidates) addCredential(c string, bearer bool) {
+	words, last, first := 0, "", ""
+	for s := c; s != ""; {
+		w := s
+		if i := strings.IndexAny(s, tokenWordSeps); i >= 0 {
+			w, s = s[:i], s[i+1:]
+		} else {
+			s = ""
 		}
+		if w == "" {
+			continue
+		}
+		if words == 0 {
+			first = w
+		}
+		last = w
+		words++
 	}
-	return found
+	switch {
+	case words == 1:
+		t.add(first)
+	case words == 2:
+		t.add(last)
+	default:
+		t.distinct = maxTokenCandidates + 1 // many words: many candidates
+	}
+	if bearer && words > 1 {
+		t.malformed = true
+	}
+}
+
+// readAuthorization takes the credentials of every Authorization value
+// (joined with ',', as a client or proxy may fold repeated fields).
+func (t *tokenCandidates) readAuthorization(list string) {
+	for n := 0; list != "" && n <= maxTokenCandidates; n++ {
+		c := list
+		if i := strings.IndexByte(list, ','); i >= 0 {
+			c, list = list[:i], list[i+1:]
+		} else {
+			list = ""
+		}
+		c = strings.Trim(c, " \t")
+		if c == "" {
+			continue
+		}
+		if token, ok := bearerToken(c); ok {
+			t.bearer++
+			t.addCredential(token, true)
+			continue
+		}
+		t.addCredential(c, false)
+	}
+	if list != "" {
+		t.distinct = maxTokenCandidates + 1
+	}
+}
+
+// readQuery takes every access_token parameter of query, in every
+// reading of it (queryReadings), under every name an upstream reads as
+// access_token (isAccessTokenName).
+func (t *tokenCandidates) readQuery(query string) {
+	bearer := 0
+	for _, seps := range queryReadings(query) {
+		n := 0
+		for q := query; q != "" && n <= maxTokenCandidates; {
+			var name, raw string
+			name, raw, q = nextQueryParam(q, seps)
+			if !isAccessTokenName(name) {
+				continue
+			}
+			n++
+			var buf [256]byte
+			t.addCredential(arenaString(appendQueryUnescaped(buf[:0], raw)), true)
+		}
+		bearer = max(bearer, n)
+	}
+	t.bearer += bearer
+}
+
+// invalid reports whether the request is refused without comparing any
+// candidate: it carries more than one bearer credential, a malformed one,
+// or one beside other candidates (RFC 6750 §2's one method).
+func (t *tokenCandidates) invalid() bool {
+	return t.bearer > 1 || t.malformed || t.bearer == 1 && t.distinct > 1
+}
+
+// matches reports whether the request's one candidate is the admin
+// token, compared in constant time. A request of several candidates and
+// no bearer credential (a signature, Digest) is compared with nothing:
+// no one request tests more than one guess.
+func (t *tokenCandidates) matches(want *[32]byte) bool {
+	return t.distinct == 1 && subtle.ConstantTimeCompare(t.first[:], want[:]) == 1
+}
+
+// bearerToken is the token of a credential of scheme Bearer ("Bearer"
+// without regard to case, then spaces or tabs), and whether it is one.
+func bearerToken(c string) (string, bool) {
+	const scheme = "bearer"
+	v := strings.TrimLeft(c, " \t")
+	if len(v) > len(scheme) && strings.EqualFold(v[:len(scheme)], scheme) && (v[len(scheme)] == ' ' || v[len(scheme)] == '\t') {
+		return strings.Trim(v[len(scheme):], " \t"), true
+	}
+	return "", false
+}
+
+// adminCredential reports whether the request carries the admin token
+// where a client may send a bearer token: a word of its Authorization (in
+// any credential syntax, or none), or an access_token query parameter
+// (RFC 6750's URI query form) however an upstream may spell its name.
+// Such a request is the operator's and must not reach the upstream,
+// however the rest of it is spelled. invalid is a request refused
+// without comparing (tokenCandidates.invalid).
+func (h *Stream) adminCredential() (carries, invalid bool) {
+	var t tokenCandidates
+	if all, ok := h.authorization(); ok {
+		t.readAuthorization(all)
+	}
+	if q, ok := rawQuery(h.info.pseudo(needPath)); ok {
+		t.readQuery(q)
+	}
+	if t.invalid() {
+		return false, true
+	}
+	return t.matches(&h.plugin.admin.cfg.TokenSHA256), false
+}
+
+// refuseCredentials answers a request carrying more than one bearer
+// credential: 400 with RFC 6750's error, before its limits, so that it
+// costs no one's quota and tells nothing of any credential in it.
+func (h *Stream) refuseCredentials() {
+	p := h.plugin
+	p.admin.invalid.Increment(1)
+	headers := [][2]string{{"www-authenticate", `Bearer error="invalid_request"`},
+		{"content-type", "application/json"}, {"cache-control", "no-store"}}
+	h.phase = phaseAnswered
+	body := adminError("invalid_request: send one bearer token, in one place (RFC 6750 section 2)")
+	if err := p.host.Stream.Reply(400, headers, body); err != nil {
+		p.log.Errorf("sluice: sending the credentials reply: %v", err)
+	}
+}
+
+// isAccessTokenName reports whether an upstream may read the raw query
+// name as access_token: decoded ('+' and %XX), without regard to ASCII
+// case (ASP.NET's reading); with leading spaces, '[' and ']' dropped
+// (PHP drops spaces; Rails' normalize_params and Node's qs brackets,
+// "[access_token]", "]access_token"); ' ', '.' and '[' inside read as
+// '_' (PHP's); and ending at trailing spaces or at the first '[' or ']'
+// after it (PHP's and Rack's arrays, Rails' cut at the next bracket:
+// "access_token]]"). It decodes without memory.
+func isAccessTokenName(raw string) bool {
+	const want = "access_token"
+	if len(raw) < len(want) {
+		return false // the fast common case: no escape makes a name longer
+	}
+	j := 0
+	for i := 0; i < len(raw); {
+		var c byte
+		c, i = queryByte(raw, i)
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		switch {
+		case j == 0 && (c == ' ' || c == '[' || c == ']'):
+			continue
+		case j == len(want):
+			if c == '[' || c == ']' {
+				return true
+			}
+			if c != ' ' {
+				return false
+			}
+			continue
+		case c == ' ' || c == '.' || c == '[':
+			c = '_'
+		}
+		if want[j] != c {
+			return false
+		}
+		j++
+	}
+	return j == len(want)
 }
 
 // callerAddr is the address of the connection a request came on, from
@@ -262,8 +467,10 @@ func callerAddr(sourceAddress string) (netip.Addr, string) {
 // serveAdmin answers an admin request: one under path_prefix (inPrefix,
 // and rest is what follows the prefix) or one that carries the admin
 // token on another path, which passes the checks only to be told there
-// is no such call.
-func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
+// is no such call. A request failing the checks is counted and logged,
+// marked phaseAdminDenied and not answered (false): the request path limits
+// it as any request and, where it would go on, answers hideAdmin's 404.
+func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) bool {
 	p := h.plugin
 	a := p.admin
 	info := &h.info
@@ -275,38 +482,46 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
 	if reason == "" && !a.cfg.ClientCIDRs.Contains(addr) {
 		reason = "address"
 	}
-	ns := now.UnixNano()
-	throttled := false
-	failKey := source
+	// Each bearer credential is one guess. A request needs a unit of its
+	// address's bucket for every one it carries (one when it carries
+	// none), and each wrong one, or the want of any, takes its unit: no
+	// request tries more tokens than the bucket holds.
+	all, _ := h.authorization()
+	creds, tokenOK := bearerCredentials(all, &a.cfg.TokenSHA256)
+	wrong := creds
+	if tokenOK {
+		wrong--
+	} else {
+		wrong = max(wrong, 1)
+	}
 	if reason == "" {
 		// Only allowed addresses take a slot, so no one outside
 		// client_cidrs can crowd the table. An IPv6 caller is counted by
 		// its /64, which one host usually holds whole: a fresh address
 		// of it is no fresh allowance. A store failure throttles: the
 		// route fails closed.
+		failKey := source
 		if addr.Is6() {
 			p, _ := addr.Prefix(64)
 			failKey = p.String()
 		}
-		res, err := a.fails.Peek(failKey, ns, 1)
-		throttled = err != nil || !res.Allowed
-	}
-	all, _ := h.authorization()
-	tokenOK := credentialsMatch(all, &a.cfg.TokenSHA256)
-	switch {
-	case reason != "":
-	case throttled:
-		reason = "throttled"
-		a.throttled.Increment(1)
-	case !tokenOK:
-		reason = "token"
-		_, _ = a.fails.AllowN(failKey, ns, 1) // an empty bucket stays empty
+		ns := now.UnixNano()
+		switch res, err := a.fails.Peek(failKey, ns, int64(max(creds, 1))); {
+		case err != nil || !res.Allowed:
+			reason = "throttled"
+			a.throttled.Increment(1)
+		case wrong > 0:
+			_, _ = a.fails.AllowN(failKey, ns, int64(wrong))
+			if !tokenOK {
+				reason = "token"
+			}
+		}
 	}
 	if reason != "" {
 		a.denied.Increment(1)
 		h.logAdmin("admin_denied", source, "reason", reason, 404)
-		h.replyAdmin(404, nil)
-		return
+		h.phase = phaseAdminDenied
+		return false
 	}
 	a.calls.Increment(1)
 	method := info.pseudo(needMethod)
@@ -319,12 +534,43 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) {
 	default:
 		h.logAdmin("admin", source, "action", "unknown", 404)
 		h.replyAdmin(404, adminError("no such admin call: GET quota or POST quota/reset"))
-		return
+		return true
 	}
 	query, _ := rawQuery(info.pseudo(needPath))
 	status, body := p.adminQuota(action, query, now)
 	h.logAdmin("admin", source, "action", action, status)
 	h.replyAdmin(status, body)
+	return true
+}
+
+// hideAdmin answers an admin request that failed the checks and that the
+// limits admitted, at now, charged as an upstream's 404 without usage
+// is: an empty 404 carrying what an admitted response carries from this
+// filter, the rate-limit headers (with headers_on_allowed), and nothing
+// else of it, not even reply_headers. So it is told from an upstream's
+// 404 only by what the upstream and Envoy's router put on a forwarded
+// response.
+func (h *Stream) hideAdmin(now time.Time) {
+	p := h.plugin
+	if len(h.charges.pending) > 0 {
+		// Charged as the upstream 404 it stands for, a response without
+		// usage: each cost_from_response limit its default, before the
+		// rate-limit headers are read, as respond does.
+		h.charges.chargeResponse(p, nil, &h.quota, h.start)
+		if len(h.charges.pending) > 0 {
+			h.charges.chargeBody(p, now) // an empty body reports no usage
+		}
+	}
+	var headers [][2]string
+	if h.quota.applies && p.cfg.Response.HeadersOnAllowed {
+		// Reset times are relative to the decision, as respond's.
+		p.respHeaders, p.respBuf = appendRateLimitHeaders(p.respHeaders[:0], p.respBuf, p.cfg.Response.Headers, h.quota, h.start, false)
+		headers = p.respHeaders
+	}
+	h.phase = phaseAnswered
+	if err := p.host.Stream.Reply(404, headers, nil); err != nil {
+		p.log.Errorf("sluice: sending the admin reply: %v", err)
+	}
 }
 
 // adminQuota reads (get) or resets (reset) the local key named by the
@@ -393,14 +639,9 @@ func adminError(msg string) []byte {
 	return append(appendJSONString([]byte(`{"error":`), msg), "}\n"...)
 }
 
-// replyAdmin answers an admin request: JSON when there is a body, and for
-// the 404 of a failed check nothing at all, not even the configured
-// reply_headers, which would tell the filter answered.
+// replyAdmin answers an admin request that passed the checks, in JSON.
 func (h *Stream) replyAdmin(status int, body []byte) {
-	var headers [][2]string
-	if body != nil {
-		headers = [][2]string{{"content-type", "application/json"}, {"cache-control", "no-store"}}
-	}
+	headers := [][2]string{{"content-type", "application/json"}, {"cache-control", "no-store"}}
 	h.phase = phaseAnswered
 	if err := h.plugin.host.Stream.Reply(status, headers, body); err != nil {
 		h.plugin.log.Errorf("sluice: sending the admin reply: %v", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 )
@@ -36,16 +37,67 @@ func TestNormalPath(t *testing.T) {
 	}
 }
 
+// candidatesOf reads an Authorization value and a query as a request's.
+func candidatesOf(auth, query string) tokenCandidates {
+	var t tokenCandidates
+	if auth != "" {
+		t.readAuthorization(auth)
+	}
+	t.readQuery(query)
+	return t
+}
+
 // Hashing is bounded per request, whatever the header holds.
 func TestTokenCandidatesAreBounded(t *testing.T) {
 	sum := sha256.Sum256([]byte("tok"))
-	few := strings.Repeat("a ", maxTokenCandidates-1) + "tok"
-	many := strings.Repeat("a ", maxTokenCandidates) + "tok"
-	if !wordsMatch(few, &sum) || wordsMatch(many, &sum) {
-		t.Fatal("words past the bound are hashed, or words within it are not")
+	if n, ok := bearerCredentials(strings.Repeat("a,", maxTokenCandidates-1)+"Bearer tok", &sum); !ok || n != 1 {
+		t.Fatalf("the token within the bound: %d bearer credentials, found %v", n, ok)
 	}
-	if !credentialsMatch(strings.Repeat("a,", maxTokenCandidates-1)+"Bearer tok", &sum) || credentialsMatch(strings.Repeat("a,", maxTokenCandidates)+"Bearer tok", &sum) {
-		t.Fatal("credentials past the bound are hashed, or credentials within it are not")
+	if n, ok := bearerCredentials(strings.Repeat("a,", maxTokenCandidates)+"Bearer tok", &sum); ok || n <= maxTokenCandidates {
+		t.Fatalf("the token past the bound: %d bearer credentials, found %v", n, ok)
+	}
+	long := candidatesOf(strings.Repeat("a,", 10000)+"Bearer tok", "")
+	if long.matches(&sum) || long.distinct > maxTokenCandidates+1 {
+		t.Fatalf("10,000 credentials: %+v", long)
+	}
+}
+
+// The guessing oracle (issue 23): no request compares more than one
+// candidate with the admin token. A request of more than one bearer
+// credential, however spread over Authorization and the query, is
+// refused without comparing; one of many non-bearer words compares none.
+func TestOneGuessPerRequest(t *testing.T) {
+	sum := sha256.Sum256([]byte("tok"))
+	for _, tc := range []struct {
+		auth, query    string
+		invalid, match bool
+	}{
+		{"Bearer tok", "", false, true},
+		{"Bearer G1", "", false, false},
+		{"", "access_token=tok", false, true},
+		{"Token tok", "", false, true},
+		{"tok", "", false, true},
+		{"Bearer:tok", "", false, true},
+		{"Bearer tok, Bearer tok", "", true, false},
+		{"Bearer G1, Bearer tok", "", true, false},
+		{"", "access_token=G1&access_token=tok", true, false},
+		{"Bearer G17", "access_token=tok", true, false},
+		{"Bearer tok", "access_token=tok", true, false},
+		{"Bearer G1 tok", "", true, false},
+		{"", "access_token=G1+tok", true, false},
+		{"Bearer tok", "x=1;access_token=G2", true, false},
+		{"Basic abc, Bearer tok", "", true, false},
+		// Many words and no bearer credential: nothing is compared.
+		{"Token G1, Token tok", "", false, false},
+		{"G1 G2 tok", "", false, false},
+		{`Digest username="u", realm="r", response="tok"`, "", false, false},
+		{"AWS4-HMAC-SHA256 Credential=a/b, SignedHeaders=host, Signature=tok", "", false, false},
+		{"", "page=2", false, false},
+	} {
+		c := candidatesOf(tc.auth, tc.query)
+		if c.invalid() != tc.invalid || !c.invalid() && c.matches(&sum) != tc.match {
+			t.Errorf("%q %q: invalid %v match %v, want %v %v", tc.auth, tc.query, c.invalid(), c.matches(&sum), tc.invalid, tc.match)
+		}
 	}
 }
 
@@ -62,13 +114,58 @@ func TestTokenMatches(t *testing.T) {
 		"":                                     false,
 		"Bearer " + hex.EncodeToString(sum[:]): false,
 	} {
-		if got := tokenMatches(auth, &sum); got != want {
+		if got, _ := tokenMatches(auth, &sum); got != want {
 			t.Errorf("%q: %v, want %v", auth, got, want)
 		}
 	}
 	empty := sha256.Sum256(nil)
-	if tokenMatches("Bearer ", &empty) || tokenMatches("", &empty) {
+	if m, _ := tokenMatches("Bearer ", &empty); m {
 		t.Error("an empty token matched the hash of the empty string")
+	}
+	if m, _ := tokenMatches("", &empty); m {
+		t.Error("an empty token matched the hash of the empty string")
+	}
+}
+
+// An access_token query parameter is found under every name an upstream
+// parser may read as access_token, with every separator one splits on,
+// and its value in every spelling one may read as the token.
+func TestAccessTokenIsFoundAsUpstreamsReadIt(t *testing.T) {
+	sum := sha256.Sum256([]byte("tok"))
+	for q, want := range map[string]bool{
+		"access_token=tok":       true,
+		"access%5Ftoken=tok":     true,
+		"%61ccess_token=tok":     true,
+		"ACCESS_TOKEN=tok":       true,
+		"access.token=tok":       true,
+		"access+token=tok":       true,
+		"access%20token=tok":     true,
+		"+access_token+=tok":     true,
+		"access_token[]=tok":     true,
+		"access_token[0]=tok":    true,
+		"access_token=+tok+":     true,
+		"access_token=%20tok":    true,
+		"a=1&access_token=tok":   true,
+		"x=1;access_token=tok":   true, // Rack, parse_qs(separator=';')
+		"x;access_token=tok":     true,
+		";access_token=tok":      true,
+		"[access_token]=tok":     true, // Rails' normalize_params, Node's qs
+		"%5Baccess_token%5D=tok": true,
+		"access_token]=tok":      true,
+		"]access_token=tok":      true,
+		"[]access_token=tok":     true,
+		"[[access_token=tok":     true,
+		"access_token]]=tok":     true,
+		"access_tokens=tok":      false,
+		"xaccess_token=tok":      false,
+		"access_token=tokx":      false,
+		"access_token":           false,
+		"tok=access_token":       false,
+	} {
+		c := candidatesOf("", q)
+		if got := !c.invalid() && c.matches(&sum); got != want {
+			t.Errorf("%q: %v, want %v", q, got, want)
+		}
 	}
 }
 
@@ -85,6 +182,11 @@ func FuzzAdminRoute(f *testing.F) {
 	f.Add("//.SLUICE/../.sluice/quota", "", "[::1]:80")
 	f.Add("/api?access_token=tok", "Basic x", "10.9.0.1:1")
 	f.Add("/api", "Bearer:tok", "10.9.0.1:0")
+	f.Add("/api?Access%5Ftoken=+tok+", "", "10.9.0.1:1")
+	f.Add("/.sluice/quota", "Bearer a, Bearer tok", "10.9.0.1:1")
+	f.Add("/api?access_token=a&access_token=tok", "Bearer b", "192.0.2.1:1")
+	f.Add("/api?x=1;access_token=tok", "", "192.0.2.1:1")
+	f.Add("/api?[access_token]=tok", "", "192.0.2.1:1")
 	f.Fuzz(func(t *testing.T, path, auth, peer string) {
 		norm := appendNormalPath(nil, path)
 		if norm[0] != '/' || norm[len(norm)-1] != '/' || bytes.Contains(norm, []byte("//")) ||
@@ -116,16 +218,24 @@ func FuzzAdminRoute(f *testing.F) {
 		// An admin request: under the prefix, or carrying the token
 		// whatever its path.
 		_, inPrefix := p.admin.route(path)
-		// The token anywhere in Authorization or an access_token makes an
-		// admin request; only the Bearer form authorises.
-		carried := wordsMatch(auth, &sum)
-		if q, ok := rawQuery(path); ok {
-			for _, v := range queryValues(q, "access_token") {
-				carried = carried || v == "tok"
-			}
-		}
-		authorised := credentialsMatch(auth, &sum)
+		// The token as the one candidate in Authorization or an
+		// access_token makes an admin request; only the Bearer form
+		// authorises. More than one bearer credential is refused first.
+		q, _ := rawQuery(path)
+		c := candidatesOf(auth, q)
+		carried := c.matches(&sum)
+		creds, authorised := bearerCredentials(auth, &sum)
+		authorised = authorised && creds <= 10 // the wrong-token bucket's size
 		admin := inPrefix || carried
+		if c.invalid() {
+			if v := s.RequestHeaders(); v != Pause || len(fk.Stream.Replies) != 1 || fk.Stream.Replies[0].Status != 400 {
+				t.Fatalf("more than one bearer credential: %v %v", v, fk.Stream.Replies)
+			}
+			if spend() {
+				t.Fatal("the key was refilled by a refused request")
+			}
+			return
+		}
 		v := s.RequestHeaders()
 		replies := fk.Stream.Replies
 		if admin != (v == Pause) || admin != (len(replies) == 1) {
@@ -215,6 +325,43 @@ func BenchmarkAdminRoute(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if _, ok := a.route("/api/v1/users/12345?fields=name,email"); ok {
 			b.Fatal("an admin request")
+		}
+	}
+}
+
+// A request failing the admin checks that a limit holds (shaping) is
+// answered 404 when it is let go, from the registry as from the request
+// callback: it is never resumed towards the upstream.
+func TestDeniedAdminRequestIsNeverResumed(t *testing.T) {
+	sum := sha256.Sum256([]byte("tok"))
+	p, f := newNativePlugin(t, `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,
+		"on_limit":{"action":"delay","max_delay":"300ms"}}],
+		"admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"`+hex.EncodeToString(sum[:])+`"}}`)
+	drain(t, p, f)
+	s := begin(p, f, 6)
+	f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/.sluice/quota"}, {":authority", "a"}}
+	f.Stream.Properties = map[string]string{"source.address": "10.0.0.1:4000"}
+	if v := s.RequestHeaders(); v != Pause || len(f.Stream.Replies) != 0 || len(p.waiting) != 1 {
+		t.Fatalf("the denied admin request over the rate: %v, replies %v, %d waiting; want it delayed as any", v, f.Stream.Replies, len(p.waiting))
+	}
+	f.Clock.Advance(200 * time.Millisecond)
+	p.Tick()
+	if len(f.Stream.Resumed) != 0 || len(f.Stream.Replies) != 1 || f.Stream.Replies[0].Status != 404 || len(f.Stream.Replies[0].Body) != 0 {
+		t.Fatalf("let go: resumed %v, replies %v; want the empty 404", f.Stream.Resumed, f.Stream.Replies)
+	}
+	if f.Metrics.Values["sluice.limit.shaped.delayed"] != 1 || f.Metrics.Values[metricAdminDenied] != 1 {
+		t.Fatalf("metrics %v", f.Metrics.Values)
+	}
+}
+
+// BenchmarkAccessTokenCandidates is what looking for an access_token costs a
+// request with an ordinary query and none: no allocation, one pass.
+func BenchmarkAccessTokenCandidates(b *testing.B) {
+	sum := sha256.Sum256([]byte("tok"))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if c := candidatesOf("", "fields=name,email&page=2&sort=desc&include_archived=true"); c.matches(&sum) || c.invalid() {
+			b.Fatal("found")
 		}
 	}
 }

@@ -66,9 +66,9 @@ func benchRequests(b *testing.B, p *Plugin, f *hosttest.Fakes, response bool) {
 // form: what reading and normalising the part costs the common request.
 func BenchmarkKeyParts(b *testing.B) {
 	headers := [][2]string{{":method", "GET"}, {":path", "/t/alice/x?api_key=alice&page=2"},
-		{":authority", "api.example"}, {"x-api-key", "alice"}}
+		{":authority", "api.example"}, {"x-api-key", "alice"}, {"cookie", "theme=dark; sid=alice; lang=en"}}
 	for _, part := range []string{"path", "path_segment:2", "host", "query:api_key", "header:x-api-key",
-		"metadata:jwt:sub"} {
+		"cookie:sid", "metadata:jwt:sub"} {
 		b.Run(part, func(b *testing.B) {
 			p, f := newNativePlugin(b, `{"limits":[{"name":"l","key":["`+part+`"],"requests_per_second":1000000000}]}`)
 			f.Stream.Headers = headers
@@ -77,4 +77,18 @@ func BenchmarkKeyParts(b *testing.B) {
 			benchRequests(b, p, f, false)
 		})
 	}
+}
+
+// BenchmarkMatchOneValue is one allowed request through one limit whose
+// match tests a header and a query parameter, each given once, and a not
+// over two more: what testing every reading of a value costs the common
+// request, whose values have one reading each.
+func BenchmarkMatchOneValue(b *testing.B) {
+	p, f := newNativePlugin(b, `{"limits":[{"name":"l","key":[],"requests_per_second":1000000000,"match":{
+		"headers":[{"name":"x-plan","prefix":"fr"}],"query":[{"name":"plan","value":"free"}],
+		"not":{"headers":[{"name":"x-tier","value":"internal"}],"query":[{"name":"u","regex":"a.*"}]}}}]}`)
+	f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/x?plan=fr%65e&u=b"}, {":authority", "a"},
+		{"x-plan", "free"}, {"x-tier", "pro"}}
+	f.Stream.Properties = map[string]string{"source.address": "10.0.0.1:5000"}
+	benchRequests(b, p, f, false)
 }

@@ -60,6 +60,9 @@ func newBreakerRuntime(hc *host.Host, cfg *config.Breaker, index int) (*breakerR
 		return nil, fmt.Errorf("%s: %v", config.IndexPath("breakers", index), err)
 	}
 	b.machine = m
+	if m.Mode() == breaker.ModeForcedOpen {
+		b.metrics.setState(breaker.Open) // forced open makes no transition to record
+	}
 	return b, nil
 }
 
@@ -86,7 +89,7 @@ func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
 	// (a property) that is only valid until the callback returns.
 	scope = strings.Clone(scope)
 	b.instances[scope] = br
-	b.states[br] = breakerInstance{name: scope, state: b.stateGauge(b.hm, scope)}
+	b.states[br] = breakerInstance{name: scope, state: b.stateGauge(b.hm, scope, br)}
 	if len(b.first) < indexedBreakerInstances {
 		b.first = append(b.first, indexedInstance{scope, br})
 	}
@@ -143,8 +146,10 @@ type breakerTicket struct {
 }
 
 // check admits request info through every breaker of p guarding it, or
-// rejects it. Tickets are kept for the outcome at stream end.
-func (bh *breakerHold) check(p *Plugin, info *requestInfo, tr *Trace, now time.Time) outcome {
+// rejects it. Tickets are kept for the outcome at stream end. With
+// preview (an admin request that failed the checks) the breakers are
+// only previewed (previewBreaker).
+func (bh *breakerHold) check(p *Plugin, info *requestInfo, tr *Trace, preview bool, now time.Time) outcome {
 	var match config.Request
 	matched := false
 	for _, b := range p.breakers {
@@ -155,9 +160,13 @@ func (bh *breakerHold) check(p *Plugin, info *requestInfo, tr *Trace, now time.T
 		if !b.cfg.Match.Matches(match) {
 			continue
 		}
-		scope := info.clusterName()
-		if b.cfg.Per == config.PerRoute {
-			scope = info.routeName()
+		scope := breakerScope(b, info)
+		if preview {
+			if o := previewBreaker(p, b, scope, now); o.kind != outAllow {
+				bh.releaseTickets()
+				return o
+			}
+			continue
 		}
 		br := b.instance(scope)
 		t, d, err := br.Check(now)
@@ -176,6 +185,34 @@ func (bh *breakerHold) check(p *Plugin, info *requestInfo, tr *Trace, now time.T
 		if t.Tracked() {
 			bh.tickets = append(bh.tickets, breakerTicket{b: b, br: br, ticket: t})
 		}
+	}
+	return allow
+}
+
+// breakerScope is the instance of b request info counts in: its
+// cluster, or its route with per route.
+func breakerScope(b *breakerRuntime, info *requestInfo) string {
+	if b.cfg.Per == config.PerRoute {
+		return info.routeName()
+	}
+	return info.clusterName()
+}
+
+// previewBreaker lets a request that never reaches the upstream (an admin
+// request that failed the checks) through breaker b's instance scope
+// without a ticket: it must neither take a half-open breaker's probe
+// slot (which it would hold, unreported, until the probe timeout,
+// keeping the breaker from closing: issue 23) nor report an outcome.
+// Where the breaker would refuse a request (open, or half-open with its
+// probes out) it is refused as the breaker refuses.
+func previewBreaker(p *Plugin, b *breakerRuntime, scope string, now time.Time) outcome {
+	d, err := b.instance(scope).Preview(now)
+	if err != nil {
+		p.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
+	}
+	if !d.Allowed {
+		b.metrics.rejected.Increment(1)
+		return rejectWith(p.circuitOpen(b, scope, d))
 	}
 	return allow
 }

@@ -69,10 +69,16 @@ func (p *Plugin) configureExternal(cfg *config.External) error {
 
 // resolve settles which limit the external block applies to request
 // info (its lookup r), or has it wait for a lookup: the tick or the
-// lookup's reply then evaluates it again.
+// lookup's reply then evaluates it again. A request whose cache_key is
+// ambiguous makes no lookup: info.lookupAmbiguous has the limits stage
+// refuse it as it refuses any ambiguous key.
 func (x *externalRuntime) resolve(r *external.Request, info *requestInfo, now time.Time) outcome {
 	if r.State == external.Unresolved {
-		x.keyBuf = x.appendLookupKey(x.keyBuf[:0], info)
+		var ok bool
+		if x.keyBuf, ok = x.appendLookupKey(x.keyBuf[:0], info); !ok {
+			info.lookupAmbiguous = true
+			return allow
+		}
 	}
 	if x.cache.Resolve(r, x.keyBuf, func() []byte { return x.requestBody(info) }, now) {
 		return allow
@@ -121,15 +127,23 @@ func (x *externalRuntime) routeTenant(lookup *external.Request) {
 	st.ClearRouteCache()
 }
 
-// appendLookupKey appends the lookup key of the request to dst.
-func (x *externalRuntime) appendLookupKey(dst []byte, info *requestInfo) []byte {
+// appendLookupKey appends the lookup key of the request to dst: each part
+// appended alone, so that an absent part is an empty value. ok is false
+// when a part is ambiguous (appendKey): an empty value there would share
+// one cached answer among every client sending two tenants, looked up
+// for whichever came first, while upstreams serve each as one of its
+// values.
+func (x *externalRuntime) appendLookupKey(dst []byte, info *requestInfo) (key []byte, ok bool) {
 	for i := range x.cfg.CacheKey {
 		if i > 0 {
 			dst = append(dst, keySeparator)
 		}
 		dst, _, _ = info.appendKey(dst, x.cfg.CacheKey[i:i+1], &x.p.cfg.ClientIP, -1)
+		if info.ambiguous {
+			return dst, false
+		}
 	}
-	return dst
+	return dst, true
 }
 
 // requestBody renders the lookup: {"method", "path", "headers"}. The path

@@ -411,6 +411,45 @@ func TestExternalMissingFallbackKey(t *testing.T) {
 	}
 }
 
+// TestExternalAmbiguousCacheKeyRefused checks that a cache_key header
+// sent twice with different values makes no lookup and is refused, under
+// on_missing_key skip: read as an empty value, it would share one cached
+// answer among every client sending two tenants, looked up for the first
+// of them (here a service that reads acme out of "acme,junk"), and charge
+// them all to that tenant's bucket.
+func TestExternalAmbiguousCacheKeyRefused(t *testing.T) {
+	quotas := map[string]string{
+		"acme":      tenantQuotas["acme"],
+		"acme,junk": tenantQuotas["acme"],
+	}
+	d, f := newExtHarness(t, extConfig(""), quotas)
+	for _, junk := range []string{"junk", "junk2"} {
+		o := d.doHeaders(tenantHeaders("acme", [2]string{"x-tenant-id", junk}))
+		if o.status != 429 || !o.local {
+			t.Fatalf("acme then %s: status %d, want refused", junk, o.status)
+		}
+	}
+	if f.total() != 0 {
+		t.Fatalf("lookups %v for ambiguous tenants, want none", f.calls)
+	}
+	if got := d.counter("sluice.limit.external.missing_key"); got != 2 {
+		t.Fatalf("missing_key %d, want 2", got)
+	}
+	// acme's bucket is untouched, and acme twice is acme, in its bucket.
+	if got := admitted(t, d, "acme", 1); got != 1 {
+		t.Fatal("acme was not admitted")
+	}
+	if o := d.doHeaders(tenantHeaders("acme", [2]string{"x-tenant-id", "acme"})); o.status != 200 {
+		t.Fatalf("acme twice: status %d", o.status)
+	}
+	if got := admitted(t, d, "acme", 2); got != 1 {
+		t.Fatalf("acme admitted %d of 2, want the 1 left of its quota of 3", got)
+	}
+	if f.calls["acme"] != 1 {
+		t.Fatalf("lookups %v, want one, for acme", f.calls)
+	}
+}
+
 // TestExternalGlobalMode enforces answers in Redis: the bucket key carries
 // the tenant, and an answer's failure_policy overrides the configured one
 // when Redis is down.

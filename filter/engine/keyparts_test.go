@@ -32,8 +32,7 @@ type queryIn struct{ path, name string }
 func TestQueryValue(t *testing.T) {
 	checkLookups(t, func(in queryIn) (string, bool) {
 		q, _ := rawQuery(in.path)
-		v, found := appendQueryValue(nil, q, in.name)
-		return string(v), found
+		return joinedQueryValues(q, in.name)
 	}, []lookupCase[queryIn]{
 		{queryIn{"/a?user=bob", "user"}, "bob", true},
 		{queryIn{"/a?x=1&user=b%20o+b&y", "user"}, "b o b", true},
@@ -140,6 +139,13 @@ func TestRequestKeyPartsAllocateNothing(t *testing.T) {
 	}
 }
 
+// joinedQueryValues is every value of parameter name in query joined with
+// ',' in order, and whether it occurs at all.
+func joinedQueryValues(query, name string) (string, bool) {
+	vs := queryValues(query, name)
+	return strings.Join(vs, ","), len(vs) > 0
+}
+
 // FuzzQueryValue checks the scanner against net/url wherever net/url
 // accepts the query, and that hostile queries never panic.
 func FuzzQueryValue(f *testing.F) {
@@ -147,17 +153,21 @@ func FuzzQueryValue(f *testing.F) {
 	f.Add("a=%zz&a=%4&a", "a")
 	f.Add("x+y=1%2B1", "x y")
 	f.Add(strings.Repeat("k=v&", 1000), "k")
+	f.Add("plan=free&plan=%66ree&plan&plan=free,x", "plan")
 	f.Fuzz(func(t *testing.T, query, name string) {
-		got, found := appendQueryValue(nil, query, name)
-		if strings.ContainsRune(query, ';') {
-			return // net/url rejects what this scanner treats as value text
+		got, found := joinedQueryValues(query, name)
+		if strings.ContainsRune(query, ';') || name == "" {
+			// net/url also rejects what this scanner treats as value
+			// text, and reads "=" as an empty name, which no
+			// configuration names and the scanner never yields.
+			return
 		}
 		want, err := url.ParseQuery(query)
 		if err != nil {
 			return
 		}
 		vs, present := want[name]
-		if found != present || (present && string(got) != strings.Join(vs, ",")) {
+		if found != present || (present && got != strings.Join(vs, ",")) {
 			t.Fatalf("query %q name %q: %q %v, net/url %q %v", query, name, got, found, vs, present)
 		}
 	})

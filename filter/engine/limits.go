@@ -232,12 +232,17 @@ func (h *Stream) limitKey(i int, l *limitRuntime, arena []byte, shadow bool) ([]
 	start := len(arena)
 	var k limitKeyed
 	if l.ext != nil {
-		if h.ext.Skip {
+		switch {
+		case h.info.lookupAmbiguous:
+			// Refused as an ambiguous key is (appendKey).
+			h.info.ambiguous = true
+		case h.ext.Skip:
 			l.metrics.allowed.Increment(1) // the service set no limit
 			k.settled = true
 			return arena, k, allow
+		default:
+			arena, k.table, k.rate, k.ok = l.ext.appendBucketKey(arena, &h.ext, &h.info)
 		}
-		arena, k.table, k.rate, k.ok = l.ext.appendBucketKey(arena, &h.ext, &h.info)
 		if h.trace != nil {
 			h.trace.traceKey(i, shadow, arena[start:], k.ok, "")
 		}

@@ -1,6 +1,10 @@
 package engine
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+)
 
 // clientAddrCache keeps the parsed client address for client_cidrs.
 type clientAddrCache struct {
@@ -32,20 +36,107 @@ func (r *requestInfo) ClientAddr() (netip.Addr, bool) {
 	return c.addr, c.ok
 }
 
-// QueryValue gives a query parameter decoded, repeats joined with ',', in
-// the worker's scratch buffer: the string is valid until the next call,
-// which is enough for the condition that asked.
-func (r *requestInfo) QueryValue(name string) (string, bool) {
-	q, ok := rawQuery(r.pseudo(needPath))
-	if !ok {
-		return "", false
-	}
-	var local []byte
-	buf := &local
+// scratchBuf is the worker's buffer for values a condition reads, or a
+// buffer of the call's own where there is none (tests).
+func (r *requestInfo) scratchBuf() *[]byte {
 	if r.scratch != nil {
-		buf = r.scratch
+		return r.scratch
 	}
-	v, found := appendQueryValue((*buf)[:0], q, name)
-	*buf = v
-	return arenaString(v), found
+	return new([]byte)
+}
+
+// MatchHeader makes requestInfo a config.HeaderSource. The readings of a
+// header (config.ValueTest) are each value sent under the name, or under
+// the name spelled with '_' for '-' (read as one by CGI and WSGI servers,
+// as the header: key part reads it), in order; with more than one, also
+// the values joined with ',' (what Envoy's own header matching and WSGI
+// servers see); and absent when no copy is sent under the very name (an
+// upstream reading that name sees none). A single copy is one reading,
+// read without a copy.
+func (r *requestInfo) MatchHeader(name string, c *config.ValueCondition, every bool) bool {
+	r.loadHeaders()
+	t := c.Test(every)
+	n, exact := 0, false
+	for _, kv := range r.headers {
+		if !sameHeaderName(kv[0], name) {
+			continue
+		}
+		n++
+		exact = exact || kv[0] == name
+		if t.Read(kv[1]); t.Decided() {
+			return t.Holds()
+		}
+	}
+	if !exact {
+		t.ReadAbsent()
+	}
+	if n > 1 {
+		buf := r.scratchBuf()
+		j, first := (*buf)[:0], true
+		for _, kv := range r.headers {
+			if !sameHeaderName(kv[0], name) {
+				continue
+			}
+			if !first {
+				j = append(j, ',')
+			}
+			j, first = append(j, kv[1]...), false
+		}
+		*buf = j
+		t.Read(arenaString(j))
+	}
+	return t.Holds()
+}
+
+// MatchQuery makes requestInfo a config.RequestExtra. The readings of a
+// parameter (config.ValueTest) are those of every reading of the query a
+// query: key part makes (queryReadings, queryScan: with ';' as a
+// separator too, and under each name PHP reads as this one): each value
+// decoded, in order; with more than one, also the values joined with ','
+// in order (ASP.NET's reading); and absent when the reading has none under
+// the very name. Values are decoded into the worker's scratch buffer one
+// at a time, so a parameter given thousands of times costs one scan per
+// reading, and one given once is read without a copy of its own.
+func (r *requestInfo) MatchQuery(name string, c *config.ValueCondition, every bool) bool {
+	t := c.Test(every)
+	query, ok := rawQuery(r.pseudo(needPath))
+	if !ok {
+		return t.Holds()
+	}
+	buf := r.scratchBuf()
+	for _, seps := range queryReadings(query) {
+		n, exact := 0, false
+		for s := (queryScan{rest: query, name: name, seps: seps}); ; {
+			v, isExact, ok := s.next()
+			if !ok {
+				break
+			}
+			n, exact = n+1, exact || isExact
+			*buf = appendQueryUnescaped((*buf)[:0], v)
+			if t.Read(arenaString(*buf)); t.Decided() {
+				return t.Holds()
+			}
+		}
+		if !exact {
+			if t.ReadAbsent(); t.Decided() {
+				return t.Holds()
+			}
+		}
+		if n > 1 {
+			j := (*buf)[:0]
+			for s, first := (queryScan{rest: query, name: name, seps: seps}), true; ; first = false {
+				v, _, ok := s.next()
+				if !ok {
+					break
+				}
+				if !first {
+					j = append(j, ',')
+				}
+				j = appendQueryUnescaped(j, v)
+			}
+			*buf = j
+			t.Read(arenaString(j))
+		}
+	}
+	return t.Holds()
 }

@@ -71,11 +71,7 @@ func printableText(s string) bool {
 // that asked). It is read from the host on each call, only when a
 // condition needs it.
 func (r *requestInfo) Metadata(prop []string) (string, bool) {
-	var local []byte
-	buf := &local
-	if r.scratch != nil {
-		buf = r.scratch
-	}
+	buf := r.scratchBuf()
 	v, ok := appendMetadata((*buf)[:0], r.host.Property(prop))
 	*buf = v
 	return arenaString(v), ok

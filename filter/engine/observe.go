@@ -79,9 +79,13 @@ func (b *breakerRuntime) logTransition(instance string, from, to breaker.State, 
 
 // stateGauge is the per-instance gauge sluice.breaker.<name>.<instance>.state,
 // defined when the instance is first seen: instances are the clusters or
-// routes the breaker guards, bounded by maxBreakerInstances.
-func (b *breakerRuntime) stateGauge(hm host.Metrics, scope string) host.Gauge {
+// routes the breaker guards, bounded by maxBreakerInstances. It starts at
+// the state br holds (Peek), which is open for a breaker forced open:
+// that breaker rejects every request without ever making a transition,
+// and the SluiceBreakerOpen alert reads this gauge.
+func (b *breakerRuntime) stateGauge(hm host.Metrics, scope string, br *breaker.Breaker) host.Gauge {
 	g := hm.Gauge(metricPrefixBreaker + b.cfg.Name + "." + scope + ".state")
-	g.Set(uint64(breaker.Closed))
+	s, _ := br.Peek() // closed when unreadable, as a fresh instance is
+	g.Set(uint64(s))
 	return g
 }

@@ -4,8 +4,10 @@ package engine
 // phase needs of a mechanism (a key, a cost, a lease, a lookup, a breaker,
 // a bulkhead) is in the file named after it.
 //
-//  0. the admin route, when configured: a request under its prefix is
-//     answered here and goes no further (admin.go);
+//  0. the admin route, when configured: a request under its prefix that
+//     passes its checks is answered here and goes no further; one that
+//     fails them goes on as any request and, where it would be
+//     forwarded, is answered 404 (admin.go);
 //  1. external lookup: when the external limit applies, which bucket it is
 //     (external.go, package external); the request may wait for it;
 //  2. limits: match once, drop the replaced ones, build keys and costs,
@@ -52,8 +54,9 @@ type Stream struct {
 	// allowed response; quota.applies is false when no enforcing limit
 	// applied.
 	quota quota
-	// phase says whether the filter answered the request itself, and
-	// whether the stream has ended.
+	// phase says whether the filter answered the request itself, whether
+	// it goes on only to be hidden (admin), and whether the stream has
+	// ended.
 	phase phase
 
 	// trace, when set, receives an account of the request's decisions
@@ -93,6 +96,10 @@ const (
 	// phaseAnswered: this filter answered the request itself, so the
 	// response phase neither decorates nor reports it.
 	phaseAnswered
+	// phaseAdminDenied: an admin request that failed the admin checks. It
+	// is limited as any request and, where it would go on, answered 404
+	// (admin.go): a preview of the breakers, never a ticket.
+	phaseAdminDenied
 	// phaseDone: the stream ended; replies to its calls still to come
 	// are ignored.
 	phaseDone
@@ -104,18 +111,26 @@ func (h *Stream) RequestHeaders() Verdict {
 	p.requests.Increment(1)
 	h.start = p.host.Clock()
 	if p.admin != nil {
-		// Before anything else: an admin request is answered here, never
-		// limited, never forwarded (admin.go), and so is any request
-		// carrying the admin token, whatever its path.
-		if rest, ok := p.admin.route(h.info.pseudo(needPath)); ok || h.carriesAdminToken() {
-			h.serveAdmin(rest, ok, h.start)
+		// Before anything else: an admin request that passes the checks
+		// is answered here, never limited, and so is any request carrying
+		// the admin token, whatever its path. One that fails them goes
+		// through the limits as any request and is never forwarded
+		// (admin.go, admitAfterLimits).
+		carries, invalid := h.adminCredential()
+		if invalid {
+			h.refuseCredentials()
 			return Pause
+		}
+		if rest, ok := p.admin.route(h.info.pseudo(needPath)); ok || carries {
+			if h.serveAdmin(rest, ok, h.start) {
+				return Pause
+			}
 		}
 	}
 	if p.routeHeader != "" {
 		p.dropClientRoute()
 	}
-	if p.idle {
+	if p.idle && h.phase != phaseAdminDenied {
 		return Continue // nothing configured applies to any request
 	}
 	if p.rollouts {
@@ -178,7 +193,7 @@ func (h *Stream) evaluate(now time.Time) Verdict {
 func (h *Stream) admitAfterLimits(now time.Time) outcome {
 	p := h.plugin
 	if len(p.breakers) > 0 {
-		if o := h.breakers.check(p, &h.info, h.trace, now); o.kind != outAllow {
+		if o := h.breakers.check(p, &h.info, h.trace, h.phase == phaseAdminDenied, now); o.kind != outAllow {
 			return o
 		}
 	}
@@ -207,6 +222,17 @@ func (h *Stream) continueAfterRemote(now time.Time) Verdict {
 func (h *Stream) settle(o outcome, now time.Time) Verdict {
 	switch o.kind {
 	case outAllow:
+		if h.phase == phaseAdminDenied {
+			// Admitted, but never forwarded: answered as an upstream's
+			// 404 (admin.go), or, held past its deadline, as any held
+			// request then is.
+			if h.plugin.lowerDeadline(&h.info, now.Sub(h.start)) {
+				h.hideAdmin(now)
+			} else {
+				h.rejectDeadline()
+			}
+			return Pause
+		}
 		return Continue
 	case outDeny:
 		if h.wait.delay.shape(o.limit, o.res, h.start, now) {

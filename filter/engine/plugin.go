@@ -84,7 +84,8 @@ type Plugin struct {
 	// Scratch reused by every request of this worker; a VM runs one
 	// callback at a time.
 	keyBuf []byte
-	// matchScratch holds a decoded query value while a condition reads it.
+	// matchScratch holds a value while a condition reads it: a decoded query
+	// value, a repeated header joined, rendered metadata.
 	matchScratch []byte
 	// respHeaders and respBuf render rate-limit headers on allowed
 	// responses without allocating.

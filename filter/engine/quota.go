@@ -36,11 +36,6 @@ func ResolveQuotaKey(cfg *config.Limit, parts []string) (QuotaKey, error) {
 	if len(parts) != len(cfg.Key) {
 		return QuotaKey{}, fmt.Errorf("limit %q has %d key parts (%s), got %d values", cfg.Name, len(cfg.Key), keyKindsOf(cfg.Key), len(parts))
 	}
-	for i, v := range parts {
-		if v == "" {
-			return QuotaKey{}, fmt.Errorf("limit %q: key part %d (%s) is empty, which the filter treats as a missing key: no bucket", cfg.Name, i+1, cfg.Key[i])
-		}
-	}
 	req, err := newQuotaRequest(cfg.Key, parts)
 	if err != nil {
 		return QuotaKey{}, fmt.Errorf("limit %q: %v", cfg.Name, err)
@@ -51,6 +46,9 @@ func ResolveQuotaKey(cfg *config.Limit, parts []string) (QuotaKey, error) {
 	if !ok {
 		for i := range cfg.Key {
 			if _, _, ok := info.appendKey(nil, cfg.Key[i:i+1], peer, -1); !ok {
+				if parts[i] == "" {
+					return QuotaKey{}, fmt.Errorf("limit %q: key part %d (%s) is empty, which the filter treats as a missing key: no bucket", cfg.Name, i+1, cfg.Key[i])
+				}
 				return QuotaKey{}, fmt.Errorf("limit %q: key part %d (%s): %q is not a value a request can carry there: no bucket", cfg.Name, i+1, cfg.Key[i], parts[i])
 			}
 		}
@@ -82,9 +80,16 @@ type quotaRequest struct {
 
 // newQuotaRequest builds the request carrying values for parts. A value a
 // request cannot carry in its part is refused rather than read back as
-// something else: a path with a query or fragment, a path segment with a
-// '/', a cookie value with a ';', two client_ip parts naming different
-// addresses, or path segments another path part contradicts.
+// something else: a header or cookie value with a control character but
+// tab (Envoy refuses them), a method that is no HTTP token, a host with a
+// space or control character, a header or cookie value with spaces or
+// tabs around it (Envoy trims them, and the cookie reader too), a path
+// or path segment with a control character (the normal form keeps those
+// escaped), a path with a query or fragment, a path segment that is
+// not a segment of its path's normal form (a '/', '?', '#' or ';', an
+// escape the normal form decodes, "." or ".."), a cookie value with a
+// ';', two client_ip parts naming different addresses, or path segments
+// another path part contradicts.
 func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, error) {
 	r := &quotaRequest{props: map[string]string{}}
 	var path, method, authority string
@@ -99,6 +104,29 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 				return nil, fmt.Errorf("key parts name two client addresses, %q and %q", prev, v)
 			}
 			r.props["source\x00address"] = v
+		case config.KeyHeader, config.KeyCookie:
+			if !IsFieldValue(v) {
+				return nil, fmt.Errorf("key part %d (%s): a header value holds no control character but tab: no NUL, CR, LF, DEL (Envoy refuses them)", i+1, p)
+			}
+			if strings.Trim(v, " \t") != v {
+				return nil, fmt.Errorf("key part %d (%s): a header value has no spaces or tabs around it (Envoy trims them)", i+1, p)
+			}
+		case config.KeyMethod:
+			if v != "" && !IsHTTPToken(v) {
+				return nil, fmt.Errorf("key part %d (%s): a method is an HTTP token: letters, digits and !#$%%&'*+-.^_`|~, no space or control character", i+1, p)
+			}
+		case config.KeyHost:
+			if strings.ContainsFunc(v, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+				return nil, fmt.Errorf("key part %d (%s): a host holds no space or control character", i+1, p)
+			}
+		case config.KeyPath, config.KeyPathSegment:
+			// The normal form keeps a control byte escaped, so a key never
+			// holds one raw.
+			if strings.ContainsFunc(v, func(c rune) bool { return c < ' ' || c == 0x7f }) {
+				return nil, fmt.Errorf("key part %d (%s): a path key holds no control character (its normal form keeps them escaped: %%01)", i+1, p)
+			}
+		}
+		switch p.Kind {
 		case config.KeyHeader:
 			r.headers = append(r.headers, [2]string{p.Header, v})
 		case config.KeyCookie:
@@ -110,10 +138,10 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 			if strings.ContainsAny(v, "?#") || !strings.HasPrefix(v, "/") {
 				return nil, fmt.Errorf("key part %d (%s): a path starts with '/' and holds no '?' or '#'", i+1, p)
 			}
-			path = v
+			path = string(appendEscaped(nil, v, inRequestTarget))
 		case config.KeyPathSegment:
-			if strings.ContainsRune(v, '/') {
-				return nil, fmt.Errorf("key part %d (%s): a path segment cannot hold '/'", i+1, p)
+			if strings.ContainsAny(v, "/?#") {
+				return nil, fmt.Errorf("key part %d (%s): a path segment cannot hold '/', '?' or '#'", i+1, p)
 			}
 			for len(segments) < p.Segment {
 				segments, given = append(segments, "_"), append(given, false)
@@ -123,7 +151,7 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 			if len(query) > 0 {
 				query = append(query, '&')
 			}
-			query = appendQueryEscaped(append(appendQueryEscaped(query, p.Name), '='), v)
+			query = appendEscaped(append(appendEscaped(query, p.Name, alphanumeric), '='), v, alphanumeric)
 		case config.KeyMethod:
 			method = v
 		case config.KeyHost:
@@ -137,13 +165,19 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 		}
 	}
 	if segments != nil {
-		built := "/" + strings.Join(segments, "/")
+		built := string(appendEscaped(nil, "/"+strings.Join(segments, "/"), inRequestTarget))
 		if path == "" {
 			path = built
 		}
+		// A request's segments are those of its path's normal form
+		// (appendKey), so a value that normalises to something else
+		// (an escape decoded, a ';' parameter dropped, a dot segment) is
+		// no segment a request carries.
+		norm := config.NormalPath(path, config.PathKey)
 		for i, seg := range segments {
-			if got, _ := pathSegment(path, i+1); given[i] && got != seg {
-				return nil, fmt.Errorf("path %q has %q, not %q, as its segment %d", path, got, seg, i+1)
+			if got, _ := pathSegment(norm, i+1); given[i] && got != seg {
+				return nil, fmt.Errorf("key part %s: path %q has %q, not %q, as its segment %d (paths are keyed in their normal form)",
+					config.KeyPart{Kind: config.KeyPathSegment, Segment: i + 1}, path, got, seg, i+1)
 			}
 		}
 	}
@@ -157,19 +191,32 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 	return r, nil
 }
 
-// appendQueryEscaped appends s with every byte but letters and digits
-// percent-encoded, which any query decoder reads back as s.
-func appendQueryEscaped(dst []byte, s string) []byte {
+// appendEscaped appends s with every byte that keep refuses
+// percent-encoded, which the request path's decoders read back as s.
+func appendEscaped(dst []byte, s string, keep func(byte) bool) []byte {
 	const hex = "0123456789ABCDEF"
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+		if keep(c) {
 			dst = append(dst, c)
 			continue
 		}
 		dst = append(dst, '%', hex[c>>4], hex[c&15])
 	}
 	return dst
+}
+
+// alphanumeric keeps what any query decoder reads as itself.
+func alphanumeric(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// inRequestTarget keeps what a request line carries raw in its path, and
+// '%', so that the escapes a path key keeps (%25, %3F, %23, %3B) stay
+// escapes: a key value in normal form, a space or a UTF-8 byte among its
+// decoded bytes, becomes a path whose normal form is that value.
+func inRequestTarget(c byte) bool {
+	return c > ' ' && c < 0x7f && !strings.ContainsRune("\"<>\\^`{|}?#", rune(c))
 }
 
 func (r *quotaRequest) RequestHeaders() [][2]string { return r.headers }
@@ -196,4 +243,27 @@ func keyKindsOf(key []config.KeyPart) string {
 		kinds[i] = k.String()
 	}
 	return strings.Join(kinds, "+")
+}
+
+// IsHTTPToken reports whether s is an HTTP token (RFC 9110 tchar+): what
+// a method or a field name is.
+func IsHTTPToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// IsFieldValue reports whether s may be an HTTP field value: no control
+// characters but tab (RFC 9110 field-value).
+func IsFieldValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }

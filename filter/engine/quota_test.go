@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,6 +65,10 @@ func TestResolveQuotaKeyComposesEveryPartAsTheRequestPath(t *testing.T) {
 		{`["path_segment:2","method"]`, []string{"v2", "POST"}, [][2]string{{":path", "/api/v2/users"}, {":method", "POST"}}, ""},
 		{`["path","path_segment:1","query:q"]`, []string{"/api/x", "api", "1"}, [][2]string{{":path", "/api/x?q=1"}}, ""},
 		{`["host"]`, []string{"API.Example"}, [][2]string{{":authority", "api.example"}}, ""},
+		// A present, empty query value is a bucket of its own.
+		{`["query:q","header:x-t"]`, []string{"", "t1"}, [][2]string{{":path", "/p?q="}, {"x-t", "t1"}}, ""},
+		{`["path_segment:1"]`, []string{"a b"}, [][2]string{{":path", "/a%20b"}}, ""},
+		{`["path","path_segment:2"]`, []string{"/caf\u00e9/a%3Fb", "a%3Fb"}, [][2]string{{":path", "/caf%C3%A9/a%3Fb"}}, ""},
 	} {
 		p, f := newNativePlugin(t, `{"limits":[{"name":"t","key":`+tc.key+`,"requests_per_second":5}]}`)
 		l := p.limits[0]
@@ -92,6 +97,34 @@ func TestResolveQuotaKeyComposesEveryPartAsTheRequestPath(t *testing.T) {
 		{`["cookie:sid"]`, []string{"a;b"}, "cannot hold ';'"},
 		{`["path"]`, []string{"/a?b"}, "no '?' or '#'"},
 		{`["path","path_segment:1"]`, []string{"/a/b", "b"}, `has "a", not "b", as its segment 1`},
+		// Values no request carries where the part reads: refused, never
+		// read back as another bucket.
+		{`["path_segment:1"]`, []string{"victim?not-victim"}, "key part 1 (path_segment:1): a path segment cannot hold '/', '?' or '#'"},
+		{`["path_segment:1"]`, []string{"zz#x"}, "cannot hold '/', '?' or '#'"},
+		{`["path_segment:1"]`, []string{"a;v=1"}, `key part path_segment:1: path "/a;v=1" has "a", not "a;v=1"`},
+		{`["path_segment:1"]`, []string{"%41"}, `has "A", not "%41"`},
+		{`["path_segment:2"]`, []string{".."}, `has "", not ".."`},
+		{`["path_segment:1"]`, []string{"a\x00"}, "key part 1 (path_segment:1): a path key holds no control character"},
+		{`["path_segment:1"]`, []string{"a\x01b"}, "no control character"},
+		{`["path"]`, []string{"/a\x00b"}, "key part 1 (path): a path key holds no control character"},
+		{`["path"]`, []string{"/a\r\n"}, "no control character"},
+		{`["header:x-t"]`, []string{"  spc  "}, "key part 1 (header:x-t): a header value has no spaces or tabs around it"},
+		{`["header:x-t"]`, []string{"spc\t"}, "no spaces or tabs around it"},
+		{`["header:x-t"]`, []string{"acme\x00"}, "key part 1 (header:x-t): a header value holds no control character but tab"},
+		{`["header:x-t"]`, []string{"a\r\nb"}, "no control character but tab"},
+		// Issue 23: control bytes a request cannot carry, a method or a
+		// host with a space.
+		{`["header:x-t"]`, []string{"a\x01b"}, "key part 1 (header:x-t): a header value holds no control character but tab"},
+		{`["header:x-t"]`, []string{"a\x7fb"}, "no control character but tab"},
+		{`["cookie:sid"]`, []string{"a\x01b"}, "key part 1 (cookie:sid): a header value holds no control character but tab"},
+		{`["cookie:sid"]`, []string{" a"}, "no spaces or tabs around it"},
+		{`["method"]`, []string{"GET\n"}, "key part 1 (method): a method is an HTTP token"},
+		{`["method"]`, []string{"G T"}, "key part 1 (method): a method is an HTTP token"},
+		{`["method"]`, []string{"GET\x7f"}, "a method is an HTTP token"},
+		{`["host"]`, []string{"api example"}, "key part 1 (host): a host holds no space or control character"},
+		{`["host"]`, []string{"api\x01"}, "a host holds no space or control character"},
+		{`["header:x-t"]`, []string{""}, "key part 1 (header:x-t) is empty, which the filter treats as a missing key"},
+		{`["path_segment:1"]`, []string{""}, "key part 1 (path_segment:1) is empty"},
 	} {
 		p, _ := newNativePlugin(t, `{"limits":[{"name":"t","key":`+tc.key+`,"requests_per_second":5}]}`)
 		if _, err := ResolveQuotaKey(p.limits[0].cfg, tc.values); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -107,18 +140,33 @@ func FuzzResolveQuotaKey(f *testing.F) {
 	f.Add("a b&c=%", "t1", "127.0.5.9", "/api/v2")
 	f.Add("%zz+", "", "::ffff:1.2.3.4", "/a?b")
 	f.Add("\x00\xff", "x,y", "[::1]:80", "v2")
+	f.Add("", " t ", "10.0.0.1", "a?b")
+	f.Add("x", "a\r\nb", "10.0.0.1", "%41")
+	f.Add("x", "a\x01b", "10.0.0.1", "G T")
+	f.Add("x", "a\x7fb", "10.0.0.1", "a b")
 	cfg, err := config.Parse([]byte(`{"limits":[
 		{"name":"qh","key":["query:q","header:x-h"],"requests_per_second":1},
 		{"name":"ip","key":["client_ip/24/56","path_segment:2"],"requests_per_second":1},
-		{"name":"path","key":["path","path_segment:1","cookie:c"],"requests_per_second":1}]}`))
+		{"name":"path","key":["path","path_segment:1","cookie:c"],"requests_per_second":1},
+		{"name":"mh","key":["method","host"],"requests_per_second":1}]}`))
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, q, h, ip, path string) {
-		if k, err := ResolveQuotaKey(&cfg.Limits[0], []string{q, h}); err == nil && k.Key != q+"\x00"+h {
+		// Every query value, the empty one too, is a bucket; a header
+		// value is one unless Envoy would refuse or trim it, or it is
+		// empty (missing).
+		carriable := h != "" && strings.Trim(h, " \t") == h &&
+			!strings.ContainsFunc(h, func(c rune) bool { return c < ' ' && c != '\t' || c == 0x7f })
+		if k, err := ResolveQuotaKey(&cfg.Limits[0], []string{q, h}); err == nil && !slices.Equal(SplitKey(k.Key), []string{q, h}) {
 			t.Fatalf("%q %q composed %q", q, h, k.Key)
-		} else if err != nil && q != "" && h != "" {
-			t.Fatalf("%q %q: %v", q, h, err)
+		} else if (err == nil) != carriable {
+			t.Fatalf("%q %q: %v; the header value is carriable: %v", q, h, err, carriable)
+		}
+		// A method or host is one a request line carries, or refused.
+		if _, err := ResolveQuotaKey(&cfg.Limits[3], []string{path, path}); err == nil &&
+			(!IsHTTPToken(path) || strings.ContainsFunc(path, func(c rune) bool { return c <= ' ' || c == 0x7f })) {
+			t.Fatalf("method and host %q accepted", path)
 		}
 		_, _ = ResolveQuotaKey(&cfg.Limits[1], []string{ip, path})
 		_, _ = ResolveQuotaKey(&cfg.Limits[2], []string{path, h, q})

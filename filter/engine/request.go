@@ -28,9 +28,13 @@ type requestInfo struct {
 	// path matches; normLoaded says it is computed.
 	normLoaded bool
 	normPath   string
-	// ambiguous says the last appendKey found a query parameter or header
-	// given more than once with different values.
+	// ambiguous says the last appendKey found a query parameter, header
+	// or cookie given more than once with different values.
 	ambiguous bool
+	// lookupAmbiguous says a cache_key part of the external lookup is
+	// ambiguous, so no lookup is made and the external limit refuses the
+	// request (external.go).
+	lookupAmbiguous bool
 
 	routeLoaded bool
 	route       string
@@ -45,7 +49,7 @@ type requestInfo struct {
 	// clientCfg is the plugin's client_ip, for match conditions.
 	clientCfg  *config.ClientIP
 	clientAddr clientAddrCache
-	// scratch is the worker's buffer for decoded query values.
+	// scratch is the worker's buffer for the values conditions read.
 	scratch *[]byte
 }
 
@@ -255,9 +259,6 @@ func (r *requestInfo) retain() {
 	own(&r.clientIP)
 }
 
-// RequestHeader makes requestInfo a config.HeaderSource.
-func (r *requestInfo) RequestHeader(name string) (string, bool) { return r.header(name) }
-
 // matchRequest adapts requestInfo for config.Match, reading only what
 // some match needs. Header matches read through Header, which loads the
 // header map on first use.
@@ -278,17 +279,89 @@ func (r *requestInfo) matchRequest(needs requestNeeds) config.Request {
 	return req
 }
 
-// keySeparator cannot occur in HTTP header values, paths or addresses, so
-// composite keys built with it are unambiguous.
-const keySeparator = '\x00'
+// keySeparator joins the parts of a composite key. A decoded query value,
+// cookie or metadata string can hold it, so every part is escaped as it
+// is appended (escapeKeyPart): keyEscape followed by keyEscapedSep stands
+// for a separator byte inside a value, and keyEscape followed by
+// keyEscapedEsc for the escape byte itself. An escaped part holds no
+// separator and decodes to one value only, so distinct tuples of values
+// never compose one key. A value with neither byte (every header, path
+// and address Envoy passes on) is appended as it is, so such keys are
+// what they were before the escaping, in shared data and in Redis alike.
+const (
+	keySeparator  = '\x00'
+	keyEscape     = '\x01'
+	keyEscapedSep = '0'
+	keyEscapedEsc = '1'
+)
+
+// escapeKeyPart escapes the key part dst[start:] in place, so that it holds
+// no keySeparator; without a separator or escape byte it is left as it is
+// and nothing is allocated.
+func escapeKeyPart(dst []byte, start int) []byte {
+	n := 0
+	for _, c := range dst[start:] {
+		if c == keySeparator || c == keyEscape {
+			n++
+		}
+	}
+	if n == 0 {
+		return dst
+	}
+	end := len(dst)
+	dst = append(dst, make([]byte, n)...)
+	// Walk back from the end so that each byte moves before it is
+	// overwritten.
+	w := len(dst)
+	for r := end - 1; r >= start; r-- {
+		c := dst[r]
+		switch c {
+		case keySeparator:
+			w -= 2
+			dst[w], dst[w+1] = keyEscape, keyEscapedSep
+		case keyEscape:
+			w -= 2
+			dst[w], dst[w+1] = keyEscape, keyEscapedEsc
+		default:
+			w--
+			dst[w] = c
+		}
+	}
+	return dst
+}
+
+// SplitKey is the values of a composite key, as appendKey composed it from
+// its parts: split at each separator and unescaped. A key of one part is one
+// value; a key of no parts (the single global bucket) is one empty value.
+func SplitKey(key string) []string {
+	values := strings.Split(key, string(rune(keySeparator)))
+	for i, v := range values {
+		if strings.IndexByte(v, keyEscape) < 0 {
+			continue
+		}
+		b := make([]byte, 0, len(v))
+		for j := 0; j < len(v); j++ {
+			c := v[j]
+			if c == keyEscape && j+1 < len(v) {
+				j++
+				if v[j] == keyEscapedSep {
+					c = keySeparator
+				}
+			}
+			b = append(b, c)
+		}
+		values[i] = string(b)
+	}
+	return values
+}
 
 // appendKey appends the composite key of parts to dst. ok is false when a
 // part is missing: an absent or empty header or cookie, an absent query
 // parameter (a present, empty one is an empty value), a path with fewer
 // segments, an unknown client address, route or cluster; dst is then
 // returned as it came. An empty parts list is the single global bucket
-// and always ok. A query parameter or header given more than once with
-// different values is missing too, and r.ambiguous says so: upstreams
+// and always ok. A query parameter, header or cookie given more than once
+// with different values is missing too, and r.ambiguous says so: upstreams
 // disagree on which value is the caller (Go, Flask and servlets take the
 // first, PHP and Rails the last), so any value taken here, or all of
 // them joined, would let a client be counted as one caller and served as
@@ -318,11 +391,9 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 			ok = true
 		case config.KeyMethod:
 			v, ok = r.pseudo(needMethod), true
-		case config.KeyCookie:
-			v, ok = r.cookie(p.Name)
 		case config.KeyPathSegment:
 			v, ok = pathSegment(r.normalPath(), p.Segment)
-		case config.KeyQuery, config.KeyClientIPMasked, config.KeyMetadata, config.KeyHost:
+		case config.KeyQuery, config.KeyCookie, config.KeyClientIPMasked, config.KeyMetadata, config.KeyHost:
 			// These decode or mask into dst rather than slicing a value.
 			start := len(dst)
 			if dst, ok = r.appendDerived(dst, p, clientCfg); !ok {
@@ -331,6 +402,7 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 			if i == overrideBy {
 				overrideValue = string(dst[start:])
 			}
+			dst = escapeKeyPart(dst, start)
 			continue
 		default:
 			ok = false
@@ -341,16 +413,25 @@ func (r *requestInfo) appendKey(dst []byte, parts []config.KeyPart, clientCfg *c
 		if i == overrideBy {
 			overrideValue = v
 		}
-		dst = append(dst, v...)
+		start := len(dst)
+		dst = escapeKeyPart(append(dst, v...), start)
 	}
 	return dst, overrideValue, true
 }
 
-// appendDerived appends the value of a query, host, metadata or masked
-// client address part, which exist only once decoded, folded, rendered
-// or masked.
+// appendDerived appends the value of a query, cookie, host, metadata or
+// masked client address part, which exist only once decoded, folded,
+// rendered or masked.
 func (r *requestInfo) appendDerived(dst []byte, p config.KeyPart, clientCfg *config.ClientIP) ([]byte, bool) {
 	switch p.Kind {
+	case config.KeyCookie:
+		// Decoded as PHP's $_COOKIE and Rack read it ("al%69ce" and
+		// "alice" are one caller), the way query values are.
+		v, ok := r.cookie(p.Name)
+		if !ok || v == "" {
+			return dst, false
+		}
+		return appendQueryUnescaped(dst, v), true
 	case config.KeyMetadata:
 		return appendMetadata(dst, r.host.Property(p.Property))
 	case config.KeyHost:

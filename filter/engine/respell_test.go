@@ -60,7 +60,8 @@ func TestKeysOfRespelledHosts(t *testing.T) {
 	host := func(h string) [][2]string { return [][2]string{{":authority", h}} }
 	sameKey(t, []config.KeyPart{{Kind: config.KeyHost}}, "host", [][][2]string{host("api.example"),
 		host("api.example:80"), host("api.example:080"), host("api.example."), host("API.Example.:443"),
-		host("api.example:")})
+		host("api.example:"), host("api.example:80:80"), host("api.example:1:2"), host("api.example::"),
+		host("api.example:80:")})
 	if k, ok := keyOf([]config.KeyPart{{Kind: config.KeyHost}}, host("[::1]:80")...); k != "[::1]" || !ok {
 		t.Errorf("[::1]:80 is %q %v", k, ok)
 	}
@@ -79,22 +80,10 @@ func TestRepeatedKeyValues(t *testing.T) {
 	h := []config.KeyPart{{Kind: config.KeyHeader, Header: "x-api-key"}}
 	sameKey(t, h, "header", [][][2]string{{{"x-api-key", "alice"}}, {{"x-api-key", "alice"}, {"x-api-key", "alice"}},
 		{{"x_api_key", "alice"}}, {{"x-api_key", "alice"}, {"x-api-key", "alice"}}})
-	for _, tc := range []struct {
-		parts   []config.KeyPart
-		headers [][2]string
-	}{
-		{q, path("/?api_key=alice&api_key=junk1")},
-		{q, path("/?api_key=junk1&api_key=alice")},
-		{q, path("/?api_key=&api_key=alice")},
-		{h, [][2]string{{"x-api-key", "alice"}, {"x-api-key", "junk1"}}},
-		{h, [][2]string{{"x-api-key", ""}, {"x-api-key", "alice"}}},
-		{h, [][2]string{{"x-api-key", "junk1"}, {"x_api_key", "alice"}}},
-	} {
-		r := &requestInfo{host: &fakeHost{headers: tc.headers}}
-		if key, _, ok := r.appendKey(nil, tc.parts, &config.ClientIP{}, -1); ok || !r.ambiguous {
-			t.Errorf("%v: key %q %v, ambiguous %v; want refused as ambiguous", tc.headers, key, ok, r.ambiguous)
-		}
-	}
+	ambiguousKey(t, q, path("/?api_key=alice&api_key=junk1"), path("/?api_key=junk1&api_key=alice"),
+		path("/?api_key=&api_key=alice"))
+	ambiguousKey(t, h, [][2]string{{"x-api-key", "alice"}, {"x-api-key", "junk1"}},
+		[][2]string{{"x-api-key", ""}, {"x-api-key", "alice"}}, [][2]string{{"x-api-key", "junk1"}, {"x_api_key", "alice"}})
 }
 
 // TestAmbiguousKeyIsRefusedUnderSkip: on_missing_key skip does not let
@@ -106,6 +95,107 @@ func TestAmbiguousKeyIsRefusedUnderSkip(t *testing.T) {
 		fk.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/?api_key=alice&api_key=junk" + string(rune('0'+i))}, {":authority", "a"}}
 		if v := s.RequestHeaders(); v == Continue {
 			t.Fatalf("request %d with two api keys admitted", i)
+		}
+	}
+}
+
+// TestKeysOfEscapedPathBytes: an escape of a byte that leaves the path's
+// structure as it is reads as that byte, as Go's ServeMux reads it, for
+// keys and path matches alike.
+func TestKeysOfEscapedPathBytes(t *testing.T) {
+	seg := []config.KeyPart{{Kind: config.KeyPathSegment, Segment: 2}}
+	sameKey(t, seg, "path_segment:2", [][][2]string{path("/users/bob@x.com/o"), path("/users/bob%40x.com/o")})
+	p := []config.KeyPart{{Kind: config.KeyPath}}
+	for _, pair := range [][2]string{{"/t/café/x", "/t/caf%C3%A9/x"}, {"/t/!", "/t/%21"}, {"/t/a+b", "/t/a%2Bb"},
+		{"/t/a:b", "/t/a%3Ab"}, {"/t/%3F", "/t/%3f"}, {"/t/%0A", "/t/\n"}} {
+		sameKey(t, p, "path", [][][2]string{path(pair[0]), path(pair[1])})
+	}
+	m := config.Match{PathPrefix: "/@me/"}
+	r := &requestInfo{host: &fakeHost{headers: path("/%40me/settings")}}
+	if !m.Matches(r.matchRequest(needPath)) {
+		t.Error("/%40me/settings does not match path_prefix /@me/")
+	}
+}
+
+// TestKeysOfEscapedCookies: a cookie value is read decoded, as PHP and
+// Rack read it.
+func TestKeysOfEscapedCookies(t *testing.T) {
+	c := []config.KeyPart{{Kind: config.KeyCookie, Name: "sid"}}
+	sameKey(t, c, "cookie", [][][2]string{{{"cookie", "sid=alice"}}, {{"cookie", "sid=al%69ce"}},
+		{{"cookie", `sid="%61lice"`}}, {{"cookie", "x=1; sid=%61%6c%69%63%65"}}})
+	sameKey(t, c, "cookie", [][][2]string{{{"cookie", "sid=a b"}}, {{"cookie", "sid=a+b"}}, {{"cookie", "sid=a%20b"}}})
+	// Repeats agree when they decode alike, and are ambiguous otherwise.
+	sameKey(t, c, "cookie", [][][2]string{{{"cookie", "sid=alice"}}, {{"cookie", "sid=alice; sid=al%69ce"}}})
+	ambiguousKey(t, c, [][2]string{{"cookie", "sid=alice; sid=al%69cf"}})
+}
+
+// ambiguousKey checks that each request's key is refused as ambiguous.
+func ambiguousKey(t *testing.T, parts []config.KeyPart, requests ...[][2]string) {
+	t.Helper()
+	for _, headers := range requests {
+		r := &requestInfo{host: &fakeHost{headers: headers}}
+		if key, _, ok := r.appendKey(nil, parts, &config.ClientIP{}, -1); ok || !r.ambiguous {
+			t.Errorf("%v: key %q %v, ambiguous %v; want refused as ambiguous", headers, key, ok, r.ambiguous)
+		}
+	}
+}
+
+// TestQueryKeySemicolons: a query holding ';' is read with and without
+// it as a separator; where the readings differ the key is ambiguous.
+func TestQueryKeySemicolons(t *testing.T) {
+	q := []config.KeyPart{{Kind: config.KeyQuery, Name: "api_key"}}
+	sameKey(t, q, "query", [][][2]string{path("/?api_key=alice"), path("/?api_key=alice&x=1;y=2"),
+		path("/?x=1;y=2&api_key=alice")})
+	ambiguousKey(t, q, path("/?api_key=alice;junk=1"), path("/?api_key=alice;junk=2"), path("/?junk=1;api_key=alice"),
+		path("/?api_key=alice&junk=1;api_key=bob"))
+	if _, ok := keyOf(q, path("/?x=1;y=2")...); ok {
+		t.Error("a query without api_key under either reading has a key")
+	}
+}
+
+// TestQueryKeyPHPNames: names PHP registers as api_key are api_key.
+func TestQueryKeyPHPNames(t *testing.T) {
+	q := []config.KeyPart{{Kind: config.KeyQuery, Name: "api_key"}}
+	sameKey(t, q, "query", [][][2]string{path("/?api_key=bob"), path("/?api.key=bob"), path("/?api%20key=bob"),
+		path("/?api+key=bob"), path("/?api[key=bob"), path("/?api%5Bkey=bob"), path("/?%20api_key=bob"),
+		path("/?api_key%00junk=bob"), path("/?api.key=bob&api_key=bob")})
+	ambiguousKey(t, q, path("/?api_key=alice&api.key=bob"), path("/?api[key=junk&api_key=alice"))
+	for _, p := range []string{"/?api[key]=bob", "/?apikey=bob", "/?api__key=bob", "/?api[k.y=bob"} {
+		if k, ok := keyOf(q, path(p)...); ok {
+			t.Errorf("%s is api_key %q", p, k)
+		}
+	}
+	dotted := []config.KeyPart{{Kind: config.KeyQuery, Name: "api.key"}}
+	sameKey(t, dotted, "query api.key", [][][2]string{path("/?api.key=bob"), path("/?api_key=bob")})
+}
+
+// BenchmarkQueryKeyPHPName is what a parameter whose name PHP rewrites
+// costs a key's scan.
+func BenchmarkQueryKeyPHPName(b *testing.B) {
+	buf := make([]byte, 0, 64)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		appendQueryKey(buf[:0], "a.b=1&api%20key=bob", "api_key")
+	}
+}
+
+// TestHeaderMatchesReadUnderscoreSpellings: a header match reads a name
+// spelled with '_' as keys do, each spelling one more repeat.
+func TestHeaderMatchesReadUnderscoreSpellings(t *testing.T) {
+	m := config.Match{Headers: []config.HeaderMatch{{Name: "x-plan", ValueCondition: config.ValueCondition{Value: "free", HasValue: true, Op: config.OpExact}}}}
+	for _, tc := range []struct {
+		headers [][2]string
+		want    bool
+	}{
+		{[][2]string{{"x-plan", "free"}}, true},
+		{[][2]string{{"x_plan", "free"}}, true},
+		{[][2]string{{"x-plan", "pro"}}, false},
+		{[][2]string{{"x_plan", "pro"}}, false},
+		{[][2]string{{"x-plan", "pro"}, {"x_plan", "free"}}, true}, // both spellings: free to a WSGI upstream
+	} {
+		r := &requestInfo{host: &fakeHost{headers: tc.headers}}
+		if got := m.Matches(r.matchRequest(0)); got != tc.want {
+			t.Errorf("%v: matched %v, want %v", tc.headers, got, tc.want)
 		}
 	}
 }

@@ -49,7 +49,8 @@ type LimitTrace struct {
 	// Shadow: the limit only observes this request (configured shadow, or
 	// not enforced by this request's rollout draw).
 	Shadow bool
-	// Key is the composite key, its parts joined with '\x00'; KeyOK false
+	// Key is the composite key, its parts escaped and joined as appendKey
+	// does (SplitKey reads them back); KeyOK false
 	// is a missing key.
 	Key   string
 	KeyOK bool

@@ -1,5 +1,7 @@
 package engine
 
+import "unicode/utf8"
+
 // Usage from a response body: the two parsers behind
 // "cost_from_response": {"json": "usage.total_tokens"}. Both take input
 // an upstream wrote, which may be anything, so neither recurses, neither
@@ -7,9 +9,10 @@ package engine
 //
 //   - jsonUsage finds a dotted path of object members in one JSON
 //     document and reads the whole number there. It walks the document
-//     once with an explicit depth counter, so 10,000 nested arrays cost a
-//     counter, not a stack; it stops at the first byte it cannot use, so
-//     truncated or malformed JSON is a fault, never a panic.
+//     once, checking all of it is JSON, with its nesting in a fixed bit
+//     stack, so 10,000 nested arrays cost 10,000 bits, not a call stack;
+//     it stops at the first byte that is not JSON, so truncated or
+//     malformed JSON is a fault, never a panic.
 //   - sseFramer cuts a text/event-stream into events as chunks arrive,
 //     keeping only the current event's data (at most maxSSEEvent bytes;
 //     a longer event is dropped whole), and hands each complete event's
@@ -46,112 +49,191 @@ func (f usageFault) String() string {
 	return "ok"
 }
 
+// maxJSONDepth bounds the nesting of a document read for usage, as
+// encoding/json bounds it: a deeper document is not read, as if it were
+// not JSON.
+const maxJSONDepth = 10_000
+
 // jsonUsage returns the whole number at path (object member names, outer
 // first) in doc. A member name that repeats is taken at its first
 // occurrence. Member names are compared byte for byte with the JSON
-// source, so a name written with escapes does not match. The number
-// counts only when the document is whole: the value is a complete JSON
-// token, and after it every object on the path closes and nothing but
-// space follows. So a body cut off after the number (a reset, a
-// truncating proxy) or broken after it is missing, never a partial
-// number.
+// source, so a name written with escapes does not match.
+//
+// The number counts only when all of doc is one JSON text (RFC 8259):
+// every token spelled right, every string's escapes valid and no raw
+// control character in it, every byte of it UTF-8, brackets matched,
+// nesting at most maxJSONDepth, and nothing but space after the value.
+// Anything else is usageMissing, so the limit charges its default: a
+// body cut off after the number (a reset, a truncating proxy) or broken
+// anywhere, before the number or after it, is never charged a number
+// read from it. The document is checked in the same single pass that
+// looks for the path, with its nesting in a fixed bit stack on the
+// goroutine's stack, so the scan allocates nothing.
 func jsonUsage(doc []byte, path []string) (int64, usageFault) {
-	i := skipSpace(doc, 0)
-	for _, name := range path {
-		if i >= len(doc) || doc[i] != '{' {
-			return 0, usageMissing
-		}
-		i = skipSpace(doc, i+1)
-		found := false
-		for !found {
-			if i >= len(doc) || doc[i] != '"' {
-				return 0, usageMissing // '}' ends the object without the name
-			}
-			end := skipString(doc, i)
-			if end < 0 {
-				return 0, usageMissing
-			}
-			key := doc[i+1 : end-1]
-			i = skipSpace(doc, end)
-			if i >= len(doc) || doc[i] != ':' {
-				return 0, usageMissing
-			}
-			i = skipSpace(doc, i+1)
-			if string(key) == name {
-				found = true
-				continue
-			}
-			if i = skipValue(doc, i); i < 0 {
-				return 0, usageMissing
-			}
-			i = skipSpace(doc, i)
-			if i >= len(doc) || doc[i] != ',' {
-				return 0, usageMissing
-			}
-			i = skipSpace(doc, i+1)
-		}
+	// Usage answers nest a few levels: a bit stack of one word, which
+	// costs nothing to clear, takes them; a deeper document is scanned
+	// again with the stack maxJSONDepth needs.
+	var shallow [1]uint64
+	if n, fault, deeper := scanUsage(doc, path, shallow[:]); !deeper {
+		return n, fault
 	}
-	end := skipValue(doc, i)
-	if end < 0 || !closesObjects(doc, end, len(path)) {
-		return 0, usageMissing
-	}
-	return wholeNumber(doc[i:end])
+	var deep [(maxJSONDepth + 63) / 64]uint64
+	n, fault, _ := scanUsage(doc, path, deep[:])
+	return n, fault
 }
 
-// closesObjects reports whether doc, from i (just past a member's
-// value), ends open objects, skipping their remaining members, and then
-// has nothing but space.
-func closesObjects(doc []byte, i, open int) bool {
-	for open > 0 {
+// scanUsage is jsonUsage with objects as its bit stack: bit d is set
+// when the container open at depth d (0 is the outermost) is an object,
+// not an array. deeper says the document nests deeper than objects
+// holds, but not past maxJSONDepth, so it was not read.
+func scanUsage(doc []byte, path []string, objects []uint64) (n int64, fault usageFault, deeper bool) {
+	depth := 0
+	// matched counts the names of path found so far, each in the object
+	// the one before it holds. onPath is set when the value about to
+	// start is where the path leads (the whole document at first), and
+	// decided once the path has led to its value or can no longer: a
+	// later member of the same name, or an object outside the path, is
+	// then skipped like any other.
+	matched, onPath, decided := 0, true, false
+	var target []byte
+	i := 0
+value:
+	for {
 		i = skipSpace(doc, i)
 		if i >= len(doc) {
-			return false
+			return 0, usageMissing, false
 		}
-		switch doc[i] {
-		case '}':
-			open--
-			i++
-		case ',':
+		start, here := i, onPath && !decided
+		onPath = false
+		switch c := doc[i]; c {
+		case '{', '[':
+			switch {
+			case depth == maxJSONDepth:
+				return 0, usageMissing, false
+			case depth == 64*len(objects):
+				return 0, usageMissing, true
+			}
+			if c == '{' {
+				objects[depth/64] |= 1 << (depth % 64)
+			} else {
+				objects[depth/64] &^= 1 << (depth % 64)
+			}
+			depth++
+			if here && matched == len(path) {
+				// The path's value, and not a number: its first
+				// byte says so.
+				target, decided = doc[start:start+1], true
+			}
+			if here && c == '[' {
+				decided = true // an array where the path needs an object
+			}
 			i = skipSpace(doc, i+1)
-			if i >= len(doc) || doc[i] != '"' {
-				return false
+			if i < len(doc) && doc[i] == c+2 { // '}' is '{'+2, ']' is '['+2
+				break // empty: closed below
 			}
-			if i = skipString(doc, i); i < 0 {
-				return false
+			if c == '[' {
+				continue value
 			}
-			i = skipSpace(doc, i)
-			if i >= len(doc) || doc[i] != ':' {
-				return false
+			if i = memberName(doc, i, path, depth, &matched, &onPath, decided); i < 0 {
+				return 0, usageMissing, false
 			}
-			if i = skipValue(doc, skipSpace(doc, i+1)); i < 0 {
-				return false
-			}
+			continue value
+		case '"':
+			i = scanString(doc, i)
+		case 't':
+			i = scanLiteral(doc, i, "true")
+		case 'f':
+			i = scanLiteral(doc, i, "false")
+		case 'n':
+			i = scanLiteral(doc, i, "null")
 		default:
-			return false
+			i = scanNumber(doc, i)
+		}
+		if i < 0 {
+			return 0, usageMissing, false
+		}
+		if here {
+			// A scalar on the path: the value when the path is all
+			// matched, otherwise not the object the path goes through.
+			if matched == len(path) {
+				target = doc[start:i]
+			}
+			decided = true
+		}
+		// A value has ended: close containers until one goes on.
+		for {
+			i = skipSpace(doc, i)
+			if depth == 0 {
+				if i != len(doc) || target == nil {
+					return 0, usageMissing, false
+				}
+				n, fault = wholeNumber(target)
+				return n, fault, false
+			}
+			if i >= len(doc) {
+				return 0, usageMissing, false
+			}
+			inObject := objects[(depth-1)/64]&(1<<((depth-1)%64)) != 0
+			switch c := doc[i]; {
+			case c == ',':
+				if !inObject {
+					i++
+					continue value
+				}
+				if i = memberName(doc, i+1, path, depth, &matched, &onPath, decided); i < 0 {
+					return 0, usageMissing, false
+				}
+				continue value
+			case c == '}' && inObject, c == ']' && !inObject:
+				// Leaving an object of the path, it has no more
+				// to find.
+				if depth <= matched+1 {
+					decided = true
+				}
+				depth--
+				i++
+			default:
+				return 0, usageMissing, false
+			}
 		}
 	}
-	return skipSpace(doc, i) == len(doc)
 }
 
-// wholeNumber reads v, one whole JSON value, as a whole number >= 0. A
-// number with a fraction or an exponent is not a count of tokens; a
-// token that is not JSON at all (4x00, 012, -) makes the document
-// malformed, so the usage is missing.
-func wholeNumber(v []byte) (int64, usageFault) {
-	switch {
-	case len(v) == 0:
-		return 0, usageMissing
-	case v[0] == '"' || v[0] == '{' || v[0] == '[':
-		return 0, usageNotNumber
-	case string(v) == "null" || string(v) == "true" || string(v) == "false":
-		return 0, usageNotNumber
+// memberName reads a member's name and its colon from doc[i:], in the
+// object open at depth, and returns where its value starts, or -1. When
+// the name is the path's next, in the object the path has led to, it
+// counts as matched and its value is on the path.
+func memberName(doc []byte, i int, path []string, depth int, matched *int, onPath *bool, decided bool) int {
+	i = skipSpace(doc, i)
+	if i >= len(doc) || doc[i] != '"' {
+		return -1
 	}
+	end := scanString(doc, i)
+	if end < 0 {
+		return -1
+	}
+	if !decided && depth == *matched+1 && *matched < len(path) && string(doc[i+1:end-1]) == path[*matched] {
+		*matched++
+		*onPath = true
+	}
+	i = skipSpace(doc, end)
+	if i >= len(doc) || doc[i] != ':' {
+		return -1
+	}
+	return i + 1
+}
+
+// wholeNumber reads v, one JSON value, as a whole number >= 0. A number
+// with a fraction or an exponent is not a count of tokens.
+func wholeNumber(v []byte) (int64, usageFault) {
 	i := 0
 	neg := v[0] == '-'
 	if neg {
 		i++
 	}
-	start := i
+	if i >= len(v) || v[i] < '0' || v[i] > '9' {
+		return 0, usageNotNumber // a string, an object, an array, true, false, null
+	}
 	var n int64
 	over := false
 	for ; i < len(v) && v[i] >= '0' && v[i] <= '9'; i++ {
@@ -162,53 +244,15 @@ func wholeNumber(v []byte) (int64, usageFault) {
 			n = n*10 + d
 		}
 	}
-	if i == start || v[start] == '0' && i-start > 1 {
-		return 0, usageMissing
-	}
-	if i < len(v) {
-		if !jsonNumberTail(v[i:]) {
-			return 0, usageMissing
-		}
-		return 0, usageNotNumber
-	}
 	switch {
+	case i < len(v):
+		return 0, usageNotNumber // a fraction or an exponent
 	case neg && n > 0:
 		return 0, usageNegative
 	case over:
 		return 0, usageTooLarge
 	}
 	return n, usageOK
-}
-
-// jsonNumberTail reports whether t is a JSON number's fraction and
-// exponent: ('.' digits)? ([eE] [+-]? digits)?, not both empty.
-func jsonNumberTail(t []byte) bool {
-	digits := func(i int) int {
-		j := i
-		for j < len(t) && t[j] >= '0' && t[j] <= '9' {
-			j++
-		}
-		if j == i {
-			return -1
-		}
-		return j
-	}
-	i := 0
-	if i < len(t) && t[i] == '.' {
-		if i = digits(i + 1); i < 0 {
-			return false
-		}
-	}
-	if i < len(t) && (t[i] == 'e' || t[i] == 'E') {
-		i++
-		if i < len(t) && (t[i] == '+' || t[i] == '-') {
-			i++
-		}
-		if i = digits(i); i < 0 {
-			return false
-		}
-	}
-	return i == len(t) && i > 0
 }
 
 func skipSpace(doc []byte, i int) int {
@@ -223,62 +267,97 @@ func skipSpace(doc []byte, i int) int {
 	return i
 }
 
-// skipString returns the index just past the string starting at doc[i]
-// (a '"'), or -1 when it does not end.
-func skipString(doc []byte, i int) int {
-	for i++; i < len(doc); i++ {
-		switch doc[i] {
-		case '\\':
+// scanString returns the index just past the JSON string starting at
+// doc[i] (a '"'), or -1 when it does not end or is not one: a raw
+// control character, an escape JSON does not have, or bytes that are
+// not UTF-8.
+func scanString(doc []byte, i int) int {
+	for i++; i < len(doc); {
+		switch c := doc[i]; {
+		case c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\':
 			i++
-		case '"':
+		case c == '"':
 			return i + 1
+		case c == '\\':
+			if i+1 >= len(doc) {
+				return -1
+			}
+			switch doc[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(doc) || !isHex(doc[i+2]) || !isHex(doc[i+3]) || !isHex(doc[i+4]) || !isHex(doc[i+5]) {
+					return -1
+				}
+				i += 6
+			default:
+				return -1
+			}
+		case c < 0x20:
+			return -1
+		default:
+			r, n := utf8.DecodeRune(doc[i:])
+			if r == utf8.RuneError && n == 1 {
+				return -1
+			}
+			i += n
 		}
 	}
 	return -1
 }
 
-// skipValue returns the index just past the value starting at doc[i], or
-// -1 when it does not end. Nesting is a counter: brackets are only
-// counted, not matched against each other, which is enough to find where
-// a well-formed value ends, and bounded work for any other input.
-func skipValue(doc []byte, i int) int {
-	if i >= len(doc) {
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// scanLiteral returns the index just past lit at doc[i], or -1.
+func scanLiteral(doc []byte, i int, lit string) int {
+	if len(doc)-i < len(lit) || string(doc[i:i+len(lit)]) != lit {
 		return -1
 	}
-	switch doc[i] {
-	case '"':
-		return skipString(doc, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(doc); i++ {
-			switch doc[i] {
-			case '"':
-				if i = skipString(doc, i); i < 0 {
-					return -1
-				}
-				i-- // the loop's i++ steps past the closing quote
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-		}
+	return i + len(lit)
+}
+
+// scanNumber returns the index just past the JSON number at doc[i]:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, or -1.
+func scanNumber(doc []byte, i int) int {
+	if doc[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(doc) && doc[i] == '0':
+		i++
+	case i < len(doc) && doc[i] >= '1' && doc[i] <= '9':
+		i = skipDigits(doc, i)
+	default:
 		return -1
 	}
-	start := i
-	for ; i < len(doc); i++ {
-		switch c := doc[i]; {
-		case c >= '0' && c <= '9', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '-', c == '+', c == '.':
-		default:
-			if i == start {
-				return -1
-			}
-			return i
+	if i < len(doc) && doc[i] == '.' {
+		if j := skipDigits(doc, i+1); j > i+1 {
+			i = j
+		} else {
+			return -1
 		}
 	}
-	return i // a scalar may end the document (an SSE event's data)
+	if i < len(doc) && (doc[i] == 'e' || doc[i] == 'E') {
+		i++
+		if i < len(doc) && (doc[i] == '+' || doc[i] == '-') {
+			i++
+		}
+		j := skipDigits(doc, i)
+		if j == i {
+			return -1
+		}
+		i = j
+	}
+	return i
+}
+
+func skipDigits(doc []byte, i int) int {
+	for i < len(doc) && doc[i] >= '0' && doc[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 // maxSSEEvent bounds the data an SSE event may carry to be scanned; a

@@ -6,10 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestJSONUsage(t *testing.T) {
-	deep := strings.Repeat("[", 10_000) + strings.Repeat("]", 10_000)
+	deep := strings.Repeat("[", maxJSONDepth-1) + strings.Repeat("]", maxJSONDepth-1)
 	deepObj := strings.Repeat(`{"a":`, 10_000) + "1" + strings.Repeat("}", 10_000)
 	huge := `{"choices":[{"text":"` + strings.Repeat("x", 4<<20) + `"}],"usage":{"total_tokens":77}}`
 	for _, tc := range []struct {
@@ -40,8 +41,14 @@ func TestJSONUsage(t *testing.T) {
 		{"negative", `{"usage":{"total_tokens":-4}}`, 0, usageNegative},
 		{"minus zero", `{"usage":{"total_tokens":-0}}`, 0, usageOK},
 		{"overflow", `{"usage":{"total_tokens":9223372036854775808}}`, 0, usageTooLarge},
-		{"10,000 nested arrays before the path", `{"x":` + deep + `,"usage":{"total_tokens":9}}`, 9, usageOK},
-		{"10,000 nested arrays, truncated", `{"x":` + deep[:15_000], 0, usageMissing},
+		// Either side of the one-word bit stack.
+		{"63 nested arrays before the path", `{"x":` + deep[:63] + deep[len(deep)-63:] + `,"usage":{"total_tokens":9}}`, 9, usageOK},
+		{"64 nested arrays before the path", `{"x":` + deep[:64] + deep[len(deep)-64:] + `,"usage":{"total_tokens":9}}`, 9, usageOK},
+		{"64 nested arrays, a bracket mismatched", `{"x":` + deep[:64] + "}" + deep[len(deep)-63:] + `,"usage":{"total_tokens":9}}`, 0, usageMissing},
+		{"9,999 nested arrays before the path", `{"x":` + deep + `,"usage":{"total_tokens":9}}`, 9, usageOK},
+		{"9,999 nested arrays, truncated", `{"x":` + deep[:15_000], 0, usageMissing},
+		// Nesting past encoding/json's bound is not read.
+		{"10,000 nested arrays before the path", `{"x":[` + deep + `],"usage":{"total_tokens":9}}`, 0, usageMissing},
 		{"10,000 nested objects", deepObj, 0, usageMissing},
 		{"huge", huge, 77, usageOK},
 		// The number counts only in a whole document.
@@ -61,10 +68,49 @@ func TestJSONUsage(t *testing.T) {
 		{"later members skipped", `{"usage":{"total_tokens":4,"x":[1,{"y":"}"}]},"id":"c1"}` + "\n", 4, usageOK},
 		{"true", `{"usage":{"total_tokens":true}}`, 0, usageNotNumber},
 		{"led by a byte-order mark", "\xEF\xBB\xBF" + `{"usage":{"total_tokens":4}}`, 0, usageMissing},
+		{"array on the path, then the name later", `{"usage":[],"x":{"total_tokens":4}}`, 0, usageMissing},
+		{"name on the path again in another object", `{"usage":{"a":1},"x":{"total_tokens":4}}`, 0, usageMissing},
+		{"name at another depth", `{"a":{"usage":{"total_tokens":4}}}`, 0, usageMissing},
+		{"nested arrays of objects on the path", `{"usage":{"x":[{"total_tokens":3}],"total_tokens":5}}`, 5, usageOK},
+		{"empty containers around the path", `{"a":{},"b":[],"usage":{"c":{},"total_tokens":6,"d":[]}}`, 6, usageOK},
+		{"every escape", `{"s":"\"\\\/\b\f\n\r\t\u00e9\uD83D\uDE00","usage":{"total_tokens":7}}`, 7, usageOK},
+		{"UTF-8 text", `{"s":"é😀 ok","usage":{"total_tokens":8}}`, 8, usageOK},
+		{"numbers of every form", `{"n":[0,-0,1.5,-2e10,3E+2,4e-1,0.0],"usage":{"total_tokens":9}}`, 9, usageOK},
+		// Broken anywhere, the document is not JSON: the default is
+		// charged, however well-formed the part holding the number.
+		// (FAIL 2 of the attacker's pass on issue 23.)
+		{"a bad literal before", `{"a":tru,"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a bad literal after", `{"usage":{"total_tokens":1},"x":tru}`, 0, usageMissing},
+		{"a bad literal beside", `{"usage":{"total_tokens":1,"z":tru}}`, 0, usageMissing},
+		{"a trailing comma in an array", `{"x":[1,],"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a trailing comma in an object", `{"x":{"a":1,},"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a number as a name", `{"x":{1:2},"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a missing comma", `{"x":[1 2],"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"NaN", `{"usage":{"total_tokens":1},"x":NaN}`, 0, usageMissing},
+		{"a mismatched bracket", `{"x":[1},"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a leading comma", `{"x":[,1],"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a name without a value", `{"a" 1,"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a literal run on", `{"x":truex,"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"nul", `{"x":nul,"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a leading zero before", `{"x":01,"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a bare minus before", `{"x":-,"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a dot without digits", `{"x":1.,"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a bad escape", `{"x":"\q","usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a short u escape", `{"x":"\u12","usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a raw control character", "{\"x\":\"\x01\",\"usage\":{\"total_tokens\":1}}", 0, usageMissing},
+		{"a raw newline in a string", "{\"x\":\"a\nb\",\"usage\":{\"total_tokens\":1}}", 0, usageMissing},
+		{"invalid UTF-8 in a string", "{\"x\":\"\xff\",\"usage\":{\"total_tokens\":1}}", 0, usageMissing},
+		{"a UTF-16 surrogate written in UTF-8", "{\"x\":\"\xed\xa0\x80\",\"usage\":{\"total_tokens\":1}}", 0, usageMissing},
+		{"invalid UTF-8 in the name", "{\"usage\xff\":1,\"usage\":{\"total_tokens\":1}}", 0, usageMissing},
+		{"a single-quoted string", `{'x':1,"usage":{"total_tokens":1}}`, 0, usageMissing},
+		{"a comment", `{"usage":{"total_tokens":1}} // x`, 0, usageMissing},
 	} {
 		n, fault := jsonUsage([]byte(tc.doc), totalTokens)
 		if n != tc.want || fault != tc.fault {
 			t.Errorf("%s: got %d %v, want %d %v", tc.name, n, fault, tc.want, tc.fault)
+		}
+		if fault == usageOK && !json.Valid([]byte(tc.doc)) {
+			t.Errorf("%s: the table expects a number from a document encoding/json refuses", tc.name)
 		}
 	}
 }
@@ -143,6 +189,8 @@ func FuzzJSONUsage(f *testing.F) {
 		`{"usage":{"total_tokens":12}}`, `{"a":[{"b":"}"}],"usage":{"total_tokens":-1}}`, `{"usage":{"total_tokens":1.0}}`,
 		`{"usage":{"total_tokens":99999999999999999999}}`, `[[[[`, `{"usage":{"total_tokens":`, `{"usage" "x"}`,
 		`{"usage":{"total_tokens":4`, `{"usage":{"total_tokens":4x00}}`, `{"usage":{"total_tokens":4}} x`,
+		`{"a":tru,"usage":{"total_tokens":1}}`, `{"usage":{"total_tokens":1,"z":[1,]}}`, `{"x":"\u12","usage":{"total_tokens":1}}`,
+		"{\"x\":\"\xff\",\"usage\":{\"total_tokens\":1}}", `{"x":[{}],"usage":{"total_tokens":1},"y":{"a":[1,-0.5e3,"\n"]}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -156,6 +204,11 @@ func FuzzJSONUsage(f *testing.F) {
 		}
 		if n < 0 {
 			t.Fatalf("negative usage %d accepted", n)
+		}
+		// A number only from a JSON text: encoding/json's checker is
+		// the oracle, and RFC 8259 text is UTF-8, which it does not check.
+		if !json.Valid(doc) || !utf8.Valid(doc) {
+			t.Fatalf("%q is not JSON, yet yields %d", doc, n)
 		}
 		// A document cut short never yields a number: only the whole one.
 		if len(doc) <= 1024 {

@@ -104,6 +104,27 @@ var bodyCases = []Case{
 		},
 	},
 	{
+		Name:    "a body that is not JSON anywhere, before or beside a well-formed number, is charged the default, never the number",
+		Config:  strings.Replace(tokensFromBody, `"max_body_bytes":64`, `"max_body_bytes":64,"default":5`, 1),
+		Workers: 2,
+		Run: func(t *testing.T, h Harness) {
+			for i, body := range []struct{ contentType, body string }{
+				{"application/json", `{"a":tru,"usage":{"total_tokens":60}}`},            // a bad literal before
+				{"application/json", `{"usage":{"total_tokens":60,"z":"\q"}}`},           // a bad escape beside
+				{"application/json", "{\"x\":\"\xff\",\"usage\":{\"total_tokens\":60}}"}, // not UTF-8
+				{"text/event-stream", "data: {\"x\":[1,],\"usage\":{\"total_tokens\":60}}\n\n"},
+			} {
+				resp := h.Do(t, get("/").on(i%2).streaming(body.contentType, body.body))
+				wantBody(t, "broken answer", resp, []string{body.body})
+			}
+			// Four defaults of 5 (each 60 read from the body would leave
+			// nothing): 100 - 4*5 = 80 left, and this request takes one.
+			wantRemaining(t, "after four defaults", h.Do(t, get("/")), "79")
+			wantCounter(t, h, "sluice.limit.tokens.response_usage_missing", 5) // the bodyless answer too
+			wantCounter(t, h, "sluice.limit.tokens.response_cost", 5*5)
+		},
+	},
+	{
 		Name:    "an event stream that starts with a byte-order mark is read from its first event",
 		Config:  tokensFromBody,
 		Workers: 1,

@@ -260,6 +260,12 @@ var breakerCases = []Case{
 			wantCounter(t, h, "sluice.breaker.cut.rejected", 3)
 			wantCounter(t, h, "sluice.breaker.cut.failures", 0)
 			wantCounter(t, h, "sluice.breaker.cut.opens", 0)
+			// Its state gauges say open, as an operator forcing it expects
+			// and the SluiceBreakerOpen alert reads, though it never opened.
+			wantBreakerState(t, h, "cut", 1)
+			if s := h.Gauge(t, "sluice.breaker.cut.backend.state"); s != 1 {
+				t.Fatalf("instance state gauge %d, want 1 (open)", s)
+			}
 		},
 	},
 	{

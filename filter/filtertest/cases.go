@@ -347,7 +347,7 @@ var Cases = []Case{
 		},
 	},
 	{
-		Name: "a repeated header: a match sees it joined with a comma, a key refuses different values",
+		Name: "a repeated header: a match sees each value and them joined with a comma, a key refuses different values",
 		Config: `{"limits":[
 			{"name":"joined","match":{"path_prefix":"/j","headers":[{"name":"x-tenant","value":"c,d"}]},"key":[],"requests_per_second":1},
 			{"name":"tenant","match":{"path_prefix":"/t"},"key":["header:x-tenant"],"requests_per_second":1}]}`,
@@ -366,7 +366,8 @@ var Cases = []Case{
 			if got := admitted(t, h, 1, func(int) Request { return get("/t").with("x-tenant", "a").with("x-tenant", "a") }); got != 0 {
 				t.Fatal("a twice has a bucket apart from a's")
 			}
-			// A match sees the joined value: only "c,d" matches "joined".
+			// A match sees each value and the values joined: "c,d" is
+			// the joined reading.
 			if got := admitted(t, h, 2, func(int) Request { return get("/j").with("x-tenant", "c").with("x-tenant", "d") }); got != 1 {
 				t.Fatalf("c then d admitted %d of 2, want 1", got)
 			}

@@ -57,6 +57,33 @@ var respellCases = []Case{
 		},
 	},
 	{
+		Name: "escaped bytes that keep the path's structure are those bytes, for keys and matches",
+		Config: `{"limits":[{"name":"seg","match":{"path_prefix":"/users/"},"key":["path_segment:2"],"requests_per_second":1,"burst":1},
+			{"name":"me","match":{"path_prefix":"/@me/"},"requests_per_second":1,"burst":0},
+			{"name":"p","match":{"path_prefix":"/t/"},"key":["path"],"requests_per_second":1,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"bob@x.com", get("/users/bob@x.com/o"), true},
+				{"bob@x.com again", get("/users/bob@x.com/o"), true},
+				{"bob%40x.com", get("/users/bob%40x.com/o"), false},
+				{"@me", get("/@me/settings"), true},
+				{"%40me", get("/%40me/settings"), false},
+				{"raw UTF-8 café", get("/t/caf\u00e9/x"), true},
+				{"escaped café", get("/t/caf%C3%A9/x"), false},
+				{"!", get("/t/a!b"), true},
+				{"%21", get("/t/a%21b"), false},
+				{"+", get("/t/a+b"), true},
+				{"%2B", get("/t/a%2bb"), false},
+				{":", get("/t/a:b"), true},
+				{"%3A", get("/t/a%3Ab"), false},
+				{"%3F stays a byte of the path", get("/t/a%3Fb"), true},
+				{"%3f is the same", get("/t/a%3fb"), false},
+			})
+			wantCounter(t, h, "sluice.limit.me.limited", 1)
+		},
+	},
+	{
 		Name: "host key and hosts match: port, trailing dot and case are one host",
 		Config: `{"limits":[{"name":"api","match":{"hosts":["api.example"]},"key":["path"],"requests_per_second":1,"burst":0},
 			{"name":"h","key":["host"],"requests_per_second":1,"burst":0}]}`,
@@ -69,9 +96,12 @@ var respellCases = []Case{
 				{"with port 080", on("api.example:080"), false},
 				{"with a trailing dot", on("api.example."), false},
 				{"upper case, dot and port", on("API.Example.:8080"), false},
+				{"extra colons: nginx reads the name before the first", on("api.example:80:80"), false},
+				{"two empty ports", on("api.example::"), false},
+				{"a trailing colon after the port", on("api.example:80:"), false},
 				{"another host", on("other.example"), true},
 			})
-			wantCounter(t, h, "sluice.limit.api.limited", 4)
+			wantCounter(t, h, "sluice.limit.api.limited", 7)
 		},
 	},
 	{
@@ -104,6 +134,54 @@ var respellCases = []Case{
 			wantCounter(t, h, "sluice.concurrency.cc.missing_key", 1)
 			wantCounter(t, h, "sluice.limit.q.missing_key", 3)
 			wantCounter(t, h, "sluice.limit.hd.missing_key", 3)
+		},
+	},
+	{
+		Name:    "cookie key: escaped bytes are those bytes, as PHP and Rack read cookies",
+		Config:  `{"limits":[{"name":"ck","key":["cookie:sid"],"requests_per_second":1,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"alice", get("/").with("cookie", "sid=alice"), true},
+				{"al%69ce", get("/").with("cookie", "sid=al%69ce"), false},
+				{"quoted and escaped", get("/").with("cookie", `sid="%61lice"`), false},
+				{"bob", get("/").with("cookie", "sid=bob"), true},
+			})
+			wantCounter(t, h, "sluice.limit.ck.missing_key", 0)
+		},
+	},
+	{
+		Name:    "query key: a ';' read both ways, and names PHP reads as the parameter",
+		Config:  `{"limits":[{"name":"q","key":["query:api_key"],"requests_per_second":1,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"alice", get("/?api_key=alice"), true},
+				{"alice;junk=1 is ambiguous", get("/?api_key=alice;junk=1"), false},
+				{"alice;junk=2 is ambiguous", get("/?api_key=alice;junk=2"), false},
+				{"junk=1;api_key=alice is ambiguous", get("/?junk=1;api_key=alice"), false},
+				{"a ';' elsewhere changes nothing", get("/?api_key=alice&x=1;y=2"), false},
+				{"bob", get("/?api_key=bob"), true},
+				{"api.key is PHP's api_key", get("/?api.key=bob"), false},
+				{"api%20key", get("/?api%20key=bob"), false},
+				{"api[key", get("/?api[key=bob"), false},
+				{"api.key beside api_key is ambiguous", get("/?api_key=carol&api.key=junk"), false},
+				{"carol", get("/?api_key=carol"), true},
+			})
+			wantCounter(t, h, "sluice.limit.q.missing_key", 4)
+		},
+	},
+	{
+		Name:    "header match: a name spelled with '_' is the header, as WSGI reads it",
+		Config:  `{"limits":[{"name":"free","match":{"headers":[{"name":"x-plan","value":"free"}]},"requests_per_second":1,"burst":0}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			expect(t, h, []step{
+				{"x-plan free", get("/").with("x-plan", "free"), true},
+				{"x_plan free", get("/").with("x_plan", "free"), false},
+				{"x_plan pro is another plan", get("/").with("x_plan", "pro"), true},
+			})
+			wantCounter(t, h, "sluice.limit.free.limited", 1)
 		},
 	},
 	{

@@ -56,12 +56,14 @@ func Check(file string, data []byte) CheckReport {
 	if isJSON(file, data) {
 		found = []pluginConfig{{File: file, Config: string(data)}}
 	} else {
+		var problems []Finding
 		var err error
-		if found, err = findPluginConfigs(file, data); err != nil {
+		if found, problems, err = findPluginConfigs(file, data); err != nil {
 			r.Errors = append(r.Errors, Finding{ConfigRef: ConfigRef{File: file}, Message: err.Error()})
 			return r
 		}
-		if len(found) == 0 {
+		r.Errors = append(r.Errors, problems...)
+		if len(found) == 0 && len(problems) == 0 {
 			r.Errors = append(r.Errors, Finding{ConfigRef: ConfigRef{File: file},
 				Message: "no Sluice filter found (a wasm filter named sluice, with root_id or vm_id sluice, or code whose file name or URL says sluice; or an Istio WasmPlugin)"})
 			return r
@@ -74,6 +76,12 @@ func Check(file string, data []byte) CheckReport {
 			r.Errors = append(r.Errors, Finding{ConfigRef: ref, Message: pc.Err})
 			continue
 		}
+		hcm := pc.HCM
+		if hcm != nil && hcm.Err != "" {
+			// The connection manager is refused: nothing is known of it.
+			r.Errors = append(r.Errors, Finding{ConfigRef: ref, Message: "the HTTP connection manager at " + hcm.File + hcm.Err})
+			hcm = nil
+		}
 		cfg, err := config.Parse([]byte(pc.Config))
 		if err != nil {
 			var errs config.Errors
@@ -85,7 +93,7 @@ func Check(file string, data []byte) CheckReport {
 			}
 			continue
 		}
-		for _, w := range warnings(cfg, pc.HCM) {
+		for _, w := range warnings(cfg, hcm) {
 			w.ConfigRef = ref
 			r.Warnings = append(r.Warnings, w)
 		}

@@ -3,10 +3,14 @@ package ops
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/sluice-proxy/sluice/filter/ops/yamlbound"
 )
 
 // bootstrap is an Envoy bootstrap with one HTTP connection manager
@@ -70,6 +74,11 @@ const peerConfig = `{"limits": [{"name": "per-ip", "requests_per_second": 5}, {"
 // adminOnlyConfig has the admin route and no client_ip key.
 const adminOnlyConfig = `{"admin": {"client_cidrs": ["10.0.0.0/8"], "token_sha256": "757224ba37701e155c211a2dc2ed5debaf36faba66aa0cde42587cfc27fa1c30"}}`
 
+// peerAndAdmin keys on the peer and has the admin route: both warnings
+// that use_remote_address decides.
+const peerAndAdmin = `{"limits": [{"name": "per-ip", "requests_per_second": 5}], ` +
+	`"admin": {"client_cidrs": ["10.0.0.0/8"], "token_sha256": "757224ba37701e155c211a2dc2ed5debaf36faba66aa0cde42587cfc27fa1c30"}}`
+
 const ecdsFile = `resources:
   - "@type": type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig
     name: sluice
@@ -120,10 +129,17 @@ func TestCheck(t *testing.T) {
 		{name: "peer keys in a plain JSON file cannot be judged", files: map[string]string{"c.json": peerConfig},
 			out: []string{"0 error(s), 0 warning(s)"}},
 		{name: "the admin route without use_remote_address", files: map[string]string{"envoy.yaml": bootstrap(false, inlineSluice(adminOnlyConfig))},
-			out: []string{"warning: admin: the HTTP connection manager at envoy.yaml:8 does not set use_remote_address: true", "refuses every call that carries one",
+			out: []string{"warning: admin: the HTTP connection manager at envoy.yaml:8 does not set use_remote_address: true", "refuses every such call", "(no X-Forwarded-For, or a last entry Envoy cannot parse as an address)",
 				"[admin_without_use_remote_address]", "1 warning(s)"}},
 		{name: "the admin route with use_remote_address", files: map[string]string{"envoy.yaml": bootstrap(true, inlineSluice(adminOnlyConfig))},
 			out: []string{"0 error(s), 0 warning(s)"}},
+		{name: "use_remote_address: True is true, as Envoy reads it", files: map[string]string{"envoy.yaml": strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)),
+			"use_remote_address: true", "use_remote_address: True", 1)},
+			out: []string{"0 error(s), 0 warning(s)"}},
+		{name: "a quoted use_remote_address is refused, as Envoy refuses it", exit: 1, files: map[string]string{"envoy.yaml": strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)),
+			"use_remote_address: true", `use_remote_address: "true"`, 1)},
+			out: []string{`error: the HTTP connection manager at envoy.yaml:10: use_remote_address: the quoted string "true" is not a YAML boolean, which Envoy refuses here: write true or false`,
+				"1 error(s), 0 warning(s)"}},
 		{name: "xff in a plain JSON file cannot be judged", files: map[string]string{"c.json": xffConfig},
 			out: []string{"0 error(s), 0 warning(s)"}},
 		{name: "ECDS file named by the bootstrap, in the bootstrap's HCM", exit: 1,
@@ -313,7 +329,7 @@ func TestCheckBoundsWhatItReads(t *testing.T) {
 	if code := Main([]string{"check", files["many.yaml"]}, &stdout, &stderr); code != 0 {
 		t.Errorf("a large file under the bounds: exit %d: %s%s", code, stdout.String(), stderr.String())
 	}
-	if n := yamlStarts([]byte(nodes)); n <= maxYAMLStarts {
+	if n := yamlbound.Starts([]byte(nodes)); n <= maxYAMLStarts {
 		t.Fatalf("the flow sequence counts %d starts", n)
 	}
 }
@@ -346,6 +362,57 @@ func TestCheckBoundsYAMLWithItsECDSFiles(t *testing.T) {
 		if out := stdout.String() + stderr.String(); !strings.Contains(out, tc.want) {
 			t.Errorf("%d filters: %q, want %q", tc.filters, out, tc.want)
 		}
+	}
+}
+
+// Aliases cannot make a small file a large configuration: one long
+// string named many times, in an Istio WasmPlugin or an ECDS file's
+// Struct, and mappings naming mappings ("billion laughs"), are refused
+// before they are expanded, naming where the bound was passed, and cost
+// little memory to refuse.
+func TestCheckBoundsWhatAliasesExpandTo(t *testing.T) {
+	long := strings.Repeat("x", 64<<10)
+	refs := "[" + strings.Repeat("*s,", 300) + "*s]" // 301 × 64 KiB: past 16 MiB
+	plugin := "kind: WasmPlugin\nspec:\n  pluginConfig:\n    big: &s \"" + long + "\"\n    refs: " + refs + "\n"
+	ecds := strings.Replace(ecdsFile, "            client_ip: {source: xff}\n",
+		"            big: &s \""+long+"\"\n            refs: "+refs+"\n", 1)
+	laughs := "kind: WasmPlugin\nspec:\n  pluginConfig:\n    a: &a {x: \"" + strings.Repeat("y", 1024) + "\"}\n"
+	for i, prev := 'b', 'a'; i <= 'h'; i, prev = i+1, i {
+		laughs += fmt.Sprintf("    %c: &%c [%s*%c]\n", i, i, strings.Repeat(fmt.Sprintf("*%c,", prev), 9), prev)
+	}
+	stringValue := bootstrap(false, inlineSluice(xffConfig)) + "x: &s \"" + long + "\"\n"
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"a string named 301 times", plugin, "at spec.pluginConfig.refs[254])"},
+		{"in an ECDS file's Struct", ecds, "at resources[0].typed_config.config.configuration.value.refs[254])"},
+		{"mappings naming mappings", laughs, "at spec.pluginConfig.f[0][5][1][0][5].x)"},
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		r := Check("alias.yaml", []byte(tc.file))
+		runtime.ReadMemStats(&after)
+		if len(r.Errors) != 1 || !strings.HasPrefix(r.Errors[0].Message, "with aliases expanded, the plugin configurations would be more than 16777216 bytes of JSON") ||
+			!strings.HasSuffix(r.Errors[0].Message, tc.want) {
+			t.Errorf("%s: %+v, want one error ending %q", tc.name, r.Errors, tc.want)
+		}
+		// The old check built the whole expansion: 19 MiB of JSON, and
+		// several times that on the way.
+		if n := after.TotalAlloc - before.TotalAlloc; n > 8<<20 {
+			t.Errorf("%s: %d bytes allocated to refuse a %d-byte file", tc.name, n, len(tc.file))
+		}
+	}
+	// A long scalar under an anchor that the configuration does not name
+	// costs nothing.
+	if r := Check("envoy.yaml", []byte(stringValue)); len(r.Errors) != 0 || len(r.Configs) != 1 {
+		t.Errorf("an unused anchor: %+v", r)
+	}
+	// explain refuses it too, instead of explaining an empty configuration.
+	files := writeFiles(t, t.TempDir(), map[string]string{"plugin.yaml": plugin})
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"explain", "--config", files["plugin.yaml"], "/"}, &stdout, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "(spec.pluginConfig): with aliases expanded") {
+		t.Errorf("explain: exit %d, %q", code, stderr.String())
 	}
 }
 
@@ -387,5 +454,46 @@ func TestCheckQuotesBoundedPrefixes(t *testing.T) {
 				t.Errorf("%s: a finding of %d bytes: %.300s…", name, n, e.text())
 			}
 		}
+	}
+}
+
+// Every field check reads is read as Envoy reads it: in its protobuf
+// JSON spelling too, through merge keys, and refused when given twice.
+func TestCheckReadsFieldsInEverySpellingEnvoyTakes(t *testing.T) {
+	camel := strings.NewReplacer("root_id:", "rootId:", "vm_config:", "vmConfig:")
+	for _, c := range []struct {
+		name, yaml string
+		errs       []string // each in one error, with its line and path
+		configs    int
+	}{
+		{name: "camelCase wasm fields", yaml: bootstrap(true, camel.Replace(inlineSluice(peerConfig))), configs: 1},
+		{name: "useRemoteAddress", yaml: strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)), "use_remote_address:", "useRemoteAddress:", 1), configs: 1},
+		{name: "merge key", yaml: strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)), "use_remote_address: true", "<<: {use_remote_address: true}", 1), configs: 1},
+		{name: "merged wasm config", yaml: strings.Replace(bootstrap(true, inlineSluice(peerConfig)), "                      config:\n", "                      <<: {config: &c {name: other}}\n                      cfg:\n", 1),
+			configs: 0, errs: []string{"no Sluice filter found"}},
+		{name: "duplicate field", yaml: strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)), "use_remote_address: true", "use_remote_address: false\n                useRemoteAddress: true", 1),
+			errs: []string{"envoy.yaml:11 (static_resources.listeners[0].filter_chains[0].filters[0].typed_config.useRemoteAddress): error: use_remote_address: set twice, as use_remote_address and as useRemoteAddress, which Envoy refuses (duplicate field)"}, configs: 1},
+		{name: "duplicate key", yaml: strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)), "use_remote_address: true", "use_remote_address: true\n                use_remote_address: false", 1),
+			errs: []string{`envoy.yaml:11 (static_resources.listeners[0].filter_chains[0].filters[0].typed_config.use_remote_address): error: "use_remote_address": given twice in one mapping, which Envoy refuses (duplicate key)`}, configs: 1},
+		{name: "duplicate wasm field in both spellings", yaml: bootstrap(true, strings.Replace(inlineSluice(peerConfig), "root_id: sluice", "root_id: sluice\n                        rootId: other", 1)),
+			errs: []string{"config.rootId): error: root_id: set twice, as root_id and as rootId"}, configs: 1},
+		{name: "duplicate key inside the wasm config", yaml: bootstrap(true, strings.Replace(inlineSluice(peerConfig), "root_id: sluice", "root_id: sluice\n                        root_id: sluice", 1)),
+			errs: []string{`config.root_id): error: "root_id": given twice in one mapping`}, configs: 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := Check("envoy.yaml", []byte(c.yaml))
+			var out strings.Builder
+			for _, e := range r.Errors {
+				fmt.Fprintf(&out, "%s: error: %s\n", e.where(), e.text())
+			}
+			if len(r.Configs) != c.configs || len(r.Errors) != len(c.errs) || len(r.Warnings) != 0 {
+				t.Fatalf("configs %d errors %s warnings %+v", len(r.Configs), out.String(), r.Warnings)
+			}
+			for _, want := range c.errs {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("no error %q in:\n%s", want, out.String())
+				}
+			}
+		})
 	}
 }

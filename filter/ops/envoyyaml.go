@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/ops/yamlbound"
 )
 
 // The Envoy and Istio shapes a Sluice configuration sits in. Our e2e
@@ -57,6 +59,35 @@ type connectionManager struct {
 	File             string
 	Line             int
 	UseRemoteAddress bool
+	// Err says why a field the checks read is one Envoy refuses; the
+	// fields are then unknown.
+	Err string
+}
+
+// yamlBool reads a boolean field of an Envoy message as Envoy and our
+// stand-in do: a YAML boolean (true, True, TRUE, false, False, FALSE) is
+// its value, an absent field is false, and anything else (a quoted
+// "true", yes, 1, a mapping) is no JSON boolean once the YAML is JSON,
+// which protobuf's JSON reading of a BoolValue refuses, so Envoy does not
+// start; err says so, naming the field and its line. A null is unset.
+func yamlBool(n *yaml.Node, field string) (v bool, err string) {
+	if n == nil {
+		return false, ""
+	}
+	switch tag := n.ShortTag(); {
+	case n.Kind == yaml.ScalarNode && tag == "!!null":
+		return false, ""
+	case n.Kind == yaml.ScalarNode && tag == "!!bool" && n.Decode(&v) == nil:
+		return v, ""
+	}
+	what := map[yaml.Kind]string{yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list"}[n.Kind]
+	if n.Kind == yaml.ScalarNode {
+		what = config.Quote(n.Value)
+		if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
+			what = "the quoted string " + what
+		}
+	}
+	return false, fmt.Sprintf(":%d: %s: %s is not a YAML boolean, which Envoy refuses here: write true or false", n.Line, field, what)
 }
 
 // Bounds on the walk: aliases can make a small document expand
@@ -82,18 +113,24 @@ func isJSON(file string, data []byte) bool {
 // bootstrap's filter names one through path_config_source, or given on
 // their own), and in Istio WasmPlugin resources (spec.pluginConfig). A
 // file may hold several YAML documents.
-func findPluginConfigs(file string, data []byte) ([]pluginConfig, error) {
-	w := &walker{file: file, budget: maxWalkNodes, starts: maxYAMLStarts, bytes: maxYAMLBytes}
+//
+// problems are the fields read on the way that Envoy refuses (a key given
+// twice, a field in both its spellings), each with its line and path.
+func findPluginConfigs(file string, data []byte) (found []pluginConfig, problems []Finding, err error) {
+	w := &walker{file: file, budget: maxWalkNodes, starts: maxYAMLStarts, bytes: maxYAMLBytes, configBytes: maxConfigFile}
 	if err := w.documents(data); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return w.found, nil
+	return w.found, w.problems, nil
 }
 
 type walker struct {
 	file   string
 	budget int
 	found  []pluginConfig
+	// problems are the fields Envoy refuses, in this file and its ECDS
+	// files.
+	problems []Finding
 	// ecdsDepth counts the ECDS files being walked inside one another.
 	ecdsDepth int
 
@@ -102,6 +139,9 @@ type walker struct {
 	// a bootstrap naming one large ECDS file a thousand times is not
 	// parsed a thousand times.
 	starts, bytes int
+	// configBytes is what is left of the bytes the configurations found
+	// may take, aliases expanded (see chargeExpanded).
+	configBytes int
 }
 
 func (w *walker) documents(data []byte) error {
@@ -122,7 +162,7 @@ func (w *walker) documents(data []byte) error {
 			continue
 		}
 		root := doc.Content[0]
-		if root.Kind == yaml.MappingNode && scalar(lookup(root, "kind")) == kindWasmPlugin {
+		if root.Kind == yaml.MappingNode && scalar(w.lookup(root, "", "kind")) == kindWasmPlugin {
 			w.wasmPlugin(root)
 			continue
 		}
@@ -158,17 +198,27 @@ func (w *walker) walk(n *yaml.Node, path string, hcm *connectionManager, depth i
 	default:
 		return nil
 	}
-	switch scalar(lookup(n, "@type")) {
+	w.duplicateKeys(n, path)
+	switch scalar(w.lookup(n, path, "@type")) {
 	case typeHCM:
-		hcm = &connectionManager{File: w.file, Line: n.Line, UseRemoteAddress: scalar(lookup(n, "use_remote_address")) == "true"}
+		hcm = &connectionManager{File: w.file, Line: n.Line}
+		if ura, bad := field(n, "use_remote_address"); bad != nil {
+			// Envoy refuses the file: that is the finding, and
+			// nothing is known of the connection manager.
+			w.problem(bad, path)
+			hcm = nil
+		} else {
+			hcm.UseRemoteAddress, hcm.Err = yamlBool(ura, "use_remote_address")
+		}
 	case typeWasm:
-		if cfg := lookup(n, "config"); cfg != nil && isSluice(cfg) {
+		if cfg := w.lookup(n, path, "config"); cfg != nil && w.isSluice(cfg, joinYAML(path, "config")) {
 			w.wasmFilter(cfg, joinYAML(path, "config"), hcm)
 			return nil
 		}
 	}
-	if cd := lookup(n, "config_discovery"); cd != nil && discoversWasm(cd) {
-		if src := lookupPath(cd, "config_source", "path_config_source", "path"); src != nil {
+	cdPath := joinYAML(path, "config_discovery")
+	if cd := w.lookup(n, path, "config_discovery"); cd != nil && w.discoversWasm(cd, cdPath) {
+		if src := w.lookupPath(cd, cdPath, "config_source", "path_config_source", "path"); src != nil {
 			return w.ecds(scalar(src), src.Line, hcm)
 		}
 	}
@@ -178,6 +228,30 @@ func (w *walker) walk(n *yaml.Node, path string, hcm *connectionManager, depth i
 		}
 	}
 	return nil
+}
+
+// duplicateKeys records the keys mapping n, at path, gives twice, which
+// Envoy and our stand-in refuse whatever the field (a merge key's
+// mappings may repeat a key: the mapping's own wins).
+func (w *walker) duplicateKeys(n *yaml.Node, path string) {
+	if len(n.Content) < 4 {
+		return
+	}
+	seen := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
+			continue
+		}
+		if seen[k.Value] {
+			w.problem(duplicateKey(k), path)
+		}
+		seen[k.Value] = true
+	}
+}
+
+func duplicateKey(k *yaml.Node) *fieldProblem {
+	return &fieldProblem{Key: k.Value, Line: k.Line, Msg: config.Quote(k.Value) + ": given twice in one mapping, which Envoy refuses (duplicate key): keep one"}
 }
 
 // ecds walks the ECDS file a filter's config_discovery names. Envoy reads
@@ -199,7 +273,7 @@ func (w *walker) ecds(name string, line int, hcm *connectionManager) error {
 		if err := w.chargeYAML(c, data); err != nil {
 			return err
 		}
-		sub := &walker{file: c, budget: w.budget, starts: w.starts, bytes: w.bytes, ecdsDepth: w.ecdsDepth + 1}
+		sub := &walker{file: c, problems: w.problems, budget: w.budget, starts: w.starts, bytes: w.bytes, configBytes: w.configBytes, ecdsDepth: w.ecdsDepth + 1}
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		var doc yaml.Node
 		if err := dec.Decode(&doc); err != nil {
@@ -210,8 +284,9 @@ func (w *walker) ecds(name string, line int, hcm *connectionManager) error {
 				return err
 			}
 		}
-		w.budget, w.starts, w.bytes = sub.budget, sub.starts, sub.bytes
+		w.budget, w.starts, w.bytes, w.configBytes = sub.budget, sub.starts, sub.bytes, sub.configBytes
 		w.found = append(w.found, sub.found...)
+		w.problems = sub.problems
 		return nil
 	}
 	for i, c := range candidates {
@@ -222,8 +297,8 @@ func (w *walker) ecds(name string, line int, hcm *connectionManager) error {
 
 // discoversWasm reports whether a config_discovery may deliver a wasm
 // filter: other filters' ECDS files are not ours to read.
-func discoversWasm(cd *yaml.Node) bool {
-	urls := lookup(cd, "type_urls")
+func (w *walker) discoversWasm(cd *yaml.Node, path string) bool {
+	urls := w.lookup(cd, path, "type_urls")
 	if urls == nil || urls.Kind != yaml.SequenceNode {
 		return false
 	}
@@ -237,18 +312,20 @@ func discoversWasm(cd *yaml.Node) bool {
 
 // isSluice tells a Sluice filter from another wasm module: its name,
 // root_id or vm_id is "sluice", or its code's file name or URL says so.
-func isSluice(cfg *yaml.Node) bool {
+func (w *walker) isSluice(cfg *yaml.Node, path string) bool {
 	for _, k := range []string{"name", "root_id"} {
-		if scalar(lookup(cfg, k)) == "sluice" {
+		if scalar(w.lookup(cfg, path, k)) == "sluice" {
 			return true
 		}
 	}
-	vm := lookup(cfg, "vm_config")
-	if scalar(lookup(vm, "vm_id")) == "sluice" {
+	vmPath := joinYAML(path, "vm_config")
+	vm := w.lookup(cfg, path, "vm_config")
+	if scalar(w.lookup(vm, vmPath, "vm_id")) == "sluice" {
 		return true
 	}
-	code := lookup(vm, "code")
-	for _, s := range []string{scalar(lookupPath(code, "local", "filename")), scalar(lookupPath(code, "remote", "http_uri", "uri"))} {
+	codePath := joinYAML(vmPath, "code")
+	code := w.lookup(vm, vmPath, "code")
+	for _, s := range []string{scalar(w.lookupPath(code, codePath, "local", "filename")), scalar(w.lookupPath(code, codePath, "remote", "http_uri", "uri"))} {
 		if strings.Contains(strings.ToLower(s), "sluice") {
 			return true
 		}
@@ -261,30 +338,35 @@ func isSluice(cfg *yaml.Node) bool {
 // payload, a Struct as JSON; no configuration is the empty one.
 func (w *walker) wasmFilter(cfg *yaml.Node, path string, hcm *connectionManager) {
 	pc := pluginConfig{File: w.file, Line: cfg.Line, YAMLPath: path, HCM: hcm}
-	conf := lookup(cfg, "configuration")
+	conf := w.lookup(cfg, path, "configuration")
 	if conf == nil {
 		w.found = append(w.found, pc)
 		return
 	}
 	pc.Line, pc.YAMLPath = conf.Line, joinYAML(path, "configuration")
-	value := lookup(conf, "value")
+	value := w.lookup(conf, pc.YAMLPath, "value")
 	if value != nil {
 		pc.Line, pc.YAMLPath = value.Line, joinYAML(pc.YAMLPath, "value")
 		if value.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
 			pc.Line++ // a block scalar's text starts on the line after its "|"
 		}
 	}
-	switch t := scalar(lookup(conf, "@type")); t {
+	switch t := scalar(w.lookup(conf, joinYAML(path, "configuration"), "@type")); t {
 	case "type.googleapis.com/google.protobuf.StringValue":
-		pc.Config = scalar(value)
+		if pc.Err = w.chargeExpanded(value, pc.YAMLPath); pc.Err == "" {
+			pc.Config = scalar(value)
+		}
 	case "type.googleapis.com/google.protobuf.BytesValue":
+		if pc.Err = w.chargeExpanded(value, pc.YAMLPath); pc.Err != "" {
+			break
+		}
 		b, err := base64.StdEncoding.DecodeString(scalar(value))
 		if err != nil {
 			pc.Err = "a BytesValue holds base64: " + err.Error()
 		}
 		pc.Config = string(b)
 	case "type.googleapis.com/google.protobuf.Struct":
-		pc.Config, pc.Err = nodeJSON(value)
+		pc.Config, pc.Err = w.nodeJSON(value, pc.YAMLPath)
 	default:
 		pc.Err = fmt.Sprintf("configuration type %s is not passed to a module (StringValue, BytesValue and Struct are)", config.Quote(t))
 	}
@@ -295,20 +377,24 @@ func (w *walker) wasmFilter(cfg *yaml.Node, path string, hcm *connectionManager)
 // Istio hands to the module as JSON.
 func (w *walker) wasmPlugin(root *yaml.Node) {
 	pc := pluginConfig{File: w.file, Line: root.Line, YAMLPath: "spec.pluginConfig"}
-	if n := lookupPath(root, "spec", "pluginConfig"); n != nil {
+	if n := w.lookupPath(root, "", "spec", "pluginConfig"); n != nil {
 		pc.Line = n.Line
-		pc.Config, pc.Err = nodeJSON(n)
+		pc.Config, pc.Err = w.nodeJSON(n, pc.YAMLPath)
 	}
 	w.found = append(w.found, pc)
 }
 
-// nodeJSON renders a YAML mapping as JSON.
-func nodeJSON(n *yaml.Node) (string, string) {
+// nodeJSON renders a YAML mapping, at path, as JSON, once its size with
+// aliases expanded is known to fit.
+func (w *walker) nodeJSON(n *yaml.Node, path string) (string, string) {
 	if n == nil {
 		return "", ""
 	}
 	if n.Kind != yaml.MappingNode {
 		return "", "must be a mapping (the plugin configuration object)"
+	}
+	if msg := w.chargeExpanded(n, path); msg != "" {
+		return "", msg
 	}
 	var v any
 	if err := n.Decode(&v); err != nil {
@@ -319,6 +405,43 @@ func nodeJSON(n *yaml.Node) (string, string) {
 		return "", err.Error()
 	}
 	return string(b), ""
+}
+
+// maxExpandedDepth bounds the nesting a configuration's YAML may reach
+// with aliases followed, as yaml.v3 bounds it without: an alias that
+// contains itself reaches it at once.
+const maxExpandedDepth = 10_000
+
+// chargeExpanded takes what the configuration at n (at path) expands to,
+// aliases followed, from what is left to the configurations of this file
+// and its ECDS files, and says why when it is more. yaml.v3 checks that
+// aliases are not too many for the nodes of a document, not how large
+// what they name is: one 1 MiB string named 2,000 times is a few nodes
+// and 2 GB of JSON. The size is counted on the node tree before
+// anything is expanded, as the bytes of every scalar and two more per
+// node (quotes, separators), which is what the JSON takes but for
+// escapes; a plugin configuration as JSON may have maxConfigFile bytes,
+// as a JSON file may, and all of them together no more.
+func (w *walker) chargeExpanded(n *yaml.Node, path string) string {
+	if n == nil {
+		return ""
+	}
+	trail, ok := yamlbound.Charge(n, &w.configBytes, maxExpandedDepth)
+	if ok {
+		return ""
+	}
+	for i := len(trail) - 1; i >= 0; i-- {
+		switch st := trail[i]; st.Parent.Kind {
+		case yaml.SequenceNode:
+			path += "[" + strconv.Itoa(st.Index) + "]"
+		case yaml.MappingNode:
+			path = joinYAML(path, st.Parent.Content[st.Index&^1].Value)
+		}
+	}
+	if w.configBytes < 0 {
+		return fmt.Sprintf("with aliases expanded, the plugin configurations would be more than %d bytes of JSON (at %s)", maxConfigFile, path)
+	}
+	return fmt.Sprintf("with aliases expanded, nested more than %d deep (at %s)", maxExpandedDepth, path)
 }
 
 // jsonable turns what yaml.v3 decodes into values encoding/json takes:
@@ -343,32 +466,150 @@ func jsonable(v any) any {
 	return v
 }
 
-// lookup is the value of key in mapping n; nil when n is not a mapping or
-// has no such key. Aliases are followed one level, as keys are.
-func lookup(n *yaml.Node, key string) *yaml.Node {
-	if n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
+// field reads the field name (snake_case, as Envoy's docs spell it) of
+// the Envoy message in mapping n as Envoy's YAML loader and our stand-in
+// do: the YAML becomes JSON and protobuf's JSON mapping reads it, so the
+// field may also be spelled in lowerCamelCase (use_remote_address or
+// useRemoteAddress); a merge key (<<) supplies what the mapping does not
+// say itself (its own keys win, and among merged mappings the first);
+// aliases are followed. What Envoy refuses is err, naming the field and
+// its line: a key given twice in one mapping ("duplicate key"), or both
+// spellings at once ("duplicate field"), whichever says what. A nil n, or
+// one that is no mapping, has no fields.
+func field(n *yaml.Node, name string) (v *yaml.Node, bad *fieldProblem) {
+	spellings := []string{name}
+	if c := camelName(name); c != name {
+		spellings = append(spellings, c)
 	}
-	if n == nil || n.Kind != yaml.MappingNode {
+	got := make([]*yaml.Node, len(spellings))
+	if bad := collectField(n, spellings, got, 0); bad != nil {
+		return nil, bad
+	}
+	if len(got) == 2 && got[0] != nil && got[1] != nil {
+		later := 1
+		if got[0].Line > got[1].Line {
+			later = 0
+		}
+		return nil, &fieldProblem{Key: spellings[later], Line: got[later].Line, Msg: fmt.Sprintf(
+			"%s: set twice, as %s and as %s, which Envoy refuses (duplicate field): keep one", name, spellings[0], spellings[1])}
+	}
+	for _, g := range got {
+		if g != nil {
+			return resolveAlias(g), nil
+		}
+	}
+	return nil, nil
+}
+
+// fieldProblem is why Envoy refuses a field's YAML: Msg names the field,
+// Key and Line are where (the key as spelled there).
+type fieldProblem struct {
+	Key  string
+	Line int
+	Msg  string
+}
+
+// collectField fills got[i] with the value of spellings[i] in mapping n,
+// where got[i] is still nil: n's own keys first, then its merge keys'
+// mappings in order. It holds the key node's value; a value met twice in
+// n's own keys is err.
+func collectField(n *yaml.Node, spellings []string, got []*yaml.Node, depth int) *fieldProblem {
+	n = resolveAlias(n)
+	if n == nil || n.Kind != yaml.MappingNode || depth > maxWalkDepth {
 		return nil
 	}
+	own := make([]*yaml.Node, len(spellings))
+	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			v := n.Content[i+1]
-			if v.Kind == yaml.AliasNode && v.Alias != nil {
-				v = v.Alias
+		k := n.Content[i]
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			merges = append(merges, n.Content[i+1])
+			continue
+		}
+		for j, s := range spellings {
+			if k.Kind != yaml.ScalarNode || k.Value != s {
+				continue
 			}
-			return v
+			if own[j] != nil {
+				return duplicateKey(k)
+			}
+			own[j] = n.Content[i+1]
+		}
+	}
+	for j := range got {
+		if got[j] == nil {
+			got[j] = own[j]
+		}
+	}
+	for _, m := range merges {
+		m = resolveAlias(m)
+		srcs := []*yaml.Node{m}
+		if m != nil && m.Kind == yaml.SequenceNode {
+			srcs = m.Content
+		}
+		for _, src := range srcs {
+			// Several spellings may come from different merged
+			// mappings; each takes the first it finds.
+			if bad := collectField(src, spellings, got, depth+1); bad != nil {
+				return bad
+			}
 		}
 	}
 	return nil
 }
 
-func lookupPath(n *yaml.Node, keys ...string) *yaml.Node {
-	for _, k := range keys {
-		n = lookup(n, k)
+// camelName is the lowerCamelCase name protobuf's JSON mapping gives the
+// snake_case field name.
+func camelName(name string) string {
+	var b strings.Builder
+	up := false
+	for _, r := range name {
+		switch {
+		case r == '_':
+			up = true
+		case up && r >= 'a' && r <= 'z':
+			b.WriteRune(r - 'a' + 'A')
+			up = false
+		default:
+			b.WriteRune(r)
+			up = false
+		}
+	}
+	return b.String()
+}
+
+func resolveAlias(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < maxWalkDepth; i++ {
+		n = n.Alias
 	}
 	return n
+}
+
+// lookup is the field key of the Envoy message in mapping n, at path (see
+// field); what Envoy refuses in it is one of the file's problems, each
+// reported once, and the field is then nil.
+func (w *walker) lookup(n *yaml.Node, path, key string) *yaml.Node {
+	v, bad := field(n, key)
+	if bad != nil {
+		w.problem(bad, path)
+	}
+	return v
+}
+
+func (w *walker) lookupPath(n *yaml.Node, path string, keys ...string) *yaml.Node {
+	for _, k := range keys {
+		n = w.lookup(n, path, k)
+		path = joinYAML(path, k)
+	}
+	return n
+}
+
+// problem records p, found in the mapping at path.
+func (w *walker) problem(p *fieldProblem, path string) {
+	f := Finding{ConfigRef: ConfigRef{File: w.file, Line: p.Line, YAMLPath: joinYAML(path, p.Key)}, Message: p.Msg}
+	if !slices.Contains(w.problems, f) {
+		w.problems = append(w.problems, f)
+	}
 }
 
 // scalar is a scalar node's text; "" for anything else.

@@ -210,7 +210,7 @@ func explainLimit(cfg *config.Config, i int, lt engine.LimitTrace, all []engine.
 	}
 	le.Override, le.Action = lt.OverrideValue, lt.Action
 	if lt.Rate.Limit > 0 {
-		le.Rate = &Rate{Limit: lt.Rate.Limit, Window: lt.Rate.Window.String(), Burst: lt.Rate.Burst}
+		le.Rate = &Rate{Limit: lt.Rate.Limit, Window: lt.Rate.WindowString(), Burst: lt.Rate.Burst}
 		le.Cost = lt.Cost
 	}
 	le.RedisKey = lt.RedisKey
@@ -251,14 +251,14 @@ func partNames(parts []config.KeyPart) []string {
 	return names
 }
 
-// explainKey splits a composite key into its parts (the engine joins them
-// with a NUL, which no part holds) and redacts each value unless
+// explainKey splits a composite key into its parts' values
+// (engine.SplitKey undoes the engine's escaping) and redacts each unless
 // showKeys. An empty parts list is the limit's one bucket: no values.
 func explainKey(parts []string, key string, showKeys bool) []KeyValue {
 	if len(parts) == 0 {
 		return []KeyValue{} // "key": [], one bucket for every request
 	}
-	values := strings.Split(key, "\x00")
+	values := engine.SplitKey(key)
 	if len(values) != len(parts) {
 		parts, values = []string{strings.Join(parts, "+")}, []string{key}
 	}
@@ -327,9 +327,14 @@ func explainConfig(file string) ([]byte, error) {
 	if isJSON(file, data) {
 		return data, nil
 	}
-	found, err := findPluginConfigs(file, data)
+	found, problems, err := findPluginConfigs(file, data)
 	if err != nil {
 		return nil, err
+	}
+	if len(problems) > 0 {
+		// Envoy refuses the file, so no request meets this filter.
+		p := problems[0]
+		return nil, fmt.Errorf("%s (%s): %s", pluginConfig{File: p.File, Line: p.Line}.location(), p.YAMLPath, p.Message)
 	}
 	if len(found) != 1 {
 		var where []string
@@ -337,6 +342,9 @@ func explainConfig(file string) ([]byte, error) {
 			where = append(where, f.location())
 		}
 		return nil, fmt.Errorf("%s holds %d Sluice filter configurations, want one (give that one as a JSON file): %s", file, len(found), strings.Join(where, ", "))
+	}
+	if f := found[0]; f.Err != "" {
+		return nil, fmt.Errorf("%s (%s): %s", f.location(), f.YAMLPath, f.Err)
 	}
 	return []byte(found[0].Config), nil
 }

@@ -273,3 +273,17 @@ func TestParseRequestArgs(t *testing.T) {
 		t.Fatalf("%v %+v", err, a.req)
 	}
 }
+
+// TestExplainSplitsEscapedKeys: a value holding the key separator or the
+// escape byte is shown as the request carried it, and redacted from it.
+func TestExplainSplitsEscapedKeys(t *testing.T) {
+	cfg := `{"limits": [{"name": "qq", "key": ["query:a", "query:b"], "requests_per_second": 1}]}`
+	ex := explainArgs(t, cfg, "--show-keys", "/d?a=k1%00y&b=z%01")
+	if k := ex.Limits[0].Key; len(k) != 2 || k[0].Value != "k1\x00y" || k[1].Value != "z\x01" {
+		t.Fatalf("--show-keys: %+v", k)
+	}
+	ex = explainArgs(t, cfg, "/d?a=k1%00y&b=z%01")
+	if k := ex.Limits[0].Key; len(k) != 2 || k[0].Value != redact("k1\x00y") || k[1].Value != redact("z\x01") {
+		t.Fatalf("redacted: %+v", k)
+	}
+}

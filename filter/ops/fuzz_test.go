@@ -3,6 +3,9 @@ package ops
 import (
 	"strings"
 	"testing"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/engine"
 )
 
 // fuzzConfig reads every part of a request explain can be told about, so
@@ -35,11 +38,11 @@ func FuzzExplainArgs(f *testing.F) {
 			return
 		}
 		r := a.req
-		if !strings.HasPrefix(r.Path, "/") || !token(r.Method) || r.Method != strings.ToUpper(r.Method) || r.Authority == "" {
+		if !strings.HasPrefix(r.Path, "/") || !engine.IsHTTPToken(r.Method) || r.Method != strings.ToUpper(r.Method) || r.Authority == "" {
 			t.Fatalf("accepted a request no client sends: %+v", r)
 		}
 		for _, h := range r.Headers {
-			if h[0] != strings.ToLower(h[0]) || !token(h[0]) || !fieldValue(h[1]) {
+			if h[0] != strings.ToLower(h[0]) || !engine.IsHTTPToken(h[0]) || !engine.IsFieldValue(h[1]) {
 				t.Fatalf("accepted header %q", h)
 			}
 		}
@@ -58,12 +61,22 @@ func FuzzExplainArgs(f *testing.F) {
 func FuzzCheck(f *testing.F) {
 	f.Add([]byte(bootstrap(false, inlineSluice(xffConfig))))
 	f.Add([]byte(ecdsFile))
+	f.Add([]byte(strings.Replace(bootstrap(true, inlineSluice(xffConfig)), "use_remote_address: true", "use_remote_address: '"+strings.Repeat("t", 3000)+"'", 1)))
+	f.Add([]byte(strings.Replace(bootstrap(true, inlineSluice(xffConfig)), "use_remote_address: true", "use_remote_address: [TRUE]", 1)))
 	f.Add([]byte("kind: WasmPlugin\nspec:\n  pluginConfig: {limits: [{name: a, requests_per_second: 1}]}\n"))
+	// The spellings Envoy reads a field in: camelCase, merge keys, and the
+	// duplicates it refuses.
+	for _, ura := range []string{"useRemoteAddress: true", "<<: {use_remote_address: true}", "<<: [*m, {useRemoteAddress: false}]",
+		"use_remote_address: true\n                use_remote_address: false", "use_remote_address: false\n                useRemoteAddress: true"} {
+		f.Add([]byte(strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)), "use_remote_address: true", ura, 1)))
+	}
+	f.Add([]byte(bootstrap(true, strings.NewReplacer("root_id:", "rootId:", "vm_config:", "<<: &m {vmConfig: {vmId: x}}\n                        vm_config:").Replace(inlineSluice(peerConfig)))))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte(`{"limits": [{"name": "a", "requests_per_second": 1, "match": {"not": {}}}]}`))
 	// Hostile inputs: a flow sequence past the bound on nodes, long bad
 	// values, and regexes that would escape their anchors.
 	f.Add([]byte("x: [" + strings.Repeat("a,", maxYAMLStarts) + "a]\n"))
+	f.Add([]byte("kind: WasmPlugin\nspec:\n  pluginConfig:\n    a: &a {x: yyyy}\n    b: &b [*a, *a, *a]\n    c: &c [*b, *b, *b]\n    d: [*c, *c]\n"))
 	f.Add([]byte(`{"limits": [{"name": "` + strings.Repeat("n", 300) + `", "match": {"path_regex": "/only)|(?:/never"}}]}`))
 	f.Add([]byte("kind: WasmPlugin\nspec:\n  pluginConfig: {limits: [{name: a, requests_per_second: 1, match: {headers: [{name: x, regex: 'v1)|(?:.*'}]}}]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -82,6 +95,43 @@ func FuzzCheck(f *testing.F) {
 			if w.Code == "" || w.File == "" {
 				t.Fatalf("warning without code or file: %+v", w)
 			}
+		}
+	})
+}
+
+// FuzzAdminReply gives the admin route's reply reader hostile bodies: it
+// never panics, and what it accepts is within what the configuration
+// says the route answers.
+func FuzzAdminReply(f *testing.F) {
+	for _, s := range []string{
+		`{"limit":"qq","mode":"local","algorithm":"token_bucket","capacity":5,"remaining":4,"reset_after_ms":720000}`,
+		`{"limit":"qq","mode":"local","algorithm":"token_bucket","capacity":5,"remaining":4,"reset_after_ms":720000,"reset":true}`,
+		`{"limit":"qq","Limit":"qq","mode":"local","algorithm":"fixed_window","capacity":1e3,"remaining":-5,"reset_after_ms":null}`,
+		`{"limit":"qq","limit":"qq"}{}`, `[`, `{"override":"gold"`,
+	} {
+		f.Add(s, false)
+	}
+	cfg, err := config.Parse([]byte(`{"limits":[{"name":"qq","key":["header:x-k"],"limit":5,"window":"1h"}]}`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	lim := &cfg.Limits[0]
+	q, err := engine.ResolveQuotaKey(lim, []string{"k"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body string, reset bool) {
+		want := adminReply{action: "get", limit: lim, q: q}
+		if reset {
+			want.action = "reset"
+		}
+		st, why := want.read("application/json", []byte(body))
+		if why != "" {
+			return
+		}
+		if st.Limit != "qq" || st.Algorithm != "token_bucket" || st.Capacity != 5 || st.Remaining < 0 || st.Remaining > 5 ||
+			st.ResetAfterMS < 0 || st.Override != "" || (st.Reset != nil) != reset {
+			t.Fatalf("accepted %q as %+v", body, st)
 		}
 	})
 }

@@ -1,5 +1,6 @@
-// Package ops is sluicectl: checking configs, explaining requests and
-// reading or resetting quotas, with the filter's own parser, engine, key
+// Package ops is sluicectl: checking configs, explaining requests,
+// importing Envoy's rate limiting (package importer) and reading or
+// resetting quotas, with the filter's own parser, engine, key
 // derivation and Redis scripts, never a re-implementation of them. It has
 // no proxy-wasm dependency.
 package ops
@@ -21,6 +22,7 @@ type command struct {
 var commands = map[string]command{
 	"check":   {"validate plugin configs or Envoy YAML", runCheck},
 	"explain": {"show what the filter would do with a request", runExplain},
+	"import":  {"convert Envoy ratelimit and local_ratelimit configs", runImport},
 	"quota":   {"get or reset a key's quota", runQuota},
 }
 
@@ -52,7 +54,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: sluicectl <command> [arguments]")
-	for _, name := range []string{"check", "explain", "quota"} {
+	for _, name := range []string{"check", "explain", "import", "quota"} {
 		fmt.Fprintf(w, "  %-8s %s\n", name, commands[name].summary)
 	}
 }

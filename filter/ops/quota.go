@@ -146,7 +146,7 @@ func quota(a *quotaArgs) (quotaState, error) {
 		return quotaState{}, err
 	}
 	if a.envy != "" {
-		return adminQuota(a, cfg)
+		return adminQuota(a, cfg, lim, q)
 	}
 	return redisQuota(a, lim, q)
 }

@@ -106,7 +106,13 @@ func evalOnce(ep *backend.Endpoint, base string, cmd backend.Command) (backend.R
 	return backend.ParseReply(ep.Protocol, status, body)
 }
 
-var httpClient = &http.Client{Timeout: quotaTimeout}
+// httpClient follows no redirect: the URL given is the Envoy or backend
+// meant, and a redirect elsewhere (with the token, for the same host)
+// would read or reset another's state, or print a stranger's reply as
+// the answer.
+var httpClient = &http.Client{Timeout: quotaTimeout, CheckRedirect: func(*http.Request, []*http.Request) error {
+	return http.ErrUseLastResponse
+}}
 
 // sendBackend sends a backend.Request as the filter's proxy_http_call
 // would: its path byte for byte (already percent-encoded), its headers

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/sluice-proxy/sluice/filter/ops/yamlbound"
 )
 
 // Bounds on what check reads, before anything is parsed. Envoy
@@ -16,7 +18,7 @@ const (
 	// line or by a config_discovery.
 	maxConfigFile = 16 << 20
 	// maxYAMLStarts bounds the lines and node-starting indicator bytes
-	// (see yamlStarts) of a YAML file and the ECDS files it names,
+	// (see yamlbound.Starts) of a YAML file and the ECDS files it names,
 	// together, counted before each is parsed.
 	maxYAMLStarts = 1 << 18
 	// maxYAMLBytes bounds the bytes of a YAML file and the ECDS files
@@ -24,7 +26,8 @@ const (
 	maxYAMLBytes = 4 * maxConfigFile
 )
 
-// readRegular reads a regular file of at most maxConfigFile bytes. A
+// readRegular reads a regular file of at most maxConfigFile bytes, not
+// one of /proc or /sys. A
 // name may be a device, a FIFO or a symbolic link to one (/dev/zero,
 // /dev/stdin), which would never end: the file is opened without
 // blocking (a FIFO with no writer would otherwise hang the open), and
@@ -43,6 +46,13 @@ func readRegular(name string) ([]byte, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: not a regular file (%s)", name, st.Mode().Type())
 	}
+	// /proc and /sys files stat as regular, but the kernel writes them
+	// as they are read: a configuration is never one, and check would
+	// quote what it read (/proc/self/environ holds the environment's
+	// secrets) in its errors.
+	if fs := kernelFS(f); fs != "" {
+		return nil, fmt.Errorf("%s: a file of the kernel's %s, not a configuration file", name, fs)
+	}
 	if st.Size() > maxConfigFile {
 		return nil, fmt.Errorf("%s: %d bytes, more than the %d bytes a configuration file may have", name, st.Size(), maxConfigFile)
 	}
@@ -58,29 +68,11 @@ func readRegular(name string) ([]byte, error) {
 	return data, nil
 }
 
-// yamlStarts counts the places in data where a YAML node can start:
-// lines, and the indicators -, ?, :, ',', [, { and * (wherever they are,
-// also in quoted text and comments, which only over-counts). A node
-// needs one of them (a new scalar needs a new line or an indicator
-// before it), and one of them starts at most three nodes (a block
-// mapping, its key and an empty value), so three times the count bounds
-// the tree yaml.v3 would build, at the cost of one pass over the bytes.
-func yamlStarts(data []byte) int {
-	n := 1
-	for _, c := range data {
-		switch c {
-		case '\n', '\r', '-', '?', ':', ',', '[', '{', '*':
-			n++
-		}
-	}
-	return n
-}
-
 // chargeYAML takes the starts of data, the YAML of file, from what is
 // left to the walk, and refuses it when they are more: its tree could
 // be too large to build.
 func (w *walker) chargeYAML(file string, data []byte) error {
-	if w.starts -= yamlStarts(data); w.starts < 0 {
+	if w.starts -= yamlbound.Starts(data); w.starts < 0 {
 		return fmt.Errorf("%s: YAML with more than %d lines and indicators (-, ?, :, ',', [, {, *), with the ECDS files it names, is too large to check", file, maxYAMLStarts)
 	}
 	if w.bytes -= len(data); w.bytes < 0 {

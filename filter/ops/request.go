@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/sluice-proxy/sluice/filter/engine"
 )
 
 // Request is a request described the way curl takes it: a method and a
@@ -157,7 +159,7 @@ func parseRequestArgs(args []string) (requestArgs, error) {
 // method accepts an HTTP method token, upper-cased as Envoy sees it from
 // HTTP/2 clients and as match conditions compare it.
 func method(s string) (string, error) {
-	if s == "" || !token(s) {
+	if s == "" || !engine.IsHTTPToken(s) {
 		return "", fmt.Errorf("invalid method %q", s)
 	}
 	return strings.ToUpper(s), nil
@@ -167,11 +169,11 @@ func method(s string) (string, error) {
 // as Envoy hands header names to filters.
 func header(s string) ([2]string, error) {
 	name, value, ok := strings.Cut(s, ":")
-	if !ok || name == "" || !token(name) {
+	if !ok || name == "" || !engine.IsHTTPToken(name) {
 		return [2]string{}, fmt.Errorf(`want "Name: value", got %q`, s)
 	}
 	value = strings.Trim(value, " \t")
-	if !fieldValue(value) {
+	if !engine.IsFieldValue(value) {
 		return [2]string{}, fmt.Errorf("header %s: a value holds no control characters", name)
 	}
 	return [2]string{strings.ToLower(name), value}, nil
@@ -195,7 +197,7 @@ func splitURL(url string) (authority, path string, err error) {
 	if i := strings.IndexByte(u, '#'); i >= 0 {
 		u = u[:i]
 	}
-	if scheme, rest, ok := strings.Cut(u, "://"); ok && scheme != "" && token(scheme) {
+	if scheme, rest, ok := strings.Cut(u, "://"); ok && scheme != "" && engine.IsHTTPToken(scheme) {
 		end := strings.IndexAny(rest, "/?")
 		if end < 0 {
 			end = len(rest)
@@ -217,26 +219,4 @@ func splitURL(url string) (authority, path string, err error) {
 		}
 	}
 	return authority, u, nil
-}
-
-// token reports whether s is an HTTP token (RFC 9110 tchar*).
-func token(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return s != ""
-}
-
-// fieldValue reports whether s may be an HTTP field value: no control
-// characters but tab.
-func fieldValue(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }

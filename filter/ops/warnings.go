@@ -37,7 +37,8 @@ func warnings(cfg *config.Config, hcm *connectionManager) []Finding {
 //   - Keys on client_ip from the peer: a client picks its own bucket by
 //     sending an X-Forwarded-For.
 //   - The admin route: it refuses every address that may have come from
-//     that header, so calls through a proxy that adds one are refused.
+//     that header (a last entry that is a bare IP address), so calls
+//     through a proxy that adds one are refused.
 func withoutRemoteAddress(cfg *config.Config, hcm *connectionManager) []Finding {
 	var out []Finding
 	if readsPeer(&cfg.ClientIP) {
@@ -62,9 +63,10 @@ func withoutRemoteAddress(cfg *config.Config, hcm *connectionManager) []Finding 
 	}
 	if cfg.Admin != nil {
 		out = append(out, Finding{Code: warnAdmin, Path: "admin", Message: fmt.Sprintf(
-			"the HTTP connection manager at %s:%d does not set use_remote_address: true, so Envoy takes source.address from the last X-Forwarded-For entry: "+
-				"the admin route refuses every call that carries one (the address may be the caller's choice) and answers only calls made "+
-				"straight to this listener without it; set use_remote_address: true", hcm.File, hcm.Line)})
+			"the HTTP connection manager at %s:%d does not set use_remote_address: true, so Envoy takes source.address from the last X-Forwarded-For entry "+
+				"when it is a bare IP address: the admin route refuses every such call (the address may be the caller's choice) and judges only calls "+
+				"that keep the connection's own address (no X-Forwarded-For, or a last entry Envoy cannot parse as an address); set use_remote_address: true",
+			hcm.File, hcm.Line)})
 	}
 	return out
 }

@@ -64,7 +64,7 @@ func (n *SlotNames) Name(i uint64) string {
 // store failure, never ErrNotFound.
 func Load(s Store, key string) (value []byte, cas uint32, found bool, err error) {
 	v, cas, err := s.Get(key)
-	if errors.Is(err, ErrNotFound) {
+	if IsNotFound(err) {
 		return nil, CreateCAS, false, nil
 	}
 	if err != nil {
@@ -93,7 +93,7 @@ func Update(s Store, key string, tries int, f func(value []byte, readErr error) 
 			return nil
 		}
 		err = s.Set(key, next, cas)
-		if !errors.Is(err, ErrCASMismatch) {
+		if !IsCASMismatch(err) {
 			return err
 		}
 	}

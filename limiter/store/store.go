@@ -22,3 +22,18 @@ type Store interface {
 	Get(key string) (value []byte, cas uint32, err error)
 	Set(key string, value []byte, cas uint32) error
 }
+
+// IsNotFound is errors.Is(err, ErrNotFound), and IsCASMismatch
+// errors.Is(err, ErrCASMismatch), for the paths that test the error of
+// every Get or Set a request makes. The stores here return the bare
+// sentinels, and a nil error is the common case; both are answered by
+// comparisons the compiler inlines, while errors.Is is a call (two on a
+// non-nil error) on GOARCH=wasm. A wrapped sentinel still matches.
+func IsNotFound(err error) bool {
+	return err == ErrNotFound || (err != nil && errors.Is(err, ErrNotFound))
+}
+
+// IsCASMismatch: see IsNotFound.
+func IsCASMismatch(err error) bool {
+	return err == ErrCASMismatch || (err != nil && errors.Is(err, ErrCASMismatch))
+}

@@ -14,6 +14,7 @@ var codecLimits = []Limit{
 	{Algorithm: FixedWindow, Rate: 5, Period: time.Second},
 	{Algorithm: SlidingWindow, Rate: 10, Period: time.Second},
 	{Algorithm: SlidingLog, Rate: 10, Period: time.Second},
+	{Algorithm: FixedWindow, Rate: 7, Period: CalendarMonth.Longest(), Calendar: CalendarMonth, Offset: -(9*3600 + 30*60)},
 }
 
 // maxStateLen is the longest encoding of l's states.
@@ -229,5 +230,49 @@ func TestAllocs(t *testing.T) {
 	a := testing.AllocsPerRun(1000, func() { Hash(1, "203.0.113.7|/api/v1") })
 	if a != 0 {
 		t.Errorf("Hash: %v allocs/op", a)
+	}
+}
+
+func TestUsed(t *testing.T) {
+	bucket := Limit{Rate: 10, Period: time.Second, Burst: 2} // τ = 100ms, C = 12
+	fixed := Limit{Algorithm: FixedWindow, Rate: 10, Period: time.Second}
+	sliding := Limit{Algorithm: SlidingWindow, Rate: 10, Period: time.Second}
+	log := Limit{Algorithm: SlidingLog, Rate: 10, Period: time.Second}
+	after := func(l Limit, st State, at int64, n int64) State {
+		next, r := l.Decide(st, at, n)
+		if !r.Allowed {
+			t.Fatalf("%v: %d denied at +%v", l.Algorithm, n, time.Duration(at-t0))
+		}
+		return next
+	}
+	charged, _ := bucket.Charge(after(bucket, State{}, t0, 12), t0, 12)
+	win := t0 / int64(time.Second) // t0 is at a whole second
+	cases := []struct {
+		name string
+		l    Limit
+		st   State
+		now  int64
+		want int64
+	}{
+		{"bucket fresh", bucket, State{}, t0, 0},
+		{"bucket 3 used", bucket, after(bucket, State{}, t0, 3), t0, 3},
+		{"bucket 3 used, 150ms later: 1.5 left, rounded up", bucket, after(bucket, State{}, t0, 3), t0 + int64(150*ms), 2},
+		{"bucket refilled", bucket, after(bucket, State{}, t0, 3), t0 + int64(300*ms), 0},
+		{"bucket charged a full bucket past empty", bucket, charged, t0, 24},
+		{"bucket implausible", bucket, State{At: t0 + int64(time.Hour)}, t0, 12},
+		{"fixed this window", fixed, State{At: win, N: 4}, t0 + int64(999*ms), 4},
+		{"fixed last window", fixed, State{At: win - 1, N: 4}, t0, 0},
+		{"fixed implausible", fixed, State{At: win + 1000}, t0, 10},
+		{"sliding both windows", sliding, State{At: win, N: 4, Prev: 3}, t0, 7},
+		{"sliding last window is prev", sliding, State{At: win - 1, N: 4, Prev: 3}, t0, 4},
+		{"sliding older", sliding, State{At: win - 2, N: 4, Prev: 3}, t0, 0},
+		{"log live units", log, after(log, after(log, State{}, t0, 2), t0+int64(600*ms), 3), t0 + int64(900*ms), 5},
+		{"log first entry left", log, after(log, after(log, State{}, t0, 2), t0+int64(600*ms), 3), t0 + int64(1100*ms), 3},
+		{"log implausible", log, State{Log: "short"}, t0, 10},
+	}
+	for _, c := range cases {
+		if got := c.l.Used(c.st, c.now); got != c.want {
+			t.Errorf("%s: Used = %d, want %d", c.name, got, c.want)
+		}
 	}
 }
