@@ -395,7 +395,7 @@ func (h *Stream) refuseCredentials() {
 	p.admin.invalid.Increment(1)
 	headers := [][2]string{{"www-authenticate", `Bearer error="invalid_request"`},
 		{"content-type", "application/json"}, {"cache-control", "no-store"}}
-	h.localReply = true
+	h.phase = phaseAnswered
 	body := adminError("invalid_request: send one bearer token, in one place (RFC 6750 section 2)")
 	if err := p.host.Stream.Reply(400, headers, body); err != nil {
 		p.log.Errorf("sluice: sending the credentials reply: %v", err)
@@ -468,7 +468,7 @@ func callerAddr(sourceAddress string) (netip.Addr, string) {
 // and rest is what follows the prefix) or one that carries the admin
 // token on another path, which passes the checks only to be told there
 // is no such call. A request failing the checks is counted and logged,
-// marked adminDenied and not answered (false): the request path limits
+// marked phaseAdminDenied and not answered (false): the request path limits
 // it as any request and, where it would go on, answers hideAdmin's 404.
 func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) bool {
 	p := h.plugin
@@ -520,7 +520,7 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) bool {
 	if reason != "" {
 		a.denied.Increment(1)
 		h.logAdmin("admin_denied", source, "reason", reason, 404)
-		h.adminDenied = true
+		h.phase = phaseAdminDenied
 		return false
 	}
 	a.calls.Increment(1)
@@ -543,69 +543,31 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) bool {
 	return true
 }
 
-// passBreakers runs the breakers for a request (checkBreakers), or only
-// previews them for one that failed the admin checks: it never reaches
-// the upstream, so it must neither take a half-open breaker's probe slot
-// (which it would hold, unreported, until the probe timeout, keeping the
-// breaker from closing: issue 23) nor report an outcome. Where a breaker
-// would refuse a request (open, or half-open with its probes out) it is
-// refused as that breaker refuses; otherwise it goes on, without a
-// ticket, to hideAdmin's 404.
-func (h *Stream) passBreakers(now time.Time) bool {
-	if !h.adminDenied {
-		return h.checkBreakers(now)
-	}
-	p := h.plugin
-	match := h.info.matchRequest(p.matchNeeds)
-	for _, b := range p.breakers {
-		if !b.cfg.Match.Matches(match) {
-			continue
-		}
-		scope := h.breakerScope(b)
-		d, err := b.instance(scope).Preview(now)
-		if err != nil {
-			p.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
-		}
-		if !d.Allowed {
-			b.metrics.rejected.Increment(1)
-			h.rejectOpen(b, scope, d)
-			return false
-		}
-	}
-	return true
-}
-
 // hideAdmin answers an admin request that failed the checks and that the
 // limits admitted, at now, charged as an upstream's 404 without usage
-// is: an empty 404 carrying what an admitted response
-// carries from this filter, the rate-limit headers (with
-// headers_on_allowed), and nothing else of it, not even reply_headers.
-// So it is told from an upstream's 404 only by what the upstream and
-// Envoy's router put on a forwarded response.
+// is: an empty 404 carrying what an admitted response carries from this
+// filter, the rate-limit headers (with headers_on_allowed), and nothing
+// else of it, not even reply_headers. So it is told from an upstream's
+// 404 only by what the upstream and Envoy's router put on a forwarded
+// response.
 func (h *Stream) hideAdmin(now time.Time) {
 	p := h.plugin
-	// A request held past its deadline is answered as any held request
-	// then is, at the moment it would be resumed (504, or gRPC's
-	// DEADLINE_EXCEEDED), not with the 404.
-	if !h.applyDeadline(now) {
-		return
-	}
-	if len(h.charges) > 0 {
+	if len(h.charges.pending) > 0 {
 		// Charged as the upstream 404 it stands for, a response without
 		// usage: each cost_from_response limit its default, before the
 		// rate-limit headers are read, as respond does.
-		h.chargeResponse(nil)
-		if len(h.charges) > 0 {
-			h.chargeBody(p.host.Clock()) // an empty body reports no usage
+		h.charges.chargeResponse(p, nil, &h.quota, h.start)
+		if len(h.charges.pending) > 0 {
+			h.charges.chargeBody(p, now) // an empty body reports no usage
 		}
 	}
 	var headers [][2]string
-	if h.hasQuota && p.cfg.Response.HeadersOnAllowed {
+	if h.quota.applies && p.cfg.Response.HeadersOnAllowed {
 		// Reset times are relative to the decision, as respond's.
 		p.respHeaders, p.respBuf = appendRateLimitHeaders(p.respHeaders[:0], p.respBuf, p.cfg.Response.Headers, h.quota, h.start, false)
 		headers = p.respHeaders
 	}
-	h.localReply = true
+	h.phase = phaseAnswered
 	if err := p.host.Stream.Reply(404, headers, nil); err != nil {
 		p.log.Errorf("sluice: sending the admin reply: %v", err)
 	}
@@ -680,7 +642,7 @@ func adminError(msg string) []byte {
 // replyAdmin answers an admin request that passed the checks, in JSON.
 func (h *Stream) replyAdmin(status int, body []byte) {
 	headers := [][2]string{{"content-type", "application/json"}, {"cache-control", "no-store"}}
-	h.localReply = true
+	h.phase = phaseAnswered
 	if err := h.plugin.host.Stream.Reply(status, headers, body); err != nil {
 		h.plugin.log.Errorf("sluice: sending the admin reply: %v", err)
 	}

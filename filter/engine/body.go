@@ -43,64 +43,56 @@ type bodyScan struct {
 
 // startBodyScan starts the scan for the charges left pending after the
 // response headers; headers are the response's.
-func (h *Stream) startBodyScan(headers [][2]string) {
-	h.body.mode = bodyJSON
+func (ch *charges) startBodyScan(headers [][2]string) {
+	ch.body.mode = bodyJSON
 	if ct, _ := combinedHeader(headers, "content-type"); isEventStream(ct) {
-		h.body.mode = bodySSE
-		h.body.sse.reset()
+		ch.body.mode = bodySSE
+		ch.body.sse.reset()
 	}
 }
 
-// ResponseBody is a response body callback: size bytes of body are
-// there, the last ones when end is set. It returns Pause to have the host
-// buffer the body, Continue to let it go on.
-func (h *Stream) ResponseBody(size int, end bool) Verdict {
-	if h.body.mode == bodyOff {
-		return Continue
-	}
-	return h.scanBody(size, end)
-}
-
-func (h *Stream) scanBody(size int, end bool) Verdict {
-	p := h.plugin
-	switch h.body.mode {
+// scanBody scans a response body callback's size bytes of body, the
+// last ones when end is set: Pause has the host buffer the body,
+// Continue lets it go on.
+func (ch *charges) scanBody(p *Plugin, size int, end bool) Verdict {
+	switch ch.body.mode {
 	case bodySSE:
-		h.body.sse.feed(p.host.Stream.ResponseBody(size), h.sseEvent)
+		ch.body.sse.feed(p.host.Stream.ResponseBody(size), ch.sseEvent)
 	case bodyJSON:
 		buffering := false
-		for i := range h.charges {
-			c := &h.charges[i]
+		for i := range ch.pending {
+			c := &ch.pending[i]
 			if !c.tooLarge && int64(size) > c.l.cfg.CostFromResponse.MaxBodyBytes {
 				c.tooLarge = true
 			}
 			buffering = buffering || !c.tooLarge
 		}
 		if !buffering {
-			h.body.mode = bodyPassing
+			ch.body.mode = bodyPassing
 			break
 		}
 		if !end {
 			return Pause
 		}
 		doc := p.host.Stream.ResponseBody(size)
-		for i := range h.charges {
-			if c := &h.charges[i]; !c.tooLarge {
+		for i := range ch.pending {
+			if c := &ch.pending[i]; !c.tooLarge {
 				c.usage, c.fault = jsonUsage(doc, c.l.cfg.CostFromResponse.JSON)
 				c.seen = c.fault != usageMissing
 			}
 		}
 	}
 	if end {
-		h.chargeBody(p.host.Clock())
+		ch.chargeBody(p, p.host.Clock())
 	}
 	return Continue
 }
 
 // sseEvent takes one event's data: it replaces the usage of every charge
 // whose path it has.
-func (h *Stream) sseEvent(data []byte) {
-	for i := range h.charges {
-		c := &h.charges[i]
+func (ch *charges) sseEvent(data []byte) {
+	for i := range ch.pending {
+		c := &ch.pending[i]
 		if n, fault := jsonUsage(data, c.l.cfg.CostFromResponse.JSON); fault != usageMissing {
 			c.usage, c.fault, c.seen = n, fault, true
 		}
@@ -109,10 +101,9 @@ func (h *Stream) sseEvent(data []byte) {
 
 // chargeBody charges what the body reported, or default, and ends the
 // scan. Done calls it too, for a stream that ended before its body did.
-func (h *Stream) chargeBody(now time.Time) {
-	p := h.plugin
-	for i := range h.charges {
-		c := &h.charges[i]
+func (ch *charges) chargeBody(p *Plugin, now time.Time) {
+	for i := range ch.pending {
+		c := &ch.pending[i]
 		l := c.l
 		m := &l.metrics.cost
 		rc := l.cfg.CostFromResponse
@@ -128,13 +119,13 @@ func (h *Stream) chargeBody(now time.Time) {
 		default:
 			total = c.usage
 		}
-		if h.body.mode == bodySSE && h.body.sse.dropped > 0 {
-			m.sseEventTooLarge.Increment(uint64(h.body.sse.dropped))
+		if ch.body.mode == bodySSE && ch.body.sse.dropped > 0 {
+			m.sseEventTooLarge.Increment(uint64(ch.body.sse.dropped))
 		}
-		h.charge(c, total, now, false)
+		p.charge(c, total, now, nil, time.Time{})
 	}
-	h.charges = h.charges[:0]
-	h.body.mode = bodyOff
+	ch.pending = ch.pending[:0]
+	ch.body.mode = bodyOff
 }
 
 // isEventStream tells whether a Content-Type is text/event-stream, with

@@ -123,65 +123,107 @@ func (b *breakerRuntime) recordTransition(br *breaker.Breaker, tr breaker.Transi
 	b.logTransition(in.name, from, s, br.LastCause())
 }
 
+// breakerHold is a request's part with the breakers: the tickets of the
+// breakers that admitted it, and what its response tells them.
+type breakerHold struct {
+	tickets []breakerTicket
+	// ticketBuf backs tickets for the usual one or two breakers, so a
+	// request's tickets cost no allocation of their own.
+	ticketBuf [2]breakerTicket
+	// responded is when the response arrived, read only when a breaker's
+	// outcome can depend on it (outcomeNeedsTime); gotResponse says that
+	// a response reached the filter at all.
+	responded   time.Time
+	gotResponse bool
+	// status is the response's :status, read when a breaker tracks it.
+	status int
+}
+
 type breakerTicket struct {
 	b      *breakerRuntime
 	br     *breaker.Breaker
 	ticket breaker.Ticket
 }
 
-// checkBreakers admits the request through every breaker guarding it, or
-// answers it. Tickets are kept for the outcome at stream end.
-func (h *Stream) checkBreakers(now time.Time) bool {
-	p := h.plugin
+// check admits request info through every breaker of p guarding it, or
+// rejects it. Tickets are kept for the outcome at stream end. With
+// preview (an admin request that failed the checks) the breakers are
+// only previewed (previewBreaker).
+func (bh *breakerHold) check(p *Plugin, info *requestInfo, tr *Trace, preview bool, now time.Time) outcome {
 	var match config.Request
 	matched := false
 	for _, b := range p.breakers {
 		if !matched {
-			match = h.info.matchRequest(p.matchNeeds)
+			match = info.matchRequest(p.matchNeeds)
 			matched = true
 		}
 		if !b.cfg.Match.Matches(match) {
 			continue
 		}
-		scope := h.breakerScope(b)
+		scope := breakerScope(b, info)
+		if preview {
+			if o := previewBreaker(p, b, scope, now); o.kind != outAllow {
+				bh.releaseTickets()
+				return o
+			}
+			continue
+		}
 		br := b.instance(scope)
 		t, d, err := br.Check(now)
 		if err != nil {
-			h.plugin.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
+			p.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
 		}
 		b.recordTransition(br, d.Transition)
-		if h.trace != nil {
-			h.trace.Breakers = append(h.trace.Breakers, BreakerTrace{Name: b.cfg.Name, Instance: scope, Allowed: d.Allowed})
+		if tr != nil {
+			tr.Breakers = append(tr.Breakers, BreakerTrace{Name: b.cfg.Name, Instance: scope, Allowed: d.Allowed})
 		}
 		if !d.Allowed {
 			b.metrics.rejected.Increment(1)
-			h.releaseTickets()
-			h.rejectOpen(b, scope, d)
-			return false
+			bh.releaseTickets()
+			return rejectWith(p.circuitOpen(b, scope, d))
 		}
 		if t.Tracked() {
-			h.tickets = append(h.tickets, breakerTicket{b: b, br: br, ticket: t})
+			bh.tickets = append(bh.tickets, breakerTicket{b: b, br: br, ticket: t})
 		}
 	}
-	return true
+	return allow
 }
 
-// breakerScope is the instance of b the request counts in: its cluster,
-// or its route with per route.
-func (h *Stream) breakerScope(b *breakerRuntime) string {
+// breakerScope is the instance of b request info counts in: its
+// cluster, or its route with per route.
+func breakerScope(b *breakerRuntime, info *requestInfo) string {
 	if b.cfg.Per == config.PerRoute {
-		return h.info.routeName()
+		return info.routeName()
 	}
-	return h.info.clusterName()
+	return info.clusterName()
+}
+
+// previewBreaker lets a request that never reaches the upstream (an admin
+// request that failed the checks) through breaker b's instance scope
+// without a ticket: it must neither take a half-open breaker's probe
+// slot (which it would hold, unreported, until the probe timeout,
+// keeping the breaker from closing: issue 23) nor report an outcome.
+// Where the breaker would refuse a request (open, or half-open with its
+// probes out) it is refused as the breaker refuses.
+func previewBreaker(p *Plugin, b *breakerRuntime, scope string, now time.Time) outcome {
+	d, err := b.instance(scope).Preview(now)
+	if err != nil {
+		p.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
+	}
+	if !d.Allowed {
+		b.metrics.rejected.Increment(1)
+		return rejectWith(p.circuitOpen(b, scope, d))
+	}
+	return allow
 }
 
 // releaseTickets drops tickets of breakers passed before another breaker
 // rejected; their requests never reach an upstream, so they have no
 // outcome. A probe slot held this way is freed by the probe timeout.
-func (h *Stream) releaseTickets() { h.tickets = h.tickets[:0] }
+func (bh *breakerHold) releaseTickets() { bh.tickets = bh.tickets[:0] }
 
-func (h *Stream) rejectOpen(b *breakerRuntime, scope string, d breaker.Decision) {
-	p := h.plugin
+// circuitOpen is the answer to a request breaker b rejects.
+func (p *Plugin) circuitOpen(b *breakerRuntime, scope string, d breaker.Decision) *reply {
 	var headers [][2]string
 	if p.cfg.Response.Headers.Has(config.HeadersRetryAfter) {
 		headers = [][2]string{{"retry-after", strconv.FormatInt(retryAfterSeconds(d.RetryAfter), 10)}}
@@ -194,43 +236,45 @@ func (h *Stream) rejectOpen(b *breakerRuntime, scope string, d breaker.Decision)
 	b2 = appendJSONString(b2, scope)
 	b2 = append(b2, `,"retry_after":`...)
 	b2 = strconv.AppendInt(b2, retryAfterSeconds(d.RetryAfter), 10)
-	h.plugin.log.Info(string(append(b2, '}')))
-	h.reject(config.ReplyCircuitOpen, replyValues{upstream: scope, retryAfter: d.RetryAfter}, b.cfg.Status, headers, ct, body)
+	p.log.Info(string(append(b2, '}')))
+	return &reply{kind: config.ReplyCircuitOpen, values: replyValues{upstream: scope, retryAfter: d.RetryAfter},
+		status: b.cfg.Status, headers: headers, contentType: ct, body: body}
 }
 
-// reportBreakers reports the outcome of an admitted request to the
-// breakers that let it through.
-func (h *Stream) reportBreakers() {
-	if len(h.tickets) == 0 || h.localReply {
+// report reports the outcome of an admitted request (info, started at
+// start) to the breakers that let it through; the caller leaves out a
+// request the filter answered itself.
+func (bh *breakerHold) report(info *requestInfo, start time.Time, log host.Log) {
+	if len(bh.tickets) == 0 {
 		return
 	}
-	if !h.gotResponse {
+	if !bh.gotResponse {
 		// No response reached the filter (the client went away first):
 		// nothing is known about the upstream. A probe's slot is freed by
 		// the breaker's probe timeout.
 		return
 	}
-	now, code := h.responded, h.status
+	now, code := bh.responded, bh.status
 	// A success from the upstream is the common case and needs no property
 	// read; the details are fetched only when they can change the verdict:
 	// a status that could be a failure or a router reply (timeouts and
 	// resets come as 5xx), or a half-open probe, whose outcome closes the
 	// breaker and so must come from the upstream.
 	details := "via_upstream"
-	for _, t := range h.tickets {
+	for _, t := range bh.tickets {
 		if code >= 500 || code == 0 || t.ticket.Probe() || t.b.cfg.IsFailureStatus(code) {
-			details = h.info.host.Property(propCodeDetails)
+			details = info.host.Property(propCodeDetails)
 			break
 		}
 	}
-	for _, t := range h.tickets {
+	for _, t := range bh.tickets {
 		failure, known := t.b.classify(code, details)
 		if !known {
 			continue
 		}
 		var dur time.Duration // unread for a quiet success, which Report ignores
-		if !h.responded.IsZero() {
-			dur = h.responded.Sub(h.start)
+		if !bh.responded.IsZero() {
+			dur = bh.responded.Sub(start)
 		}
 		slow := t.b.cfg.SlowCall != nil && dur > t.b.cfg.SlowCall.Duration
 		if slow {
@@ -246,7 +290,7 @@ func (h *Stream) reportBreakers() {
 		}
 		tr, err := t.br.Report(t.ticket, breaker.Outcome{Failure: failure, Duration: dur}, now)
 		if err != nil {
-			h.plugin.log.Warnf("sluice: breaker %s: %v", t.b.cfg.Name, err)
+			log.Warnf("sluice: breaker %s: %v", t.b.cfg.Name, err)
 		}
 		t.b.recordTransition(t.br, tr)
 	}
@@ -257,9 +301,9 @@ func (h *Stream) reportBreakers() {
 // is ignored by Report, and a status that is below 500 and no failure
 // status is a success without asking for details (reportBreakers); only
 // then is the clock left unread, so a request reads it once, at its start.
-func (h *Stream) outcomeNeedsTime() bool {
-	code := h.status
-	for _, t := range h.tickets {
+func (bh *breakerHold) outcomeNeedsTime() bool {
+	code := bh.status
+	for _, t := range bh.tickets {
 		if !t.ticket.Quiet() || t.b.cfg.SlowCall != nil || code >= 500 || code == 0 || t.b.cfg.IsFailureStatus(code) {
 			return true
 		}

@@ -61,6 +61,13 @@ type concurrencyRuntime struct {
 	reclaimedSeen uint64
 }
 
+// ccHolds are the slots one request holds; buf backs the common case
+// without an allocation.
+type ccHolds struct {
+	held []ccHold
+	buf  [2]ccHold
+}
+
 // ccHold is a slot one request holds.
 type ccHold struct {
 	c    *concurrencyRuntime
@@ -134,49 +141,46 @@ func (p *Plugin) idleTick() time.Duration {
 	return 0
 }
 
-// acquireConcurrency takes a slot of every concurrency limit that applies,
-// or gives back what it took and answers the request.
-func (h *Stream) acquireConcurrency(now time.Time) bool {
-	p := h.plugin
-	match := h.info.matchRequest(p.matchNeeds)
+// acquire takes a slot of every concurrency limit of p that applies to
+// request info, or gives back what it took and rejects the request.
+func (cc *ccHolds) acquire(p *Plugin, info *requestInfo, tr *Trace, now time.Time) outcome {
+	match := info.matchRequest(p.matchNeeds)
 	ns := now.UnixNano()
 	for _, c := range p.concurrency {
 		if !c.cfg.Match.Matches(match) {
 			continue
 		}
-		key, _, ok := h.info.appendKey(p.ccKeyBuf[:0], c.cfg.Key, &p.cfg.ClientIP, -1)
+		key, _, ok := info.appendKey(p.ccKeyBuf[:0], c.cfg.Key, &p.cfg.ClientIP, -1)
 		p.ccKeyBuf = key
-		if h.trace != nil {
-			h.trace.Concurrency = append(h.trace.Concurrency, ConcurrencyTrace{Name: c.cfg.Name, Key: string(key), KeyOK: ok})
+		if tr != nil {
+			tr.Concurrency = append(tr.Concurrency, ConcurrencyTrace{Name: c.cfg.Name, Key: string(key), KeyOK: ok})
 		}
 		if !ok {
 			c.metrics.missingKey.Increment(1)
-			if h.info.ambiguous && !c.cfg.Shadow {
+			if info.ambiguous && !c.cfg.Shadow {
 				// Refused, as a rate limit refuses it (appendKey).
-				h.releaseConcurrency(now)
-				h.releaseTickets()
+				cc.release(p, now)
 				c.logRejection("ambiguous_key", inflight.Result{})
 				ct, body := missingKeyBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)
-				h.reject(config.ReplyMissingKey, replyValues{limit: c.cfg.Name}, c.cfg.Status, nil, ct, body)
-				return false
+				return rejectWith(&reply{kind: config.ReplyMissingKey, values: replyValues{limit: c.cfg.Name}, status: c.cfg.Status, contentType: ct, body: body})
 			}
 			continue
 		}
 		// The table hashes the key and keeps nothing of it.
 		res, slot, err := c.table.Acquire(p.vm.inflight, arenaString(key), c.cfg.MaxInFlight, !c.cfg.Shadow, ns)
 		if err != nil {
-			h.plugin.log.Warnf("sluice: concurrency %s: %v", c.cfg.Name, err)
+			p.log.Warnf("sluice: concurrency %s: %v", c.cfg.Name, err)
 		}
 		c.exportReclaimed()
-		if h.trace != nil {
-			h.trace.Concurrency[len(h.trace.Concurrency)-1].Allowed = res.Allowed
+		if tr != nil {
+			tr.Concurrency[len(tr.Concurrency)-1].Allowed = res.Allowed
 		}
 		if res.Taken {
 			*c.inFlight++
-			if h.cc == nil {
-				h.cc = h.ccBuf[:0]
+			if cc.held == nil {
+				cc.held = cc.buf[:0]
 			}
-			h.cc = append(h.cc, ccHold{c: c, slot: slot, over: !res.Allowed})
+			cc.held = append(cc.held, ccHold{c: c, slot: slot, over: !res.Allowed})
 		}
 		switch {
 		case res.Allowed:
@@ -185,38 +189,37 @@ func (h *Stream) acquireConcurrency(now time.Time) bool {
 			c.logRejection("shadow_concurrency_limited", res)
 		default:
 			c.metrics.rejected.Increment(1)
-			h.releaseConcurrency(now)
-			h.releaseTickets()
+			cc.release(p, now)
 			c.logRejection("concurrency_limited", res)
 			ct, body := concurrencyLimitedBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)
-			h.reject(config.ReplyConcurrencyLimited, replyValues{limit: c.cfg.Name, maxInFlight: c.cfg.MaxInFlight}, c.cfg.Status, nil, ct, body)
-			return false
+			return rejectWith(&reply{kind: config.ReplyConcurrencyLimited, values: replyValues{limit: c.cfg.Name, maxInFlight: c.cfg.MaxInFlight},
+				status: c.cfg.Status, contentType: ct, body: body})
 		}
 	}
 	// Counted only now: a slot given back because a later limit rejected
 	// was not an admission.
-	for _, held := range h.cc {
+	for _, held := range cc.held {
 		if !held.over {
 			held.c.metrics.admitted.Increment(1)
 		}
 	}
-	return true
+	return allow
 }
 
-// releaseConcurrency gives back every slot the request holds.
-func (h *Stream) releaseConcurrency(now time.Time) {
-	if len(h.cc) == 0 {
+// release gives back every slot the request holds.
+func (cc *ccHolds) release(p *Plugin, now time.Time) {
+	if len(cc.held) == 0 {
 		return
 	}
-	in := h.plugin.vm.inflight
-	for _, held := range h.cc {
+	in := p.vm.inflight
+	for _, held := range cc.held {
 		if err := in.Release(held.slot, now.UnixNano()); err != nil {
-			h.plugin.log.Warnf("sluice: concurrency %s: release left to the heartbeat: %v", held.c.cfg.Name, err)
+			p.log.Warnf("sluice: concurrency %s: release left to the heartbeat: %v", held.c.cfg.Name, err)
 		}
 		*held.c.inFlight--
 		held.c.exportReclaimed()
 	}
-	h.cc = h.cc[:0]
+	cc.held = cc.held[:0]
 }
 
 // concurrencyTick is the heartbeat: it keeps this VM's entries fresh and

@@ -164,32 +164,32 @@ func defineCostMetrics(hm host.Metrics, cfg *config.Limit) costMetrics {
 	return m
 }
 
-// requestCost is what limit l takes from this request at admission. ok is
-// false for an unusable cost header; the request has then been answered
-// with 400, unless l is a shadow limit, which only counts and skips it.
-func (h *Stream) requestCost(l *limitRuntime) (cost int64, ok bool) {
+// requestCost is what limit l takes from request info at admission. ok is
+// false for an unusable cost header; bad is then its 400 answer, unless l
+// is a shadow limit, which only counts and skips it. again is set for a
+// request evaluated again (after a delay), counted the first time.
+func (p *Plugin) requestCost(l *limitRuntime, info *requestInfo, again bool) (cost int64, bad *reply, ok bool) {
 	ch := l.cfg.CostHeader
 	if ch == nil {
-		return l.cfg.Cost, true
+		return l.cfg.Cost, nil, true
 	}
-	v, present := h.info.header(ch.Header)
+	v, present := info.header(ch.Header)
 	if !present || trimOWS(v) == "" {
-		return ch.Default, true
+		return ch.Default, nil, true
 	}
 	n, fault := parseCost(v, 1, ch.Max)
 	if fault == costOK {
-		return n, true
+		return n, nil, true
 	}
-	if !h.delayed { // a held request was counted on its first evaluation
+	if !again {
 		l.metrics.cost.invalid.Increment(1)
-		logCostFault(h.plugin.log, "invalid_cost", l, "header", ch.Header, fault.String())
+		logCostFault(p.log, "invalid_cost", l, "header", ch.Header, fault.String())
 	}
 	if !l.cfg.Shadow {
-		p := h.plugin
 		ct, body := invalidCostBody(p.cfg.Response.Body, l.cfg.Name, ch)
-		h.reject(config.ReplyInvalidCost, replyValues{limit: l.cfg.Name}, invalidCostStatus, nil, ct, body)
+		bad = &reply{kind: config.ReplyInvalidCost, values: replyValues{limit: l.cfg.Name}, status: invalidCostStatus, contentType: ct, body: body}
 	}
-	return 0, false
+	return 0, bad, false
 }
 
 // invalidCostStatus answers a cost header the filter cannot use: the
@@ -244,6 +244,14 @@ func logCostFault(log host.Log, event string, l *limitRuntime, field, source, re
 	log.Info(string(append(b, '}')))
 }
 
+// charges are a request's part with the cost_from_response limits that
+// admitted it: what each is owed, charged from the response headers, or
+// at the end of the body, which body scans for the usage (body.go).
+type charges struct {
+	pending []pendingCharge
+	body    bodyScan
+}
+
 // pendingCharge is a cost_from_response limit that admitted the request
 // and is owed the response's cost.
 type pendingCharge struct {
@@ -265,16 +273,16 @@ type pendingCharge struct {
 
 // noteCharge remembers that limit l is to be charged from the response;
 // key is l's key in this evaluation's arena.
-func (h *Stream) noteCharge(l *limitRuntime, t *limiter.Table, rate config.Rate, overrideValue string, key []byte) {
-	h.charges = append(h.charges, pendingCharge{l: l, table: t, rate: rate, overrideValue: overrideValue, key: string(key)})
+func (ch *charges) note(l *limitRuntime, t *limiter.Table, rate config.Rate, overrideValue string, key []byte) {
+	ch.pending = append(ch.pending, pendingCharge{l: l, table: t, rate: rate, overrideValue: overrideValue, key: string(key)})
 }
 
 // dropCharge forgets the charge of a shadow limit that would have refused
 // the request: had it been enforcing, there would be no response to pay.
-func (h *Stream) dropCharge(l *limitRuntime) {
-	for i := range h.charges {
-		if h.charges[i].l == l {
-			h.charges[i].dropped = true
+func (ch *charges) drop(l *limitRuntime) {
+	for i := range ch.pending {
+		if ch.pending[i].l == l {
+			ch.pending[i].dropped = true
 		}
 	}
 }
@@ -282,12 +290,12 @@ func (h *Stream) dropCharge(l *limitRuntime) {
 // chargeResponse charges every pending limit that reads its cost from a
 // response header the cost the response reports, less the unit each took
 // at admission. The limits that read it from the body stay pending, and
-// the body is scanned for them (body.go).
-func (h *Stream) chargeResponse(headers [][2]string) {
-	p := h.plugin
+// the body is scanned for them (body.go). q is the quota the response's
+// headers report, of a request started at start.
+func (ch *charges) chargeResponse(p *Plugin, headers [][2]string, q *quota, start time.Time) {
 	now := p.host.Clock()
-	pending := h.charges[:0]
-	for _, c := range h.charges {
+	pending := ch.pending[:0]
+	for _, c := range ch.pending {
 		if c.dropped {
 			continue
 		}
@@ -307,20 +315,20 @@ func (h *Stream) chargeResponse(headers [][2]string) {
 				logCostFault(p.log, "invalid_response_cost", l, "header", rc.Header, fault.String())
 			}
 		}
-		h.charge(&c, total, now, true)
+		p.charge(&c, total, now, q, start)
 	}
-	h.charges = pending
+	ch.pending = pending
 	if len(pending) > 0 {
-		h.startBodyScan(headers)
+		ch.startBodyScan(headers)
 	}
 }
 
 // charge is the one way a reported cost reaches a limit: the total is
 // counted, and all of it but the unit taken at admission is charged,
-// into debt if need be. setQuota lets a local limit's charge show in the
-// rate-limit headers of the response being answered, which a charge at
-// the end of the body is too late for.
-func (h *Stream) charge(c *pendingCharge, total int64, now time.Time, setQuota bool) {
+// into debt if need be. A quota q (nil at the end of the body, too late
+// for it) lets a local limit's charge show in the rate-limit headers of
+// the response being answered, of a request started at start.
+func (p *Plugin) charge(c *pendingCharge, total int64, now time.Time, q *quota, start time.Time) {
 	l := c.l
 	if total > 0 {
 		// Envoy refuses a zero increment, and the SDK panics on it.
@@ -330,20 +338,19 @@ func (h *Stream) charge(c *pendingCharge, total int64, now time.Time, setQuota b
 		return // the unit taken at admission covers it
 	}
 	if l.remote != nil {
-		h.chargeRemote(c, total-1, now)
+		p.chargeRemote(c, total-1, now)
 		return
 	}
 	res, err := c.table.Charge(c.key, now.UnixNano(), total-1)
 	if err != nil {
-		h.plugin.log.Warnf("sluice: limiter store: %v", err)
+		p.log.Warnf("sluice: limiter store: %v", err)
 	}
 	l.exportTableStats()
-	if setQuota && res.Allowed && !l.cfg.Shadow && h.hasQuota && (h.quota.name == l.cfg.Name || res.Remaining < h.quota.remaining) {
+	if q != nil && res.Allowed && !l.cfg.Shadow && q.applies && (q.name == l.cfg.Name || res.Remaining < q.remaining) {
 		// The rate-limit headers of this response then report what is
-		// left after it, not before; reset times count from h.start.
-		q := quotaOf(l, res)
-		q.resetAfter += now.Sub(h.start)
-		h.quota = q
+		// left after it, not before; reset times count from start.
+		*q = quotaOf(l, res)
+		q.resetAfter += now.Sub(start)
 	}
 }
 
@@ -374,8 +381,7 @@ func combinedHeader(headers [][2]string, name string) (value string, ok bool) {
 // charge Redis cannot take is charged to the local fallback table under
 // failure_policy local and otherwise lost, counted in the backend's error
 // metrics.
-func (h *Stream) chargeRemote(c *pendingCharge, n int64, now time.Time) {
-	p := h.plugin
+func (p *Plugin) chargeRemote(c *pendingCharge, n int64, now time.Time) {
 	l := c.l
 	k := l.remote.dl.Key(c.key, c.rate.Limiter(l.cfg.Algorithm))
 	key, overrideValue := c.key, c.overrideValue

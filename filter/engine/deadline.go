@@ -38,24 +38,21 @@ func defineDeadlineMetrics(hm host.Metrics) deadlineMetrics {
 	}
 }
 
-// applyDeadline lowers the deadline headers of a request held since
-// h.start, at now, just before it is resumed. False means the deadline
-// was spent and the request has been answered.
-func (h *Stream) applyDeadline(now time.Time) bool {
-	p := h.plugin
-	held := now.Sub(h.start)
+// lowerDeadline lowers the deadline headers of request info, held for
+// held, just before it is resumed. False means the deadline was spent:
+// the request is to be answered (rejectDeadline) instead.
+func (p *Plugin) lowerDeadline(info *requestInfo, held time.Duration) bool {
 	if held <= 0 {
 		return true
 	}
 	m := &p.deadline
 	rep := p.host.Stream
-	if v, ok := h.info.header(headerGRPCTimeout); ok {
+	if v, ok := info.header(headerGRPCTimeout); ok {
 		switch d, valid := parseGRPCTimeout(v); {
 		case !valid:
 			m.invalid.Increment(1) // forwarded as it came: Envoy decides
 		case d <= held:
 			m.exceeded.Increment(1)
-			h.rejectDeadline()
 			return false
 		default:
 			if s, ok := formatGRPCTimeout(d - held); ok && rep.ReplaceRequestHeader(headerGRPCTimeout, s) == nil {
@@ -63,7 +60,7 @@ func (h *Stream) applyDeadline(now time.Time) bool {
 			}
 		}
 	}
-	if v, ok := h.info.header(headerUpstreamTimeout); ok {
+	if v, ok := info.header(headerUpstreamTimeout); ok {
 		switch ms, valid := parseTimeoutMillis(v); {
 		case !valid:
 			m.invalid.Increment(1)
@@ -71,14 +68,12 @@ func (h *Stream) applyDeadline(now time.Time) bool {
 			// Envoy reads 0 as "no timeout": nothing to lower.
 		case time.Duration(ms)*time.Millisecond <= held:
 			m.exceeded.Increment(1)
-			h.rejectDeadline()
 			return false
 		default:
 			// Rounded down: the upstream never gets more than is left.
 			left := (time.Duration(ms)*time.Millisecond - held) / time.Millisecond
 			if left < 1 {
 				m.exceeded.Increment(1)
-				h.rejectDeadline()
 				return false
 			}
 			if rep.ReplaceRequestHeader(headerUpstreamTimeout, strconv.FormatInt(int64(left), 10)) == nil {
@@ -87,16 +82,6 @@ func (h *Stream) applyDeadline(now time.Time) bool {
 		}
 	}
 	return true
-}
-
-// rejectDeadline answers a request whose deadline passed while held: 504,
-// or for gRPC a trailers-only DEADLINE_EXCEEDED.
-func (h *Stream) rejectDeadline() {
-	if !h.plugin.cfg.Response.PlainGRPC && h.isGRPC() {
-		h.sendGRPCStatus(grpcDeadlineExceeded, messageDeadline, nil)
-		return
-	}
-	h.sendLocal(504, nil, "text/plain", []byte(messageDeadline+"\n"))
 }
 
 // grpcTimeoutUnits is the length of each TimeoutUnit; 0 for other bytes.

@@ -378,7 +378,7 @@ func (d *distHarness) admitted(key string, n int) int {
 	return ok
 }
 
-type outcome struct {
+type served struct {
 	status int
 	local  bool
 	waited time.Duration
@@ -394,13 +394,13 @@ func keyHeaders(key string) [][2]string {
 
 // do runs one request, answering callouts and ticking (5ms steps) until
 // the filter resumes or answers it.
-func (d *distHarness) do(key string) outcome {
+func (d *distHarness) do(key string) served {
 	d.t.Helper()
 	return d.doHeaders(keyHeaders(key))
 }
 
 // doHeaders is do with the request's whole header map.
-func (d *distHarness) doHeaders(hs [][2]string) outcome {
+func (d *distHarness) doHeaders(hs [][2]string) served {
 	d.t.Helper()
 	before := d.callouts
 	start := d.now
@@ -408,13 +408,13 @@ func (d *distHarness) doHeaders(hs [][2]string) outcome {
 	for {
 		if local := d.local(id); local != nil {
 			d.complete(id)
-			return outcome{status: local.Status, local: true, waited: d.now.Sub(start), calls: d.callouts - before, headers: local.Headers}
+			return served{status: local.Status, local: true, waited: d.now.Sub(start), calls: d.callouts - before, headers: local.Headers}
 		}
 		if d.action(id) == Continue {
 			d.respond(id, append([][2]string{{":status", "200"}}, d.respHeaders...))
 			d.complete(id)
 			d.pump() // background renewals started by this request
-			return outcome{status: 200, waited: d.now.Sub(start), calls: d.callouts - before}
+			return served{status: 200, waited: d.now.Sub(start), calls: d.callouts - before}
 		}
 		if d.pump() == 0 {
 			if d.now.Sub(start) > maxHold {
@@ -450,7 +450,7 @@ func (d *distHarness) counter(name string) uint64 { return d.f.Metrics.Values[na
 const silentBudget = 2*50*time.Millisecond + 10*time.Millisecond + 2*(10+5)*time.Millisecond
 
 // checkHeld fails the test when o waited longer than silentBudget.
-func (d *distHarness) checkHeld(o outcome) {
+func (d *distHarness) checkHeld(o served) {
 	d.t.Helper()
 	if o.waited > silentBudget {
 		d.t.Fatalf("held %v, budget %v", o.waited, silentBudget)

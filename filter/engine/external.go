@@ -67,37 +67,37 @@ func (p *Plugin) configureExternal(cfg *config.External) error {
 	return nil
 }
 
-// resolveExternal settles which limit the external block applies to the
-// request. false means the request waits for a lookup and is resumed by
-// evaluate from the tick or the lookup's reply.
-func (h *Stream) resolveExternal(now time.Time) bool {
-	x := h.plugin.external
-	if h.ext.State == external.Unresolved {
+// resolve settles which limit the external block applies to request
+// info (its lookup r), or has it wait for a lookup: the tick or the
+// lookup's reply then evaluates it again. A request whose cache_key is
+// ambiguous makes no lookup: info.lookupAmbiguous has the limits stage
+// refuse it as it refuses any ambiguous key.
+func (x *externalRuntime) resolve(r *external.Request, info *requestInfo, now time.Time) outcome {
+	if r.State == external.Unresolved {
 		var ok bool
-		if x.keyBuf, ok = x.appendLookupKey(x.keyBuf[:0], &h.info); !ok {
-			h.extAmbiguous = true
-			return true
+		if x.keyBuf, ok = x.appendLookupKey(x.keyBuf[:0], info); !ok {
+			info.lookupAmbiguous = true
+			return allow
 		}
 	}
-	if x.cache.Resolve(&h.ext, x.keyBuf, func() []byte { return x.requestBody(&h.info) }, now) {
-		return true
+	if x.cache.Resolve(r, x.keyBuf, func() []byte { return x.requestBody(info) }, now) {
+		return allow
 	}
-	h.plugin.park(h, waitLookup)
-	return false
+	return waitFor(waitLookup)
 }
 
 // dropClientRoute removes the route_header a client sent, before anything
 // reads the request: only an allowed backend_url may route a request, and
 // a client that could set the header would pick its own cluster. Read
 // first: a removal costs Envoy a new route selection, present or not.
-func (h *Stream) dropClientRoute() {
-	rh := h.plugin.routeHeader
-	st := h.plugin.host.Stream
+func (p *Plugin) dropClientRoute() {
+	rh := p.routeHeader
+	st := p.host.Stream
 	if _, ok := st.RequestHeader(rh); !ok {
 		return
 	}
 	if err := st.RemoveRequestHeader(rh); err != nil {
-		h.plugin.log.Warnf("sluice: removing the client's %s: %v", rh, err)
+		p.log.Warnf("sluice: removing the client's %s: %v", rh, err)
 		return
 	}
 	// Envoy chose the route before the filter ran, from the client's
@@ -114,15 +114,14 @@ func (h *Stream) dropClientRoute() {
 // The value was checked against allowed_routes when the answer arrived;
 // it is checked again because a cache entry may predate this
 // configuration.
-func (h *Stream) routeTenant() {
-	x := h.plugin.external
-	r := h.ext.Route
+func (x *externalRuntime) routeTenant(lookup *external.Request) {
+	r := lookup.Route
 	if r == "" || !x.cfg.RouteAllowed(r) {
 		return
 	}
-	st := h.plugin.host.Stream
+	st := x.p.host.Stream
 	if err := st.ReplaceRequestHeader(x.cfg.RouteHeader, r); err != nil {
-		h.plugin.log.Warnf("sluice: setting %s: %v", x.cfg.RouteHeader, err)
+		x.p.log.Warnf("sluice: setting %s: %v", x.cfg.RouteHeader, err)
 		return
 	}
 	st.ClearRouteCache()
@@ -193,17 +192,15 @@ func (x *externalRuntime) requestBody(info *requestInfo) []byte {
 	return append(b, "}}"...)
 }
 
-// appendExternal appends the request's bucket key for the external limit
-// and returns the table and rate it is decided with; ok is false when the
-// fallback key is missing.
-func (h *Stream) appendExternal(dst []byte) (arena []byte, t *limiter.Table, rate config.Rate, ok bool) {
-	x := h.plugin.external
+// appendBucketKey appends the bucket key for the external limit of
+// request info, whose lookup is r, and returns the table and rate it is
+// decided with; ok is false when the fallback key is missing.
+func (x *externalRuntime) appendBucketKey(dst []byte, r *external.Request, info *requestInfo) (arena []byte, t *limiter.Table, rate config.Rate, ok bool) {
 	l := x.lim
-	r := &h.ext
 	if r.Fallback {
 		start := len(dst)
 		dst = append(dst, external.BucketFallback)
-		dst, _, ok = h.info.appendKey(dst, l.cfg.Key, &h.plugin.cfg.ClientIP, -1)
+		dst, _, ok = info.appendKey(dst, l.cfg.Key, &x.p.cfg.ClientIP, -1)
 		if !ok {
 			return dst[:start], nil, config.Rate{}, false
 		}
@@ -213,9 +210,9 @@ func (h *Stream) appendExternal(dst []byte) (arena []byte, t *limiter.Table, rat
 	if err != nil {
 		// Parse and Decode validate every answer; this cannot happen, and
 		// the fallback is the safe reading if it does.
-		h.plugin.log.Warnf("sluice: external limit: %v", err)
+		x.p.log.Warnf("sluice: external limit: %v", err)
 		r.Fallback = true
-		return h.appendExternal(dst)
+		return x.appendBucketKey(dst, r, info)
 	}
 	rate = config.Rate{Limit: r.Limit.Rate, Window: r.Limit.Period, Burst: r.Limit.Burst}
 	return append(append(dst, r.Tag), r.Bucket...), t, rate, true
@@ -241,10 +238,10 @@ func tableWithLimit(views map[limiter.Limit]*limiter.Table, base *limiter.Table,
 
 // localFallback is the table of failure_policy local for a global or
 // hybrid decision: the limit divided by instances, as for limits.
-func (h *Stream) localFallback(rr *remoteReq) (*limiter.Table, error) {
+func (p *Plugin) localFallback(rr *remoteReq) (*limiter.Table, error) {
 	x := rr.l.ext
 	if x == nil {
-		return rr.l.fallbackTable(h.plugin.host.Store, rr.overrideValue)
+		return rr.l.fallbackTable(p.host.Store, rr.overrideValue)
 	}
 	lim := rr.k.Lim
 	n := int64(max(rr.l.cfg.Instances, 1))
@@ -253,11 +250,11 @@ func (h *Stream) localFallback(rr *remoteReq) (*limiter.Table, error) {
 	return tableWithLimit(x.fallbacks, x.fallbackBase, lim)
 }
 
-// remotePolicy is the failure policy of a global or hybrid decision: the
-// answer's, when it names one.
-func (h *Stream) remotePolicy(l *limitRuntime) config.FailurePolicy {
+// remotePolicy is the failure policy of a global or hybrid decision of
+// limit l: the answer's to lookup r, when it names one.
+func remotePolicy(l *limitRuntime, r *external.Request) config.FailurePolicy {
 	if l.ext != nil {
-		switch h.ext.Policy {
+		switch r.Policy {
 		case limitsvc.PolicyAllow:
 			return config.FailAllow
 		case limitsvc.PolicyDeny:

@@ -9,17 +9,6 @@ import (
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
-// verdict is what evaluate decided.
-type verdict uint8
-
-const (
-	verdictAllow verdict = iota
-	verdictReject
-	verdictDelay
-	// verdictPending: waiting for Redis; a reply callback finishes it.
-	verdictPending
-)
-
 func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRuntime, ns int64) {
 	for i, r := range shadows {
 		l := shadowLim[i]
@@ -36,8 +25,8 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 		} else {
 			l.metrics.shadowLimited.Increment(1)
 			h.logRejection("shadow_limited", l, res)
-			h.dropCharge(l)
-			h.tellUpstream(l)
+			h.charges.drop(l)
+			h.plugin.tellUpstream(l)
 		}
 	}
 }
@@ -50,6 +39,7 @@ func quotaOf(l *limitRuntime, res limiter.Result) quota {
 		window = l.cfg.Rate.Window // a contention or store-error result
 	}
 	return quota{
+		applies:    true,
 		name:       l.cfg.Name,
 		limit:      res.Limit,
 		window:     window,
@@ -60,52 +50,24 @@ func quotaOf(l *limitRuntime, res limiter.Result) quota {
 	}
 }
 
-// onLimited applies the denying limit's on_limit.
-func (h *Stream) onLimited(l *limitRuntime, res limiter.Result, now time.Time) verdict {
+// rateLimited is the answer to a request denied by l with res at now,
+// which does not wait for it.
+func (h *Stream) rateLimited(l *limitRuntime, res limiter.Result, now time.Time) *reply {
 	p := h.plugin
-	if l.cfg.OnLimit.Action == config.ActionDelay && res.RetryAfter > 0 {
-		if !h.delayed {
-			h.delayDeadline = h.start.Add(l.cfg.OnLimit.MaxDelay)
-		}
-		wakeAt := now.Add(res.RetryAfter)
-		if !wakeAt.After(h.delayDeadline) {
-			if !h.delayed {
-				h.delayed = true
-				l.metrics.delayed.Increment(1)
-			}
-			h.delayUntil = wakeAt
-			p.park(h, waitDelay)
-			return verdictDelay
-		}
-	}
 	l.metrics.limited.Increment(1)
 	h.logRejection("rate_limited", l, res)
 	q := quotaOf(l, res)
 	headers, _ := appendRateLimitHeaders(nil, nil, p.cfg.Response.Headers, q, now, true)
 	ct, body := rateLimitedBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status, res.RetryAfter)
-	h.reject(config.ReplyRateLimited, replyValues{limit: l.cfg.Name, limitValue: q.limit, window: q.window, retryAfter: res.RetryAfter},
-		l.cfg.OnLimit.Status, headers, ct, body)
-	return verdictReject
+	return &reply{kind: config.ReplyRateLimited, values: replyValues{limit: l.cfg.Name, limitValue: q.limit, window: q.window, retryAfter: res.RetryAfter},
+		status: l.cfg.OnLimit.Status, headers: headers, contentType: ct, body: body}
 }
 
-func (h *Stream) rejectMissingKey(l *limitRuntime) {
+func (h *Stream) missingKey(l *limitRuntime) *reply {
 	p := h.plugin
 	h.logRejection("missing_key", l, limiter.Result{})
 	ct, body := missingKeyBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status)
-	h.reject(config.ReplyMissingKey, replyValues{limit: l.cfg.Name}, l.cfg.OnLimit.Status, nil, ct, body)
-}
-
-// sendLocal answers the request itself.
-func (h *Stream) sendLocal(status int, headers [][2]string, contentType string, body []byte) {
-	if contentType != "" {
-		headers = append(headers, [2]string{"content-type", contentType})
-	}
-	// Every local reply carries response.reply_headers.
-	headers = append(headers, h.plugin.cfg.Response.ReplyHeaders...)
-	h.localReply = true
-	if err := h.plugin.host.Stream.Reply(status, headers, body); err != nil {
-		h.plugin.log.Errorf("sluice: sending local reply: %v", err)
-	}
+	return &reply{kind: config.ReplyMissingKey, values: replyValues{limit: l.cfg.Name}, status: l.cfg.OnLimit.Status, contentType: ct, body: body}
 }
 
 // logRejection writes one JSON line per rejection. It names the key's
@@ -151,4 +113,204 @@ func firstValue(headers [][2]string, name string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// decideLimits decides the applying limits at now: keys and costs, then
+// the enforcing limits together (limiter.AllowAll: denied by any, charged
+// by none), then the shadow limits on their own. Remote limits start
+// their decisions here and leave the request waiting for them.
+func (h *Stream) decideLimits(now time.Time) outcome {
+	p := h.plugin
+	p.reqs, p.reqLim = p.reqs[:0], p.reqLim[:0]
+	h.gen++
+	h.resetRemote()
+	h.charges.pending = h.charges.pending[:0]
+	var shadows shadowRequests
+	// Every key of this evaluation is appended to one arena that lives
+	// until the next evaluation, so the keys handed to AllowAll need no
+	// allocation of their own.
+	arena := p.keyBuf[:0]
+	for i, l := range p.limits {
+		if !p.applied[i] {
+			continue
+		}
+		var o outcome
+		if arena, o = h.prepareLimit(i, l, arena, &shadows, now); o.kind != outAllow {
+			return o
+		}
+	}
+	p.keyBuf = arena
+	ns := now.UnixNano()
+	if len(h.remote.reqs) > 0 {
+		o := h.startRemote(now)
+		h.evaluateShadows(shadows.reqs, shadows.lims, ns)
+		return o
+	}
+	if len(p.reqs) > 0 {
+		if o := h.decideLocal(ns); o.kind != outAllow {
+			return o
+		}
+	}
+	h.evaluateShadows(shadows.reqs, shadows.lims, ns)
+	return allow
+}
+
+// shadowRequests are the local decisions of shadow limits, made after
+// the enforcing ones and only counted.
+type shadowRequests struct {
+	reqs []limiter.Request
+	lims []*limitRuntime
+}
+
+// prepareLimit builds applying limit i's key and cost, appending the key
+// to arena, and files its decision: with the enforcing local limits
+// (p.reqs), the shadow ones, or the remote ones (h.remote.reqs). A limit it
+// settles on its own (an override action, a missing key, a bad cost) may
+// decide the request.
+func (h *Stream) prepareLimit(i int, l *limitRuntime, arena []byte, shadows *shadowRequests, now time.Time) ([]byte, outcome) {
+	p := h.plugin
+	// A limit not enforced for this request is a shadow for it.
+	shadow := l.cfg.Shadow || h.roll.unenforced(i)
+	start := len(arena)
+	arena, k, o := h.limitKey(i, l, arena, shadow)
+	if k.settled || o.kind != outAllow {
+		return arena[:start], o
+	}
+	key := arena[start:]
+	if !k.ok {
+		if h.wait.delay.active {
+			return arena, allow // counted on the first evaluation
+		}
+		l.metrics.missingKey.Increment(1)
+		// An ambiguous key (appendKey) is refused even under skip,
+		// which would leave a client choosing it unlimited.
+		if (l.cfg.OnMissingKey == config.MissingKeyDeny || h.info.ambiguous) && !shadow {
+			return arena, rejectWith(h.missingKey(l))
+		}
+		return arena, allow
+	}
+	cost, bad, ok := p.requestCost(l, &h.info, h.wait.delay.active)
+	if !ok {
+		// A malformed cost is the client's fault, not the limit's:
+		// only a configured shadow lets it pass, a rollout does not.
+		if l.cfg.Shadow {
+			return arena, allow
+		}
+		return arena, rejectWith(bad)
+	}
+	if h.trace != nil {
+		h.trace.Limits[i].OverrideValue, h.trace.Limits[i].Rate, h.trace.Limits[i].Cost = k.overrideValue, k.rate, cost
+	}
+	if l.cfg.CostFromResponse != nil {
+		h.charges.note(l, k.table, k.rate, k.overrideValue, key)
+	}
+	switch r := (limiter.Request{Table: k.table, Key: arenaString(key), Cost: cost}); {
+	case l.remote != nil:
+		h.fileRemote(i, l, k, key, cost, shadow, now)
+	case shadow:
+		shadows.reqs, shadows.lims = append(shadows.reqs, r), append(shadows.lims, l)
+	default:
+		p.reqs, p.reqLim = append(p.reqs, r), append(p.reqLim, l)
+	}
+	return arena, allow
+}
+
+// limitKeyed is what limitKey found of a limit for the request.
+type limitKeyed struct {
+	table         *limiter.Table
+	rate          config.Rate
+	overrideValue string
+	// ok is false for a missing key; settled is set when the limit needs
+	// no decision (the service set no limit, an override action).
+	ok, settled bool
+}
+
+// limitKey appends limit i's key for the request to arena and finds the
+// table and rate that decide it, applying an unlimited or block override.
+func (h *Stream) limitKey(i int, l *limitRuntime, arena []byte, shadow bool) ([]byte, limitKeyed, outcome) {
+	p := h.plugin
+	start := len(arena)
+	var k limitKeyed
+	if l.ext != nil {
+		switch {
+		case h.info.lookupAmbiguous:
+			// Refused as an ambiguous key is (appendKey).
+			h.info.ambiguous = true
+		case h.ext.Skip:
+			l.metrics.allowed.Increment(1) // the service set no limit
+			k.settled = true
+			return arena, k, allow
+		default:
+			arena, k.table, k.rate, k.ok = l.ext.appendBucketKey(arena, &h.ext, &h.info)
+		}
+		if h.trace != nil {
+			h.trace.traceKey(i, shadow, arena[start:], k.ok, "")
+		}
+		return arena, k, allow
+	}
+	var overrideValue string
+	arena, overrideValue, k.ok = h.info.appendKey(arena, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
+	if k.ok && l.cfg.OverrideCIDRs != nil {
+		overrideValue = l.cfg.OverrideCIDRs.Resolve(overrideValue)
+	}
+	if h.trace != nil {
+		h.trace.traceKey(i, shadow, arena[start:], k.ok, overrideValue)
+	}
+	if k.ok && l.cfg.OverrideActions != nil {
+		// Unlimited and blocked values have no table of their own, so
+		// they are settled before the value becomes a rate's.
+		if o, done := overrideAction(l, overrideValue); done {
+			if h.trace != nil {
+				h.trace.Limits[i].Action = l.cfg.OverrideActions[overrideValue].String()
+			}
+			k.settled = true
+			return arena, k, o
+		}
+	}
+	// From here the override value is the configuration's own string (or
+	// ""), never the request's bytes, which the host may reuse once the
+	// callback returns.
+	k.table, k.rate, k.overrideValue = l.table(overrideValue)
+	return arena, k, allow
+}
+
+// decideLocal decides the enforcing local limits in p.reqs together at
+// ns, and keeps the most restrictive admission for the headers.
+func (h *Stream) decideLocal(ns int64) outcome {
+	p := h.plugin
+	results := p.results[:len(p.reqs)]
+	admitted, err := limiter.AllowAll(ns, p.reqs, results)
+	if err != nil {
+		h.plugin.log.Warnf("sluice: limiter store: %v", err)
+	}
+	if h.trace != nil {
+		h.trace.traceResults(p.reqLim, results)
+	}
+	for _, l := range p.reqLim {
+		l.exportTableStats()
+	}
+	if !admitted {
+		return firstDenial(p.reqLim, results)
+	}
+	best := -1
+	for i, res := range results {
+		p.reqLim[i].admitted(p.reqs[i].Table.Limit(), res)
+		if best < 0 || res.Remaining < results[best].Remaining ||
+			(res.Remaining == results[best].Remaining && res.Limit < results[best].Limit) {
+			best = i
+		}
+	}
+	h.quota = quotaOf(p.reqLim[best], results[best])
+	return allow
+}
+
+// firstDenial is the denial of limits decided together with results.
+func firstDenial(lims []*limitRuntime, results []limiter.Result) outcome {
+	for i, res := range results {
+		if !res.Allowed {
+			return deny(lims[i], res)
+		}
+	}
+	// AllowAll denies only through a result; be safe regardless.
+	return deny(lims[0], results[0])
 }

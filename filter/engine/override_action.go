@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"time"
-
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/limiter"
 )
@@ -12,19 +10,19 @@ import (
 // is allowed without consuming anything; a blocked one is rejected as an
 // over-limit request (a shadow limit only counts it). Both are decided
 // before any limit consumes, so a rejection consumes from none.
-func (h *Stream) overrideAction(l *limitRuntime, value string, now time.Time) (v verdict, done bool) {
+func overrideAction(l *limitRuntime, value string) (o outcome, done bool) {
 	switch l.cfg.OverrideActions[value] {
 	case config.OverrideUnlimited:
 		l.metrics.allowed.Increment(1)
-		return verdictAllow, true
+		return allow, true
 	case config.OverrideBlock:
 		if l.cfg.Shadow {
 			l.metrics.shadowLimited.Increment(1)
-			return verdictAllow, true
+			return allow, true
 		}
 		// No capacity and no time after which it would pass: a delay
-		// action cannot help, so onLimited rejects at once.
-		return h.onLimited(l, limiter.Result{}, now), true
+		// action cannot help, so the denial is answered at once.
+		return deny(l, limiter.Result{}), true
 	}
-	return verdictAllow, false
+	return allow, false
 }

@@ -75,7 +75,7 @@ func TestStreamEndingWhileDelayedIsForgotten(t *testing.T) {
 		t.Fatalf("%d waiting after Done", len(p.waiting))
 	}
 	p.Begin(s, 7)
-	if s.waitingFor != waitNone {
+	if s.wait.kind != waitNone {
 		t.Fatal("a reused stream starts waiting")
 	}
 	f.Clock.Advance(time.Second)
@@ -106,7 +106,7 @@ func TestLookupReplyResumesTheWaitingStream(t *testing.T) {
 	if v := begin(p, f, 7).RequestHeaders(); v != Pause {
 		t.Fatalf("request: %v, want it waiting for its lookup", v)
 	}
-	if len(p.waiting) != 1 || p.waiting[7].waitingFor != waitLookup {
+	if len(p.waiting) != 1 || p.waiting[7].wait.kind != waitLookup {
 		t.Fatalf("registry %v", p.waiting)
 	}
 	p.Tick() // sends the lookup
@@ -146,5 +146,38 @@ func TestRequestBodyIsHeldWhileTheRequestWaits(t *testing.T) {
 	p.Tick()
 	if len(fakes.Stream.Resumed) != 1 || second.AfterRequestHeaders() != Continue {
 		t.Fatalf("resumed %v; the body is still held after the request was let go", fakes.Stream.Resumed)
+	}
+}
+
+// A stage only decides: the limits stage returns the denial, by which
+// limit, without answering the request or parking it; settle then turns
+// the same denial into the on_limit delay's wait, and a denial past
+// max_delay into the reply.
+func TestLimitsStageReturnsTheDenialAndSettleActsOnIt(t *testing.T) {
+	p, f := newNativePlugin(t, `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,
+		"on_limit":{"action":"delay","max_delay":"300ms"}}]}`)
+	drain(t, p, f)
+	s := begin(p, f, 6)
+	now := p.host.Clock()
+	s.start = now
+	s.matchLimits()
+	o := s.decideLimits(now)
+	if o.kind != outDeny || o.limit == nil || o.limit.cfg.Name != "shaped" || o.res.Allowed || o.res.RetryAfter <= 0 {
+		t.Fatalf("outcome %+v, want a denial by shaped with a retry time", o)
+	}
+	if len(p.waiting) != 0 || len(f.Stream.Replies) != 0 || s.held() {
+		t.Fatalf("the stage acted: %d waiting, replies %v", len(p.waiting), f.Stream.Replies)
+	}
+	if v := s.settle(o, now); v != Pause || len(p.waiting) != 1 || s.wait.kind != waitDelay || len(f.Stream.Replies) != 0 {
+		t.Fatalf("settle: %v, %d waiting (%v), replies %v; want the delay's wait", v, len(p.waiting), s.wait.kind, f.Stream.Replies)
+	}
+	s.Done()
+	// Past max_delay the same denial is answered.
+	s = begin(p, f, 7)
+	s.start = now.Add(-time.Second)
+	s.matchLimits()
+	o = s.decideLimits(now)
+	if v := s.settle(o, now); v != Pause || len(f.Stream.Replies) != 1 || f.Stream.Replies[0].Status != 429 || s.held() {
+		t.Fatalf("settle: %v, replies %v, held %v; want one 429", v, f.Stream.Replies, s.held())
 	}
 }

@@ -49,7 +49,7 @@ func (p *Plugin) Begin(h *Stream, id uint32) {
 	if p.cfg != nil {
 		h.info.clientCfg = &p.cfg.ClientIP
 	}
-	h.tickets = h.ticketBuf[:0]
+	h.breakers.tickets = h.breakers.ticketBuf[:0]
 }
 
 // Plugin is one configured plugin of a worker: its limits, breakers and

@@ -97,6 +97,22 @@ const (
 	remoteFailLocal
 )
 
+// remoteWait is a request's remote (global and hybrid) decisions in
+// progress: the request waits until pending reaches 0. localReqs/localLim
+// are its local limits, committed only once every remote limit admitted.
+type remoteWait struct {
+	reqs      []remoteReq
+	calls     []*distributed.Call
+	localReqs []limiter.Request
+	// localKeys backs the keys of localReqs while the request waits.
+	localKeys []byte
+	localLim  []*limitRuntime
+	pending   int
+	// starting is set while the decisions start: a reply arriving then
+	// is finished by startRemote, not resumed.
+	starting bool
+}
+
 // remoteReq is one global or hybrid limit applying to a request.
 type remoteReq struct {
 	l             *limitRuntime
@@ -118,66 +134,66 @@ type remoteReq struct {
 
 func (h *Stream) resetRemote() {
 	if b := h.plugin.backend; b != nil {
-		for _, c := range h.calls {
+		for _, c := range h.remote.calls {
 			b.Cancel(c) // a no-op for a call that has finished
 		}
 	}
-	h.calls = h.calls[:0]
-	h.remote = h.remote[:0]
-	h.localReqs = h.localReqs[:0]
-	h.localLim = h.localLim[:0]
-	h.pending = 0
+	h.remote.calls = h.remote.calls[:0]
+	h.remote.reqs = h.remote.reqs[:0]
+	h.remote.localReqs = h.remote.localReqs[:0]
+	h.remote.localLim = h.remote.localLim[:0]
+	h.remote.pending = 0
 }
 
 // startRemote decides a request with remote limits. The local limits are
 // in p.reqs; they are copied because the request may outlive this call.
-func (h *Stream) startRemote(now time.Time) verdict {
+func (h *Stream) startRemote(now time.Time) outcome {
 	p := h.plugin
 	b := p.backend
 	ns := now.UnixNano()
-	h.localReqs = append(h.localReqs[:0], p.reqs...)
-	h.localLim = append(h.localLim[:0], p.reqLim...)
+	h.remote.localReqs = append(h.remote.localReqs[:0], p.reqs...)
+	h.remote.localLim = append(h.remote.localLim[:0], p.reqLim...)
 	// The local keys view the worker's key arena, which the next request's
 	// evaluation overwrites while this one waits for Redis: give them
 	// bytes of this stream's own.
-	h.localKeys = h.localKeys[:0]
-	for i := range h.localReqs {
-		h.localKeys = append(h.localKeys, h.localReqs[i].Key...)
+	h.remote.localKeys = h.remote.localKeys[:0]
+	for i := range h.remote.localReqs {
+		h.remote.localKeys = append(h.remote.localKeys, h.remote.localReqs[i].Key...)
 	}
 	at := 0
-	for i := range h.localReqs {
-		n := len(h.localReqs[i].Key)
-		h.localReqs[i].Key = arenaString(h.localKeys[at : at+n])
+	for i := range h.remote.localReqs {
+		n := len(h.remote.localReqs[i].Key)
+		h.remote.localReqs[i].Key = arenaString(h.remote.localKeys[at : at+n])
 		at += n
 	}
-	for i, r := range h.localReqs {
+	for i, r := range h.remote.localReqs {
 		res, err := r.Table.Peek(r.Key, ns, r.Cost)
 		if err != nil {
 			h.plugin.log.Warnf("sluice: limiter store: %v", err)
 			continue
 		}
 		if !res.Allowed {
-			return h.onLimited(h.localLim[i], res, now)
+			return deny(h.remote.localLim[i], res)
 		}
 	}
-	for i := range h.remote {
-		rr := &h.remote[i]
+	for i := range h.remote.reqs {
+		rr := &h.remote.reqs[i]
 		if rr.l.remote.mode == config.ModeHybrid {
 			continue // tryLease checks its negative cache, counting the demand
 		}
 		if until := b.DeniedUntil(&rr.k); until > ns {
 			b.Metrics.NegativeHits.Increment(1)
-			return h.onLimited(rr.l, rr.k.CachedDenial(ns, until), now)
+			return deny(rr.l, rr.k.CachedDenial(ns, until))
 		}
 	}
-	h.starting = true
-	h.pending = len(h.remote)
+	h.remote.starting = true
+	h.remote.pending = len(h.remote.reqs)
 	// Hybrid limits first: they decide from shared data, so one denying
 	// stops the request before any global call is made.
 	denied := false
 	for _, hybrid := range [2]bool{true, false} {
-		for i := range h.remote {
-			rr := &h.remote[i]
+		for i := range h.remote.reqs {
+			rr := &h.remote.reqs[i]
 			if denied || (rr.l.remote.mode == config.ModeHybrid) != hybrid {
 				continue
 			}
@@ -189,26 +205,26 @@ func (h *Stream) startRemote(now time.Time) verdict {
 			denied = rr.state == remoteDenied // no need to ask the others
 		}
 	}
-	h.starting = false
-	if h.pending == 0 {
+	h.remote.starting = false
+	if h.remote.pending == 0 {
 		return h.finishRemote(now)
 	}
 	if h.anyDenied() {
 		// Decided without waiting for the calls still out: their replies
 		// still reach the breaker, but must not decide this stream again.
-		v := h.finishRemote(now)
+		o := h.finishRemote(now)
 		h.gen++
-		if h.waitingFor == waitLease {
-			p.unpark(h)
-		}
-		return v
+		return o
 	}
-	return verdictPending
+	if h.waitingForLease(-1) {
+		return waitFor(waitLease)
+	}
+	return waitFor(waitRemote)
 }
 
 func (h *Stream) anyDenied() bool {
-	for i := range h.remote {
-		if s := h.remote[i].state; s == remoteDenied || s == remoteFailDeny {
+	for i := range h.remote.reqs {
+		if s := h.remote.reqs[i].state; s == remoteDenied || s == remoteFailDeny {
 			return true
 		}
 	}
@@ -218,7 +234,7 @@ func (h *Stream) anyDenied() bool {
 func (h *Stream) startGlobal(i int, now time.Time) {
 	p := h.plugin
 	b := p.backend
-	rr := &h.remote[i]
+	rr := &h.remote.reqs[i]
 	gen := h.gen
 	c, err := b.Decide(&rr.k, rr.cost, now, func(at time.Time, res limiter.Result, err error) {
 		if h.gen != gen {
@@ -230,13 +246,13 @@ func (h *Stream) startGlobal(i int, now time.Time) {
 		h.resolve(i, now, limiter.Result{}, err)
 		return
 	}
-	h.calls = append(h.calls, c)
+	h.remote.calls = append(h.remote.calls, c)
 }
 
 // resolve records the outcome of remote limit i and, once every remote
 // limit of the request is known, finishes the request.
 func (h *Stream) resolve(i int, now time.Time, res limiter.Result, err error) {
-	rr := &h.remote[i]
+	rr := &h.remote.reqs[i]
 	if rr.state != remotePending && rr.state != remoteWaitLease {
 		return
 	}
@@ -252,11 +268,11 @@ func (h *Stream) resolve(i int, now time.Time, res limiter.Result, err error) {
 			h.plugin.backend.Denied(&rr.k, res, now)
 		}
 	}
-	h.pending--
-	if h.pending > 0 || h.starting {
+	h.remote.pending--
+	if h.remote.pending > 0 || h.remote.starting {
 		return
 	}
-	h.plugin.resume(h, now, true)
+	h.plugin.ready(h, now)
 }
 
 func (h *Stream) applyFailure(rr *remoteReq, err error) {
@@ -279,27 +295,27 @@ func (h *Stream) applyFailure(rr *remoteReq, err error) {
 }
 
 // finishRemote decides once every remote limit is known.
-func (h *Stream) finishRemote(now time.Time) verdict {
+func (h *Stream) finishRemote(now time.Time) outcome {
 	p := h.plugin
-	for i := range h.remote {
-		rr := &h.remote[i]
+	for i := range h.remote.reqs {
+		rr := &h.remote.reqs[i]
 		switch rr.state {
 		case remoteDenied:
 			h.refund()
-			return h.onLimited(rr.l, rr.res, now)
+			return deny(rr.l, rr.res)
 		case remoteFailDeny:
 			h.refund()
-			return h.rejectBackendFailure(rr)
+			return rejectWith(h.backendFailure(rr))
 		}
 	}
-	reqs := h.localReqs
-	lims := h.localLim
-	for i := range h.remote {
-		rr := &h.remote[i]
+	reqs := h.remote.localReqs
+	lims := h.remote.localLim
+	for i := range h.remote.reqs {
+		rr := &h.remote.reqs[i]
 		if rr.state != remoteFailLocal {
 			continue
 		}
-		t, err := h.localFallback(rr)
+		t, err := h.plugin.localFallback(rr)
 		if err != nil {
 			h.plugin.log.Warnf("sluice: limit %s fallback: %v", rr.l.cfg.Name, err)
 			continue
@@ -307,7 +323,7 @@ func (h *Stream) finishRemote(now time.Time) verdict {
 		reqs = append(reqs, limiter.Request{Table: t, Key: rr.key, Cost: rr.cost})
 		lims = append(lims, rr.l)
 	}
-	h.localReqs, h.localLim = reqs, lims
+	h.remote.localReqs, h.remote.localLim = reqs, lims
 	var results []limiter.Result
 	if len(reqs) > 0 {
 		if cap(p.results) < len(reqs) {
@@ -320,12 +336,7 @@ func (h *Stream) finishRemote(now time.Time) verdict {
 		}
 		if !admitted {
 			h.refund()
-			for i, res := range results {
-				if !res.Allowed {
-					return h.onLimited(lims[i], res, now)
-				}
-			}
-			return h.onLimited(lims[0], results[0], now)
+			return firstDenial(lims, results)
 		}
 	}
 	best, bestLim := limiter.Result{}, (*limitRuntime)(nil)
@@ -338,8 +349,8 @@ func (h *Stream) finishRemote(now time.Time) verdict {
 	for i, res := range results {
 		consider(lims[i], reqs[i].Table.Limit(), res)
 	}
-	for i := range h.remote {
-		rr := &h.remote[i]
+	for i := range h.remote.reqs {
+		rr := &h.remote.reqs[i]
 		switch rr.state {
 		case remoteAllowed:
 			consider(rr.l, rr.k.Lim, rr.res)
@@ -350,12 +361,13 @@ func (h *Stream) finishRemote(now time.Time) verdict {
 	}
 	if bestLim != nil {
 		h.quota = quotaOf(bestLim, best)
-		h.hasQuota = true
 	}
-	return verdictAllow
+	return allow
 }
 
-func (h *Stream) rejectBackendFailure(rr *remoteReq) verdict {
+// backendFailure is the answer to a request a failed remote decision
+// denies (failure_policy deny).
+func (h *Stream) backendFailure(rr *remoteReq) *reply {
 	p := h.plugin
 	status := p.cfg.Backend.FailureStatus
 	if rr.l.ext != nil && h.ext.FailureCode != 0 {
@@ -364,8 +376,8 @@ func (h *Stream) rejectBackendFailure(rr *remoteReq) verdict {
 	rr.l.metrics.limited.Increment(1)
 	h.logRejection("backend_unavailable", rr.l, limiter.Result{Limit: rr.k.Lim.Rate})
 	ct, body := rateLimitedBody(p.cfg.Response.Body, rr.l.cfg.Name, status, 0)
-	h.reject(config.ReplyRateLimited, replyValues{limit: rr.l.cfg.Name, limitValue: rr.k.Lim.Rate, window: rr.l.cfg.Rate.Window}, status, nil, ct, body)
-	return verdictReject
+	return &reply{kind: config.ReplyRateLimited, values: replyValues{limit: rr.l.cfg.Name, limitValue: rr.k.Lim.Rate, window: rr.l.cfg.Rate.Window},
+		status: status, contentType: ct, body: body}
 }
 
 // refund returns lease tokens held by a request that will not pass.
@@ -374,8 +386,8 @@ func (h *Stream) refund() {
 	if b == nil {
 		return
 	}
-	for i := range h.remote {
-		rr := &h.remote[i]
+	for i := range h.remote.reqs {
+		rr := &h.remote.reqs[i]
 		if rr.taken > 0 {
 			b.ReturnTokens(&rr.k, rr.taken)
 			rr.taken = 0
@@ -398,19 +410,14 @@ func (h *Stream) startShadowRemote(l *limitRuntime, lim limiter.Limit, rkey stri
 // tryLease serves remote limit i from the lease, or arranges for one.
 func (h *Stream) tryLease(i int, now time.Time, first bool) {
 	p := h.plugin
-	rr := &h.remote[i]
+	rr := &h.remote.reqs[i]
 	if first {
 		rr.waitSince = now.UnixNano()
 	}
 	out, res, err := p.backend.TryLease(&rr.k, rr.cost, rr.waitSince, first, now)
 	if out == distributed.LeaseWait {
 		rr.state = remoteWaitLease
-		p.park(h, waitLease)
 		return
-	}
-	// Another remote limit of the request may still wait for its lease.
-	if !h.waitingForLease(i) && h.waitingFor == waitLease {
-		p.unpark(h)
 	}
 	switch out {
 	case distributed.LeaseTaken:
@@ -424,10 +431,10 @@ func (h *Stream) tryLease(i int, now time.Time, first bool) {
 }
 
 // waitingForLease reports whether a remote limit other than i still waits
-// for a lease.
+// for a lease (i -1: any).
 func (h *Stream) waitingForLease(i int) bool {
-	for j := range h.remote {
-		if j != i && h.remote[j].state == remoteWaitLease {
+	for j := range h.remote.reqs {
+		if j != i && h.remote.reqs[j].state == remoteWaitLease {
 			return true
 		}
 	}
@@ -435,7 +442,7 @@ func (h *Stream) waitingForLease(i int) bool {
 }
 
 func (h *Stream) resolveLease(i int, now time.Time, res limiter.Result) {
-	rr := &h.remote[i]
+	rr := &h.remote.reqs[i]
 	if rr.state != remotePending && rr.state != remoteWaitLease {
 		return
 	}
@@ -445,19 +452,41 @@ func (h *Stream) resolveLease(i int, now time.Time, res limiter.Result) {
 	} else {
 		rr.state = remoteDenied
 	}
-	h.pending--
-	if h.pending > 0 || h.starting {
+	h.remote.pending--
+	if h.remote.pending > 0 || h.remote.starting {
 		return
 	}
-	h.plugin.resume(h, now, true)
+	h.plugin.ready(h, now)
 }
 
 // pollLease tries the remote limits of h that wait for a lease again:
-// from the tick, and whenever a lease reply has been written.
-func (h *Stream) pollLease(now time.Time) {
-	for i := range h.remote {
-		if h.remote[i].state == remoteWaitLease {
+// from the tick, and whenever a lease reply has been written. True when
+// some limit still waits for its lease.
+func (h *Stream) pollLease(now time.Time) bool {
+	for i := range h.remote.reqs {
+		if h.remote.reqs[i].state == remoteWaitLease {
 			h.tryLease(i, now, false)
 		}
 	}
+	return h.waitingForLease(-1)
+}
+
+// fileRemote files global or hybrid limit i, with its key and cost, for
+// the request's remote decisions; a shadow one is decided in the
+// background at now.
+func (h *Stream) fileRemote(i int, l *limitRuntime, k limitKeyed, key []byte, cost int64, shadow bool, now time.Time) {
+	lim := k.rate.Limiter(l.cfg.Algorithm)
+	// Key only hashes the value, so the arena's bytes need no copy.
+	dk := l.remote.dl.Key(arenaString(key), lim)
+	if h.trace != nil {
+		h.trace.Limits[i].RedisKey = dk.RKey
+	}
+	if shadow {
+		h.startShadowRemote(l, lim, dk.RKey, cost, now)
+		return
+	}
+	h.remote.reqs = append(h.remote.reqs, remoteReq{
+		l: l, key: string(key), overrideValue: k.overrideValue, k: dk, cost: cost,
+		policy: remotePolicy(l, &h.ext),
+	})
 }

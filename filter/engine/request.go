@@ -31,6 +31,10 @@ type requestInfo struct {
 	// ambiguous says the last appendKey found a query parameter, header
 	// or cookie given more than once with different values.
 	ambiguous bool
+	// lookupAmbiguous says a cache_key part of the external lookup is
+	// ambiguous, so no lookup is made and the external limit refuses the
+	// request (external.go).
+	lookupAmbiguous bool
 
 	routeLoaded bool
 	route       string

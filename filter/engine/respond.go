@@ -30,6 +30,8 @@ type quota struct {
 	remaining  int64
 	retryAfter time.Duration
 	resetAfter time.Duration
+	// applies is false for a stream no enforcing limit applied to.
+	applies bool
 	// consts are the limit's header values that do not change between
 	// requests, rendered at configure time; nil renders every value.
 	consts *quotaConsts
@@ -124,18 +126,7 @@ func appendRateLimitHeaders(dst [][2]string, buf []byte, families config.HeaderF
 		mark("retry-after", from)
 	}
 	if families.Has(config.HeadersXRateLimit) {
-		// Unix seconds, rounded up, of now + resetAfter; plain integer
-		// arithmetic is much cheaper than time.Time's in the guest.
-		resetNs := now.UnixNano()
-		if d := int64(q.resetAfter); d > math.MaxInt64-resetNs {
-			resetNs = math.MaxInt64 // a limit refilling over centuries
-		} else {
-			resetNs += d
-		}
-		resetUnix := resetNs / int64(time.Second)
-		if resetNs%int64(time.Second) > 0 {
-			resetUnix++
-		}
+		resetUnix := resetUnixSeconds(now, q.resetAfter)
 		if c != nil {
 			markConstant("x-ratelimit-limit", c.limitValue)
 		} else {
@@ -175,6 +166,23 @@ func appendRateLimitHeaders(dst [][2]string, buf []byte, families config.HeaderF
 		dst = append(dst, [2]string{sp.name, v})
 	}
 	return dst, buf
+}
+
+// resetUnixSeconds is the Unix time, in seconds rounded up, of now +
+// resetAfter; plain integer arithmetic is much cheaper than time.Time's
+// in the guest.
+func resetUnixSeconds(now time.Time, resetAfter time.Duration) int64 {
+	resetNs := now.UnixNano()
+	if d := int64(resetAfter); d > math.MaxInt64-resetNs {
+		resetNs = math.MaxInt64 // a limit refilling over centuries
+	} else {
+		resetNs += d
+	}
+	resetUnix := resetNs / int64(time.Second)
+	if resetNs%int64(time.Second) > 0 {
+		resetUnix++
+	}
+	return resetUnix
 }
 
 // appendInt is strconv.AppendInt(dst, v, 10) for the header values of

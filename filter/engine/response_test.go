@@ -49,8 +49,8 @@ func TestResponseHeadersReadOnceForChargeAndBreaker(t *testing.T) {
 	if got := fakes.Stream.ResponseReads; got != 1 {
 		t.Fatalf("%d response header reads, want 1", got)
 	}
-	if h.status != 503 {
-		t.Fatalf("breaker sees status %d, want 503", h.status)
+	if h.breakers.status != 503 {
+		t.Fatalf("breaker sees status %d, want 503", h.breakers.status)
 	}
 	if got := fakes.Metrics.Values["sluice.limit.tokens.response_cost"]; got != 5 {
 		t.Fatalf("response_cost %d, want 5", got)
@@ -70,7 +70,7 @@ func TestBreakerAloneReadsOnlyStatus(t *testing.T) {
 	h.RequestHeaders()
 	fakes.Stream.ResponseHeaderMap = [][2]string{{":status", "200"}}
 	h.ResponseHeaders()
-	if got := fakes.Stream.ResponseReads; got != 1 || h.status != 200 {
-		t.Fatalf("%d reads, status %d; want 1 read of 200", got, h.status)
+	if got := fakes.Stream.ResponseReads; got != 1 || h.breakers.status != 200 {
+		t.Fatalf("%d reads, status %d; want 1 read of 200", got, h.breakers.status)
 	}
 }

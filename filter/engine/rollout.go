@@ -23,6 +23,10 @@ const (
 	rollUnenforced
 )
 
+// rollDraws are one request's draws, by limit index; empty when no limit
+// has a partial rollout.
+type rollDraws []rollFlags
+
 // rollout is a limit's rollout in millionths.
 type rollout struct{ enabled, enforced uint32 }
 
@@ -55,10 +59,9 @@ func (p *Plugin) draw(perMillion uint32) bool {
 	return r%perMillionAll < uint64(perMillion)
 }
 
-// drawRollout draws the request's rollout of every limit.
-func (h *Stream) drawRollout() {
-	p := h.plugin
-	h.roll = h.roll[:0]
+// draw draws the request's rollout of every limit of p.
+func (d *rollDraws) draw(p *Plugin) {
+	*d = (*d)[:0]
 	for _, l := range p.limits {
 		var f rollFlags
 		switch {
@@ -67,23 +70,23 @@ func (h *Stream) drawRollout() {
 		case !p.draw(l.rollout.enforced):
 			f = rollUnenforced
 		}
-		h.roll = append(h.roll, f)
+		*d = append(*d, f)
 	}
 }
 
 // skipped reports that limit i is not enabled for the request.
-func (h *Stream) skipped(i int) bool { return i < len(h.roll) && h.roll[i]&rollSkipped != 0 }
+func (d rollDraws) skipped(i int) bool { return i < len(d) && d[i]&rollSkipped != 0 }
 
 // unenforced reports that limit i only observes the request.
-func (h *Stream) unenforced(i int) bool { return i < len(h.roll) && h.roll[i]&rollUnenforced != 0 }
+func (d rollDraws) unenforced(i int) bool { return i < len(d) && d[i]&rollUnenforced != 0 }
 
 // tellUpstream adds l's upstream_headers_when_limited to the request, which
 // a shadow or not enforced evaluation of l would have rejected. Replacing
 // keeps a re-evaluated request to one value and overrides a client's.
-func (h *Stream) tellUpstream(l *limitRuntime) {
+func (p *Plugin) tellUpstream(l *limitRuntime) {
 	for _, kv := range l.cfg.UpstreamHeadersWhenLimited {
-		if err := h.plugin.host.Stream.ReplaceRequestHeader(kv[0], kv[1]); err != nil {
-			h.plugin.log.Warnf("sluice: adding request header %s: %v", kv[0], err)
+		if err := p.host.Stream.ReplaceRequestHeader(kv[0], kv[1]); err != nil {
+			p.log.Warnf("sluice: adding request header %s: %v", kv[0], err)
 		}
 	}
 }

@@ -9,8 +9,8 @@ import (
 
 // Trace is a read-only account of what the pipeline did with one request
 // and why, for sluicectl explain. The pipeline fills it at the points
-// where it decides (matchLimits, decideLimits, checkBreakers,
-// acquireConcurrency), from the values it decides with, so the account
+// where it decides (matchLimits, decideLimits, breakerHold.check,
+// ccHolds.acquire), from the values it decides with, so the account
 // cannot drift from the behaviour. A stream without a trace pays one nil
 // check per phase.
 type Trace struct {
@@ -86,10 +86,6 @@ type ConcurrencyTrace struct {
 	// Allowed is false when the request found the key at max_in_flight.
 	Allowed bool
 }
-
-// TraceInto makes the pipeline account for the stream's request in t.
-// Call it after Begin, which clears it.
-func (h *Stream) TraceInto(t *Trace) { h.trace = t }
 
 // traceMatch records what matchLimits decided, re-checking each
 // condition alone with the same Matches on the same request.

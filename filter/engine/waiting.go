@@ -3,10 +3,18 @@ package engine
 import "time"
 
 // The one registry of paused streams. A stream waits for one thing at a
-// time: a delay, its lookup, or a lease another call will fill (a stream
-// waiting for a Redis decision needs no entry: the call's reply finds it).
-// The tick polls every entry; a settled lease or lookup polls its kind at
-// once. Whatever a wait ends with, the stream goes on through resume.
+// time: a delay, its lookup, a lease another call will fill, or its Redis
+// decisions (a stream waiting for those needs no entry: the call's reply
+// finds it, and marks it ready). The tick polls every entry; a settled
+// lease or lookup polls its kind at once. Whatever a wait ends with, the
+// stream goes on through resume (pipeline.go).
+
+// streamWait is a stream's place in the registry: what it waits for
+// (waitNone when it is not there), and its on_limit delay.
+type streamWait struct {
+	kind  waitKind
+	delay delay
+}
 
 // waitKind is what a paused stream waits for.
 type waitKind uint8
@@ -19,23 +27,38 @@ const (
 	waitLookup
 	// waitLease: a hybrid lease.
 	waitLease
+	// waitRemote: the replies of its Redis decisions.
+	waitRemote
+	// waitReady: its remote decisions are all known; it goes on from them.
+	waitReady
 	// waitAny polls every kind.
 	waitAny
 )
 
 // park registers h as waiting for kind and makes sure the tick runs.
 func (p *Plugin) park(h *Stream, kind waitKind) {
-	h.waitingFor = kind
+	h.wait.kind = kind
+	if kind == waitRemote {
+		return // the replies find it
+	}
 	p.waiting[h.id] = h
 	p.ensureTick()
 }
 
+// ready marks h, whose remote decisions are all known, ready to go on
+// from them, and has resume continue it at now.
+func (p *Plugin) ready(h *Stream, now time.Time) {
+	p.unpark(h)
+	h.wait.kind = waitReady
+	p.resume(h, now)
+}
+
 // unpark drops h from the registry.
 func (p *Plugin) unpark(h *Stream) {
-	if h.waitingFor == waitNone {
+	if h.wait.kind == waitNone {
 		return
 	}
-	h.waitingFor = waitNone
+	h.wait.kind = waitNone
 	if p.waiting[h.id] == h {
 		delete(p.waiting, h.id)
 	}
@@ -45,28 +68,30 @@ func (p *Plugin) unpark(h *Stream) {
 // over.
 func (p *Plugin) poll(kind waitKind, now time.Time) {
 	for id, h := range p.waiting {
-		if h.done || h.id != id { // ended, or its context reused since
+		if h.phase == phaseDone || h.id != id { // ended, or its context reused since
 			delete(p.waiting, id)
 			continue
 		}
-		if kind != waitAny && h.waitingFor != kind {
+		if kind != waitAny && h.wait.kind != kind {
 			continue
 		}
-		switch h.waitingFor {
+		switch h.wait.kind {
 		case waitDelay:
-			if now.Before(h.delayUntil) {
+			if now.Before(h.wait.delay.until) {
 				continue
 			}
-			p.unpark(h)
-			p.resume(h, now, false)
+			p.resume(h, now)
 		case waitLookup:
 			if !p.external.cache.Settle(&h.ext, now) {
 				continue
 			}
-			p.unpark(h)
-			p.resume(h, now, false)
+			p.resume(h, now)
 		case waitLease:
-			h.pollLease(now)
+			if !h.pollLease(now) && h.wait.kind == waitLease {
+				// Its leases are in; a Redis decision is still out.
+				p.unpark(h)
+				h.wait.kind = waitRemote
+			}
 		}
 	}
 }

@@ -1,0 +1,63 @@
+package engine
+
+import (
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/limiter"
+)
+
+// What a stage of the request path decided. The stages (the external
+// lookup, the limits, the remote decisions, the breakers, the concurrency
+// limits) each return one; only pipeline.go turns it into a reply or a
+// wait (Stream.settle), so no stage answers, parks or resumes a request.
+
+// outcomeKind is what a stage decided for the request.
+type outcomeKind uint8
+
+const (
+	// outAllow: the stage lets the request go on.
+	outAllow outcomeKind = iota
+	// outDeny: a rate limit denied it; the limit's on_limit says whether
+	// it waits (delay) or is answered.
+	outDeny
+	// outReject: the stage answers it with reply.
+	outReject
+	// outWait: the request waits for wait (a lookup, a lease, a Redis
+	// decision).
+	outWait
+)
+
+// outcome is a stage's decision. The zero outcome allows.
+type outcome struct {
+	kind outcomeKind
+	wait waitKind
+	// limit and res are the denying limit and its result (outDeny).
+	limit *limitRuntime
+	res   limiter.Result
+	// reply is the answer of an outReject.
+	reply *reply
+}
+
+// allow lets the request go on.
+var allow = outcome{}
+
+// deny is a denial by limit l with result res.
+func deny(l *limitRuntime, res limiter.Result) outcome {
+	return outcome{kind: outDeny, limit: l, res: res}
+}
+
+// rejectWith answers the request with r.
+func rejectWith(r *reply) outcome { return outcome{kind: outReject, reply: r} }
+
+// waitFor pauses the request until kind is over.
+func waitFor(kind waitKind) outcome { return outcome{kind: outWait, wait: kind} }
+
+// reply is a local reply a stage decided on: its kind, the values its
+// template may insert, the status, headers and built-in body.
+type reply struct {
+	kind        config.ReplyKind
+	values      replyValues
+	status      int
+	headers     [][2]string
+	contentType string
+	body        []byte
+}
