@@ -79,7 +79,7 @@ type Stream struct {
 	// cc are the concurrency slots the request holds (concurrency.go).
 	cc ccHolds
 	// charges are what the response still owes the cost_from_response
-	// limits that admitted the request (cost.go, body.go).
+	// limits that admitted the request (cost.go).
 	charges charges
 	// ext is this request's lookup of the external limit (external.go).
 	ext external.Request
@@ -318,7 +318,7 @@ func (p *Plugin) resume(h *Stream, now time.Time) {
 
 // ResponseBody is a response body callback: size bytes of body are
 // there, the last ones when end is set. It returns Pause to have the host
-// buffer the body, Continue to let it go on (body.go).
+// buffer the body, Continue to let it go on (cost.go).
 func (h *Stream) ResponseBody(size int, end bool) Verdict {
 	if h.charges.body.mode == bodyOff {
 		return Continue

@@ -102,7 +102,7 @@ type Plugin struct {
 	lastBeat time.Time
 
 	// inFallback is set while this worker's remote limits fall back to
-	// their failure_policy (fallback.go).
+	// their failure_policy (remote.go).
 	inFallback bool
 
 	// rollouts is set when some limit has a partial rollout to draw.
