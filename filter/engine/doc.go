@@ -6,8 +6,11 @@
 //
 // The request path is pipeline.go, in this order (the same numbering as
 // there):
-//  0. the admin route, when configured: a request under its prefix is
-//     answered and goes no further (admin.go);
+//  0. the admin route, when configured: a request under its prefix that
+//     passes its checks is answered and goes no further; one that fails
+//     them (phaseAdminDenied) goes through 1-5 as any request, previewing
+//     the breakers without a ticket, and where it would be forwarded is
+//     answered an empty 404 (admin.go);
 //  1. external lookup: when the external block applies, the request first
 //     learns from the limits service (or its cache) which bucket that
 //     limit is (external.go, package external); it may wait for it;
