@@ -129,42 +129,6 @@ func trimOWS(s string) string {
 	return s
 }
 
-// costMetrics are defined only for limits with a header cost or a cost
-// from the response, so other limits keep their usual set.
-type costMetrics struct {
-	// invalid counts requests whose cost header was unusable.
-	invalid host.Counter
-	// responseCost sums the costs responses reported (or default), the
-	// unit taken at admission included.
-	responseCost host.Counter
-	// invalidResponse counts responses whose cost header, or the value at
-	// the body's path, was unusable.
-	invalidResponse host.Counter
-	// usageMissing counts bodies without the path (or not JSON at all),
-	// bodyTooLarge JSON bodies over max_body_bytes, sseEventTooLarge
-	// server-sent events dropped for their size; each is charged
-	// default, the event only when no later one has the path.
-	usageMissing, bodyTooLarge, sseEventTooLarge host.Counter
-}
-
-func defineCostMetrics(hm host.Metrics, cfg *config.Limit) costMetrics {
-	p := metricPrefixLimit + cfg.Name + "."
-	var m costMetrics
-	if cfg.CostHeader != nil {
-		m.invalid = hm.Counter(p + "invalid_cost")
-	}
-	if cfg.CostFromResponse != nil {
-		m.responseCost = hm.Counter(p + "response_cost")
-		m.invalidResponse = hm.Counter(p + "invalid_response_cost")
-		if cfg.CostFromResponse.JSON != nil {
-			m.usageMissing = hm.Counter(p + "response_usage_missing")
-			m.bodyTooLarge = hm.Counter(p + "response_body_too_large")
-			m.sseEventTooLarge = hm.Counter(p + "response_event_too_large")
-		}
-	}
-	return m
-}
-
 // requestCost is what limit l takes from request info at admission. ok is
 // false for an unusable cost header; bad is then its 400 answer, unless l
 // is a shadow limit, which only counts and skips it. again is set for a
@@ -350,7 +314,7 @@ func (p *Plugin) charge(c *pendingCharge, total int64, now time.Time, q *quota, 
 	if q != nil && res.Allowed && !l.cfg.Shadow && q.applies && (q.name == l.cfg.Name || res.Remaining < q.remaining) {
 		// The rate-limit headers of this response then report what is
 		// left after it, not before; reset times count from start.
-		*q = quotaOf(l, res)
+		*q = l.quotaOf(res)
 		q.resetAfter += now.Sub(start)
 	}
 }

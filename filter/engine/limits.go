@@ -31,32 +31,13 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 	}
 }
 
-// quotaOf describes a decision for the rate-limit headers. The window comes
-// from the result, so an override with its own window reports that one.
-func quotaOf(l *limitRuntime, res limiter.Result) quota {
-	window := res.Period
-	if window == 0 {
-		window = l.cfg.Rate.Window // a contention or store-error result
-	}
-	return quota{
-		applies:    true,
-		name:       l.cfg.Name,
-		limit:      res.Limit,
-		window:     window,
-		remaining:  res.Remaining,
-		retryAfter: res.RetryAfter,
-		resetAfter: res.ResetAfter,
-		consts:     l.headerConsts,
-	}
-}
-
 // rateLimited is the answer to a request denied by l with res at now,
 // which does not wait for it.
 func (h *Stream) rateLimited(l *limitRuntime, res limiter.Result, now time.Time) *reply {
 	p := h.plugin
 	l.metrics.limited.Increment(1)
 	h.logRejection("rate_limited", l, res)
-	q := quotaOf(l, res)
+	q := l.quotaOf(res)
 	headers, _ := appendRateLimitHeaders(nil, nil, p.cfg.Response.Headers, q, now, true)
 	ct, body := rateLimitedBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status, res.RetryAfter)
 	return &reply{kind: config.ReplyRateLimited, values: replyValues{limit: l.cfg.Name, limitValue: q.limit, window: q.window, retryAfter: res.RetryAfter},
@@ -300,7 +281,7 @@ func (h *Stream) decideLocal(ns int64) outcome {
 			best = i
 		}
 	}
-	h.quota = quotaOf(p.reqLim[best], results[best])
+	h.quota = p.reqLim[best].quotaOf(results[best])
 	return allow
 }
 

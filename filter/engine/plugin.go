@@ -398,3 +398,33 @@ func hexHash(s string) string {
 	}
 	return string(b)
 }
+
+// admitted counts an admission by l under lim, and near_limit when it
+// left at most (1 - near_limit_ratio) of lim's capacity.
+func (l *limitRuntime) admitted(lim limiter.Limit, res limiter.Result) {
+	l.metrics.allowed.Increment(1)
+	// In millionths, so 20% of 10 is 2 exactly, which 1-0.8 in floating
+	// point is not. Capacities stay below 2^33, far from overflowing.
+	if res.Remaining*perMillionAll <= lim.Capacity()*l.nearLeft {
+		l.metrics.nearLimit.Increment(1)
+	}
+}
+
+// quotaOf describes a decision for the rate-limit headers. The window comes
+// from the result, so an override with its own window reports that one.
+func (l *limitRuntime) quotaOf(res limiter.Result) quota {
+	window := res.Period
+	if window == 0 {
+		window = l.cfg.Rate.Window // a contention or store-error result
+	}
+	return quota{
+		applies:    true,
+		name:       l.cfg.Name,
+		limit:      res.Limit,
+		window:     window,
+		remaining:  res.Remaining,
+		retryAfter: res.RetryAfter,
+		resetAfter: res.ResetAfter,
+		consts:     l.headerConsts,
+	}
+}

@@ -360,7 +360,7 @@ func (h *Stream) finishRemote(now time.Time) outcome {
 		rr.taken = 0 // kept: the request is admitted
 	}
 	if bestLim != nil {
-		h.quota = quotaOf(bestLim, best)
+		h.quota = bestLim.quotaOf(best)
 	}
 	return allow
 }
