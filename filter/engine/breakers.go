@@ -26,7 +26,7 @@ type breakerRuntime struct {
 	first   []indexedInstance
 	metrics breakerMetrics
 	hm      host.Metrics
-	// states are the per-instance state gauges and names (observe.go).
+	// states are the per-instance state gauges and names (stateGauge).
 	states map[*breaker.Breaker]breakerInstance
 	// slowIsFailure makes a slow call count toward the consecutive-failure
 	// threshold when no failure rate is configured to weigh it against.
