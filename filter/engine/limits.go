@@ -31,32 +31,13 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 	}
 }
 
-// quotaOf describes a decision for the rate-limit headers. The window comes
-// from the result, so an override with its own window reports that one.
-func quotaOf(l *limitRuntime, res limiter.Result) quota {
-	window := res.Period
-	if window == 0 {
-		window = l.cfg.Rate.Window // a contention or store-error result
-	}
-	return quota{
-		applies:    true,
-		name:       l.cfg.Name,
-		limit:      res.Limit,
-		window:     window,
-		remaining:  res.Remaining,
-		retryAfter: res.RetryAfter,
-		resetAfter: res.ResetAfter,
-		consts:     l.headerConsts,
-	}
-}
-
 // rateLimited is the answer to a request denied by l with res at now,
 // which does not wait for it.
 func (h *Stream) rateLimited(l *limitRuntime, res limiter.Result, now time.Time) *reply {
 	p := h.plugin
 	l.metrics.limited.Increment(1)
 	h.logRejection("rate_limited", l, res)
-	q := quotaOf(l, res)
+	q := l.quotaOf(res)
 	headers, _ := appendRateLimitHeaders(nil, nil, p.cfg.Response.Headers, q, now, true)
 	ct, body := rateLimitedBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status, res.RetryAfter)
 	return &reply{kind: config.ReplyRateLimited, values: replyValues{limit: l.cfg.Name, limitValue: q.limit, window: q.window, retryAfter: res.RetryAfter},
@@ -300,7 +281,7 @@ func (h *Stream) decideLocal(ns int64) outcome {
 			best = i
 		}
 	}
-	h.quota = quotaOf(p.reqLim[best], results[best])
+	h.quota = p.reqLim[best].quotaOf(results[best])
 	return allow
 }
 
@@ -313,4 +294,26 @@ func firstDenial(lims []*limitRuntime, results []limiter.Result) outcome {
 	}
 	// AllowAll denies only through a result; be safe regardless.
 	return deny(lims[0], results[0])
+}
+
+// overrideAction applies an unlimited or block override of value. done
+// reports that the limit is settled for this request: an unlimited value
+// is allowed without consuming anything; a blocked one is rejected as an
+// over-limit request (a shadow limit only counts it). Both are decided
+// before any limit consumes, so a rejection consumes from none.
+func overrideAction(l *limitRuntime, value string) (o outcome, done bool) {
+	switch l.cfg.OverrideActions[value] {
+	case config.OverrideUnlimited:
+		l.metrics.allowed.Increment(1)
+		return allow, true
+	case config.OverrideBlock:
+		if l.cfg.Shadow {
+			l.metrics.shadowLimited.Increment(1)
+			return allow, true
+		}
+		// No capacity and no time after which it would pass: a delay
+		// action cannot help, so the denial is answered at once.
+		return deny(l, limiter.Result{}), true
+	}
+	return allow, false
 }

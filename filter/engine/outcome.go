@@ -61,3 +61,15 @@ type reply struct {
 	contentType string
 	body        []byte
 }
+
+// Verdict is what the adapter does with the stream after a callback.
+type Verdict uint8
+
+const (
+	// Continue lets the request go on to the upstream.
+	Continue Verdict = iota
+	// Pause holds it: the engine has answered it, or resumes it later.
+	// From a body callback it asks the host to buffer the body and call
+	// again with everything so far (StopIterationAndBuffer).
+	Pause
+)

@@ -30,18 +30,6 @@ import (
 	"github.com/sluice-proxy/sluice/filter/external"
 )
 
-// Verdict is what the adapter does with the stream after a callback.
-type Verdict uint8
-
-const (
-	// Continue lets the request go on to the upstream.
-	Continue Verdict = iota
-	// Pause holds it: the engine has answered it, or resumes it later.
-	// From a body callback it asks the host to buffer the body and call
-	// again with everything so far (StopIterationAndBuffer).
-	Pause
-)
-
 // Stream is one request: what the engine read of it and decided for it.
 // The adapter keeps one per HTTP context and reuses it (Plugin.Begin).
 type Stream struct {
@@ -79,7 +67,7 @@ type Stream struct {
 	// cc are the concurrency slots the request holds (concurrency.go).
 	cc ccHolds
 	// charges are what the response still owes the cost_from_response
-	// limits that admitted the request (cost.go, body.go).
+	// limits that admitted the request (cost.go).
 	charges charges
 	// ext is this request's lookup of the external limit (external.go).
 	ext external.Request
@@ -226,7 +214,7 @@ func (h *Stream) settle(o outcome, now time.Time) Verdict {
 			// Admitted, but never forwarded: answered as an upstream's
 			// 404 (admin.go), or, held past its deadline, as any held
 			// request then is.
-			if h.plugin.lowerDeadline(&h.info, now.Sub(h.start)) {
+			if h.plugin.deadline.lower(h.plugin.host.Stream, &h.info, now.Sub(h.start)) {
 				h.hideAdmin(now)
 			} else {
 				h.rejectDeadline()
@@ -307,7 +295,7 @@ func (p *Plugin) resume(h *Stream, now time.Time) {
 		return
 	}
 	// A request held past its deadline is answered rather than resumed.
-	if !p.lowerDeadline(&h.info, now.Sub(h.start)) {
+	if !p.deadline.lower(p.host.Stream, &h.info, now.Sub(h.start)) {
 		h.rejectDeadline()
 		return
 	}
@@ -318,7 +306,7 @@ func (p *Plugin) resume(h *Stream, now time.Time) {
 
 // ResponseBody is a response body callback: size bytes of body are
 // there, the last ones when end is set. It returns Pause to have the host
-// buffer the body, Continue to let it go on (body.go).
+// buffer the body, Continue to let it go on (cost.go).
 func (h *Stream) ResponseBody(size int, end bool) Verdict {
 	if h.charges.body.mode == bodyOff {
 		return Continue

@@ -102,7 +102,7 @@ type Plugin struct {
 	lastBeat time.Time
 
 	// inFallback is set while this worker's remote limits fall back to
-	// their failure_policy (fallback.go).
+	// their failure_policy (remote.go).
 	inFallback bool
 
 	// rollouts is set when some limit has a partial rollout to draw.
@@ -397,4 +397,82 @@ func hexHash(s string) string {
 		v >>= 4
 	}
 	return string(b)
+}
+
+// admitted counts an admission by l under lim, and near_limit when it
+// left at most (1 - near_limit_ratio) of lim's capacity.
+func (l *limitRuntime) admitted(lim limiter.Limit, res limiter.Result) {
+	l.metrics.allowed.Increment(1)
+	// In millionths, so 20% of 10 is 2 exactly, which 1-0.8 in floating
+	// point is not. Capacities stay below 2^33, far from overflowing.
+	if res.Remaining*perMillionAll <= lim.Capacity()*l.nearLeft {
+		l.metrics.nearLimit.Increment(1)
+	}
+}
+
+// quotaOf describes a decision for the rate-limit headers. The window comes
+// from the result, so an override with its own window reports that one.
+func (l *limitRuntime) quotaOf(res limiter.Result) quota {
+	window := res.Period
+	if window == 0 {
+		window = l.cfg.Rate.Window // a contention or store-error result
+	}
+	return quota{
+		applies:    true,
+		name:       l.cfg.Name,
+		limit:      res.Limit,
+		window:     window,
+		remaining:  res.Remaining,
+		retryAfter: res.RetryAfter,
+		resetAfter: res.ResetAfter,
+		consts:     l.headerConsts,
+	}
+}
+
+// A switched-off entry ("enabled": false) gets its metrics defined, so a
+// dashboard sees it at zero rather than missing, and nothing else: no
+// table, no Redis backend, no breaker state, no heartbeat.
+
+// newDisabledLimit keeps limit index's place in Plugin.limits, whose
+// positions are the indexes replaces refers to; matchLimits never applies
+// it, so it is neither evaluated nor counted and does not replace others.
+func newDisabledLimit(hc *host.Host, cfg *config.Limit, index int) *limitRuntime {
+	l := &limitRuntime{cfg: cfg, index: index, disabled: true, metrics: defineLimitMetrics(hc.Metrics, cfg.Name)}
+	l.metrics.cost = defineCostMetrics(hc.Metrics, cfg)
+	return l
+}
+
+// defineDisabledBreaker defines the breaker's metrics with its state gauge
+// at closed (0): a breaker switched off on a reload must not keep showing
+// the open state it had.
+func defineDisabledBreaker(hc *host.Host, cfg *config.Breaker) {
+	defineBreakerMetrics(hc.Metrics, cfg.Name).setState(0)
+}
+
+// defineDisabledConcurrency defines the limit's metrics with nothing in
+// flight.
+func defineDisabledConcurrency(hc *host.Host, cfg *config.ConcurrencyLimit) {
+	defineConcurrencyMetrics(hc.Metrics, cfg.Name).setInFlight(0)
+}
+
+// enabledConcurrency is how many concurrency limits are switched on.
+func enabledConcurrency(cfg *config.Config) int {
+	n := 0
+	for i := range cfg.Concurrency {
+		if !cfg.Concurrency[i].Disabled {
+			n++
+		}
+	}
+	return n
+}
+
+// enabledLimits is how many of the runtimes are switched on.
+func enabledLimits(limits []*limitRuntime) int {
+	n := 0
+	for _, l := range limits {
+		if !l.disabled {
+			n++
+		}
+	}
+	return n
 }

@@ -360,7 +360,7 @@ func (h *Stream) finishRemote(now time.Time) outcome {
 		rr.taken = 0 // kept: the request is admitted
 	}
 	if bestLim != nil {
-		h.quota = quotaOf(bestLim, best)
+		h.quota = bestLim.quotaOf(best)
 	}
 	return allow
 }
@@ -489,4 +489,34 @@ func (h *Stream) fileRemote(i int, l *limitRuntime, k limitKeyed, key []byte, co
 		l: l, key: string(key), overrideValue: k.overrideValue, k: dk, cost: cost,
 		policy: remotePolicy(l, &h.ext),
 	})
+}
+
+// enterFallback logs, once per transition, that this worker's remote
+// limits fell back to their failure_policy: one WARN when the first
+// request falls back after the backend answered, not one per request.
+func (p *Plugin) enterFallback(rr *remoteReq, err error) {
+	if p.inFallback {
+		return
+	}
+	p.inFallback = true
+	cause := "backend_error"
+	if errors.Is(err, distributed.ErrBreakerOpen) {
+		cause = "backend_breaker_open"
+	}
+	b := make([]byte, 0, 128)
+	b = append(b, `{"sluice":"backend_fallback","limit":`...)
+	b = appendJSONString(b, rr.l.cfg.Name)
+	b = append(b, `,"failure_policy":`...)
+	b = appendJSONString(b, rr.policy.String())
+	b = append(b, `,"cause":`...)
+	b = appendJSONString(b, cause)
+	p.log.Warn(string(append(b, '}')))
+}
+
+// leaveFallback logs the backend answering again after a fallback.
+func (p *Plugin) leaveFallback() {
+	if p.inFallback {
+		p.inFallback = false
+		p.log.Info(`{"sluice":"backend_fallback_ended"}`)
+	}
 }
