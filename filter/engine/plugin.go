@@ -2,8 +2,10 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/distributed"
@@ -475,4 +477,28 @@ func enabledLimits(limits []*limitRuntime) int {
 		}
 	}
 	return n
+}
+
+// arenaString views key bytes as a string without a copy. For the worker's
+// key arena that is safe only until the next evaluation overwrites it:
+// limiter tables hash keys and do not keep them, and a request that waits
+// for Redis copies its local keys first (startRemote).
+func arenaString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// logRejection writes one JSON line per rejection. It names the key's
+// kinds, never its values: client addresses are personal data and do not
+// belong in proxy logs by default.
+func (l *limitRuntime) logRejection(log host.Log, event string, res limiter.Result) {
+	b := appendRejectionLog(make([]byte, 0, 160), event, l.cfg.Name, l.keyKinds)
+	b = append(b, `,"limit_value":`...)
+	b = strconv.AppendInt(b, res.Limit, 10)
+	b = append(b, `,"retry_after":`...)
+	b = strconv.AppendInt(b, retryAfterSeconds(res.RetryAfter), 10)
+	b = append(b, '}')
+	log.Info(string(b))
 }
