@@ -34,8 +34,8 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 func (h *Stream) rateLimited(l *limitRuntime, res limiter.Result, now time.Time) *reply {
 	p := h.plugin
 	l.metrics.limited.Increment(1)
-	l.logRejection(h.plugin.log, "rate_limited", res)
 	q := l.quotaOf(res)
+	l.logRejection(h.plugin.log, "rate_limited", res)
 	headers, _ := appendRateLimitHeaders(nil, nil, p.cfg.Response.Headers, q, now, true)
 	ct, body := rateLimitedBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status, res.RetryAfter)
 	return &reply{kind: config.ReplyRateLimited, values: replyValues{limit: l.cfg.Name, limitValue: q.limit, window: q.window, retryAfter: res.RetryAfter},

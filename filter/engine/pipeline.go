@@ -93,22 +93,29 @@ func (h *Stream) AfterRequestHeaders() Verdict {
 // lookup; everything it reads from the request is cached in h.info, so a
 // re-run costs no header hostcalls.
 func (h *Stream) evaluate(now time.Time) Verdict {
+	o := h.stages(now)
+	return h.settle(o, now)
+}
+
+// stages runs stages 1 to 5 at now and returns the first outcome that is
+// not allow, or allow.
+func (h *Stream) stages(now time.Time) outcome {
 	p := h.plugin
 	if len(p.limits) > 0 {
 		h.matchLimits()
 		// 1. External lookup.
 		if x := p.external; x != nil && p.applied[x.index] {
 			if o := x.resolve(&h.ext, &h.info, now); o.kind != outAllow {
-				return h.settle(o, now)
+				return o
 			}
 			x.routeTenant(&h.ext)
 		}
 		// 2. Limits; 3. remote wait.
 		if o := h.decideLimits(now); o.kind != outAllow {
-			return h.settle(o, now)
+			return o
 		}
 	}
-	return h.settle(h.admitAfterLimits(now), now)
+	return h.admitAfterLimits(now)
 }
 
 // admitAfterLimits runs what follows the rate limits: 4. the breakers,
@@ -133,10 +140,11 @@ func (h *Stream) admitAfterLimits(now time.Time) outcome {
 // continueAfterRemote goes on with a request whose remote decisions are
 // all known: it commits its local limits, then 4. and 5.
 func (h *Stream) continueAfterRemote(now time.Time) Verdict {
-	if o := h.finishRemote(now); o.kind != outAllow {
-		return h.settle(o, now)
+	o := h.finishRemote(now)
+	if o.kind == outAllow {
+		o = h.admitAfterLimits(now)
 	}
-	return h.settle(h.admitAfterLimits(now), now)
+	return h.settle(o, now)
 }
 
 // settle turns a stage's outcome into what the adapter does: an allowed
@@ -162,18 +170,14 @@ func (h *Stream) settle(o outcome, now time.Time) Verdict {
 			h.plugin.park(h, waitDelay)
 			return Pause
 		}
-		h.answer(h.rateLimited(o.limit, o.res, now))
+		r := h.rateLimited(o.limit, o.res, now)
+		h.reject(r)
 	case outReject:
-		h.answer(o.reply)
+		h.reject(o.reply)
 	case outWait:
 		h.plugin.park(h, o.wait)
 	}
 	return Pause
-}
-
-// answer sends the local reply r.
-func (h *Stream) answer(r *reply) {
-	h.reject(r.kind, r.values, r.status, r.headers, r.contentType, r.body)
 }
 
 // matchLimits marks the limits that apply to the request: every limit
