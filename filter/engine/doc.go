@@ -38,9 +38,10 @@
 // where the tick and the replies of lookups, leases and Redis calls find
 // it, and pipeline.go's resume is the one path that continues it.
 //
-// Stream keeps the request's identity (its id, what was read of the
-// request, its start, its quota, its generation) and one struct of state
-// per mechanism, owned by that mechanism's file: remoteWait (remote.go),
+// Stream, declared beside Plugin in plugin.go, keeps the request's
+// identity (its id, what was read of the request, its start, its quota,
+// its generation) and one struct of state per mechanism, owned by that
+// mechanism's file: remoteWait (remote.go),
 // breakerHold (breakers.go), ccHolds (concurrency.go), charges (cost.go),
 // streamWait and its delay (waiting.go), rollDraws (rollout.go)
 // and the external lookup (external.go).

@@ -73,3 +73,14 @@ const (
 	// again with everything so far (StopIterationAndBuffer).
 	Pause
 )
+
+// firstDenial is the denial of limits decided together with results.
+func firstDenial(lims []*limitRuntime, results []limiter.Result) outcome {
+	for i, res := range results {
+		if !res.Allowed {
+			return deny(lims[i], res)
+		}
+	}
+	// AllowAll denies only through a result; be safe regardless.
+	return deny(lims[0], results[0])
+}

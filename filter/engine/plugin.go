@@ -2,8 +2,11 @@ package engine
 
 import (
 	"fmt"
+	"github.com/sluice-proxy/sluice/filter/external"
+	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/distributed"
@@ -476,3 +479,90 @@ func enabledLimits(limits []*limitRuntime) int {
 	}
 	return n
 }
+
+// arenaString views key bytes as a string without a copy. For the worker's
+// key arena that is safe only until the next evaluation overwrites it:
+// limiter tables hash keys and do not keep them, and a request that waits
+// for Redis copies its local keys first (startRemote).
+func arenaString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// logRejection writes one JSON line per rejection. It names the key's
+// kinds, never its values: client addresses are personal data and do not
+// belong in proxy logs by default.
+func (l *limitRuntime) logRejection(log host.Log, event string, res limiter.Result) {
+	b := appendRejectionLog(make([]byte, 0, 160), event, l.cfg.Name, l.keyKinds)
+	b = append(b, `,"limit_value":`...)
+	b = strconv.AppendInt(b, res.Limit, 10)
+	b = append(b, `,"retry_after":`...)
+	b = strconv.AppendInt(b, retryAfterSeconds(res.RetryAfter), 10)
+	b = append(b, '}')
+	log.Info(string(b))
+}
+
+// Stream is one request: what the engine read of it and decided for it.
+// The adapter keeps one per HTTP context and reuses it (Plugin.Begin).
+type Stream struct {
+	plugin *Plugin
+	id     uint32
+	info   requestInfo
+
+	start time.Time
+	// quota is the most restrictive applied limit, for headers on the
+	// allowed response; quota.applies is false when no enforcing limit
+	// applied.
+	quota quota
+	// phase says whether the filter answered the request itself, whether
+	// it goes on only to be hidden (admin), and whether the stream has
+	// ended.
+	phase phase
+
+	// trace, when set, receives an account of the request's decisions
+	// (trace.go); nil on every stream the filter serves.
+	trace *Trace
+
+	// wait is what the paused stream waits for in the plugin's registry
+	// of waiting streams (waiting.go), and its delay.
+	wait streamWait
+
+	// breakers are the request's breaker tickets and what its response
+	// tells them (breakers.go).
+	breakers breakerHold
+	// remote are its global and hybrid decisions in progress (remote.go).
+	remote remoteWait
+	// gen changes when the stream ends or is re-evaluated, so replies to
+	// calls of an earlier evaluation are ignored.
+	gen uint32
+
+	// cc are the concurrency slots the request holds (concurrency.go).
+	cc ccHolds
+	// charges are what the response still owes the cost_from_response
+	// limits that admitted the request (cost.go).
+	charges charges
+	// ext is this request's lookup of the external limit (external.go).
+	ext external.Request
+	// roll are the request's rollout draws by limit index, drawn once
+	// (rollout.go); empty when no limit has a partial rollout.
+	roll rollDraws
+}
+
+// phase is where a stream is in its life, as its callbacks need it.
+type phase uint8
+
+const (
+	phaseOpen phase = iota
+	// phaseAnswered: this filter answered the request itself, so the
+	// response phase neither decorates nor reports it.
+	phaseAnswered
+	// phaseAdminDenied: an admin request that failed the admin checks. It
+	// is limited as any request and, where it would go on, answered 404
+	// (admin.go): a preview of the breakers, never a ticket.
+	phaseAdminDenied
+	// phaseDone: the stream ended; replies to its calls still to come
+	// are ignored.
+	phaseDone
+)
