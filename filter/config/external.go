@@ -168,8 +168,8 @@ func (p *parser) external(o *object, cfg *Config) *External {
 		e.MaxCached = int(n)
 	}
 	p.mode(o, &e.Limit, cfg.Backend)
-	if i, ok := o.enum("on_missing_key", "skip", "deny"); ok {
-		e.Limit.OnMissingKey = MissingKeyAction(i)
+	if v, ok := readEnum(o, "on_missing_key", missingKeyActionNames); ok {
+		e.Limit.OnMissingKey = v
 	}
 	p.onLimit(o, &e.Limit)
 	if f := o.child("fallback", "requests_per_second", "limit", "window", "burst", "key"); f != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/internal/enum"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -80,8 +81,8 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 	if items, ok := o.array("key", ""); ok {
 		l.Key = p.key(o.path1("key"), items)
 	}
-	if i, ok := o.enum("algorithm", "token_bucket", "fixed_window", "sliding_window", "sliding_log"); ok {
-		l.Algorithm = Algorithm(i)
+	if v, ok := readEnum(o, "algorithm", algorithmNames); ok {
+		l.Algorithm = v
 	}
 	// The mode is read before the rates, which are checked against it.
 	p.mode(o, &l, backend)
@@ -109,8 +110,8 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 		}
 	}
 
-	if i, ok := o.enum("on_missing_key", "skip", "deny"); ok {
-		l.OnMissingKey = MissingKeyAction(i)
+	if v, ok := readEnum(o, "on_missing_key", missingKeyActionNames); ok {
+		l.OnMissingKey = v
 	}
 	p.onLimit(o, &l)
 	if b, ok := o.boolean("shadow"); ok {
@@ -156,8 +157,8 @@ func (p *parser) slots(o *object, l *Limit) {
 // external block.
 func (p *parser) mode(o *object, l *Limit, backend *Backend) {
 	modeOK := true
-	if i, ok := o.enum("mode", "local", "global", "hybrid"); ok {
-		l.Mode = Mode(i)
+	if v, ok := readEnum(o, "mode", modeNames); ok {
+		l.Mode = v
 	} else if o.has("mode") {
 		modeOK = false
 	}
@@ -178,8 +179,8 @@ func (p *parser) mode(o *object, l *Limit, backend *Backend) {
 			l.FailurePolicy = backend.FailurePolicy
 			l.Instances = backend.Instances
 		}
-		if i, ok := o.enum("failure_policy", "allow", "deny", "local"); ok {
-			l.FailurePolicy = FailurePolicy(i)
+		if v, ok := readEnum(o, "failure_policy", failurePolicyNames); ok {
+			l.FailurePolicy = v
 		}
 		if n, ok := o.integer("instances", 1, maxInstances); ok {
 			l.Instances = int(n)
@@ -191,8 +192,8 @@ func (p *parser) mode(o *object, l *Limit, backend *Backend) {
 func (p *parser) onLimit(o *object, l *Limit) {
 	if c := o.child("on_limit", "action", "max_delay", "status"); c != nil {
 		actionOK := true
-		if i, ok := c.enum("action", "reject", "delay"); ok {
-			l.OnLimit.Action = LimitAction(i)
+		if v, ok := readEnum(c, "action", limitActionNames); ok {
+			l.OnLimit.Action = v
 		} else if c.has("action") {
 			actionOK = false
 		}
@@ -506,21 +507,14 @@ func (l *Limit) maxCostName() string {
 	return "cost.default"
 }
 
+// plainKeyKinds are the key parts without an argument, written as their
+// kind's name.
+var plainKeyKinds = enum.Of("KeyKind", KeyClientIP, KeyPath, KeyRoute, KeyMethod, KeyHost, KeyCluster)
+
 // parseKeyPart parses one key entry; the error is empty on success.
 func parseKeyPart(s string) (KeyPart, string) {
-	switch s {
-	case "client_ip":
-		return KeyPart{Kind: KeyClientIP}, ""
-	case "path":
-		return KeyPart{Kind: KeyPath}, ""
-	case "route":
-		return KeyPart{Kind: KeyRoute}, ""
-	case "method":
-		return KeyPart{Kind: KeyMethod}, ""
-	case "host":
-		return KeyPart{Kind: KeyHost}, ""
-	case "cluster":
-		return KeyPart{Kind: KeyCluster}, ""
+	if k, ok := plainKeyKinds.Parse(s); ok {
+		return KeyPart{Kind: k}, ""
 	}
 	if name, ok := strings.CutPrefix(s, "header:"); ok {
 		if !headerToken(name) {
@@ -635,18 +629,13 @@ func (p *parser) resolveReplaces(cfg *Config, path string, refs [][]replacesRef)
 // calendarWindow reports a window that names a calendar period rather than
 // a duration.
 func calendarWindow(v gjson.Result) (limiter.Calendar, bool) {
-	if v.Type == gjson.String {
-		switch v.Str {
-		case "day":
-			return limiter.CalendarDay, true
-		case "week":
-			return limiter.CalendarWeek, true
-		case "month":
-			return limiter.CalendarMonth, true
-		}
+	if v.Type != gjson.String {
+		return limiter.NoCalendar, false
 	}
-	return limiter.NoCalendar, false
+	return calendarNames.Parse(v.Str)
 }
+
+var calendarNames = enum.Of("Calendar", limiter.CalendarDay, limiter.CalendarWeek, limiter.CalendarMonth)
 
 // calendarAlgorithm checks that alg can count calendar periods: only a fixed
 // window can, because its windows are the periods; a token bucket refills

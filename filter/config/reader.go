@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/internal/enum"
 )
 
 // object is a JSON object whose members were checked against a list of
@@ -333,18 +335,16 @@ func durationSyntax(s string) bool {
 	return true
 }
 
-// enum returns the index in values of the member's value.
-func (o *object) enum(name string, values ...string) (int, bool) {
+// readEnum reads member name of o, one of the names of an enum type.
+func readEnum[T enum.Integer](o *object, name string, names enum.Names[T]) (T, bool) {
 	s, ok := o.str(name)
 	if !ok {
 		return 0, false
 	}
-	for i, v := range values {
-		if s == v {
-			return i, true
-		}
+	if v, ok := names.Parse(s); ok {
+		return v, true
 	}
-	o.errorf(name, "unknown value %s; want one of %s", Quote(s), strings.Join(values, ", "))
+	o.errorf(name, "unknown value %s; want one of %s", Quote(s), names.List())
 	return 0, false
 }
 

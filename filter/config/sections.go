@@ -13,8 +13,8 @@ import (
 func (p *parser) clientIP(o *object) ClientIP {
 	c := ClientIP{Source: ClientIPPeer, TrustedHops: 1}
 	c.Sources = p.clientIPSources(o)
-	if i, ok := o.enum("source", "peer", "xff", "header"); ok {
-		c.Source = ClientIPSource(i)
+	if v, ok := readEnum(o, "source", clientIPSourceNames); ok {
+		c.Source = v
 	} else if o.has("source") {
 		// Which of trusted_hops or header is misplaced depends on the
 		// source meant; the source error is the one to fix.
@@ -56,8 +56,8 @@ func (p *parser) backend(o *object) *Backend {
 	}
 	b.Cluster, b.Authority = o.clusterAuthority()
 	protocolOK := true
-	if i, ok := o.enum("protocol", "webdis", "upstash"); ok {
-		b.Protocol = Protocol(i)
+	if v, ok := readEnum(o, "protocol", protocolNames); ok {
+		b.Protocol = v
 	} else if o.has("protocol") {
 		protocolOK = false
 	}
@@ -99,8 +99,8 @@ func (p *parser) backend(o *object) *Backend {
 	if n, ok := o.integer("retries", 0, maxRetries); ok {
 		b.Retries = int(n)
 	}
-	if i, ok := o.enum("failure_policy", "allow", "deny", "local"); ok {
-		b.FailurePolicy = FailurePolicy(i)
+	if v, ok := readEnum(o, "failure_policy", failurePolicyNames); ok {
+		b.FailurePolicy = v
 	}
 	if n, ok := o.integer("failure_status", 400, 599); ok {
 		b.FailureStatus = int(n)
@@ -153,8 +153,8 @@ func (p *parser) breaker(o *object) Breaker {
 	if m := o.child("match", matchFields...); m != nil {
 		b.Match = p.match(m)
 	}
-	if i, ok := o.enum("per", "cluster", "route"); ok {
-		b.Per = BreakerScope(i)
+	if v, ok := readEnum(o, "per", breakerScopeNames); ok {
+		b.Per = v
 	}
 	if items, ok := o.array("failure_statuses", ""); ok {
 		b.FailureStatuses = []int{}
@@ -179,8 +179,8 @@ func (p *parser) breaker(o *object) Breaker {
 		if n, ok := c.integer("threshold_percent", 1, 100); ok {
 			fr.ThresholdPercent = int(n)
 		}
-		if i, ok := c.enum("window_type", "count", "time"); ok {
-			fr.WindowType = WindowType(i)
+		if v, ok := readEnum(c, "window_type", windowTypeNames); ok {
+			fr.WindowType = v
 		}
 		if n, ok := c.integer("minimum_calls", 1, breaker.MaxCounter); ok {
 			fr.MinimumCalls = int(n)
@@ -235,8 +235,8 @@ func (p *parser) breaker(o *object) Breaker {
 	if n, ok := o.integer("half_open_max_requests", 1, breaker.MaxCounter); ok {
 		b.HalfOpenMaxRequests = int(n)
 	}
-	if i, ok := o.enum("mode", "enforce", "metrics_only", "forced_open", "disabled"); ok {
-		b.Mode = BreakerMode(i)
+	if v, ok := readEnum(o, "mode", breakerModeNames); ok {
+		b.Mode = v
 	}
 	if n, ok := o.integer("status", 400, 599); ok {
 		b.Status = int(n)
@@ -299,8 +299,8 @@ func (p *parser) response(o *object) Response {
 	if b, ok := o.boolean("headers_on_allowed"); ok {
 		r.HeadersOnAllowed = b
 	}
-	if i, ok := o.enum("body", "json", "problem+json", "none", "template"); ok {
-		r.Body = Body(i)
+	if v, ok := readEnum(o, "body", bodyNames); ok {
+		r.Body = v
 	}
 	p.responseContract(o, &r)
 	return r
