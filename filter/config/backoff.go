@@ -21,8 +21,7 @@ const (
 	openTimeoutMaxFactor = 10
 )
 
-var backendBreakerFields = []string{"failure_threshold", "window", "open_timeout", "half_open_max_requests",
-	"open_timeout_multiplier", "open_timeout_max", "jitter_percent"}
+var backendBreakerFields = fieldsOf[wireBackendBreaker]()
 
 // backendRecovery reads open_timeout_multiplier, open_timeout_max and
 // jitter_percent of backend.breaker, after open_timeout.

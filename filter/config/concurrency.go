@@ -2,7 +2,7 @@ package config
 
 import "github.com/tidwall/gjson"
 
-var concurrencyFields = []string{"name", "match", "key", "max_in_flight", "status", "shadow", "enabled"}
+var concurrencyFields = fieldsOf[wireConcurrency]()
 
 func (p *parser) concurrency(cfg *Config, path string, items []gjson.Result) {
 	p.namedEntries(path, items, concurrencyFields, func(_ int, o *object) string {

@@ -83,10 +83,10 @@ const (
 	maxCacheTTL               = 24 * time.Hour
 )
 
-var externalFields = []string{"name", "match", "cluster", "authority", "path", "timeout", "forward_headers",
-	"cache_key", "cache_ttl", "stale_ttl", "max_cached", "mode", "failure_policy", "instances",
-	"on_missing_key", "on_limit", "fallback", "slots", "overflow_slots", "forget_max_used", "deny_headers",
-	"max_concurrent_requests", "route_header", "allowed_routes"}
+var (
+	externalFields = fieldsOf[wireExternal]()
+	fallbackFields = fieldsOf[wireFallback]()
+)
 
 func (p *parser) external(o *object, cfg *Config) *External {
 	e := &External{
@@ -172,7 +172,7 @@ func (p *parser) external(o *object, cfg *Config) *External {
 		e.Limit.OnMissingKey = v
 	}
 	p.onLimit(o, &e.Limit)
-	if f := o.child("fallback", "requests_per_second", "limit", "window", "burst", "key"); f != nil {
+	if f := o.child("fallback", fallbackFields...); f != nil {
 		if r, ok := p.rate(f, TokenBucket); ok {
 			e.Limit.Rate = r
 			p.rateFits(f, e.Limit.Mode, TokenBucket, r)

@@ -14,10 +14,13 @@ import (
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
-var limitFields = []string{"name", "match", "key", "algorithm", "requests_per_second", "burst", "limit",
-	"window", "window_offset", "cost", "cost_from_response", "overrides", "override_by", "mode", "failure_policy", "instances",
-	"on_missing_key", "on_limit", "shadow", "replaces", "slots", "overflow_slots",
-	"forget_max_used", "rollout", "upstream_headers_when_limited", "enabled"}
+var (
+	limitFields        = fieldsOf[wireLimit]()
+	onLimitFields      = fieldsOf[wireOnLimit]()
+	rateFields         = fieldsOf[wireRate]()
+	costFields         = fieldsOf[wireCost]()
+	responseCostFields = fieldsOf[wireResponseCost]()
+)
 
 // replacesRef is one replaces entry, kept until every limit name is known.
 type replacesRef struct {
@@ -190,7 +193,7 @@ func (p *parser) mode(o *object, l *Limit, backend *Backend) {
 
 // onLimit reads on_limit into l.OnLimit.
 func (p *parser) onLimit(o *object, l *Limit) {
-	if c := o.child("on_limit", "action", "max_delay", "status"); c != nil {
+	if c := o.child("on_limit", onLimitFields...); c != nil {
 		actionOK := true
 		if v, ok := readEnum(c, "action", limitActionNames); ok {
 			l.OnLimit.Action = v
@@ -374,7 +377,7 @@ func (p *parser) overrides(o *object, l *Limit) {
 		if p.overrideAction(l, name, vpath, v) {
 			return true
 		}
-		oo := p.object(vpath, v, "requests_per_second", "limit", "window", "window_offset", "burst")
+		oo := p.object(vpath, v, rateFields...)
 		if oo == nil {
 			l.Overrides[name] = Rate{}
 			return true
@@ -415,7 +418,7 @@ func (p *parser) cost(o *object, l *Limit) (path string, at int) {
 		o.errorf("cost", "must be an integer or an object with header, default and max")
 		return o.path1("cost"), v.Index
 	}
-	c := o.child("cost", "header", "default", "max")
+	c := o.child("cost", costFields...)
 	ch := &CostHeader{Default: 1}
 	ch.Header = c.headerName("header", "required")
 	if n, ok := c.integer("default", 1, maxCount); ok {
@@ -437,7 +440,7 @@ func (p *parser) cost(o *object, l *Limit) (path string, at int) {
 // costFromResponse reads cost_from_response: {header | json, default,
 // max_body_bytes}.
 func (p *parser) costFromResponse(o *object, l *Limit) {
-	c := o.child("cost_from_response", "header", "json", "default", "max_body_bytes")
+	c := o.child("cost_from_response", responseCostFields...)
 	if c == nil {
 		return
 	}

@@ -55,9 +55,11 @@ func metadataNameError(ns, path string) string {
 	return ""
 }
 
+var metadataMatchFields = fieldsOf[wireMetadataMatch]()
+
 // matchMetadata parses the metadata conditions of a match.
 func (p *parser) matchMetadata(o *object, m *Match) {
-	p.objects(o, "metadata", []string{"namespace", "path", "value", "present"}, func(e *object) {
+	p.objects(o, "metadata", metadataMatchFields, func(e *object) {
 		var mm MetadataMatch
 		for _, f := range []string{"namespace", "path"} {
 			if !e.has(f) {

@@ -34,7 +34,7 @@ const (
 	maxHeaderValueLen    = 4096
 )
 
-var rolloutFields = []string{"enabled_percent", "enforced_percent"}
+var rolloutFields = fieldsOf[wireRollout]()
 
 // rollout reads a limit's rollout and upstream_headers_when_limited.
 func (p *parser) rollout(o *object, l *Limit) {

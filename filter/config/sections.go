@@ -35,8 +35,7 @@ func (p *parser) clientIP(o *object) ClientIP {
 	return c
 }
 
-var backendFields = []string{"cluster", "authority", "protocol", "path_prefix", "basic_auth", "token",
-	"timeout", "retries", "failure_policy", "failure_status", "instances", "breaker"}
+var backendFields = fieldsOf[wireBackend]()
 
 func (p *parser) backend(o *object) *Backend {
 	b := &Backend{
@@ -126,8 +125,11 @@ func (p *parser) backend(o *object) *Backend {
 	return b
 }
 
-var breakerFields = []string{"name", "match", "per", "failure_statuses", "failure_on_timeout", "failure_threshold",
-	"failure_rate", "slow_call", "success_threshold", "open_timeout", "half_open_max_requests", "mode", "status", "enabled"}
+var (
+	breakerFields     = fieldsOf[wireBreaker]()
+	failureRateFields = fieldsOf[wireFailureRate]()
+	slowCallFields    = fieldsOf[wireSlowCall]()
+)
 
 func (p *parser) breakers(cfg *Config, path string, items []gjson.Result) {
 	p.namedEntries(path, items, breakerFields, func(_ int, o *object) string {
@@ -174,7 +176,7 @@ func (p *parser) breaker(o *object) Breaker {
 	if v, ok := o.boolean("failure_on_timeout"); ok {
 		b.FailureOnTimeout = v
 	}
-	if c := o.child("failure_rate", "threshold_percent", "window", "window_type", "window_duration", "minimum_calls"); c != nil {
+	if c := o.child("failure_rate", failureRateFields...); c != nil {
 		fr := &FailureRate{ThresholdPercent: DefaultFailureRatePercent, MinimumCalls: DefaultMinimumCalls}
 		if n, ok := c.integer("threshold_percent", 1, 100); ok {
 			fr.ThresholdPercent = int(n)
@@ -209,7 +211,7 @@ func (p *parser) breaker(o *object) Breaker {
 			o.errorf("failure_threshold", "must be >= 1 unless failure_rate is set, or the breaker never opens")
 		}
 	}
-	if c := o.child("slow_call", "duration", "threshold_percent"); c != nil {
+	if c := o.child("slow_call", slowCallFields...); c != nil {
 		sc := &SlowCall{}
 		if d, ok := c.duration("duration", time.Millisecond, time.Hour); ok {
 			sc.Duration = d
