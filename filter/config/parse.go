@@ -87,8 +87,8 @@ func Parse(data []byte) (*Config, error) {
 
 func defaultConfig() *Config {
 	return &Config{
-		ClientIP: ClientIP{Source: ClientIPPeer, TrustedHops: 1},
-		Response: Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true, Body: BodyJSON, NearLimitRatio: DefaultNearLimitRatio},
+		ClientIP: defaultClientIP(),
+		Response: defaultResponse(),
 	}
 }
 

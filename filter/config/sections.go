@@ -10,8 +10,12 @@ import (
 	"github.com/sluice-proxy/sluice/breaker"
 )
 
+// defaultClientIP is client_ip when it is absent or empty: the peer, with
+// Envoy's own hop the one trusted.
+func defaultClientIP() ClientIP { return ClientIP{Source: ClientIPPeer, TrustedHops: 1} }
+
 func (p *parser) clientIP(o *object) ClientIP {
-	c := ClientIP{Source: ClientIPPeer, TrustedHops: 1}
+	c := defaultClientIP()
 	c.Sources = p.clientIPSources(o)
 	if v, ok := readEnum(o, "source", clientIPSourceNames); ok {
 		c.Source = v
@@ -273,8 +277,13 @@ func containsInt(ns []int, n int) bool {
 
 var headerFamilyNames = []string{"x-ratelimit", "ratelimit", "retry-after"}
 
+// defaultResponse is response when it is absent or empty.
+func defaultResponse() Response {
+	return Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true, Body: BodyJSON, NearLimitRatio: DefaultNearLimitRatio}
+}
+
 func (p *parser) response(o *object) Response {
-	r := Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true, NearLimitRatio: DefaultNearLimitRatio}
+	r := defaultResponse()
 	if items, ok := o.array("headers", ""); ok {
 		r.Headers = 0
 		for i, item := range items {
