@@ -3,8 +3,6 @@ package config
 import (
 	"strings"
 	"time"
-
-	"github.com/tidwall/gjson"
 )
 
 // External asks a limits service which limit applies to a request, and
@@ -121,43 +119,13 @@ func (p *parser) external(o *object, cfg *Config) *External {
 	if d, ok := o.duration("timeout", time.Millisecond, maxBackendWait); ok {
 		e.Timeout = d
 	}
-	var named []KeyPart
-	if items, ok := o.array("forward_headers", ""); ok {
-		for i, item := range items {
-			ipath := IndexPath(o.path1("forward_headers"), i)
-			switch {
-			case item.Type == gjson.String && item.Str == "*":
-				if e.ForwardAll {
-					p.errorf(ipath, item.Index, `duplicate entry "*"`)
-				}
-				e.ForwardAll = true
-			case item.Type != gjson.String || !headerToken(item.Str):
-				p.errorf(ipath, item.Index, `must be a header name or "*"`)
-			case contains(e.ForwardHeaders, strings.ToLower(item.Str)):
-				p.errorf(ipath, item.Index, "duplicate header %s", Quote(strings.ToLower(item.Str)))
-			default:
-				h := strings.ToLower(item.Str)
-				e.ForwardHeaders = append(e.ForwardHeaders, h)
-				named = append(named, KeyPart{Kind: KeyHeader, Header: h})
-			}
-		}
-	}
+	named := p.forwardHeaders(o, e)
 	p.denyHeaders(o, e)
 	p.routes(o, e)
 	if n, ok := o.integer("max_concurrent_requests", 1, maxExternalConcurrent); ok {
 		e.MaxConcurrentRequests = int(n)
 	}
-	if items, ok := o.array("cache_key", ""); ok {
-		e.CacheKey = p.key(o.path1("cache_key"), items)
-	} else {
-		if e.ForwardAll && !o.has("cache_key") {
-			o.errorf("cache_key", `required when forward_headers has "*": the cache cannot be keyed by every header`)
-		}
-		e.CacheKey = named
-		if e.CacheKey == nil {
-			e.CacheKey = []KeyPart{}
-		}
-	}
+	p.cacheKey(o, e, named)
 	if d, ok := o.duration("cache_ttl", time.Second, maxCacheTTL); ok {
 		e.CacheTTL = d
 	}

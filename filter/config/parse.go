@@ -118,7 +118,6 @@ func checkJSON(data []byte) *FieldError {
 var (
 	configFields   = fieldsOf[wireConfig]()
 	clientIPFields = fieldsOf[wireClientIP]()
-	responseFields = fieldsOf[wireResponse]()
 )
 
 type parser struct {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -260,6 +261,27 @@ func exactInteger(raw string) (n int64, isInt, huge bool) {
 		v = -v
 	}
 	return v, true, false
+}
+
+// number reads a finite JSON number in [lo, hi].
+func (o *object) number(name string, lo, hi float64) (float64, bool) {
+	v, ok := o.typed(name, gjson.Number, "must be a number")
+	if !ok {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(v.Raw, 64)
+	switch {
+	case err != nil && !math.IsInf(f, 0), math.IsNaN(f):
+		o.errorf(name, "must be a number")
+		return 0, false
+	case f < lo:
+		o.errorf(name, "must be >= %v", lo)
+		return 0, false
+	case f > hi:
+		o.errorf(name, "must be <= %v", hi)
+		return 0, false
+	}
+	return f, true
 }
 
 func (o *object) duration(name string, lo, hi time.Duration) (time.Duration, bool) {
