@@ -9,12 +9,6 @@ import (
 	"github.com/sluice-proxy/sluice/breaker"
 )
 
-var (
-	breakerFields     = fieldsOf[wireBreaker]()
-	failureRateFields = fieldsOf[wireFailureRate]()
-	slowCallFields    = fieldsOf[wireSlowCall]()
-)
-
 func (p *parser) breakers(cfg *Config, path string, items []gjson.Result) {
 	p.namedEntries(path, items, breakerFields, func(_ int, o *object) string {
 		b := p.breaker(o)
@@ -22,6 +16,12 @@ func (p *parser) breakers(cfg *Config, path string, items []gjson.Result) {
 		return b.Name
 	}, func() {})
 }
+
+var (
+	breakerFields     = fieldsOf[wireBreaker]()
+	failureRateFields = fieldsOf[wireFailureRate]()
+	slowCallFields    = fieldsOf[wireSlowCall]()
+)
 
 // defaultBreaker is a breaker entry before its fields are read.
 func defaultBreaker() Breaker {
