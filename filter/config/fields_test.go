@@ -1,7 +1,9 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -182,5 +184,121 @@ func TestWireFieldsAreKnown(t *testing.T) {
 				t.Errorf("%s.%s is not reported unknown: %v", path, unknownProbe, errs)
 			}
 		})
+	}
+}
+
+// schemaObject is the subschema of the object at steps in schema.json,
+// following $ref, items and the one object branch of a oneOf.
+func schemaObject(t *testing.T, root map[string]any, steps []wireStep) map[string]any {
+	t.Helper()
+	resolve := func(n map[string]any) map[string]any {
+		for {
+			// A $ref beside properties adds rules, not members (2020-12).
+			if ref, ok := n["$ref"].(string); ok && n["properties"] == nil {
+				n = root["$defs"].(map[string]any)[strings.TrimPrefix(ref, "#/$defs/")].(map[string]any)
+				continue
+			}
+			for _, k := range []string{"oneOf", "anyOf"} {
+				alts, _ := n[k].([]any)
+				for _, a := range alts {
+					a := a.(map[string]any)
+					if _, isObj := a["properties"]; isObj || a["$ref"] != nil {
+						n = a
+						break
+					}
+				}
+			}
+			if _, ok := n["$ref"]; !ok || n["properties"] != nil {
+				return n
+			}
+		}
+	}
+	n := root
+	for _, s := range steps {
+		n = resolve(n)
+		var next any
+		if s.index {
+			next = n["items"]
+		} else if props, ok := n["properties"].(map[string]any); ok && props[s.name] != nil {
+			next = props[s.name]
+		} else {
+			next = n["additionalProperties"]
+		}
+		m, ok := next.(map[string]any)
+		if !ok {
+			t.Fatalf("schema.json has no object at %v", steps)
+		}
+		n = m
+	}
+	return resolve(n)
+}
+
+// TestSchemaPropertiesAreTheWireFields keeps schema.json, the one other
+// place a field is written, to the wire structs: every object of the
+// configuration has exactly its wire struct's members.
+func TestSchemaPropertiesAreTheWireFields(t *testing.T) {
+	var root map[string]any
+	if err := json.Unmarshal(Schema(), &root); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range wireObjects(nil, reflect.TypeFor[wireConfig](), nil, nil) {
+		n := schemaObject(t, root, w.steps)
+		props, _ := n["properties"].(map[string]any)
+		if props == nil {
+			t.Errorf("%s: schema.json has no properties: %v", w.path(), n)
+			continue
+		}
+		names := slices.Sorted(maps.Keys(props))
+		fields := slices.Sorted(slices.Values(appendJSONNames(nil, w.typ)))
+		if strings.HasSuffix(w.path(), ".query[0]") {
+			// See TestWireFieldsAreKnown: no suffix or contains.
+			fields = slices.DeleteFunc(fields, func(f string) bool { return f == "suffix" || f == "contains" })
+		}
+		if !slices.Equal(names, fields) {
+			t.Errorf("%s: schema.json has %q, %s has %q", w.path(), names, w.typ.Name(), fields)
+		}
+	}
+}
+
+// TestSchemaEnumsAreTheEnumNames keeps the values schema.json lists for
+// each enum field to the names the parser reads and String writes.
+func TestSchemaEnumsAreTheEnumNames(t *testing.T) {
+	var root map[string]any
+	if err := json.Unmarshal(Schema(), &root); err != nil {
+		t.Fatal(err)
+	}
+	limit := []wireStep{{name: "limits"}, {index: true}}
+	breakerEntry := []wireStep{{name: "breakers"}, {index: true}}
+	external := []wireStep{{name: "external"}}
+	backendBlock := []wireStep{{name: "backend"}}
+	for _, c := range []struct {
+		object []wireStep
+		field  string
+		names  string
+	}{
+		{[]wireStep{{name: "client_ip"}}, "source", clientIPSourceNames.List()},
+		{limit, "algorithm", algorithmNames.List()},
+		{limit, "mode", modeNames.List()},
+		{limit, "failure_policy", failurePolicyNames.List()},
+		{limit, "on_missing_key", missingKeyActionNames.List()},
+		{append(limit, wireStep{name: "on_limit"}), "action", limitActionNames.List()},
+		{breakerEntry, "per", breakerScopeNames.List()},
+		{breakerEntry, "mode", breakerModeNames.List()},
+		{append(breakerEntry, wireStep{name: "failure_rate"}), "window_type", windowTypeNames.List()},
+		{[]wireStep{{name: "response"}}, "body", bodyNames.List()},
+		{backendBlock, "protocol", protocolNames.List()},
+		{backendBlock, "failure_policy", failurePolicyNames.List()},
+		{external, "mode", modeNames.List()},
+		{external, "on_missing_key", missingKeyActionNames.List()},
+	} {
+		prop := schemaObject(t, root, append(slices.Clip(c.object), wireStep{name: c.field}))
+		var values []string
+		enumValues, _ := prop["enum"].([]any)
+		for _, v := range enumValues {
+			values = append(values, v.(string))
+		}
+		if got := strings.Join(values, ", "); got != c.names {
+			t.Errorf("%s.%s: schema.json lists %q, the parser %q", wireObject{steps: c.object}.path(), c.field, got, c.names)
+		}
 	}
 }
