@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -508,53 +507,6 @@ func (l *Limit) maxCostName() string {
 		return "cost.max"
 	}
 	return "cost.default"
-}
-
-// plainKeyKinds are the key parts without an argument, written as their
-// kind's name.
-var plainKeyKinds = enum.Of("KeyKind", KeyClientIP, KeyPath, KeyRoute, KeyMethod, KeyHost, KeyCluster)
-
-// parseKeyPart parses one key entry; the error is empty on success.
-func parseKeyPart(s string) (KeyPart, string) {
-	if k, ok := plainKeyKinds.Parse(s); ok {
-		return KeyPart{Kind: k}, ""
-	}
-	if name, ok := strings.CutPrefix(s, "header:"); ok {
-		if !headerToken(name) {
-			return KeyPart{}, fmt.Sprintf("invalid header name %s", Quote(name))
-		}
-		return KeyPart{Kind: KeyHeader, Header: strings.ToLower(name)}, ""
-	}
-	if part, err, ok := parseRequestKeyPart(s); ok {
-		return part, err
-	}
-	return KeyPart{}, fmt.Sprintf("unknown key part %s; want client_ip, client_ip/<v4 bits>/<v6 bits>, header:<name>, query:<name>, cookie:<name>, path, path_segment:<n>, route, cluster, method or host", Quote(s))
-}
-
-func (p *parser) key(path string, items []gjson.Result) []KeyPart {
-	parts := make([]KeyPart, 0, len(items))
-	for i, item := range items {
-		ipath := IndexPath(path, i)
-		if item.Type != gjson.String {
-			p.errorf(ipath, item.Index, "must be a string")
-			continue
-		}
-		part, err := parseKeyPart(item.Str)
-		if err != "" {
-			p.errorf(ipath, item.Index, "%s", err)
-			continue
-		}
-		dup := false
-		for _, q := range parts {
-			dup = dup || q.Same(part)
-		}
-		if dup {
-			p.errorf(ipath, item.Index, "duplicate key part %s", Quote(part.String()))
-			continue
-		}
-		parts = append(parts, part)
-	}
-	return parts
 }
 
 // resolveReplaces turns names into indexes and rejects cycles: limits that

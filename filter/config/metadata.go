@@ -87,10 +87,3 @@ func (p *parser) matchMetadata(o *object, m *Match) {
 		m.Metadata = append(m.Metadata, mm)
 	})
 }
-
-// Same reports whether p and q are the same key part; Property follows
-// from the other fields.
-func (p KeyPart) Same(q KeyPart) bool {
-	return p.Kind == q.Kind && p.Header == q.Header && p.Name == q.Name && p.Segment == q.Segment &&
-		p.V4Bits == q.V4Bits && p.V6Bits == q.V6Bits && p.MetaPath == q.MetaPath
-}

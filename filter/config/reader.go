@@ -284,6 +284,19 @@ func (o *object) number(name string, lo, hi float64) (float64, bool) {
 	return f, true
 }
 
+// percent reads a number from 0 to 100, fractions allowed.
+func (o *object) percent(name string) (float64, bool) {
+	v, ok := o.typed(name, gjson.Number, "must be a number from 0 to 100")
+	if !ok {
+		return 0, false
+	}
+	if v.Num < 0 || v.Num > 100 {
+		o.errorf(name, "must be from 0 to 100, got %s", Excerpt(v.Raw))
+		return 0, false
+	}
+	return v.Num, true
+}
+
 func (o *object) duration(name string, lo, hi time.Duration) (time.Duration, bool) {
 	v, ok := o.fields[name]
 	if !ok {
