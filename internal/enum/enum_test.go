@@ -64,3 +64,29 @@ func TestOf(t *testing.T) {
 		t.Error("Parse accepts the name of a value not given")
 	}
 }
+
+// FuzzNamesParse checks that Parse and Name are inverse on any input: a
+// name that parses is the value's name, and no other string parses.
+func FuzzNamesParse(f *testing.F) {
+	f.Add("red")
+	f.Add("")
+	f.Add("color(1)")
+	names := New[color]("color", "", "red", "green", "", "red-ish")
+	f.Fuzz(func(t *testing.T, s string) {
+		v, ok := names.Parse(s)
+		if !ok {
+			if v != 0 {
+				t.Errorf("Parse(%q) failed but gave %d", s, v)
+			}
+			for i, n := range names.names {
+				if n != "" && n == s {
+					t.Errorf("Parse(%q) failed, but it is the name of %d", s, i)
+				}
+			}
+			return
+		}
+		if got := names.Name(v); got != s {
+			t.Errorf("Parse(%q) = %d, whose name is %q", s, v, got)
+		}
+	})
+}
