@@ -43,12 +43,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	for i := range c.Concurrency {
 		w.Concurrency = append(w.Concurrency, wireConcurrencyOf(&c.Concurrency[i]))
 	}
-	w.Response.Headers = []string{}
-	for i, name := range headerFamilyNames {
-		if c.Response.Headers.Has(HeaderFamilies(1) << i) {
-			w.Response.Headers = append(w.Response.Headers, name)
-		}
-	}
+	w.Response.Headers = c.Response.Headers.names()
 	w.Response.HeadersOnAllowed = c.Response.HeadersOnAllowed
 	w.Response.Body = c.Response.Body.String()
 	w.Response.ReplyHeaders = headerObject(c.Response.ReplyHeaders)

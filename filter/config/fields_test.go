@@ -267,38 +267,42 @@ func TestSchemaEnumsAreTheEnumNames(t *testing.T) {
 	if err := json.Unmarshal(Schema(), &root); err != nil {
 		t.Fatal(err)
 	}
-	limit := []wireStep{{name: "limits"}, {index: true}}
-	breakerEntry := []wireStep{{name: "breakers"}, {index: true}}
-	external := []wireStep{{name: "external"}}
-	backendBlock := []wireStep{{name: "backend"}}
+	// at is the member path.name..., each name an object member, "[]" the
+	// element of the array before it.
+	at := func(names ...string) []wireStep {
+		var steps []wireStep
+		for _, n := range names {
+			steps = append(steps, wireStep{name: n, index: n == "[]"})
+		}
+		return steps
+	}
 	for _, c := range []struct {
-		object []wireStep
-		field  string
-		names  string
+		steps []wireStep
+		names string
 	}{
-		{[]wireStep{{name: "client_ip"}}, "source", clientIPSourceNames.List()},
-		{limit, "algorithm", algorithmNames.List()},
-		{limit, "mode", modeNames.List()},
-		{limit, "failure_policy", failurePolicyNames.List()},
-		{limit, "on_missing_key", missingKeyActionNames.List()},
-		{append(limit, wireStep{name: "on_limit"}), "action", limitActionNames.List()},
-		{breakerEntry, "per", breakerScopeNames.List()},
-		{breakerEntry, "mode", breakerModeNames.List()},
-		{append(breakerEntry, wireStep{name: "failure_rate"}), "window_type", windowTypeNames.List()},
-		{[]wireStep{{name: "response"}}, "body", bodyNames.List()},
-		{backendBlock, "protocol", protocolNames.List()},
-		{backendBlock, "failure_policy", failurePolicyNames.List()},
-		{external, "mode", modeNames.List()},
-		{external, "on_missing_key", missingKeyActionNames.List()},
+		{at("client_ip", "source"), clientIPSourceNames.List()},
+		{at("limits", "[]", "algorithm"), algorithmNames.List()},
+		{at("limits", "[]", "mode"), modeNames.List()},
+		{at("limits", "[]", "failure_policy"), failurePolicyNames.List()},
+		{at("limits", "[]", "on_missing_key"), missingKeyActionNames.List()},
+		{at("limits", "[]", "on_limit", "action"), limitActionNames.List()},
+		{at("breakers", "[]", "per"), breakerScopeNames.List()},
+		{at("breakers", "[]", "mode"), breakerModeNames.List()},
+		{at("breakers", "[]", "failure_rate", "window_type"), windowTypeNames.List()},
+		{at("response", "headers", "[]"), headerFamilyNames.List()},
+		{at("response", "body"), bodyNames.List()},
+		{at("backend", "protocol"), protocolNames.List()},
+		{at("backend", "failure_policy"), failurePolicyNames.List()},
+		{at("external", "mode"), modeNames.List()},
+		{at("external", "on_missing_key"), missingKeyActionNames.List()},
 	} {
-		prop := schemaObject(t, root, append(slices.Clip(c.object), wireStep{name: c.field}))
 		var values []string
-		enumValues, _ := prop["enum"].([]any)
+		enumValues, _ := schemaObject(t, root, c.steps)["enum"].([]any)
 		for _, v := range enumValues {
 			values = append(values, v.(string))
 		}
 		if got := strings.Join(values, ", "); got != c.names {
-			t.Errorf("%s.%s: schema.json lists %q, the parser %q", wireObject{steps: c.object}.path(), c.field, got, c.names)
+			t.Errorf("%s: schema.json lists %q, the parser %q", wireObject{steps: c.steps}.path(), got, c.names)
 		}
 	}
 }

@@ -1,15 +1,30 @@
 package config
 
 import (
-	"strings"
-
 	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/internal/enum"
 )
 
-var (
-	responseFields    = fieldsOf[wireResponse]()
-	headerFamilyNames = []string{"x-ratelimit", "ratelimit", "retry-after"}
-)
+var responseFields = fieldsOf[wireResponse]()
+
+// headerFamilyBit names the bits of HeaderFamilies, by their index.
+type headerFamilyBit uint8
+
+var headerFamilyNames = enum.New[headerFamilyBit]("HeaderFamily", "x-ratelimit", "ratelimit", "retry-after")
+
+func (b headerFamilyBit) family() HeaderFamilies { return HeaderFamilies(1) << b }
+
+// names are f's families' names, in bit order.
+func (f HeaderFamilies) names() []string {
+	names := []string{}
+	for b := headerFamilyBit(0); b.family() <= AllHeaderFamilies; b++ {
+		if f.Has(b.family()) {
+			names = append(names, headerFamilyNames.Name(b))
+		}
+	}
+	return names
+}
 
 // defaultResponse is response when it is absent or empty.
 func defaultResponse() Response {
@@ -37,19 +52,12 @@ func (p *parser) headerFamilies(path string, items []gjson.Result) HeaderFamilie
 	var families HeaderFamilies
 	for i, item := range items {
 		ipath := IndexPath(path, i)
-		idx := -1
-		if item.Type == gjson.String {
-			for j, n := range headerFamilyNames {
-				if item.Str == n {
-					idx = j
-				}
-			}
-		}
-		if idx < 0 {
-			p.errorf(ipath, item.Index, "unknown header family %s; want one of %s", Excerpt(item.Raw), strings.Join(headerFamilyNames, ", "))
+		b, ok := headerFamilyNames.Parse(item.Str)
+		if item.Type != gjson.String || !ok {
+			p.errorf(ipath, item.Index, "unknown header family %s; want one of %s", Excerpt(item.Raw), headerFamilyNames.List())
 			continue
 		}
-		f := HeaderFamilies(1) << idx
+		f := b.family()
 		if families.Has(f) {
 			p.errorf(ipath, item.Index, "duplicate header family %s", Quote(item.Str))
 		}
