@@ -211,50 +211,6 @@ func proxyOnQueueReady(pluginContextID, queueID uint32) {
 	enter(pluginContextID, kindPlugin).plugin.context.OnQueueReady(queueID)
 }
 
-func proxyOnRequestHeaders(contextID uint32, numHeaders int, endOfStream bool) types.Action {
-	return enter(contextID, kindHttp).http.OnHttpRequestHeaders(numHeaders, endOfStream)
-}
-
-func proxyOnRequestBody(contextID uint32, bodySize int, endOfStream bool) types.Action {
-	return enter(contextID, kindHttp).http.OnHttpRequestBody(bodySize, endOfStream)
-}
-
-func proxyOnRequestTrailers(contextID uint32, numTrailers int) types.Action {
-	return enter(contextID, kindHttp).http.OnHttpRequestTrailers(numTrailers)
-}
-
-func proxyOnResponseHeaders(contextID uint32, numHeaders int, endOfStream bool) types.Action {
-	return enter(contextID, kindHttp).http.OnHttpResponseHeaders(numHeaders, endOfStream)
-}
-
-func proxyOnResponseBody(contextID uint32, bodySize int, endOfStream bool) types.Action {
-	return enter(contextID, kindHttp).http.OnHttpResponseBody(bodySize, endOfStream)
-}
-
-func proxyOnResponseTrailers(contextID uint32, numTrailers int) types.Action {
-	return enter(contextID, kindHttp).http.OnHttpResponseTrailers(numTrailers)
-}
-
-func proxyOnNewConnection(contextID uint32) types.Action {
-	return enter(contextID, kindTcp).tcp.OnNewConnection()
-}
-
-func proxyOnDownstreamData(contextID uint32, dataSize int, endOfStream bool) types.Action {
-	return enter(contextID, kindTcp).tcp.OnDownstreamData(dataSize, endOfStream)
-}
-
-func proxyOnDownstreamConnectionClose(contextID uint32, peer types.PeerType) {
-	enter(contextID, kindTcp).tcp.OnDownstreamClose(peer)
-}
-
-func proxyOnUpstreamData(contextID uint32, dataSize int, endOfStream bool) types.Action {
-	return enter(contextID, kindTcp).tcp.OnUpstreamData(dataSize, endOfStream)
-}
-
-func proxyOnUpstreamConnectionClose(contextID uint32, peer types.PeerType) {
-	enter(contextID, kindTcp).tcp.OnUpstreamClose(peer)
-}
-
 // proxyOnHttpCallResponse runs a call's callback in the context that made
 // it. The reply can arrive after that context was deleted (its stream
 // ended first); the callback is then dropped, since anything it did to a
