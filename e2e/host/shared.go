@@ -17,21 +17,26 @@ type sharedEntry struct {
 	cas uint32
 }
 
+// get is the entry of key. Values are immutable once stored, so the
+// caller may read it outside the lock.
+func (s *sharedStore) get(key string) (sharedEntry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, found := s.m[key]
+	return e, found
+}
+
 func hGetSharedData(v *vm, ctx context.Context, s []uint64) {
 	a := v.args(s)
 	key := a.string(0)
 	if a.failed() {
 		return
 	}
-	store := v.p.store()
-	store.mu.Lock()
-	e, found := store.m[key]
-	store.mu.Unlock()
+	e, found := v.p.store().get(key)
 	if !found {
 		ok(s, StatusNotFound)
 		return
 	}
-	// Values are immutable once stored, so copying outside the lock is safe.
 	wrote(s, v.copyOut(ctx, e.val, uint32(s[2]), uint32(s[3])) && v.mem.WriteUint32Le(uint32(s[4]), e.cas))
 }
 
