@@ -300,9 +300,7 @@ func TestStreamEndingCancelsItsCall(t *testing.T) {
 	}
 	d.pump()
 	d.complete(id) // the client went away
-	for range 60 {
-		d.settle()
-	}
+	d.settleN(60)
 	if d.callouts != 1 {
 		t.Fatalf("%d callouts: the call of a finished stream was retried", d.callouts)
 	}
@@ -608,9 +606,7 @@ func TestChargeFallsBackLocally(t *testing.T) {
 	if o := d.do("alice"); o.status != 200 {
 		t.Fatalf("first: %d", o.status)
 	}
-	for range 10 {
-		d.settle() // the charge, its retry after the backoff
-	}
+	d.settleN(10) // the charge, its retry after the backoff
 	if o := d.do("alice"); o.status != 429 {
 		t.Fatalf("after a charge of the whole fallback bucket: %d", o.status)
 	}

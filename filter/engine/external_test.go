@@ -218,9 +218,7 @@ func TestExternalOneLookupInFlight(t *testing.T) {
 	d, f := newExtHarness(t, extConfig(""), tenantQuotas)
 	d.silent = true
 	ids := d.startWaiting(5, tenantHeaders("acme"), "lookup")
-	for range 3 {
-		d.settle()
-	}
+	d.settleN(3)
 	if d.callouts != 1 {
 		t.Fatalf("%d lookups for one key, want exactly 1 in flight", d.callouts)
 	}
