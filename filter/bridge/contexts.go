@@ -4,13 +4,15 @@ package internal
 
 import "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
-// The context registry and the callbacks that dispatch into it. The SDK
-// keeps its contexts in four maps whose entries are created and deleted
-// for every stream, about a microsecond a request in this guest; here
-// every context lives in one open-addressed table of values indexed by
-// its id, whose slots are reused, so a stream costs no allocation and a
-// lookup is an index and a compare. make build drops the SDK's own
-// registry and callbacks (vmstate*.go, abi_callback_*.go) from its copy.
+// The context registry and the callbacks that dispatch into it (the
+// stream callbacks, which differ only in the method they call, dispatch
+// through exports.go's onHttp and onTcp helpers). The SDK keeps its
+// contexts in four maps whose entries are created and deleted for every
+// stream, about a microsecond a request in this guest; here every context
+// lives in one open-addressed table of values indexed by its id, whose
+// slots are reused, so a stream costs no allocation and a lookup is an
+// index and a compare. make build drops the SDK's own registry and
+// callbacks (vmstate*.go, abi_callback_*.go) from its copy.
 
 type contextKind uint8
 
