@@ -787,6 +787,15 @@ func TestBenchDistributedFigures(t *testing.T) {
 			t.Errorf("spread(%v) = %q, want %q", c.v, got, c.want)
 		}
 	}
+	if got := statusList(map[int]int{429: 2, 0: 1, 200: 5}); got != "no reply (client timeout or transport error)×1 200×5 429×2" {
+		t.Errorf("statusList = %q, want the statuses in order", got)
+	}
+	if got := commandList(map[string]int64{"time": 4, "evalsha": 9}); got != "EVALSHA 9, TIME 4" {
+		t.Errorf("commandList = %q, want the commands in order", got)
+	}
+	if statusList(nil) != "none" || commandList(nil) != "none" {
+		t.Errorf("empty lists: %q, %q; want none", statusList(nil), commandList(nil))
+	}
 	d := commandDelta(map[string]int64{"evalsha": 5, "info": 1}, map[string]int64{"evalsha": 9, "info": 3, "hello": 2, "time": 4})
 	if len(d) != 2 || d["evalsha"] != 4 || d["time"] != 4 {
 		t.Fatalf("commandDelta = %v, want evalsha 4, time 4 and no harness commands", d)
