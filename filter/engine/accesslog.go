@@ -62,8 +62,12 @@ func ruleText(a config.Algorithm, r config.Rate) string {
 }
 
 // ruleFor is the rule of l that decided res: its configured one, or an
-// override's, whose rate res reports.
+// override's, whose rate res reports. The configured one is rendered
+// once, at the first refusal: a limit that refuses nothing costs none.
 func (l *limitRuntime) ruleFor(res limiter.Result) string {
+	if l.rule == "" {
+		l.rule = ruleText(l.cfg.Algorithm, l.cfg.Rate)
+	}
 	if res.Limit == 0 || res.Limit == l.cfg.Rate.Limit {
 		return l.rule
 	}

@@ -47,7 +47,7 @@ func (h *Stream) missingKey(l *limitRuntime) *reply {
 	p := h.plugin
 	l.logRejection(h.plugin.log, "missing_key", limiter.Result{})
 	ct, body := missingKeyBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status)
-	return &reply{kind: config.ReplyMissingKey, values: replyValues{limit: l.cfg.Name}, status: l.cfg.OnLimit.Status, contentType: ct, body: body, rule: l.rule}
+	return &reply{kind: config.ReplyMissingKey, values: replyValues{limit: l.cfg.Name}, status: l.cfg.OnLimit.Status, contentType: ct, body: body, rule: l.ruleFor(limiter.Result{})}
 }
 
 // firstValue is the first value of header name in headers.
