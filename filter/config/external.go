@@ -22,6 +22,9 @@ type External struct {
 	Authority string
 	// Path is the :path of lookups, starting with "/"; default "/limits".
 	Path string
+	// Grpc, when set, reaches the service over gRPC (external_grpc.go);
+	// Cluster and Authority are then external.grpc's, and Path unused.
+	Grpc *GrpcService
 	// Timeout per lookup, default 100ms, at most 10s.
 	Timeout time.Duration
 	// ForwardHeaders are the lower-cased request headers sent to the
@@ -86,7 +89,7 @@ const (
 var externalFields = []string{"name", "match", "cluster", "authority", "path", "timeout", "forward_headers",
 	"cache_key", "cache_ttl", "stale_ttl", "max_cached", "mode", "failure_policy", "instances",
 	"on_missing_key", "on_limit", "fallback", "slots", "overflow_slots", "forget_max_used", "deny_headers",
-	"max_concurrent_requests", "route_header", "allowed_routes"}
+	"max_concurrent_requests", "route_header", "allowed_routes", "grpc"}
 
 func (p *parser) external(o *object, cfg *Config) *External {
 	e := &External{
@@ -111,7 +114,7 @@ func (p *parser) external(o *object, cfg *Config) *External {
 		e.Limit.Match = p.match(m)
 	}
 	p.slots(o, &e.Limit)
-	e.Cluster, e.Authority = o.clusterAuthority()
+	p.externalTransport(o, e)
 	if s, ok := o.str("path"); ok {
 		if !strings.HasPrefix(s, "/") {
 			o.errorf("path", `must start with "/"`)
