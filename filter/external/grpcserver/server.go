@@ -51,8 +51,9 @@ func (r *Request) Header(name string) string {
 // protocol", for what each field means. Average 0 means no limit.
 type Limits = limitsvc.Limits
 
-// Service answers lookups. An error other than a gRPC status is sent as
-// INTERNAL; the filter then decides with the last answer or its fallback.
+// Service answers lookups. An error is sent as its gRPC status; a context
+// error as DEADLINE_EXCEEDED or CANCELLED, any other as UNKNOWN. The
+// filter then decides with the last answer or its fallback.
 type Service interface {
 	GetLimits(ctx context.Context, r *Request) (*Limits, error)
 }
@@ -114,7 +115,9 @@ func handle(srv any, ctx context.Context, dec func(any) error, interceptor grpc.
 		l, err := srv.(Service).GetLimits(ctx, &r.Request)
 		if err != nil {
 			if _, ok := status.FromError(err); !ok {
-				err = status.Error(codes.Internal, err.Error())
+				// A context error is the call's own deadline or cancel,
+				// which the client must see as such, not as INTERNAL.
+				err = status.FromContextError(err).Err()
 			}
 			return nil, err
 		}
