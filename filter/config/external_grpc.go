@@ -1,6 +1,10 @@
 package config
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
 
 // GrpcService reaches the limits service over gRPC (external.grpc), as
 // Envoy's GrpcService does: a cluster, the :authority, initial metadata;
@@ -48,12 +52,18 @@ func (p *parser) externalTransport(o *object, e *External) {
 	}
 	path := g.path1("initial_metadata")
 	e.Grpc.InitialMetadata = p.headerMap(path, v)
-	for _, kv := range e.Grpc.InitialMetadata {
-		switch k := kv[0]; {
-		case strings.HasPrefix(k, "grpc-") || contains(grpcReserved, k):
-			p.errorf(FieldPath(path, k), g.offset("initial_metadata"), "is set by the gRPC client itself")
-		case strings.HasSuffix(k, "-bin"):
-			p.errorf(FieldPath(path, k), g.offset("initial_metadata"), "binary metadata (-bin) is not supported: values are text")
-		}
+	if !v.IsObject() {
+		return
 	}
+	// Reported where each name is, so they sort with headerMap's errors.
+	v.ForEach(func(key, _ gjson.Result) bool {
+		k := strings.ToLower(key.String())
+		switch {
+		case strings.HasPrefix(k, "grpc-") || contains(grpcReserved, k):
+			p.errorf(FieldPath(path, key.String()), key.Index, "is set by the gRPC client itself")
+		case strings.HasSuffix(k, "-bin"):
+			p.errorf(FieldPath(path, key.String()), key.Index, "binary metadata (-bin) is not supported: values are text")
+		}
+		return true
+	})
 }
