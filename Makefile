@@ -89,10 +89,12 @@ run: build
 	$(GO) build -o $(BUILD)/sluice-envoy ./e2e/cmd/sluice-envoy
 	$(GO) build -o $(BUILD)/echo-backend ./e2e/cmd/echo-backend
 	$(GO) build -o $(BUILD)/limits-server ./e2e/cmd/limits-server
+	$(GO) build -o $(BUILD)/limits-grpc ./examples/external-limits-grpc
 	$(BUILD)/echo-backend -addr 127.0.0.1:8081 & backend=$$!; \
 	$(BUILD)/limits-server -addr 127.0.0.1:8082 & limits=$$!; \
 	$(BUILD)/echo-backend -llm -addr 127.0.0.1:8083 & llm=$$!; \
-	trap 'kill $$backend $$limits $$llm' EXIT; \
+	$(BUILD)/limits-grpc -addr 127.0.0.1:8084 & limitsgrpc=$$!; \
+	trap 'kill $$backend $$limits $$llm $$limitsgrpc' EXIT; \
 	$(BUILD)/sluice-envoy -c $(RUN_CONFIG) --concurrency $(CONCURRENCY) --wasm-profile $(PROFILE)
 
 # The packages that decide without proxy-wasm: none may depend on the SDK,

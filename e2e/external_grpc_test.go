@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-proxy/sluice/filter/external/grpcserver"
+	"github.com/sluice-proxy/sluice/internal/fixtures/echo"
 	"github.com/sluice-proxy/sluice/internal/fixtures/testkit"
 )
 
@@ -226,4 +229,52 @@ func TestExternalGrpcFailuresEndToEnd(t *testing.T) {
 			t.Fatalf("stale_used %d", e.metric("sluice.external.stale_used"))
 		}
 	})
+}
+
+// TestExampleExternalLimitsGrpc runs examples/external-limits-grpc as
+// shipped: its envoy.yaml on our host, and its service, main.go, built and
+// started as a team would run it.
+func TestExampleExternalLimitsGrpc(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "limits-grpc")
+	if out, err := exec.Command("go", "build", "-o", bin, "../examples/external-limits-grpc").CombinedOutput(); err != nil {
+		t.Fatalf("building the example's service: %v\n%s", err, out)
+	}
+	addr := testkit.ClosedAddr(t)
+	var logs testkit.SyncBuffer
+	svc := exec.Command(bin, "-addr", addr)
+	svc.Stdout, svc.Stderr = &logs, &logs
+	if err := svc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = svc.Process.Kill()
+		_ = svc.Wait()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logs.String(), "limits service on") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the example's service did not start: %s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling a real condition with a deadline
+	}
+	env := startExampleWith(t, "external-limits-grpc", echo.Handler("external-limits-grpc"), map[string]string{"limits-grpc": addr})
+	c := clientFrom("127.0.0.1")
+	tenant := func(id string) map[string]string { return map[string]string{"x-tenant-id": id} }
+	got, el := env.burst(t, c, 40, "GET", "/", tenant("acme"))
+	wantWithinBucket(t, "acme (gold)", got, 30, 20, el)
+	got, el = env.burst(t, c, 6, "GET", "/", tenant("globex"))
+	wantWithinBucket(t, "globex (free)", got, 2, 1, el)
+	// Without a tenant the service refuses the lookup: the fallback's
+	// 100/s with a burst of 50 applies.
+	got, el = env.burst(t, c, 20, "GET", "/", nil)
+	if got != 20 {
+		t.Fatalf("without a tenant admitted %d of 20 in %v, want all under the fallback", got, el)
+	}
+	prom := env.prometheus(t)
+	if n := metric(t, prom, "sluice_external_errors_http_status"); n < 1 {
+		t.Fatalf("the refused lookups were not counted: %v", n)
+	}
+	if n := metric(t, prom, "sluice_external_lookups"); n < 3 {
+		t.Fatalf("%v lookups, want one per tenant and the refused ones", n)
+	}
 }
