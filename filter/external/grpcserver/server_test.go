@@ -123,12 +123,16 @@ func TestStatuses(t *testing.T) {
 			return nil, errors.New("database down")
 		case "nil":
 			return nil, nil
+		case "deadline":
+			// What a store client returns when the call's context ends.
+			return nil, context.DeadlineExceeded
 		}
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}))
 	for c, want := range map[string]codes.Code{
 		"status": codes.PermissionDenied, "plain": codes.Unknown, "nil": codes.Internal, "hang": codes.DeadlineExceeded,
+		"deadline": codes.DeadlineExceeded,
 	} {
 		l := limitsvc.Lookup{Headers: [][2]string{{"x-case", c}}}
 		if _, err := call(conn, l.AppendProto(nil), 200*time.Millisecond); status.Code(err) != want {

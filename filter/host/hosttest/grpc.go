@@ -1,6 +1,7 @@
 package hosttest
 
 import (
+	"slices"
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
@@ -60,8 +61,8 @@ func (c *Caller) GrpcCall(service []byte, serviceName, method string, metadata [
 		Metadata: append([][2]string(nil), metadata...), Msg: append([]byte(nil), msg...),
 		Timeout: timeout, done: done,
 	}
-	if c.Stream != nil {
-		call.From = c.Stream.Current
+	if s := c.Stream; s != nil {
+		call.From = s.Current
 	}
 	c.GrpcCalls = append(c.GrpcCalls, call)
 	return nil
@@ -69,13 +70,7 @@ func (c *Caller) GrpcCall(service []byte, serviceName, method string, metadata [
 
 // PendingGrpc returns the gRPC calls not answered yet, oldest first.
 func (c *Caller) PendingGrpc() []*GrpcCall {
-	var p []*GrpcCall
-	for _, call := range c.GrpcCalls {
-		if !call.Answered {
-			p = append(p, call)
-		}
-	}
-	return p
+	return slices.DeleteFunc(slices.Clone(c.GrpcCalls), func(call *GrpcCall) bool { return call.Answered })
 }
 
 var _ host.GrpcCaller = (*Caller)(nil)
