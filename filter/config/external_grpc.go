@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/internal/enum"
 )
 
 // GrpcService reaches the limits service over gRPC (external.grpc), as
@@ -12,12 +14,26 @@ import (
 type GrpcService struct {
 	// InitialMetadata is sent with every lookup: lower-case keys, sorted.
 	InitialMetadata [][2]string
-	// JSON sends and reads the messages as JSON (codec "json"), for
-	// services built on a JSON codec; protobuf otherwise.
-	JSON bool
+	// Codec is how the messages are encoded.
+	Codec GrpcCodec
 }
 
-var grpcFields = []string{"cluster", "authority", "initial_metadata", "codec"}
+// GrpcCodec is external.grpc.codec.
+type GrpcCodec uint8
+
+const (
+	// CodecProto: protobuf messages, what a gRPC server reads by default.
+	CodecProto GrpcCodec = iota
+	// CodecJSON: the HTTP form's JSON as the messages, for services built
+	// on a JSON codec.
+	CodecJSON
+)
+
+var grpcCodecNames = enum.New[GrpcCodec]("GrpcCodec", "proto", "json")
+
+func (c GrpcCodec) String() string { return grpcCodecNames.Name(c) }
+
+var grpcFields = fieldsOf[wireGrpc]()
 
 // grpcReserved are metadata keys Envoy's gRPC client sets itself, or that
 // would make the call something other than a gRPC call.
@@ -43,8 +59,8 @@ func (p *parser) externalTransport(o *object, e *External) {
 	}
 	e.Grpc = &GrpcService{}
 	e.Cluster, e.Authority = g.clusterAuthority()
-	if i, ok := g.enum("codec", "proto", "json"); ok {
-		e.Grpc.JSON = i == 1
+	if c, ok := readEnum(g, "codec", grpcCodecNames); ok {
+		e.Grpc.Codec = c
 	}
 	v, ok := g.fields["initial_metadata"]
 	if !ok {

@@ -47,13 +47,13 @@ var externalGrpcBadCases = []badCase{
 func TestParseExternalGrpc(t *testing.T) {
 	c := mustParse(t, externalGrpcGoodConfigs[1])
 	e := c.External
-	want := &GrpcService{InitialMetadata: [][2]string{{"x-api-key", "s3cret"}, {"x-team", "payments"}}, JSON: true}
+	want := &GrpcService{InitialMetadata: [][2]string{{"x-api-key", "s3cret"}, {"x-team", "payments"}}, Codec: CodecJSON}
 	if e.Cluster != "limits-grpc" || e.Authority != "limits.internal" || !reflect.DeepEqual(e.Grpc, want) {
 		t.Fatalf("cluster %q, authority %q, grpc %+v; want %+v", e.Cluster, e.Authority, e.Grpc, want)
 	}
 	roundTrip(t, c)
 	c = mustParse(t, externalGrpcGoodConfigs[0])
-	if e := c.External; e.Authority != "limits-grpc" || e.Grpc == nil || e.Grpc.JSON || e.Grpc.InitialMetadata != nil {
+	if e := c.External; e.Authority != "limits-grpc" || e.Grpc == nil || e.Grpc.Codec != CodecProto || e.Grpc.InitialMetadata != nil {
 		t.Fatalf("defaults: authority %q, grpc %+v", e.Authority, e.Grpc)
 	}
 	roundTrip(t, c)

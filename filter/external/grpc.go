@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/filter/limitsvc"
 )
@@ -52,7 +53,7 @@ func (x *Cache) configureGrpc(caller host.Caller) error {
 		caller:   gc,
 		service:  host.AppendGrpcService(nil, x.cfg.Cluster, x.cfg.Authority),
 		metadata: g.InitialMetadata,
-		json:     g.JSON,
+		json:     g.Codec == config.CodecJSON,
 	}
 	return nil
 }
