@@ -14,7 +14,8 @@ import (
 // GrpcCall implements host.GrpcCaller over the bridge's gRPC callouts
 // (filter/bridge/grpc.go), which only the wasm build has: natively the
 // SDK has none, proxyCaller is no GrpcCaller, and a configuration that
-// needs one is refused.
+// needs one is refused. It is the one hostcall outside hostcalls.go, in a
+// file of its own for that build tag.
 func (proxyCaller) GrpcCall(service []byte, serviceName, method string, metadata [][2]string, msg []byte,
 	timeout time.Duration, done func(reply []byte, err error)) error {
 	ms := uint32(timeout / time.Millisecond)
