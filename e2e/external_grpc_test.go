@@ -33,6 +33,8 @@ type grpcLimits struct {
 	arrived atomic.Int64
 	fail    atomic.Int32 // a codes.Code to fail every call with; 0 answers
 	hang    atomic.Bool
+	// gate holds calls, like a slow database.
+	gate *holdGate
 
 	mu      sync.Mutex
 	calls   map[string]int
@@ -42,14 +44,17 @@ type grpcLimits struct {
 
 func startGrpcLimits(t *testing.T, plans map[string]grpcserver.Limits) *grpcLimits {
 	t.Helper()
-	g := &grpcLimits{plans: plans, calls: map[string]int{}}
+	g := &grpcLimits{plans: plans, calls: map[string]int{}, gate: newHoldGate()}
 	srv := grpcserver.New(grpcserver.Func(g.getLimits))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
+	t.Cleanup(func() {
+		g.gate.release()
+		srv.Stop()
+	})
 	g.addr = lis.Addr().String()
 	return g
 }
@@ -63,6 +68,9 @@ func (g *grpcLimits) getLimits(ctx context.Context, r *grpcserver.Request) (*grp
 	g.lookups = append(g.lookups, r)
 	g.md = append(g.md, md)
 	g.mu.Unlock()
+	if !g.gate.wait(ctx) {
+		return nil, ctx.Err()
+	}
 	if g.hang.Load() {
 		<-ctx.Done() // the caller's deadline
 		return nil, ctx.Err()
@@ -147,6 +155,16 @@ func TestExternalGrpcEndToEnd(t *testing.T) {
 	}
 }
 
+// TestExternalGrpcOneLookupAcrossWorkers: while the service holds its
+// calls, first requests of one tenant on both workers make one call, and
+// all resume when it answers.
+func TestExternalGrpcOneLookupAcrossWorkers(t *testing.T) {
+	g := startGrpcLimits(t, grpcHourPlans())
+	e := startExternal(t, 1, grpcExternalJSON(`{"cluster":"limits-grpc"}`, ""), map[string]string{"limits-grpc": g.addr})
+	g.gate.hold()
+	oneLookupAcrossWorkers(t, e, g.arrived.Load, g.gate.release, func() int { return g.count("initech") })
+}
+
 // TestExternalGrpcCacheEndToEnd: the answer's cache_max_age_seconds and
 // cache_no_store decide how long it is used.
 func TestExternalGrpcCacheEndToEnd(t *testing.T) {
@@ -176,6 +194,8 @@ func TestExternalGrpcFailuresEndToEnd(t *testing.T) {
 		name, kind, tenant string
 		code               codes.Code
 		hang, down         bool
+		// cluster, when set, is the configured cluster instead.
+		cluster string
 	}{
 		{name: "unavailable", kind: "unavailable", tenant: "ten", code: codes.Unavailable},
 		{name: "internal", kind: "http_status", tenant: "ten", code: codes.Internal},
@@ -185,6 +205,8 @@ func TestExternalGrpcFailuresEndToEnd(t *testing.T) {
 		{name: "negative average", kind: "malformed", tenant: "negative"},
 		{name: "tenant_key not UTF-8", kind: "malformed", tenant: "badkey"},
 		{name: "service down", kind: "unavailable", tenant: "ten", down: true},
+		// Envoy refuses a call to a cluster it does not have.
+		{name: "unknown cluster", kind: "unavailable", tenant: "ten", cluster: "nowhere"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -197,7 +219,11 @@ func TestExternalGrpcFailuresEndToEnd(t *testing.T) {
 			if tc.hang {
 				timeout = `,"timeout":"150ms"`
 			}
-			cfg := strings.Replace(grpcExternalJSON(`{"cluster":"limits-grpc"}`, ""), `,"timeout":"2s"`, timeout, 1)
+			cluster := "limits-grpc"
+			if tc.cluster != "" {
+				cluster = tc.cluster
+			}
+			cfg := strings.Replace(grpcExternalJSON(`{"cluster":"`+cluster+`"}`, ""), `,"timeout":"2s"`, timeout, 1)
 			e := startExternal(t, 1, cfg, map[string]string{"limits-grpc": addr})
 			clients := []*http.Client{oneConn(), oneConn()}
 			g.fail.Store(int32(tc.code))
