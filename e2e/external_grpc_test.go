@@ -108,6 +108,10 @@ func grpcHourPlans() map[string]grpcserver.Limits {
 		// Hostile answers: each is a failed lookup, never a limit.
 		"negative": {Average: -5, Period: "1h", TenantKey: "acme"},
 		"badkey":   {Average: 1000, Period: "1h", TenantKey: "acme\xff"},
+		// Over the 64 KiB a reply may take: not read at all (and its
+		// backend_url would be refused too; the native tests tell the two
+		// apart with an unknown field).
+		"huge": {Average: 1000, Period: "1h", TenantKey: "acme", BackendURL: strings.Repeat("b", 70000)},
 	}
 }
 
@@ -204,6 +208,7 @@ func TestExternalGrpcFailuresEndToEnd(t *testing.T) {
 		{name: "timeout", kind: "timeout", tenant: "ten", hang: true},
 		{name: "negative average", kind: "malformed", tenant: "negative"},
 		{name: "tenant_key not UTF-8", kind: "malformed", tenant: "badkey"},
+		{name: "reply over 64 KiB", kind: "malformed", tenant: "huge"},
 		{name: "service down", kind: "unavailable", tenant: "ten", down: true},
 		// Envoy refuses a call to a cluster it does not have.
 		{name: "unknown cluster", kind: "unavailable", tenant: "ten", cluster: "nowhere"},

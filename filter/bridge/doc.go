@@ -13,7 +13,7 @@
 // (enums.go), whose files make build removes from the copy (SDK_REPLACED
 // in the Makefile).
 // The SDK has no gRPC callouts: grpc.go adds them (proxy_grpc_call, its
-// cancel and status, proxy_on_grpc_receive and proxy_on_grpc_close), and
+// status, proxy_on_grpc_receive and proxy_on_grpc_close), and
 // filter/bridge/proxywasm/grpc.go, which make build copies into the SDK's
 // public package, is their API (DispatchGrpcCall and the readers of a
 // reply and a status). Nothing here is ever

@@ -5,20 +5,19 @@ package internal
 import "runtime"
 
 // gRPC callouts, which the SDK does not have: the unary call
-// (proxy_grpc_call), its cancel, the status of its close, and the two
+// (proxy_grpc_call), the status of its close, and the two
 // callbacks a unary call gets, proxy_on_grpc_receive (the reply, in
 // buffer 5) and proxy_on_grpc_close (any failure, with the status that
 // proxy_get_status reads). Streams, and with them the metadata
-// callbacks, are not used by the filter and are left out. The public side is filter/bridge/proxywasm/grpc.go, which
+// callbacks, and cancels are not used by the filter and are left out: a
+// lookup the filter gave up on is ignored when its reply comes, as an
+// HTTP one is. The public side is filter/bridge/proxywasm/grpc.go, which
 // make build drops into the SDK's proxywasm package.
 
 //go:wasmimport env proxy_grpc_call
 func hostGrpcCall(service *byte, serviceSize uint32, serviceName *byte, serviceNameSize uint32,
 	method *byte, methodSize uint32, metadata *byte, metadataSize uint32,
 	msg *byte, msgSize uint32, timeoutMillis uint32, retToken *uint32) uint32
-
-//go:wasmimport env proxy_grpc_cancel
-func hostGrpcCancel(token uint32) uint32
 
 //go:wasmimport env proxy_get_status
 func hostGetStatus(retCode *uint32, retMsg *uint32, retSize *uint32) uint32
@@ -56,12 +55,6 @@ func ProxyGrpcCall(service []byte, serviceName, method string, metadata []byte, 
 	return token, StatusOK
 }
 
-// ProxyGrpcCancel resets a call; no callback for it follows.
-func ProxyGrpcCancel(token uint32) Status {
-	delete(grpcCallouts, token)
-	return Status(hostGrpcCancel(token))
-}
-
 // ProxyGetStatus reads the status of the call being closed; the message
 // lives until the callback returns, as every host-returned value.
 func ProxyGetStatus(returnCode *uint32, returnMsg **byte, returnSize *int) Status {
@@ -79,8 +72,8 @@ func bytesPtr(b []byte) *byte {
 }
 
 // takeGrpcCallout removes a finished call and makes its caller the active
-// context; ok is false when the call is unknown (cancelled) or its
-// caller is gone, and the callback is then dropped, as for HTTP calls.
+// context; ok is false when the call is unknown or its caller is gone,
+// and the callback is then dropped, as for HTTP calls.
 func takeGrpcCallout(token uint32) (grpcCallout, bool) {
 	c, known := grpcCallouts[token]
 	if !known {

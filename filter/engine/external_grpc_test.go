@@ -291,6 +291,7 @@ func TestExternalGrpcHostileReplies(t *testing.T) {
 		"group":                    cat(protowire.AppendTag(nil, 1, protowire.StartGroupType), period),
 		"max age over a week":      cat(field(1, protowire.VarintType, 2, ""), period, field(8, protowire.VarintType, 1<<40, "")),
 		"fixed64 average":          cat(field(1, protowire.Fixed64Type, 2, ""), period),
+		"over 64 KiB":              cat(field(1, protowire.VarintType, 2, ""), period, field(99, protowire.BytesType, 0, strings.Repeat("x", 70000))),
 		"malformed, names initech": cat(field(1, protowire.VarintType, 1000, ""), period, field(4, protowire.BytesType, 0, "initech"), field(6, protowire.VarintType, 1, "")),
 	}
 	for name, msg := range replies {

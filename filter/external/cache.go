@@ -7,9 +7,10 @@
 // enforced with is the request path's (package filter).
 //
 // External limits: a limits service, reached through an Envoy cluster with
-// proxy_http_call, says which token bucket applies to a request, and the
-// answer is enforced like one more limit (config.External.Limit), locally
-// or in Redis as configured.
+// proxy_http_call, or proxy_grpc_call with external.grpc (grpc.go), says
+// which token bucket applies to a request, and the answer is enforced like
+// one more limit (config.External.Limit), locally or in Redis as
+// configured.
 //
 //   - Lookup key: the values of config.External.CacheKey (absent parts
 //     empty). It names the cached answer, the lookup in flight and the

@@ -24,11 +24,6 @@ func DispatchGrpcCall(service []byte, serviceName, method string, metadata [][2]
 	return token, internal.StatusToError(st)
 }
 
-// CancelGrpcCall resets a call; neither of its callbacks runs.
-func CancelGrpcCall(token uint32) error {
-	return internal.StatusToError(internal.ProxyGrpcCancel(token))
-}
-
 // GetGrpcReceiveBuffer reads the reply inside a call's receive callback.
 func GetGrpcReceiveBuffer(start, maxSize int) ([]byte, error) {
 	return getBuffer(internal.BufferTypeGrpcReceiveBuffer, start, maxSize)
