@@ -329,3 +329,26 @@ func mustLookup(t *testing.T, c *hosttest.GrpcCall) limitsvc.Lookup {
 	}
 	return l
 }
+
+// TestExternalGrpcBackendURLRoutes: an answer's backend_url routes its
+// tenant over gRPC as over HTTP, only when allowed.
+func TestExternalGrpcBackendURLRoutes(t *testing.T) {
+	quotas := map[string]limitsvc.Limits{
+		"acme":    {Average: 100, Period: "1h", TenantKey: "acme", BackendURL: "backend_a"},
+		"mallory": {Average: 100, Period: "1h", TenantKey: "mallory", BackendURL: "http://attacker.example/"},
+	}
+	d, _ := newGrpcExtHarness(t, grpcExtConfig(`{"cluster":"limits-grpc"}`,
+		`,"route_header":"x-sluice-backend","allowed_routes":["backend_a"]`), quotas)
+	if o := d.doHeaders(tenantHeaders("acme")); o.status != 200 {
+		t.Fatalf("acme: %d", o.status)
+	}
+	if got := routeValues(d.f.Stream.Headers); len(got) != 1 || got[0] != "backend_a" {
+		t.Fatalf("acme: route header %q, want [backend_a]", got)
+	}
+	if o := d.doHeaders(tenantHeaders("mallory", [2]string{"x-sluice-backend", "backend_a"})); o.status != 200 {
+		t.Fatalf("mallory: %d", o.status)
+	}
+	if got := routeValues(d.f.Stream.Headers); len(got) != 0 || d.counter("sluice.external.routes_disallowed") != 1 {
+		t.Fatalf("mallory: route header %q, routes_disallowed %d; want none and 1", got, d.counter("sluice.external.routes_disallowed"))
+	}
+}
