@@ -96,6 +96,8 @@ type Listener struct {
 	RouteConfigName string
 	VirtualHosts    []*VirtualHost
 	HTTPFilters     []*HTTPFilter
+	// AccessLogs are the HCM's access_log entries (accesslog.go).
+	AccessLogs []*AccessLog
 }
 
 // VirtualHost groups routes under a set of :authority patterns.
@@ -594,6 +596,9 @@ func buildListener(name string, addr *corev3.Address, chains []*listenerv3.Filte
 		return nil, err
 	}
 	if lis.HTTPFilters, err = buildHTTPFilters(hcm.GetHttpFilters(), fpath+".http_filters", clusters); err != nil {
+		return nil, err
+	}
+	if lis.AccessLogs, err = buildAccessLogs(hcm.GetAccessLog(), fpath+".access_log"); err != nil {
 		return nil, err
 	}
 	return lis, nil

@@ -54,6 +54,11 @@ type Response struct {
 	// Local is true for a local reply: the filter's send_local_response, the
 	// router's error reply or a wasm failure.
 	Local bool
+	// FilterState is what the filter set with proxy_set_property, under
+	// the names Envoy gives it: "wasm." and the property's path, the
+	// path's segments joined with ".". Envoy keeps these as filter state
+	// objects, which access logs print (%FILTER_STATE(name:PLAIN)%).
+	FilterState map[string]string
 	// BodyStream, when not nil, is a body that arrives in chunks (Body is
 	// then empty). An upstream sets it for a body it sends as it goes;
 	// Serve then runs proxy_on_response_body once per chunk, as Envoy
@@ -542,6 +547,9 @@ func (sr *streamRun) finish() streamNeed {
 		v.call(st.id, v.fnDone, uint64(st.id))
 		v.call(st.id, v.fnDelete, uint64(st.id))
 	}
+	if sr.resp != nil && sr.resp.FilterState == nil {
+		sr.resp.FilterState = st.filterState()
+	}
 	delete(v.streams, st.id)
 	st.phase = phaseDone
 	v.syncParked(st)
@@ -870,7 +878,21 @@ func (sr *streamRun) sendHeaders() streamNeed {
 	sr.resp.Body = nil
 	sr.resp.Local = sr.local
 	sr.resp.BodyStream = downstreamBody{sr}
+	sr.resp.FilterState = sr.st.filterState()
 	return needHeaders
+}
+
+// filterState is what the filter set with proxy_set_property, as
+// Response.FilterState names it; nil when it set nothing.
+func (st *stream) filterState() map[string]string {
+	if len(st.props) == 0 {
+		return nil
+	}
+	fs := make(map[string]string, len(st.props))
+	for k, v := range st.props {
+		fs["wasm."+k] = string(v)
+	}
+	return fs
 }
 
 // body runs proxy_on_response_body on the chunk the upstream sent (sr.chunk),

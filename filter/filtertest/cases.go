@@ -76,6 +76,9 @@ type Response struct {
 	UpstreamHeaders http.Header
 	// Waited is how far the harness clock moved while the request was held.
 	Waited time.Duration
+	// FilterState is the filter state the filter set for the access log,
+	// by Envoy's names ("wasm.sluice_outcome"); nil when it set none.
+	FilterState map[string]string
 }
 
 // ToHeader turns the header pairs a proxy-wasm host hands out into the
