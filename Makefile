@@ -9,6 +9,8 @@ SDK_MOD := github.com/tetratelabs/proxy-wasm-go-sdk
 WASM_ENV := GOOS=wasip1 GOARCH=wasm
 WASM_FLAGS := -modfile=$(BUILD)/go.wasm.mod -tags sluice_bridge -buildmode=c-shared -trimpath
 BRIDGE := $(wildcard filter/bridge/*.go)
+# What the bridge adds to the SDK's public package (gRPC callouts).
+BRIDGE_PUBLIC := $(wildcard filter/bridge/proxywasm/*.go)
 SDK_REPLACED := vmstate.go vmstate_test_export.go abi_callback_alloc.go abi_callback_configuration.go \
 	abi_callback_l4.go abi_callback_l7.go abi_callback_lifecycle.go abi_callback_queue.go \
 	abi_callback_test_export.go abi_callback_timers.go abi_callback_version.go \
@@ -41,7 +43,7 @@ help:
 
 build: $(BUILD)/sluice.wasm $(BUILD)/noop.wasm
 
-$(BUILD)/sdk/.stamp: go.mod go.sum $(BRIDGE)
+$(BUILD)/sdk/.stamp: go.mod go.sum $(BRIDGE) $(BRIDGE_PUBLIC)
 	rm -rf $(BUILD)/sdk
 	mkdir -p $(BUILD)
 	$(GO) mod download $(SDK_MOD)
@@ -54,6 +56,7 @@ $(BUILD)/sdk/.stamp: go.mod go.sum $(BRIDGE)
 	rm $(addprefix $(BUILD)/sdk/proxywasm/internal/,$(SDK_REPLACED))
 	find $(BUILD)/sdk -name '*_test.go' -delete
 	cp $(BRIDGE) $(BUILD)/sdk/proxywasm/internal/
+	cp $(BRIDGE_PUBLIC) $(BUILD)/sdk/proxywasm/
 	{ cat go.mod; echo; echo "replace $(SDK_MOD) => ./$(BUILD)/sdk"; } > $(BUILD)/go.wasm.mod
 	cp go.sum $(BUILD)/go.wasm.sum
 	touch $@
@@ -86,10 +89,12 @@ run: build
 	$(GO) build -o $(BUILD)/sluice-envoy ./e2e/cmd/sluice-envoy
 	$(GO) build -o $(BUILD)/echo-backend ./e2e/cmd/echo-backend
 	$(GO) build -o $(BUILD)/limits-server ./e2e/cmd/limits-server
+	$(GO) build -o $(BUILD)/limits-grpc ./examples/external-limits-grpc
 	$(BUILD)/echo-backend -addr 127.0.0.1:8081 & backend=$$!; \
 	$(BUILD)/limits-server -addr 127.0.0.1:8082 & limits=$$!; \
 	$(BUILD)/echo-backend -llm -addr 127.0.0.1:8083 & llm=$$!; \
-	trap 'kill $$backend $$limits $$llm' EXIT; \
+	$(BUILD)/limits-grpc -addr 127.0.0.1:8084 & limitsgrpc=$$!; \
+	trap 'kill $$backend $$limits $$llm $$limitsgrpc' EXIT; \
 	$(BUILD)/sluice-envoy -c $(RUN_CONFIG) --concurrency $(CONCURRENCY) --wasm-profile $(PROFILE)
 
 # The packages that decide without proxy-wasm: none may depend on the SDK,

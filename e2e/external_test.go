@@ -256,9 +256,19 @@ func TestExternalTenantsEndToEnd(t *testing.T) {
 func TestExternalOneLookupAcrossWorkers(t *testing.T) {
 	lf := startLimits(t, hourPlans())
 	e := startExternal(t, 1, externalJSON(""), map[string]string{"limits": lf.addr})
+	lf.gate.hold()
+	oneLookupAcrossWorkers(t, e, lf.arrived.Load, lf.gate.release, func() int { return lf.svc.Count("initech") })
+}
+
+// oneLookupAcrossWorkers sends first requests of initech (quota 6) to
+// both workers while the service holds its lookups (arrived counts the
+// lookups received, release lets them answer, lookups counts those
+// answered for initech): one lookup is made, and every request resumes
+// when it answers.
+func oneLookupAcrossWorkers(t *testing.T, e *extEnv, arrived func() int64, release func(), lookups func() int) {
+	t.Helper()
 	// A new connection per request: connections alternate between workers.
 	spread := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
-	lf.gate.hold()
 	const n = 8
 	done := make(chan int, n)
 	for range n {
@@ -268,24 +278,24 @@ func TestExternalOneLookupAcrossWorkers(t *testing.T) {
 	for {
 		e.tick()
 		p := e.parked(0)
-		if lf.arrived.Load() >= 1 && p[0]+p[1] == n {
+		if arrived() >= 1 && p[0]+p[1] == n {
 			if p[0] == 0 || p[1] == 0 {
 				t.Fatalf("parked by worker %v: the requests did not reach both workers", p)
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lookups %d, parked %v: the requests never all waited", lf.arrived.Load(), p)
+			t.Fatalf("lookups %d, parked %v: the requests never all waited", arrived(), p)
 		}
 		time.Sleep(time.Millisecond) // polling a condition with a deadline
 	}
 	for range 20 { // every worker polls the entry meanwhile
 		e.tick()
 	}
-	if got := lf.arrived.Load(); got != 1 {
+	if got := arrived(); got != 1 {
 		t.Fatalf("%d lookups in flight for one tenant across workers, want 1", got)
 	}
-	lf.gate.release()
+	release()
 	statuses := e.await(t, done, n)
 	ok := 0
 	for _, st := range statuses {
@@ -293,8 +303,8 @@ func TestExternalOneLookupAcrossWorkers(t *testing.T) {
 			ok++
 		}
 	}
-	if ok != 6 || lf.svc.Count("initech") != 1 {
-		t.Fatalf("%d of %d admitted after %d lookups; want initech's quota 6 after 1", ok, n, lf.svc.Count("initech"))
+	if ok != 6 || lookups() != 1 {
+		t.Fatalf("%d of %d admitted after %d lookups; want initech's quota 6 after 1", ok, n, lookups())
 	}
 	if got := e.metric("sluice.external.waits"); got != n-1 {
 		t.Fatalf("waits %d, want %d", got, n-1)

@@ -1,6 +1,11 @@
 package envoy
 
-import "google.golang.org/protobuf/reflect/protoreflect"
+import (
+	// HttpProtocolOptions, which a cluster's typed_extension_protocol_options
+	// holds, in the registry the loader resolves Anys with.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
 
 // supportedFields is the subset of Envoy's v3 API that sluice-envoy
 // implements. A field outside it is an error: a config that loads here but
@@ -34,20 +39,29 @@ var supportedFields = map[protoreflect.FullName][]protoreflect.Name{
 	"envoy.config.route.v3.Route":                         {"name", "match", "route"},
 	"envoy.config.route.v3.RouteMatch":                    {"prefix", "path", "safe_regex", "path_separated_prefix", "case_sensitive", "headers"},
 	// Route header matchers: presence and exact values only.
-	"envoy.config.route.v3.HeaderMatcher":            {"name", "present_match", "string_match", "invert_match"},
-	"envoy.type.matcher.v3.StringMatcher":            {"exact"},
-	"envoy.type.matcher.v3.RegexMatcher":             {"regex"},
-	"envoy.config.route.v3.RouteAction":              {"cluster", "cluster_header", "cluster_not_found_response_code", "timeout"},
-	"envoy.config.cluster.v3.Cluster":                {"name", "type", "connect_timeout", "load_assignment", "lb_policy", "dns_lookup_family"},
-	"envoy.config.endpoint.v3.ClusterLoadAssignment": {"cluster_name", "endpoints"},
-	"envoy.config.endpoint.v3.LocalityLbEndpoints":   {"lb_endpoints"},
-	"envoy.config.endpoint.v3.LbEndpoint":            {"endpoint"},
-	"envoy.config.endpoint.v3.Endpoint":              {"address"},
-	"envoy.extensions.filters.http.wasm.v3.Wasm":     {"config"},
-	"envoy.extensions.wasm.v3.PluginConfig":          {"name", "root_id", "vm_config", "configuration", "fail_open", "failure_policy"},
-	"envoy.extensions.wasm.v3.VmConfig":              {"vm_id", "runtime", "code", "configuration", "environment_variables"},
-	"envoy.extensions.wasm.v3.EnvironmentVariables":  {"host_env_keys", "key_values"},
-	"envoy.config.core.v3.AsyncDataSource":           {"local", "remote"},
+	"envoy.config.route.v3.HeaderMatcher": {"name", "present_match", "string_match", "invert_match"},
+	"envoy.type.matcher.v3.StringMatcher": {"exact"},
+	"envoy.type.matcher.v3.RegexMatcher":  {"regex"},
+	"envoy.config.route.v3.RouteAction":   {"cluster", "cluster_header", "cluster_not_found_response_code", "timeout"},
+	// typed_extension_protocol_options: only HTTP/2 to the endpoints (see
+	// below), what a cluster Envoy sends gRPC to must say.
+	"envoy.config.cluster.v3.Cluster": {"name", "type", "connect_timeout", "load_assignment", "lb_policy", "dns_lookup_family",
+		"typed_extension_protocol_options"},
+	// HTTP/2 to a cluster's endpoints, as gRPC needs: this host's gRPC
+	// callouts always speak HTTP/2 and its proxy_http_call HTTP/1.1, so the
+	// setting changes nothing here; its options are not accepted.
+	"envoy.extensions.upstreams.http.v3.HttpProtocolOptions":                    {"explicit_http_config"},
+	"envoy.extensions.upstreams.http.v3.HttpProtocolOptions.ExplicitHttpConfig": {"http2_protocol_options"},
+	"envoy.config.core.v3.Http2ProtocolOptions":                                 {},
+	"envoy.config.endpoint.v3.ClusterLoadAssignment":                            {"cluster_name", "endpoints"},
+	"envoy.config.endpoint.v3.LocalityLbEndpoints":                              {"lb_endpoints"},
+	"envoy.config.endpoint.v3.LbEndpoint":                                       {"endpoint"},
+	"envoy.config.endpoint.v3.Endpoint":                                         {"address"},
+	"envoy.extensions.filters.http.wasm.v3.Wasm":                                {"config"},
+	"envoy.extensions.wasm.v3.PluginConfig":                                     {"name", "root_id", "vm_config", "configuration", "fail_open", "failure_policy"},
+	"envoy.extensions.wasm.v3.VmConfig":                                         {"vm_id", "runtime", "code", "configuration", "environment_variables"},
+	"envoy.extensions.wasm.v3.EnvironmentVariables":                             {"host_env_keys", "key_values"},
+	"envoy.config.core.v3.AsyncDataSource":                                      {"local", "remote"},
 	// Remote code is fetched once at start through the named cluster and
 	// checked against sha256, as Envoy does; retry_policy is not
 	// implemented, so it is not accepted.
@@ -95,6 +109,7 @@ var supportedAnyTypes = map[protoreflect.FullName]bool{
 	"envoy.extensions.filters.http.router.v3.Router":                                    true,
 	"envoy.extensions.filters.http.header_to_metadata.v3.Config":                        true,
 	"envoy.config.core.v3.TypedExtensionConfig":                                         true,
+	"envoy.extensions.upstreams.http.v3.HttpProtocolOptions":                            true,
 	"envoy.extensions.access_loggers.file.v3.FileAccessLog":                             true,
 	"google.protobuf.StringValue":                                                       true,
 	"google.protobuf.BytesValue":                                                        true,

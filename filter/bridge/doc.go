@@ -12,7 +12,11 @@
 // and property-path encoding (maps.go) and its enums and StatusToError
 // (enums.go), whose files make build removes from the copy (SDK_REPLACED
 // in the Makefile).
-// Nothing here is ever
+// The SDK has no gRPC callouts: grpc.go adds them (proxy_grpc_call, its
+// status, proxy_on_grpc_receive and proxy_on_grpc_close), and
+// filter/bridge/proxywasm/grpc.go, which make build copies into the SDK's
+// public package, is their API (DispatchGrpcCall and the readers of a
+// reply and a status). Nothing here is ever
 // compiled in place: the sluice_bridge tag is only set by that build.
 //
 // Four rules the ABI forces on standard Go:

@@ -101,6 +101,16 @@ func wireExternalOf(e *External) *wireExternal {
 		w.DenyHeaders = e.DenyHeaders
 	}
 	w.RouteHeader, w.AllowedRoutes = e.RouteHeader, e.AllowedRoutes
+	if g := e.Grpc; g != nil {
+		w.Grpc = &wireGrpc{Cluster: e.Cluster, Authority: e.Authority, Codec: g.Codec.String()}
+		for _, kv := range g.InitialMetadata {
+			if w.Grpc.InitialMetadata == nil {
+				w.Grpc.InitialMetadata = map[string]string{}
+			}
+			w.Grpc.InitialMetadata[kv[0]] = kv[1]
+		}
+		w.Cluster, w.Authority, w.Path = "", "", ""
+	}
 	for _, k := range e.CacheKey {
 		w.CacheKey = append(w.CacheKey, k.String())
 	}
@@ -440,9 +450,10 @@ type wireBackendBreaker struct {
 type wireExternal struct {
 	Name           string       `json:"name"`
 	Match          *wireMatch   `json:"match"`
-	Cluster        string       `json:"cluster"`
-	Authority      string       `json:"authority"`
-	Path           string       `json:"path"`
+	Cluster        string       `json:"cluster,omitempty"`
+	Authority      string       `json:"authority,omitempty"`
+	Path           string       `json:"path,omitempty"`
+	Grpc           *wireGrpc    `json:"grpc,omitempty"`
 	Timeout        string       `json:"timeout"`
 	ForwardHeaders []string     `json:"forward_headers"`
 	DenyHeaders    []string     `json:"deny_headers,omitempty"`
@@ -462,6 +473,14 @@ type wireExternal struct {
 	Slots          int          `json:"slots"`
 	OverflowSlots  int          `json:"overflow_slots,omitempty"`
 	ForgetMaxUsed  int64        `json:"forget_max_used"`
+}
+
+// wireGrpc is external.grpc; the HTTP fields are then left out.
+type wireGrpc struct {
+	Cluster         string            `json:"cluster"`
+	Authority       string            `json:"authority"`
+	InitialMetadata map[string]string `json:"initial_metadata,omitempty"`
+	Codec           string            `json:"codec"`
 }
 
 // wireFallback is the external block's fallback: a token bucket's rate.

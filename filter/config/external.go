@@ -20,6 +20,9 @@ type External struct {
 	Authority string
 	// Path is the :path of lookups, starting with "/"; default "/limits".
 	Path string
+	// Grpc, when set, reaches the service over gRPC (external_grpc.go);
+	// Cluster and Authority are then external.grpc's, and Path unused.
+	Grpc *GrpcService
 	// Timeout per lookup, default 100ms, at most 10s.
 	Timeout time.Duration
 	// ForwardHeaders are the lower-cased request headers sent to the
@@ -109,7 +112,7 @@ func (p *parser) external(o *object, cfg *Config) *External {
 		e.Limit.Match = p.match(m)
 	}
 	p.slots(o, &e.Limit)
-	e.Cluster, e.Authority = o.clusterAuthority()
+	p.externalTransport(o, e)
 	if s, ok := o.str("path"); ok {
 		if !strings.HasPrefix(s, "/") {
 			o.errorf("path", `must start with "/"`)

@@ -295,6 +295,7 @@ func TestSchemaEnumsAreTheEnumNames(t *testing.T) {
 		{at("backend", "failure_policy"), failurePolicyNames.List()},
 		{at("external", "mode"), modeNames.List()},
 		{at("external", "on_missing_key"), missingKeyActionNames.List()},
+		{at("external", "grpc", "codec"), grpcCodecNames.List()},
 	} {
 		var values []string
 		enumValues, _ := schemaObject(t, root, c.steps)["enum"].([]any)

@@ -176,6 +176,8 @@ type distHarness struct {
 	// limits answers callouts to the "limits" cluster (external.go);
 	// without it such a callout fails the test.
 	limits func(c *hosttest.Call) (status int, body []byte, ok bool)
+	// grpcLimits answers gRPC callouts (external_grpc_test.go).
+	grpcLimits *fakeGrpcLimits
 	// streams are the open streams by id, and verdicts what their request
 	// phase returned; free are ended streams, reused as the adapter reuses
 	// its contexts. Ids count up from 1, the root context being 0.
@@ -335,7 +337,7 @@ func (d *distHarness) pump() int {
 	for {
 		c := d.next()
 		if c == nil {
-			return answered
+			return answered + d.pumpGrpc()
 		}
 		d.seen[c] = true
 		d.callouts++

@@ -7,9 +7,10 @@
 // enforced with is the request path's (package filter).
 //
 // External limits: a limits service, reached through an Envoy cluster with
-// proxy_http_call, says which token bucket applies to a request, and the
-// answer is enforced like one more limit (config.External.Limit), locally
-// or in Redis as configured.
+// proxy_http_call, or proxy_grpc_call with external.grpc (grpc.go), says
+// which token bucket applies to a request, and the answer is enforced like
+// one more limit (config.External.Limit), locally or in Redis as
+// configured.
 //
 //   - Lookup key: the values of config.External.CacheKey (absent parts
 //     empty). It names the cached answer, the lookup in flight and the
@@ -98,6 +99,8 @@ type Cache struct {
 	// that the requests waiting for one are polled (Settle).
 	wake    func()
 	settled func(now time.Time)
+	// grpc is set when the service is reached over gRPC (grpc.go).
+	grpc *grpcLookups
 }
 
 // New is the cache of cfg over hc. tickPeriod is the tick's period, which
@@ -118,6 +121,9 @@ func New(hc *host.Host, cfg *config.External, tickPeriod time.Duration, wake fun
 			{":method", "POST"}, {":path", cfg.Path}, {":authority", cfg.Authority},
 			{"content-type", "application/json"}, {"accept", "application/json"},
 		},
+	}
+	if err := x.configureGrpc(hc.Caller); err != nil {
+		return nil, err
 	}
 	var err error
 	x.machine, err = breaker.NewMachine(breaker.Settings{
@@ -344,7 +350,11 @@ func (x *Cache) Resolve(r *Request, key []byte, body func() []byte, now time.Tim
 		return true
 	case claimStart:
 		x.metrics.cacheMisses.Increment(1)
-		x.start(&lookup{fp: fp, slot: slot, claimedAt: ns, permit: permit, ticket: t, body: body()})
+		msg := body()
+		if x.grpc != nil {
+			msg = x.grpc.message(msg)
+		}
+		x.start(&lookup{fp: fp, slot: slot, claimedAt: ns, permit: permit, ticket: t, body: msg})
 	default:
 		x.metrics.cacheMisses.Increment(1)
 		x.metrics.waits.Increment(1)
@@ -399,6 +409,10 @@ func (x *Cache) send(l *lookup, now time.Time) {
 	l.sentAt = now
 	x.inflight[l] = struct{}{}
 	x.metrics.lookups.Increment(1)
+	if x.grpc != nil {
+		x.sendGrpc(l, now)
+		return
+	}
 	err := x.caller.Call(x.cfg.Cluster, x.headers, l.body, x.cfg.Timeout, func(status int, body []byte, err error) {
 		x.onReply(l, status, body, err)
 	})
@@ -412,9 +426,7 @@ func (x *Cache) onReply(l *lookup, status int, body []byte, err error) {
 		return // the watchdog gave up on it
 	}
 	now := x.clock()
-	if lat := now.Sub(l.sentAt); lat >= 0 {
-		x.metrics.latency.Record(uint64(lat / time.Millisecond))
-	}
+	x.recordLatency(l, now)
 	if err != nil {
 		x.finish(l, now, limitsvc.Answer{}, err)
 		return
@@ -431,6 +443,17 @@ func (x *Cache) onReply(l *lookup, status int, body []byte, err error) {
 	if err == nil && cc.Invalid {
 		x.metrics.invalidCacheControl.Increment(1)
 	}
+	x.answered(l, now, a, err)
+}
+
+func (x *Cache) recordLatency(l *lookup, now time.Time) {
+	if lat := now.Sub(l.sentAt); lat >= 0 {
+		x.metrics.latency.Record(uint64(lat / time.Millisecond))
+	}
+}
+
+// answered finishes a lookup whose reply was read, over either transport.
+func (x *Cache) answered(l *lookup, now time.Time, a limitsvc.Answer, err error) {
 	if err == nil && a.BackendURL != "" && !x.cfg.RouteAllowed(a.BackendURL) {
 		// Counted and logged once per answer, and never cached: a
 		// compromised service must not pick a cluster the config does

@@ -200,36 +200,43 @@ func FuzzParse(f *testing.F) {
 	for _, s := range parseSeeds {
 		f.Add(s.status, []byte(s.body))
 	}
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		a, err := Parse(status, body)
+		checkParsed(t, a, err)
+	})
+}
+
+// checkParsed holds what every answer the parsers accept must be, and
+// what a refusal must look like.
+func checkParsed(t *testing.T, a Answer, err error) {
+	t.Helper()
 	var fresh breaker.Record
 	m, _ := breaker.NewMachine(breaker.DefaultSettings())
 	m.Reset(&fresh)
-	f.Fuzz(func(t *testing.T, status int, body []byte) {
-		a, err := Parse(status, body)
-		if err != nil {
-			if backend.KindOf(err) == 0 || a != (Answer{}) {
-				t.Fatalf("error %v with answer %+v", err, a)
-			}
-			return
+	if err != nil {
+		if backend.KindOf(err) == 0 || a != (Answer{}) {
+			t.Fatalf("error %v with answer %+v", err, a)
 		}
-		if a.Unlimited {
-			if a.Rate != 0 || a.Period != 0 || a.Burst != 0 {
-				t.Fatalf("unlimited with a limit: %+v", a)
-			}
-		} else if err := a.Limit().Validate(); err != nil || a.Rate > MaxRate || a.Burst > MaxRate {
-			t.Fatalf("accepted an invalid limit %+v: %v", a, err)
+		return
+	}
+	if a.Unlimited {
+		if a.Rate != 0 || a.Period != 0 || a.Burst != 0 {
+			t.Fatalf("unlimited with a limit: %+v", a)
 		}
-		if len(a.TenantKey) > MaxTenantKey || len(a.BackendURL) > MaxBackendURL || a.MaxAge < 0 || a.MaxAge > MaxAge || a.Policy > PolicyLocal ||
-			(a.FailureCode != 0 && (a.FailureCode < MinFailureCode || a.FailureCode > MaxFailureCode)) {
-			t.Fatalf("accepted out-of-range fields %+v", a)
-		}
-		// Whatever is accepted can be cached.
-		e := Entry{FP: 1, HasAnswer: true, Answer: a, FreshUntil: 1, StaleUntil: 2, Breaker: fresh}
-		e.Answer.MaxAge, e.Answer.NoStore = 0, false
-		var back Entry
-		if err := back.Decode(e.Encode(nil)); err != nil || back != e {
-			t.Fatalf("accepted answer %+v does not survive the cache: %v", a, err)
-		}
-	})
+	} else if err := a.Limit().Validate(); err != nil || a.Rate > MaxRate || a.Burst > MaxRate {
+		t.Fatalf("accepted an invalid limit %+v: %v", a, err)
+	}
+	if len(a.TenantKey) > MaxTenantKey || len(a.BackendURL) > MaxBackendURL || a.MaxAge < 0 || a.MaxAge > MaxAge || a.Policy > PolicyLocal ||
+		(a.FailureCode != 0 && (a.FailureCode < MinFailureCode || a.FailureCode > MaxFailureCode)) {
+		t.Fatalf("accepted out-of-range fields %+v", a)
+	}
+	// Whatever is accepted can be cached.
+	e := Entry{FP: 1, HasAnswer: true, Answer: a, FreshUntil: 1, StaleUntil: 2, Breaker: fresh}
+	e.Answer.MaxAge, e.Answer.NoStore = 0, false
+	var back Entry
+	if err := back.Decode(e.Encode(nil)); err != nil || back != e {
+		t.Fatalf("accepted answer %+v does not survive the cache: %v", a, err)
+	}
 }
 
 func FuzzDecodeEntry(f *testing.F) {

@@ -44,6 +44,7 @@ const (
 	warnFailOpen     = "fail_open_replaces"
 	warnPeer         = "peer_without_use_remote_address"
 	warnAdmin        = "admin_without_use_remote_address"
+	warnGrpcHTTP1    = "grpc_cluster_without_http2"
 )
 
 // Check checks the plugin configurations in data, the content of file:
@@ -93,7 +94,7 @@ func Check(file string, data []byte) CheckReport {
 			}
 			continue
 		}
-		for _, w := range warnings(cfg, hcm) {
+		for _, w := range append(warnings(cfg, hcm), grpcClusterWarning(cfg, pc.Clusters)...) {
 			w.ConfigRef = ref
 			r.Warnings = append(r.Warnings, w)
 		}

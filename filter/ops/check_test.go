@@ -64,6 +64,17 @@ func writeFiles(t *testing.T, dir string, files map[string]string) map[string]st
 	return paths
 }
 
+const grpcConfig = `{"external": {"grpc": {"cluster": "limits-grpc"}, "fallback": {"requests_per_second": 1}}}`
+
+// grpcCluster is a clusters section, to append to bootstrap's, defining
+// limits-grpc with extra fields.
+func grpcCluster(extra string) string {
+	return `  clusters:
+    - name: limits-grpc
+      type: STATIC` + extra + `
+`
+}
+
 const xffConfig = `{"client_ip": {"source": "xff", "trusted_hops": 1}, "limits": [{"name": "per-ip", "requests_per_second": 5}]}`
 
 // peerConfig keys two limits and a concurrency limit on the peer's
@@ -112,6 +123,30 @@ func TestCheck(t *testing.T) {
 		{name: "every JSON error at once, with its path", exit: 1,
 			files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1, "burst": -1}, {"name": "b bad", "requests_per_second": 0}]}`},
 			out:   []string{"c.json: error: limits[0].burst: must be >= 0", "c.json: error: limits[1].name:", "c.json: error: limits[1].requests_per_second:", "3 error(s)"}},
+		{name: "external.grpc is known, and errors in it have their paths", exit: 1,
+			files: map[string]string{"c.json": `{"external": {"cluster": "limits", "grpc": {"cluster": "limits-grpc", "codec": "xml",
+				"initial_metadata": {"te": "trailers"}}, "fallback": {"requests_per_second": 1}}}`},
+			out: []string{"c.json: error: external.cluster: the HTTP service's; external.grpc is given",
+				`c.json: error: external.grpc.codec: unknown value "xml"; want one of proto, json`,
+				"c.json: error: external.grpc.initial_metadata.te: is set by the gRPC client itself", "3 error(s)"}},
+		{name: "a gRPC limits cluster without HTTP/2", files: map[string]string{"envoy.yaml": bootstrap(true, inlineSluice(grpcConfig)) + grpcCluster("")},
+			out: []string{`warning: external.grpc.cluster: cluster "limits-grpc" (line 25) does not speak HTTP/2 to its endpoints`,
+				"[grpc_cluster_without_http2]", "0 error(s), 1 warning(s)"}},
+		{name: "a gRPC limits cluster with HTTP/2", files: map[string]string{"envoy.yaml": bootstrap(true, inlineSluice(grpcConfig)) + grpcCluster(`
+      typed_extension_protocol_options:
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          explicit_http_config: {http2_protocol_options: {}}`)},
+			out: []string{"0 error(s), 0 warning(s)"}},
+		{name: "a gRPC limits cluster with the deprecated http2_protocol_options", files: map[string]string{
+			"envoy.yaml": bootstrap(true, inlineSluice(grpcConfig)) + grpcCluster("\n      http2_protocol_options: {}")},
+			out: []string{"0 error(s), 0 warning(s)"}},
+		{name: "an HTTP limits cluster needs no HTTP/2", files: map[string]string{
+			"envoy.yaml": bootstrap(true, inlineSluice(`{"external": {"cluster": "limits-grpc", "fallback": {"requests_per_second": 1}}}`)) + grpcCluster("")},
+			out: []string{"0 error(s), 0 warning(s)"}},
+		{name: "valid external.grpc", files: map[string]string{"c.json": `{"external": {"grpc": {"cluster": "limits-grpc",
+				"initial_metadata": {"x-team": "payments"}}, "fallback": {"requests_per_second": 1}}}`},
+			out: []string{"1 configuration(s) checked: 0 error(s), 0 warning(s)"}},
 		{name: "YAML error names the line and node", exit: 1,
 			files: map[string]string{"envoy.yaml": bootstrap(true, inlineSluice(`{"limits": [{"name": "a", "requests_per_second": 1, "burst": -1}]}`))},
 			out:   []string{"envoy.yaml:22 (static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.config.configuration.value): error: limits[0].burst: must be >= 0"}},

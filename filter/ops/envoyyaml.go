@@ -44,6 +44,17 @@ type pluginConfig struct {
 	// configuration of a type Envoy does not pass to a module, bad
 	// base64); Config is then empty.
 	Err string
+	// Clusters are the static clusters of the file the configuration is
+	// in (its bootstrap's, for an ECDS file's); nil when it has none.
+	Clusters map[string]staticCluster
+}
+
+// staticCluster is what the checks need of a cluster the file defines.
+type staticCluster struct {
+	Line int
+	// HTTP2 is set when it speaks HTTP/2 to its endpoints, as a cluster
+	// that takes gRPC must.
+	HTTP2 bool
 }
 
 func (c pluginConfig) location() string {
@@ -121,6 +132,9 @@ func findPluginConfigs(file string, data []byte) (found []pluginConfig, problems
 	if err := w.documents(data); err != nil {
 		return nil, nil, err
 	}
+	for i := range w.found {
+		w.found[i].Clusters = w.clusters
+	}
 	return w.found, w.problems, nil
 }
 
@@ -142,6 +156,8 @@ type walker struct {
 	// configBytes is what is left of the bytes the configurations found
 	// may take, aliases expanded (see chargeExpanded).
 	configBytes int
+	// clusters are the static clusters of the file's documents.
+	clusters map[string]staticCluster
 }
 
 func (w *walker) documents(data []byte) error {
@@ -166,10 +182,58 @@ func (w *walker) documents(data []byte) error {
 			w.wasmPlugin(root)
 			continue
 		}
+		w.staticClusters(root)
 		if err := w.walk(root, "", nil, 0); err != nil {
 			return err
 		}
 	}
+}
+
+// staticClusters records the clusters a bootstrap defines, by name.
+func (w *walker) staticClusters(root *yaml.Node) {
+	cs := resolveAlias(w.lookupPath(root, "", "static_resources", "clusters"))
+	if cs == nil || cs.Kind != yaml.SequenceNode {
+		return
+	}
+	for i, c := range cs.Content {
+		c = resolveAlias(c)
+		path := "static_resources.clusters[" + strconv.Itoa(i) + "]"
+		if c == nil || c.Kind != yaml.MappingNode {
+			continue
+		}
+		name := scalar(w.lookup(c, path, "name"))
+		if name == "" {
+			continue
+		}
+		if w.clusters == nil {
+			w.clusters = map[string]staticCluster{}
+		}
+		w.clusters[name] = staticCluster{Line: c.Line, HTTP2: w.speaksHTTP2(c, path)}
+	}
+}
+
+// speaksHTTP2 reports whether cluster c speaks HTTP/2 to its endpoints:
+// the deprecated http2_protocol_options, or an HttpProtocolOptions whose
+// explicit_http_config is HTTP/2 or whose auto_config may choose it.
+func (w *walker) speaksHTTP2(c *yaml.Node, path string) bool {
+	if w.lookup(c, path, "http2_protocol_options") != nil {
+		return true
+	}
+	optsPath := joinYAML(path, "typed_extension_protocol_options")
+	opts := resolveAlias(w.lookup(c, path, "typed_extension_protocol_options"))
+	if opts == nil || opts.Kind != yaml.MappingNode {
+		return false
+	}
+	for i := 0; i+1 < len(opts.Content); i += 2 {
+		o, p := resolveAlias(opts.Content[i+1]), joinYAML(optsPath, opts.Content[i].Value)
+		if o == nil || o.Kind != yaml.MappingNode {
+			continue
+		}
+		if w.lookupPath(o, p, "explicit_http_config", "http2_protocol_options") != nil || w.lookup(o, p, "auto_config") != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // walk visits n, looking for wasm filter configs and the HTTP connection

@@ -171,6 +171,14 @@ func TestExplainRejections(t *testing.T) {
 					t.Fatalf("%s %+v", ex.WaitsFor, ex.Limits)
 				}
 			}},
+		{name: "external limit over gRPC waits for the service", cfg: `{"external": {"grpc": {"cluster": "limits-grpc",
+			"initial_metadata": {"x-team": "payments"}, "codec": "json"}, "fallback": {"requests_per_second": 1}}}`,
+			args: []string{"/"}, outcome: "waits",
+			check: func(t *testing.T, ex *Explanation) {
+				if ex.WaitsFor != "limits_service" || len(ex.Limits) != 1 || ex.Limits[0].State != "applies" {
+					t.Fatalf("%s %+v", ex.WaitsFor, ex.Limits)
+				}
+			}},
 		{name: "an admin call is answered by the filter", cfg: `{"admin": {"path_prefix": "/.sluice/", "client_cidrs": ["10.0.0.0/8"],
 			"token_sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}, "limits": [{"name": "t", "key": ["header:x-t"], "requests_per_second": 1}]}`,
 			args: []string{"-H", "authorization: Bearer test", "/.sluice/quota?limit=t&key=a"}, outcome: "answered", status: 200,

@@ -71,6 +71,9 @@ func FuzzCheck(f *testing.F) {
 		f.Add([]byte(strings.Replace(bootstrap(true, inlineSluice(peerAndAdmin)), "use_remote_address: true", ura, 1)))
 	}
 	f.Add([]byte(bootstrap(true, strings.NewReplacer("root_id:", "rootId:", "vm_config:", "<<: &m {vmConfig: {vmId: x}}\n                        vm_config:").Replace(inlineSluice(peerConfig)))))
+	// A gRPC limits cluster, with HTTP/2 by an alias and without.
+	f.Add([]byte(bootstrap(true, inlineSluice(grpcConfig)) + grpcCluster("\n      typed_extension_protocol_options: {h: &o {explicit_http_config: {http2_protocol_options: {}}}, i: *o}")))
+	f.Add([]byte(bootstrap(true, inlineSluice(grpcConfig)) + grpcCluster("\n      http2ProtocolOptions: {}\n    - *c")))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte(`{"limits": [{"name": "a", "requests_per_second": 1, "match": {"not": {}}}]}`))
 	// Hostile inputs: a flow sequence past the bound on nodes, long bad

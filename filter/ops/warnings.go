@@ -237,3 +237,23 @@ func failOpenReplaces(cfg *config.Config) []Finding {
 	}
 	return out
 }
+
+// grpcClusterWarning warns when external.grpc names a cluster the file
+// defines without HTTP/2 to its endpoints: Envoy's gRPC client would
+// reach it over HTTP/1.1, which no gRPC service speaks, so every lookup
+// fails and the fallback decides every request.
+func grpcClusterWarning(cfg *config.Config, clusters map[string]staticCluster) []Finding {
+	e := cfg.External
+	if e == nil || e.Grpc == nil {
+		return nil
+	}
+	c, ok := clusters[e.Cluster]
+	if !ok || c.HTTP2 {
+		return nil
+	}
+	return []Finding{{Code: warnGrpcHTTP1, Path: "external.grpc.cluster", Message: fmt.Sprintf(
+		"cluster %s (line %d) does not speak HTTP/2 to its endpoints, so Envoy's gRPC client reaches the limits service over HTTP/1.1 "+
+			"and every lookup fails (the fallback decides every request); give it typed_extension_protocol_options with "+
+			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions explicit_http_config: {http2_protocol_options: {}}",
+		config.Quote(e.Cluster), c.Line)}}
+}

@@ -259,9 +259,11 @@ func (c *Call) Answer(status int, body []byte, err error) {
 // Caller records calls; Fail, when set, refuses them. Stream, when set,
 // is read for the Call's From.
 type Caller struct {
-	Calls  []*Call
-	Fail   error
-	Stream *Stream
+	Calls []*Call
+	// GrpcCalls are the gRPC callouts (grpc.go).
+	GrpcCalls []*GrpcCall
+	Fail      error
+	Stream    *Stream
 	// replyHeaders are the headers of the reply being delivered.
 	replyHeaders [][2]string
 }
