@@ -2,6 +2,7 @@ package distributed
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
@@ -93,11 +94,23 @@ func (b *Backend) Decide(k *Key, cost int64, now time.Time, done func(at time.Ti
 			return
 		}
 		res := r.Result(lim.Rate)
-		res.Period = lim.Period
+		res.Period = windowOf(lim, r)
 		done(at, res, nil)
 	})
 	b.Send(c, now)
 	return c, nil
+}
+
+// windowOf is the window a reply of lim was decided in, for the headers:
+// Period, or a calendar's period at the Redis clock the script used, so a
+// February reports its 28 or 29 days as the local mode does. A reply's
+// clock is whatever Redis sent; saturated, it still names some period.
+func windowOf(lim limiter.Limit, r backend.Reply) time.Duration {
+	if lim.Calendar == limiter.NoCalendar {
+		return lim.Period
+	}
+	length, _ := lim.WindowAt(min(r.ServerMicros, math.MaxInt64/1000) * 1000)
+	return length
 }
 
 // Shadow decides cost units of a shadow limit's key in the background,
