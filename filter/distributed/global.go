@@ -32,9 +32,16 @@ func (b *Backend) Denied(k *Key, res limiter.Result, now time.Time) {
 }
 
 // CachedDenial is the decision a negative cache entry until (ns) stands
-// for at ns.
+// for at ns. A fixed window is denied until its window ends, when the key
+// is back to its full allowance, so that is its reset time too, and a
+// calendar's period is the one ns is in, as Redis's reply said.
 func (k *Key) CachedDenial(ns, until int64) limiter.Result {
-	return limiter.Result{Limit: k.Lim.Rate, RetryAfter: time.Duration(until - ns), Reason: limiter.ReasonLimited}
+	res := limiter.Result{Limit: k.Lim.Rate, RetryAfter: time.Duration(until - ns), Reason: limiter.ReasonLimited}
+	if k.Lim.Algorithm == limiter.FixedWindow {
+		res.ResetAfter = res.RetryAfter
+		res.Period, _ = k.Lim.WindowAt(ns)
+	}
+	return res
 }
 
 // Slots bounds the shared-data keys of one remote limit; keys that
@@ -88,13 +95,25 @@ func (b *Backend) Decide(k *Key, cost int64, now time.Time, done func(at time.Ti
 		return nil, err
 	}
 	lim := k.Lim
-	c := b.NewCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
+	var c *Call
+	c = b.NewCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
 		if err != nil {
 			done(at, limiter.Result{}, err)
 			return
 		}
 		res := r.Result(lim.Rate)
 		res.Period = windowOf(lim, r)
+		if lim.Algorithm == limiter.FixedWindow {
+			// A window ends at an instant of Redis's clock, which Redis
+			// read between the call's sending and at: measured from the
+			// sending, its end is never later than the true one (but for
+			// the millisecond the reply rounds up), so the negative
+			// cache and the headers end with the window, not up to a
+			// call's latency after it.
+			lag := at.Sub(c.sentAt)
+			res.RetryAfter = max(res.RetryAfter-lag, 0)
+			res.ResetAfter = max(res.ResetAfter-lag, 0)
+		}
 		done(at, res, nil)
 	})
 	b.Send(c, now)

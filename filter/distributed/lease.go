@@ -463,18 +463,20 @@ func (b *Backend) startLease(k *Key, cl leaseClaim, now time.Time) {
 	key := *k // the request may be gone when the reply comes
 	cmd, err := backend.Lease(k.Lim, k.RKey, cl.want, leaseAhead)
 	if err != nil {
-		b.leaseDone(key, cl, now, backend.Reply{}, err)
+		b.leaseDone(key, cl, now, 0, backend.Reply{}, err)
 		return
 	}
-	c := b.NewCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
-		b.leaseDone(key, cl, at, r, err)
+	var c *Call
+	c = b.NewCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
+		b.leaseDone(key, cl, at, c.sentAt.UnixNano(), r, err)
 	})
 	c.lease = true
 	b.Enqueue(c)
 }
 
-// leaseDone records a lease reply.
-func (b *Backend) leaseDone(k Key, cl leaseClaim, now time.Time, r backend.Reply, err error) {
+// leaseDone records a lease reply to the call sent at sent (ns), whose
+// reply Redis made after that.
+func (b *Backend) leaseDone(k Key, cl leaseClaim, now time.Time, sent int64, r backend.Reply, err error) {
 	ns := now.UnixNano()
 	var expired int64
 	written := b.updateSlot(&k, func(rec *slotRecord) bool {
@@ -498,14 +500,23 @@ func (b *Backend) leaseDone(k Key, cl leaseClaim, now time.Time, r backend.Reply
 			if k.Lim.Algorithm == limiter.FixedWindow {
 				// Units of a window spent after it ended would be
 				// admitted on top of the next window's limit. Redis
-				// decided after the call started, so its window ends
-				// no earlier than the start plus the reply's reset
+				// decided after the call was sent, so its window ends
+				// no earlier than the sending plus the reply's reset
 				// time (rounded up to the millisecond, taken off):
 				// the lease never outlives the window, whatever this
 				// Envoy's clock reads against Redis's.
-				rec.windowEnd = cl.start + int64(r.ResetAfter-time.Millisecond)
+				rec.windowEnd = sent + int64(r.ResetAfter-time.Millisecond)
 				rec.expires = min(rec.expires, rec.windowEnd)
 			}
+		}
+		if k.Lim.Algorithm == limiter.FixedWindow && r.Remaining == 0 {
+			// The window is used up: nothing can be leased before it
+			// ends, so no call is made and requests beyond the tokens
+			// held are denied until then (measured as windowEnd is).
+			end := sent + int64(r.ResetAfter)
+			rec.nextCall = max(rec.nextCall, end)
+			rec.deniedUntil = max(rec.deniedUntil, end)
+			return true
 		}
 		if r.Granted >= cl.want && r.RetryAfter == 0 {
 			rec.interval, rec.batch, rec.nextCall = 0, 0, 0
@@ -522,7 +533,13 @@ func (b *Backend) leaseDone(k Key, cl leaseClaim, now time.Time, r backend.Reply
 		rec.interval, rec.batch = int64(iv), int64(batch)
 		rec.nextCall = max(cl.start+int64(iv), ns)
 		if r.Granted == 0 {
-			rec.nextCall = max(rec.nextCall, ns+int64(r.RetryAfter))
+			retryAt := ns + int64(r.RetryAfter)
+			if k.Lim.Algorithm == limiter.FixedWindow {
+				// The window's end, measured from the call's start as
+				// windowEnd is: the denial ends with the window.
+				retryAt = sent + int64(r.RetryAfter)
+			}
+			rec.nextCall = max(rec.nextCall, retryAt)
 			rec.deniedUntil = rec.nextCall
 		}
 		return true
