@@ -337,13 +337,20 @@ local function record(key, st, fields, other, used, untilEnd)
     keep(key, ceildiv(untilEnd, 1000))
   end
 end
--- fixedArgs reads the arguments every fixed-window script takes, L P_us n
--- calendar offset, and the clock; nil when one is bad.
-local function fixedArgs()
+-- fixedStart reads the arguments every fixed-window script takes (L P_us
+-- n calendar offset [now_us]) and the key's state, and finds its window
+-- (fixedWindow): a table of them, or nil and the error reply.
+local function fixedStart(script)
   local L, P, n = num(ARGV[1]), num(ARGV[2]), num(ARGV[3])
   local cal, off = calendarArgs(ARGV[4], ARGV[5])
-  if not (L and P and n and cal) or L < 1 or P < 1 then return nil end
-  return L, P, n, cal, off
+  if not (L and P and n and cal) or L < 1 or P < 1 then
+    return nil, redis.error_reply('ERR sluice: bad ' .. script .. ' arguments')
+  end
+  local now = clock(ARGV[6])
+  if not now then return nil, redis.error_reply('ERR sluice: bad time argument') end
+  local st = redis.call('HMGET', KEYS[1], 'w', 'c', 's', 'e')
+  local used, untilEnd, fields, other = fixedWindow(st, now, L, P, cal, off)
+  return {L = L, n = n, now = now, st = st, used = used, untilEnd = untilEnd, fields = fields, other = other}
 end
 `
 
@@ -353,13 +360,9 @@ end
 // offset (seconds east), state hash {s, e = the period's span in µs, c =
 // used}. P is then the calendar's longest period, unused but checked.
 const fixedWindowBody = fixedWindowPrelude + `
-local L, P, n, cal, off = fixedArgs()
-if not L then return redis.error_reply('ERR sluice: bad fixed_window arguments') end
-local now = clock(ARGV[6])
-if not now then return redis.error_reply('ERR sluice: bad time argument') end
-local key = KEYS[1]
-local st = redis.call('HMGET', key, 'w', 'c', 's', 'e')
-local used, untilEnd, fields, other = fixedWindow(st, now, L, P, cal, off)
+local f, bad = fixedStart('fixed_window')
+if not f then return bad end
+local L, n, used, untilEnd = f.L, f.n, f.used, f.untilEnd
 local reason, retry, remaining, reset = 0, 0, 0, 0
 if n < 1 then
   reason = 3
@@ -367,15 +370,15 @@ elseif n > L then
   reason = 2
 elseif used + n <= L then
   used = used + n
-  record(key, st, fields, other, used, untilEnd)
-  return {1, L - used, 0, ceildiv(untilEnd, 1000), 0, now}
+  record(KEYS[1], f.st, f.fields, f.other, used, untilEnd)
+  return {1, L - used, 0, ceildiv(untilEnd, 1000), 0, f.now}
 else
   reason = 1
   retry = ceildiv(untilEnd, 1000)
 end
 if used < L then remaining = L - used end
 if used > 0 then reset = ceildiv(untilEnd, 1000) end
-return {0, remaining, retry, reset, reason, now}
+return {0, remaining, retry, reset, reason, f.now}
 `
 
 // ARGV: L P_us want calendar offset [now_us]. A hybrid lease of a fixed
@@ -386,19 +389,15 @@ return {0, remaining, retry, reset, reason, now}
 // window ends, which a lease must not outlive. An empty grant's
 // retry_after_ms is that too: nothing can be leased before.
 const windowLeaseBody = fixedWindowPrelude + `
-local L, P, want, cal, off = fixedArgs()
-if not L then return redis.error_reply('ERR sluice: bad fixed_window lease arguments') end
-local now = clock(ARGV[6])
-if not now then return redis.error_reply('ERR sluice: bad time argument') end
-local key = KEYS[1]
-local st = redis.call('HMGET', key, 'w', 'c', 's', 'e')
-local used, untilEnd, fields, other = fixedWindow(st, now, L, P, cal, off)
-local reset = ceildiv(untilEnd, 1000)
-if want < 1 then return {0, 0, 0, reset, 3, now} end
-if used >= L then return {0, 0, reset, reset, 1, now} end
+local f, bad = fixedStart('fixed_window lease')
+if not f then return bad end
+local L, want, used = f.L, f.n, f.used
+local reset = ceildiv(f.untilEnd, 1000)
+if want < 1 then return {0, 0, 0, reset, 3, f.now} end
+if used >= L then return {0, 0, reset, reset, 1, f.now} end
 local grant = math.min(want, L - used)
-record(key, st, fields, other, used + grant, untilEnd)
-return {grant, L - used - grant, 0, reset, 0, now}
+record(KEYS[1], f.st, f.fields, f.other, used + grant, f.untilEnd)
+return {grant, L - used - grant, 0, reset, 0, f.now}
 `
 
 // ARGV: L P_us cost [now_us]. State: hash {w = window index, c = used in

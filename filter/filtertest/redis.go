@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,28 +74,25 @@ func StartRedisFront(t testing.TB, protocol string) *RedisFront {
 // body.
 func (f *RedisFront) Call(now time.Time, headers [][2]string, body []byte) (int, []byte, error) {
 	us := strconv.FormatInt(now.UnixMicro(), 10)
-	method, path := "GET", "/"
-	for _, h := range headers {
-		switch h[0] {
-		case ":method":
-			method = h[1]
-		case ":path":
-			path = h[1]
-		}
+	path := "/"
+	if i := slices.IndexFunc(headers, func(h [2]string) bool { return h[0] == ":path" }); i >= 0 {
+		path = headers[i][1]
 	}
 	if f.protocol == "webdis" {
-		// /EVALSHA/<sha>/1/<key>/<args…>: one more path segment.
+		// A command is a GET of /EVALSHA/<sha>/1/<key>/<args…>: the time
+		// is one more path segment.
 		if verb, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/"); verb == "EVALSHA" || verb == "EVAL" {
 			path += "/" + us
 		}
-		status, _, reply, err := testkit.RoundTrip(context.Background(), method, f.webdis+path, headers, body)
+		status, _, reply, err := testkit.RoundTrip(context.Background(), http.MethodGet, f.webdis+path, headers, body)
 		return status, reply, err
 	}
+	// A command is a POST of its JSON array of strings.
 	var cmd []string
 	if json.Unmarshal(body, &cmd) == nil && len(cmd) > 0 && (cmd[0] == "EVALSHA" || cmd[0] == "EVAL") {
 		body, _ = json.Marshal(append(cmd, us))
 	}
-	req := httptest.NewRequest(method, path, strings.NewReader(string(body)))
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(string(body)))
 	for _, h := range headers {
 		if !strings.HasPrefix(h[0], ":") {
 			req.Header.Add(h[0], h[1])
