@@ -2,9 +2,11 @@ package distributed
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -123,4 +125,22 @@ func FuzzWindowLeaseReply(f *testing.F) {
 			t.Fatalf("reply %s: %d served for a lease of 1", reply, total)
 		}
 	})
+}
+
+// TestWindowOfHostileClock: the period a reply reports is a calendar
+// period whatever clock the reply claims, from the epoch to int64's end.
+func TestWindowOfHostileClock(t *testing.T) {
+	march := time.Date(2028, time.March, 1, 0, 0, 0, 0, time.FixedZone("+09:00", 9*3600)).UnixMicro()
+	for _, us := range []int64{0, 1, march, 1<<53 - 1, math.MaxInt64 / 1000, math.MaxInt64} {
+		got := windowOf(monthly, backend.Reply{ServerMicros: us})
+		if got < 28*24*time.Hour || got > 31*24*time.Hour {
+			t.Errorf("clock %dµs: period %v", us, got)
+		}
+	}
+	if got := windowOf(monthly, backend.Reply{ServerMicros: march}); got != 31*24*time.Hour {
+		t.Errorf("Mar 1 2028 00:00 +09:00: %v, want March's 31 days", got)
+	}
+	if got := windowOf(monthly, backend.Reply{ServerMicros: march - 1}); got != 29*24*time.Hour {
+		t.Errorf("a µs earlier: %v, want a leap February's 29 days", got)
+	}
 }
