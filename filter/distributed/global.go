@@ -95,8 +95,10 @@ func (b *Backend) Decide(k *Key, cost int64, now time.Time, done func(at time.Ti
 		return nil, err
 	}
 	lim := k.Lim
-	var c *Call
-	c = b.NewCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
+	c := b.NewCall(cmd, now, nil)
+	// Set after NewCall so that the closure holds c by value: one
+	// allocation fewer per decision than capturing a variable set later.
+	c.onDone = func(at time.Time, r backend.Reply, err error) {
 		if err != nil {
 			done(at, limiter.Result{}, err)
 			return
@@ -115,7 +117,7 @@ func (b *Backend) Decide(k *Key, cost int64, now time.Time, done func(at time.Ti
 			res.ResetAfter = max(res.ResetAfter-lag, 0)
 		}
 		done(at, res, nil)
-	})
+	}
 	b.Send(c, now)
 	return c, nil
 }

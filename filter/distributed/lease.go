@@ -466,10 +466,10 @@ func (b *Backend) startLease(k *Key, cl leaseClaim, now time.Time) {
 		b.leaseDone(key, cl, now, 0, backend.Reply{}, err)
 		return
 	}
-	var c *Call
-	c = b.NewCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
+	c := b.NewCall(cmd, now, nil)
+	c.onDone = func(at time.Time, r backend.Reply, err error) {
 		b.leaseDone(key, cl, at, c.sentAt.UnixNano(), r, err)
-	})
+	}
 	c.lease = true
 	b.Enqueue(c)
 }
