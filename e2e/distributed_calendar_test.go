@@ -8,18 +8,22 @@ import (
 	"time"
 )
 
-// TestDistributedCalendarQuota runs a global monthly quota and a hybrid
-// daily one on 3 instances of our host against one real Redis, on Redis's
-// own clock (no time argument: what production sends): a concurrent burst
-// admits exactly each limit, the headers reset at the period's end in the
-// offset, and the key expires a minute after it.
+// calendarQuotas are the limits TestDistributedCalendarQuota runs: a
+// global monthly quota and a hybrid daily one.
+var calendarQuotas = []struct {
+	mode, window string
+	limit        int
+}{{"global", "month", 40}, {"hybrid", "day", 30}}
+
+// TestDistributedCalendarQuota runs each of calendarQuotas on 3 instances
+// of our host against one real Redis, on Redis's own clock (no time
+// argument: what production sends): a concurrent burst admits at most the
+// limit (exactly, in global mode without timeouts), the headers reset at
+// the period's end in the offset, and the key expires a minute after it.
 func TestDistributedCalendarQuota(t *testing.T) {
-	forBothProtocols(t, func(t *testing.T, p distProtocol) {
-		for _, c := range []struct {
-			mode, window string
-			limit        int
-		}{{"global", "month", 40}, {"hybrid", "day", 30}} {
-			t.Run(c.mode, func(t *testing.T) {
+	for _, c := range calendarQuotas {
+		t.Run(c.mode, func(t *testing.T) {
+			forBothProtocols(t, func(t *testing.T, p distProtocol) {
 				be := startDistBackend(t, p)
 				lim := `{"name":"quota","key":["header:x-key"],"algorithm":"fixed_window","limit":` + strconv.Itoa(c.limit) +
 					`,"window":"` + c.window + `","window_offset":"-05:30","mode":"` + c.mode + `","failure_policy":"deny"}`
@@ -61,6 +65,6 @@ func TestDistributedCalendarQuota(t *testing.T) {
 					t.Fatalf("TTL %v (%v), want the period's end plus a minute, %v", ttl, err, want)
 				}
 			})
-		}
-	})
+		})
+	}
 }
