@@ -108,11 +108,11 @@ func (b *Backend) Decide(k *Key, cost int64, now time.Time, done func(at time.Ti
 		if lim.Algorithm == limiter.FixedWindow {
 			// A window ends at an instant of Redis's clock, which Redis
 			// read between the call's sending and at: measured from the
-			// sending, its end is never later than the true one (but for
-			// the millisecond the reply rounds up), so the negative
-			// cache and the headers end with the window, not up to a
-			// call's latency after it.
-			lag := at.Sub(c.sentAt)
+			// sending, less the millisecond the reply rounds up, its end
+			// is never later than the true one, so the negative cache
+			// and the headers end with the window, not up to a call's
+			// latency after it.
+			lag := at.Sub(c.sentAt) + time.Millisecond
 			res.RetryAfter = max(res.RetryAfter-lag, 0)
 			res.ResetAfter = max(res.ResetAfter-lag, 0)
 		}

@@ -513,7 +513,7 @@ func (b *Backend) leaseDone(k Key, cl leaseClaim, now time.Time, sent int64, r b
 			// The window is used up: nothing can be leased before it
 			// ends, so no call is made and requests beyond the tokens
 			// held are denied until then (measured as windowEnd is).
-			end := sent + int64(r.ResetAfter)
+			end := sent + int64(r.ResetAfter-time.Millisecond)
 			rec.nextCall = max(rec.nextCall, end)
 			rec.deniedUntil = max(rec.deniedUntil, end)
 			return true
@@ -535,9 +535,9 @@ func (b *Backend) leaseDone(k Key, cl leaseClaim, now time.Time, sent int64, r b
 		if r.Granted == 0 {
 			retryAt := ns + int64(r.RetryAfter)
 			if k.Lim.Algorithm == limiter.FixedWindow {
-				// The window's end, measured from the call's start as
-				// windowEnd is: the denial ends with the window.
-				retryAt = sent + int64(r.RetryAfter)
+				// The window's end, measured as windowEnd is: the
+				// denial ends with the window.
+				retryAt = sent + int64(r.RetryAfter-time.Millisecond)
 			}
 			rec.nextCall = max(rec.nextCall, retryAt)
 			rec.deniedUntil = rec.nextCall
