@@ -27,7 +27,7 @@ func TestDistributedCalendarQuota(t *testing.T) {
 				be := startDistBackend(t, p)
 				lim := `{"name":"quota","key":["header:x-key"],"algorithm":"fixed_window","limit":` + strconv.Itoa(c.limit) +
 					`,"window":"` + c.window + `","window_offset":"-05:30","mode":"` + c.mode + `","failure_policy":"deny"}`
-				insts := startDistInstances(t, 3, `{"limits":[`+lim+`],`+be.backendBlock(`"timeout":"500ms","retries":1`)+`}`, be.addr)
+				insts := startDistInstances(t, 3, `{"limits":[`+lim+`],`+be.backendBlock(`"timeout":"2s","retries":1`)+`}`, be.addr)
 				key := uniqueKey("cal")
 				ta := burst(t, insts, "/", key, 3*c.limit)
 				timeouts := sumMetric(insts, "sluice.backend.errors.timeout")
