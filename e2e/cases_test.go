@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,9 +36,16 @@ type wasmHarness struct {
 	rt     *host.Runtime
 	plugin *host.Plugin
 	steppedClock
+	// redis is a case's Redis cluster; the clock waits for its calls.
+	redis *clockedRedis
 }
 
-func (w *wasmHarness) Advance(_ testing.TB, d time.Duration) { w.advance(d) }
+func (w *wasmHarness) Advance(_ testing.TB, d time.Duration) {
+	if w.redis != nil {
+		w.redis.wait()
+	}
+	w.advance(d)
+}
 
 // tickStep matches the filter's delay tick.
 const tickStep = 5 * time.Millisecond
@@ -228,9 +236,14 @@ func newWasmHarnessLogging(t *testing.T, code []byte, c filtertest.Case, logger 
 	h := &wasmHarness{steppedClock: steppedClock{now: filtertest.Epoch}}
 	h.rt = host.NewRuntime(host.RuntimeOptions{Clock: h.clock, ManualTicks: true, Logger: logger})
 	t.Cleanup(func() { h.rt.Close(context.Background()) })
+	var caller host.Caller
+	if c.Redis != "" {
+		h.redis = newClockedRedis(filtertest.StartRedisFront(t, c.Redis), &h.steppedClock)
+		caller = h.redis
+	}
 	p, err := h.rt.NewPlugin(context.Background(), host.PluginConfig{
 		Name: "sluice", RootID: "sluice", VMID: "sluice-" + strconv.Itoa(int(time.Now().UnixNano())),
-		Code: code, Configuration: []byte(c.Config), Concurrency: c.Workers,
+		Code: code, Configuration: []byte(c.Config), Concurrency: c.Workers, Caller: caller,
 	})
 	if err != nil {
 		t.Fatalf("start: %v", err)
@@ -262,4 +275,58 @@ func dynamicMetadata(md []filtertest.Metadata) map[string]map[string]any {
 		fields[elems[len(elems)-1]] = m.Value
 	}
 	return out
+}
+
+// clockedRedis reaches a case's RedisFront as its cluster, at the
+// harness's stepped clock, which does not move while a call is out (see
+// wasmHarness.Advance): Redis answers in no time on that clock, as the
+// native harness's synchronous answers do, however slow the machine. Our
+// host asks HasCluster on the guest's thread as the guest starts a call,
+// before it runs the call on a goroutine of its own: that is where a
+// call counts as out.
+type clockedRedis struct {
+	front   *filtertest.RedisFront
+	clock   *steppedClock
+	mu      sync.Mutex
+	idle    *sync.Cond
+	pending int
+}
+
+func newClockedRedis(front *filtertest.RedisFront, clock *steppedClock) *clockedRedis {
+	c := &clockedRedis{front: front, clock: clock}
+	c.idle = sync.NewCond(&c.mu)
+	return c
+}
+
+func (c *clockedRedis) HasCluster(name string) bool {
+	if name != filtertest.RedisCluster {
+		return false
+	}
+	c.mu.Lock()
+	c.pending++
+	c.mu.Unlock()
+	return true
+}
+
+func (c *clockedRedis) Call(_ context.Context, _ string, headers [][2]string, body []byte, _ [][2]string, _ time.Duration) (*host.Response, error) {
+	defer func() {
+		c.mu.Lock()
+		c.pending--
+		c.idle.Broadcast()
+		c.mu.Unlock()
+	}()
+	status, reply, err := c.front.Call(c.clock.clock(), headers, body)
+	if err != nil {
+		return nil, err
+	}
+	return &host.Response{Status: status, Headers: [][2]string{{"content-type", "application/json"}}, Body: reply}, nil
+}
+
+// wait returns once no call is out.
+func (c *clockedRedis) wait() {
+	c.mu.Lock()
+	for c.pending > 0 {
+		c.idle.Wait()
+	}
+	c.mu.Unlock()
 }

@@ -77,6 +77,22 @@ func (n *nativeHarness) pump(id uint32) int {
 	return answered
 }
 
+// answerRedis answers callouts to filtertest.RedisCluster from front, at
+// the harness's clock: pump answers each while the clock stands still.
+func (n *nativeHarness) answerRedis(t *testing.T, front *filtertest.RedisFront) {
+	n.answer = func(cluster string, headers [][2]string, body []byte) (int, []byte, bool) {
+		if cluster != filtertest.RedisCluster {
+			return 0, nil, false
+		}
+		status, reply, err := front.Call(n.now, headers, body)
+		if err != nil {
+			t.Errorf("redis front: %v", err)
+			return 0, nil, false
+		}
+		return status, reply, true
+	}
+}
+
 // tickStep is how far the clock moves per emulated tick while a request is
 // held; the filter's own tick period is 5ms.
 const tickStep = 5 * time.Millisecond
@@ -268,7 +284,11 @@ func (n *nativeHarness) Defined(t testing.TB, name string) bool {
 func TestCasesNative(t *testing.T) {
 	for _, c := range filtertest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			c.Run(t, newNativeHarness(t, c.Config))
+			h := newNativeHarness(t, c.Config)
+			if c.Redis != "" {
+				h.answerRedis(t, filtertest.StartRedisFront(t, c.Redis))
+			}
+			c.Run(t, h)
 		})
 	}
 }

@@ -138,3 +138,22 @@ func monthOf(day int64) (y, m int64) {
 	}
 	return y, m
 }
+
+// WindowAt is the window of fixed-window limit l that holds the Unix
+// nanosecond now: its length, and how long after now it ends. For a
+// calendar that is now's period (now clamped at the floor decisions clamp
+// it to), so a month's length is its true one; otherwise it is Period and
+// the end of now's window aligned to the epoch. A remote decision, made
+// on Redis's clock, reports its period through it.
+func (l Limit) WindowAt(now int64) (length, untilEnd time.Duration) {
+	if l.Calendar == NoCalendar || l.Calendar >= numCalendars {
+		if l.Period <= 0 {
+			return 0, 0
+		}
+		t := max(now, 0)
+		return l.Period, l.Period - time.Duration(t%int64(l.Period))
+	}
+	t := max(now, calendarFloor)
+	_, start, n := l.Calendar.Period(t, l.Offset)
+	return time.Duration(n), time.Duration(start + int64(n) - t)
+}

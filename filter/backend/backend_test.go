@@ -65,7 +65,10 @@ func TestDecideArgs(t *testing.T) {
 			Command{Script: TokenBucketScript, Key: "k", Args: [6]int64{1, 8640000, 10000, 1}, NArgs: 4}, false},
 		{"fixed window",
 			limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 10, Period: 250 * time.Millisecond}, 2,
-			Command{Script: FixedWindowScript, Key: "k", Args: [6]int64{10, 250000, 2}, NArgs: 3}, false},
+			Command{Script: FixedWindowScript, Key: "k", Args: [6]int64{10, 250000, 2, 0, 0}, NArgs: 5}, false},
+		{"a month in +09:00, beyond the sliding window's bound on L×P",
+			limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 4_000_000_000, Period: 31 * 24 * time.Hour, Calendar: limiter.CalendarMonth, Offset: 9 * 3600}, 3,
+			Command{Script: FixedWindowScript, Key: "k", Args: [6]int64{4_000_000_000, 2678400000000, 3, 3, 32400}, NArgs: 5}, false},
 		{"sliding window",
 			limiter.Limit{Algorithm: limiter.SlidingWindow, Rate: 10, Period: time.Minute}, 1,
 			Command{Script: SlidingWindowScript, Key: "k", Args: [6]int64{10, 60000000, 1}, NArgs: 3}, false},
@@ -75,7 +78,7 @@ func TestDecideArgs(t *testing.T) {
 		{"sliding log over its cap", limiter.Limit{Algorithm: limiter.SlidingLog, Rate: 1001, Period: time.Second}, 1, Command{}, true},
 		{"negative cost becomes the invalid cost 0",
 			limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 10, Period: time.Second}, -5,
-			Command{Script: FixedWindowScript, Key: "k", Args: [6]int64{10, 1000000, 0}, NArgs: 3}, false},
+			Command{Script: FixedWindowScript, Key: "k", Args: [6]int64{10, 1000000, 0, 0, 0}, NArgs: 5}, false},
 		{"sub-microsecond period", limiter.Limit{Rate: 10, Period: 1500 * time.Nanosecond}, 1, Command{}, true},
 		{"huge prime bucket", limiter.Limit{Rate: 4294967291, Period: 300 * 24 * time.Hour}, 1, Command{}, true},
 		{"huge sliding window", limiter.Limit{Algorithm: limiter.SlidingWindow, Rate: 1 << 30, Period: 300 * 24 * time.Hour}, 1, Command{}, true},
@@ -92,8 +95,12 @@ func TestDecideArgs(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Lease(limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 1, Period: time.Second}, "k", 5, 0); err == nil {
-		t.Error("leasing a fixed window succeeded")
+	if _, err := Lease(limiter.Limit{Algorithm: limiter.SlidingWindow, Rate: 1, Period: time.Second}, "k", 5, 0); err == nil {
+		t.Error("leasing a sliding window succeeded")
+	}
+	month := limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 10000, Period: limiter.CalendarMonth.Longest(), Calendar: limiter.CalendarMonth, Offset: -5*3600 - 1800}
+	if got, err := Lease(month, "k", 40, time.Second); err != nil || got != (Command{Script: WindowLeaseScript, Key: "k", Args: [6]int64{10000, 2678400000000, 40, 3, -19800}, NArgs: 5}) {
+		t.Errorf("lease of a monthly quota: %+v, %v", got, err)
 	}
 	l := limiter.Limit{Rate: 100, Period: time.Second, Burst: 20}
 	for _, c := range []struct {

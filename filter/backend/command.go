@@ -63,11 +63,10 @@ func Decide(l limiter.Limit, key string, cost int64) (Command, error) {
 		if err != nil {
 			return Command{}, err
 		}
-		s := FixedWindowScript
 		if l.Algorithm == limiter.SlidingWindow {
-			s = SlidingWindowScript
+			return Command{Script: SlidingWindowScript, Key: key, Args: [6]int64{l.Rate, p, clampCost(cost)}, NArgs: 3}, nil
 		}
-		return Command{Script: s, Key: key, Args: [6]int64{l.Rate, p, clampCost(cost)}, NArgs: 3}, nil
+		return Command{Script: FixedWindowScript, Key: key, Args: [6]int64{l.Rate, p, clampCost(cost), int64(l.Calendar), int64(l.Offset)}, NArgs: 5}, nil
 	case limiter.SlidingLog:
 		// Validate keeps the log's numbers small: L ≤ 1,000 members, P
 		// whole µs of at most a year.
@@ -80,15 +79,35 @@ func Decide(l limiter.Limit, key string, cost int64) (Command, error) {
 // token bucket l on key (hybrid mode), reserving up to ahead of future
 // refill beyond an empty bucket: limiter.Limit.Lease with Redis TIME as
 // the clock. ahead is clamped to [0, limiter.MaxLeaseAhead] and truncated
-// to the microsecond, which can only reserve less. Only token buckets can
+// to the microsecond, which can only reserve less. A fixed window (a
+// calendar quota) is leased from what is left in its current window, all
+// spendable at once, ignoring ahead: its reply's ResetAfter is when that
+// window ends, which the lease must not outlive. Other algorithms cannot
 // be leased.
 func Lease(l limiter.Limit, key string, want int64, ahead time.Duration) (Command, error) {
+	if l.Algorithm == limiter.FixedWindow {
+		c, err := Decide(l, key, want)
+		c.Script = WindowLeaseScript
+		return c, err
+	}
 	r, p, err := tokenBucketUnits(l, "leased")
 	if err != nil {
 		return Command{}, err
 	}
 	ahead = min(max(ahead, 0), limiter.MaxLeaseAhead)
 	return Command{Script: LeaseScript, Key: key, Args: [6]int64{r, p, l.Capacity(), clampCost(want), int64(ahead / time.Microsecond)}, NArgs: 5}, nil
+}
+
+// Want is how many units lease command c asks for: a reply granting
+// more is not what the script returns. 0 for any other command.
+func (c Command) Want() int64 {
+	switch c.Script {
+	case LeaseScript:
+		return c.Args[3]
+	case WindowLeaseScript:
+		return c.Args[2]
+	}
+	return 0
 }
 
 // tokenBucketUnits is bucketUnits for the commands only a valid token
@@ -165,12 +184,14 @@ func bucketUnits(l limiter.Limit) (rate, period int64, err error) {
 // windowUnits checks the window scripts' ranges: the sliding weight
 // prev×(P−e) + (cur+n−1)×P is at most 3×L×P (µs), and the retry search
 // works with P in ns. Periods up to 52 days pass; L×P up to 2^51 µs.
+// A calendar period's script computes no such products (its count is at
+// most L, its times µs since the epoch), so only the period is checked.
 func windowUnits(l limiter.Limit) (int64, error) {
 	if l.Period%time.Microsecond != 0 {
 		return 0, ErrOutOfRange
 	}
 	p := int64(l.Period / time.Microsecond)
-	if p > maxExact/1000/2 || l.Rate > maxExact/(4*p) {
+	if p > maxExact/1000/2 || (l.Calendar == limiter.NoCalendar && l.Rate > maxExact/(4*p)) {
 		return 0, ErrOutOfRange
 	}
 	return p, nil

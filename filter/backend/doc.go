@@ -30,7 +30,18 @@
 // reach 2^53 (Lua numbers are float64), are refused with ErrOutOfRange;
 // every limit with round numbers up to billions per period fits.
 //
-// Lease is limiter.Limit.Lease in one atomic step, from the same state
+// A fixed window may count calendar periods (limiter.Calendar): the
+// script finds the day, week or month holding Redis TIME in the limit's
+// UTC offset with the limiter's civil-date arithmetic, stores the
+// period's span with its count, and expires the key a minute after the
+// period ends. A change of period, offset or rate keeps the count while
+// its span overlaps the current window, as the local limiter does.
+//
+// Lease of a fixed window (hybrid calendar quotas) takes up to want units
+// of what is left in the current window, all spendable at once; its reply's
+// ResetAfter is when the window ends, which the holder must not spend past.
+//
+// Lease of a token bucket is limiter.Limit.Lease in one atomic step, from the same state
 // Decide uses: it takes up to want tokens, reserving up to a given time of
 // future refill beyond an empty bucket, and says when the last granted
 // token may be spent (tokens become spendable one refill interval apart

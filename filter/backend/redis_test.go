@@ -86,7 +86,7 @@ func (r *remote) once(t testing.TB, c backend.Command) (backend.Reply, error) {
 	if err != nil {
 		return backend.Reply{}, err
 	}
-	if c.Script == backend.LeaseScript {
+	if c.Script.IsLease() {
 		return backend.ParseLeaseReply(r.ep.Protocol, status, body)
 	}
 	return backend.ParseReply(r.ep.Protocol, status, body)

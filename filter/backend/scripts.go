@@ -216,22 +216,153 @@ local function window(w, now, P)
 end
 `
 
-// ARGV: L P_us cost [now_us]. State: hash {w = window index, c = used}.
-const fixedWindowBody = windowPrelude + `
-local L, P, n = num(ARGV[1]), num(ARGV[2]), num(ARGV[3])
-if not (L and P and n) or L < 1 or P < 1 then
-  return redis.error_reply('ERR sluice: bad fixed_window arguments')
+// fixedWindowPrelude holds what every fixed-window script shares. period
+// mirrors limiter.Calendar.Period on Redis's clock: the
+// span [start, stop) in µs of the period of calendar cal (1 day, 2 week
+// from Monday, 3 month) holding now, in the fixed UTC offset off (seconds
+// east), by the same integer civil-date arithmetic (400-year eras of
+// 146097 days, years starting in March so that February is last). Every
+// quantity is an integer far below 2^53 (day numbers of a few 10^4, µs
+// near 2^51), so Lua's float64 computes it exactly; divmod floors.
+const fixedWindowPrelude = windowPrelude + `
+local DAY = 86400
+local MAX_OFFSET = 64800
+-- CAL_FLOOR_US is limiter's calendarFloor: 40 days after the epoch, so a
+-- period's start is never before it.
+local CAL_FLOOR_US = 40 * DAY * 1000000
+local function firstOfMonth(y, m)
+  if m <= 2 then y = y - 1 end
+  local era = divmod(y, 400)
+  local yoe = y - era * 400
+  local doy = divmod(153 * ((m + 9) % 12) + 2, 5)
+  return era * 146097 + yoe * 365 + divmod(yoe, 4) - divmod(yoe, 100) + doy - 719468
 end
-local now = clock(ARGV[4])
-if not now then return redis.error_reply('ERR sluice: bad time argument') end
-local key = KEYS[1]
-local st = redis.call('HMGET', key, 'w', 'c')
-local w, c = num(st[1]), num(st[2])
-if not (w and c) then w, c = nil, 0 end
-local win, elapsed, delay, plausible = window(w, now, P)
-local used = 0
-if not plausible then used = L elseif w == win then used = c end
-local untilEnd = delay + P - elapsed
+local function monthOf(day)
+  local z = day + 719468
+  local era = divmod(z, 146097)
+  local doe = z - era * 146097
+  local yoe = divmod(doe - divmod(doe, 1460) + divmod(doe, 36524) - divmod(doe, 146096), 365)
+  local doy = doe - (365 * yoe + divmod(yoe, 4) - divmod(yoe, 100))
+  local m = divmod(5 * doy + 2, 153) + 3
+  if m > 12 then m = m - 12 end
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m
+end
+local function period(now, cal, off)
+  local day = divmod(divmod(now, 1000000) + off, DAY)
+  local first, nxt = day, day + 1
+  if cal == 2 then
+    first = divmod(day + 3, 7) * 7 - 3
+    nxt = first + 7
+  elseif cal == 3 then
+    local y, m = monthOf(day)
+    first = firstOfMonth(y, m)
+    if m == 12 then nxt = firstOfMonth(y + 1, 1) else nxt = firstOfMonth(y, m + 1) end
+  end
+  return (first * DAY - off) * 1000000, (nxt * DAY - off) * 1000000
+end
+-- calendarArgs reads the calendar and offset arguments every fixed-window
+-- script takes (cal 0: windows of P since the epoch, offset 0).
+local function calendarArgs(c, o)
+  local cal, off = num(c), tonumber(o)
+  if not cal or cal > 3 or not off or off ~= math.floor(off) or off < -MAX_OFFSET or off > MAX_OFFSET or (cal == 0 and off ~= 0) then
+    return nil
+  end
+  return cal, off
+end
+-- PERIOD_MARGIN_MS: a calendar period's key expires this long after the
+-- period ends (see keepUntil).
+local PERIOD_MARGIN_MS = TOLERANCE_US / 1000
+-- keepUntil makes a calendar key expire PERIOD_MARGIN_MS after its period
+-- ends, untilEnd µs from now, where keep doubles: a period's state is
+-- worth nothing once it is over. The TTL is set again only when it would
+-- end less than half the margin after the period or more than a margin
+-- late (a longer TTL of another state), so admissions within a period
+-- normally write it once.
+local function keepUntil(key, untilEnd)
+  local ms = ceildiv(untilEnd, 1000) + PERIOD_MARGIN_MS
+  local ttl = redis.call('PTTL', key)
+  if ttl < ms - PERIOD_MARGIN_MS / 2 or ttl > ms + PERIOD_MARGIN_MS then
+    redis.call('PEXPIRE', key, str(ms))
+  end
+end
+-- fixedWindow finds what a fixed window decides in, as limiter's window,
+-- calendarWindow and inWindow do: st is the HMGET of w, c, s, e. A window
+-- of P (cal 0) is stored as its index w, a calendar period as its span
+-- [s, e) in µs; a count stored under one kind counts under the other, and
+-- across a change of calendar or offset, while its span overlaps the
+-- current window, so a change of period keeps what a key used; a duration
+-- window's index says nothing of its length and counts for no calendar
+-- period. Returns used (L when the state is implausible), µs until the
+-- window ends, and the fields an admission writes.
+local function fixedWindow(st, now, L, P, cal, off)
+  local w, c, s0, e0 = num(st[1]), num(st[2]), num(st[3]), num(st[4])
+  if not c then w, s0, e0, c = nil, nil, nil, 0 end
+  if not (s0 and e0 and s0 < e0) then s0, e0 = 0, 0 end
+  if cal == 0 then
+    local win, elapsed, delay, plausible = window(w, now, P)
+    local used = 0
+    if not plausible then
+      used = L
+    elseif w == win or (w == nil and s0 < (win + 1) * P and e0 > win * P) then
+      used = c
+    end
+    return used, delay + P - elapsed, {'w', str(win)}, 's'
+  end
+  local t = math.max(now, CAL_FLOOR_US)
+  local start, stop = period(t, cal, off)
+  if s0 < stop then
+    local used = 0
+    if e0 > start then used = c end
+    return used, stop - t, {'s', str(start), 'e', str(stop)}, 'w'
+  elseif s0 == stop then
+    -- The clock went back across the period's end: decide in the stored
+    -- period, from its start, as the local limiter does.
+    return c, stop - t + e0 - s0, {'s', str(s0), 'e', str(e0)}, 'w'
+  end
+  return L, stop - t, {'s', str(start), 'e', str(stop)}, 'w'
+end
+-- record writes a fixed window's count after an admission: the fields
+-- fixedWindow named, the count, the other kind's fields deleted, the TTL.
+local function record(key, st, fields, other, used, untilEnd)
+  fields[#fields + 1] = 'c'
+  fields[#fields + 1] = str(used)
+  redis.call('HSET', key, unpack(fields))
+  if other == 'w' then
+    if st[1] then redis.call('HDEL', key, 'w') end
+    keepUntil(key, untilEnd)
+  else
+    if st[3] or st[4] then redis.call('HDEL', key, 's', 'e') end
+    keep(key, ceildiv(untilEnd, 1000))
+  end
+end
+-- fixedStart reads the arguments every fixed-window script takes (L P_us
+-- n calendar offset [now_us]) and the key's state, and finds its window
+-- (fixedWindow): a table of them, or nil and the error reply.
+local function fixedStart(script)
+  local L, P, n = num(ARGV[1]), num(ARGV[2]), num(ARGV[3])
+  local cal, off = calendarArgs(ARGV[4], ARGV[5])
+  if not (L and P and n and cal) or L < 1 or P < 1 then
+    return nil, redis.error_reply('ERR sluice: bad ' .. script .. ' arguments')
+  end
+  local now = clock(ARGV[6])
+  if not now then return nil, redis.error_reply('ERR sluice: bad time argument') end
+  local st = redis.call('HMGET', KEYS[1], 'w', 'c', 's', 'e')
+  local used, untilEnd, fields, other = fixedWindow(st, now, L, P, cal, off)
+  return {L = L, n = n, now = now, st = st, used = used, untilEnd = untilEnd, fields = fields, other = other}
+end
+`
+
+// ARGV: L P_us cost calendar offset [now_us]. calendar 0 counts windows of
+// P since the epoch, state hash {w = window index, c = used}; calendar 1,
+// 2, 3 (limiter.Calendar) counts days, weeks or months in the UTC offset
+// offset (seconds east), state hash {s, e = the period's span in µs, c =
+// used}. P is then the calendar's longest period, unused but checked.
+const fixedWindowBody = fixedWindowPrelude + `
+local f, bad = fixedStart('fixed_window')
+if not f then return bad end
+local L, n, used, untilEnd = f.L, f.n, f.used, f.untilEnd
 local reason, retry, remaining, reset = 0, 0, 0, 0
 if n < 1 then
   reason = 3
@@ -239,16 +370,34 @@ elseif n > L then
   reason = 2
 elseif used + n <= L then
   used = used + n
-  redis.call('HSET', key, 'w', str(win), 'c', str(used))
-  keep(key, ceildiv(untilEnd, 1000))
-  return {1, L - used, 0, ceildiv(untilEnd, 1000), 0, now}
+  record(KEYS[1], f.st, f.fields, f.other, used, untilEnd)
+  return {1, L - used, 0, ceildiv(untilEnd, 1000), 0, f.now}
 else
   reason = 1
   retry = ceildiv(untilEnd, 1000)
 end
 if used < L then remaining = L - used end
 if used > 0 then reset = ceildiv(untilEnd, 1000) end
-return {0, remaining, retry, reset, reason, now}
+return {0, remaining, retry, reset, reason, f.now}
+`
+
+// ARGV: L P_us want calendar offset [now_us]. A hybrid lease of a fixed
+// window (a calendar period's quota), on the state fixedWindowBody keeps:
+// it takes min(want, what is left in the current window) in one step,
+// every unit spendable at once (retry_after_ms 0), so leases and decisions
+// together never count more than L in a window. reset_after_ms is when the
+// window ends, which a lease must not outlive. An empty grant's
+// retry_after_ms is that too: nothing can be leased before.
+const windowLeaseBody = fixedWindowPrelude + `
+local f, bad = fixedStart('fixed_window lease')
+if not f then return bad end
+local L, want, used = f.L, f.n, f.used
+local reset = ceildiv(f.untilEnd, 1000)
+if want < 1 then return {0, 0, 0, reset, 3, f.now} end
+if used >= L then return {0, 0, reset, reset, 1, f.now} end
+local grant = math.min(want, L - used)
+record(KEYS[1], f.st, f.fields, f.other, used + grant, f.untilEnd)
+return {grant, L - used - grant, 0, reset, 0, f.now}
 `
 
 // ARGV: L P_us cost [now_us]. State: hash {w = window index, c = used in
@@ -400,13 +549,17 @@ var (
 	SlidingWindowScript = newScript("sliding_window", slidingWindowBody)
 	SlidingLogScript    = newScript("sliding_log", slidingLogBody)
 	LeaseScript         = newScript("token_bucket_lease", leaseBody)
+	WindowLeaseScript   = newScript("fixed_window_lease", windowLeaseBody)
 	ChargeScript        = newScript("token_bucket_charge", chargeBody)
 	ResetScript         = newScript("reset", resetBody)
 )
 
+// IsLease reports a lease script, whose replies ParseLeaseReply reads.
+func (s *Script) IsLease() bool { return s == LeaseScript || s == WindowLeaseScript }
+
 // Scripts lists every registered script, for loading them all at once.
 func Scripts() []*Script {
-	return []*Script{TokenBucketScript, FixedWindowScript, SlidingWindowScript, SlidingLogScript, LeaseScript, ChargeScript, ResetScript}
+	return []*Script{TokenBucketScript, FixedWindowScript, SlidingWindowScript, SlidingLogScript, LeaseScript, WindowLeaseScript, ChargeScript, ResetScript}
 }
 
 // ScriptBySHA1 finds a registered script by its digest, or nil.

@@ -172,8 +172,8 @@ func (p *parser) mode(o *object, l *Limit, backend *Backend) {
 		o.onlyWith("failure_policy", `mode "global" or "hybrid"`)
 		o.onlyWith("instances", `mode "global" or "hybrid"`)
 	default:
-		if l.Mode == ModeHybrid && l.Algorithm != TokenBucket {
-			o.errorf("mode", `"hybrid" leases tokens and needs algorithm "token_bucket", not %q`, l.Algorithm)
+		if l.Mode == ModeHybrid && l.Algorithm != TokenBucket && l.Algorithm != FixedWindow {
+			o.errorf("mode", `"hybrid" leases tokens and needs algorithm "token_bucket" (or "fixed_window" with a calendar window), not %q`, l.Algorithm)
 		}
 		if backend == nil {
 			o.errorf("mode", `%q needs a "backend" block naming the Redis cluster`, l.Mode)
@@ -282,11 +282,8 @@ func (p *parser) rate(o *object, alg Algorithm) (Rate, bool) {
 // exactly. The filter builds its tables and commands from the same
 // limiter.Limit, so a config Parse accepts never fails at plugin start.
 func (p *parser) rateFits(o *object, mode Mode, alg Algorithm, r Rate) {
-	if r.Calendar != limiter.NoCalendar && mode != ModeLocal {
-		// Hybrid already needs a token bucket, which refuses a calendar.
-		if mode == ModeGlobal {
-			o.errorf("window", `a calendar period (%q) is only supported with mode "local" so far: the Redis scripts count fixed windows since the epoch`, r.Calendar)
-		}
+	if mode == ModeHybrid && alg == FixedWindow && r.Calendar == limiter.NoCalendar {
+		o.errorf("window", `"hybrid" with algorithm "fixed_window" needs a calendar window ("day", "week" or "month"): leases of a duration window would mostly expire unspent at its end`)
 		return
 	}
 	if alg == SlidingLog && r.Limit > limiter.MaxLogLimit {
@@ -310,7 +307,7 @@ func (p *parser) rateFits(o *object, mode Mode, alg Algorithm, r Rate) {
 	switch {
 	case mode == ModeGlobal:
 		_, err = backend.Decide(lim, "", 1)
-	case mode == ModeHybrid && alg == TokenBucket:
+	case mode == ModeHybrid && (alg == TokenBucket || alg == FixedWindow):
 		_, err = backend.Lease(lim, "", 1, 0)
 	}
 	switch {

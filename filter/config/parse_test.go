@@ -332,7 +332,7 @@ var badCases = []badCase{
 	{name: "refill longer than int64 nanoseconds", in: `{"limits": [{"name": "a", "limit": 1, "window": "168h", "burst": 1000000000}]}`,
 		want: []string{"limits[0]: capacity×period/rate (time to refill an empty bucket) exceeds 146 years"}, schemaAccepts: true},
 	{name: "hybrid window algorithm", in: `{"backend": {"cluster": "r"}, "limits": [{"name": "a", "algorithm": "sliding_window", "requests_per_second": 5, "mode": "hybrid"}]}`,
-		want: []string{`limits[0].mode: "hybrid" leases tokens and needs algorithm "token_bucket", not "sliding_window"`}},
+		want: []string{`limits[0].mode: "hybrid" leases tokens and needs algorithm "token_bucket" (or "fixed_window" with a calendar window), not "sliding_window"`}},
 	{name: "global rates beyond the Redis scripts", in: `{"backend": {"cluster": "r"}, "limits": [
 		{"name": "a", "algorithm": "sliding_window", "limit": 1000000000, "window": "168h", "mode": "global",
 		 "overrides": {"gold": {"limit": 1, "window": "1000001ns"}, "a.b": {"limit": 1000000000, "window": "100h"}}},

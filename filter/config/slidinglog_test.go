@@ -22,7 +22,7 @@ func init() {
 		badCase{name: "sliding log override over its cap", in: slog(`, "requests_per_second": 5, "key": ["header:x"], "overrides": {"gold": {"requests_per_second": 5000}}`),
 			want: []string{`limits[0].overrides.gold.requests_per_second: must be at most 1000 with algorithm "sliding_log": the log keeps one entry per request admitted within the window, in one shared-data value`}},
 		badCase{name: "sliding log in hybrid mode", in: slog(`, "requests_per_second": 5, "mode": "hybrid"`),
-			want: []string{`limits[0].mode: "hybrid" leases tokens and needs algorithm "token_bucket", not "sliding_log"`}},
+			want: []string{`limits[0].mode: "hybrid" leases tokens and needs algorithm "token_bucket" (or "fixed_window" with a calendar window), not "sliding_log"`}},
 		badCase{name: "sliding log with burst", in: slog(`, "requests_per_second": 5, "burst": 1`),
 			want: []string{`limits[0].burst: only valid with algorithm "token_bucket"`}},
 		badCase{name: "sliding log with a response cost", in: slog(`, "requests_per_second": 5, "cost_from_response": {"header": "x-tokens"}`),

@@ -303,7 +303,7 @@ func (b *Backend) onReply(c *Call, seq uint32, status int, body []byte, err erro
 		b.failed(c, now, err)
 		return
 	}
-	if c.lease && reply.Granted > c.cmd.Args[3] {
+	if c.lease && reply.Granted > c.cmd.Want() {
 		// A lease reply granting more than asked is not what our script
 		// returns; trusting it could over-admit.
 		b.failed(c, now, &backend.Error{Kind: backend.KindMalformed, Status: status, Detail: "lease granted more than requested"})

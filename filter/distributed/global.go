@@ -2,6 +2,7 @@ package distributed
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
@@ -31,9 +32,16 @@ func (b *Backend) Denied(k *Key, res limiter.Result, now time.Time) {
 }
 
 // CachedDenial is the decision a negative cache entry until (ns) stands
-// for at ns.
+// for at ns. A fixed window is denied until its window ends, when the key
+// is back to its full allowance, so that is its reset time too, and a
+// calendar's period is the one ns is in, as Redis's reply said.
 func (k *Key) CachedDenial(ns, until int64) limiter.Result {
-	return limiter.Result{Limit: k.Lim.Rate, RetryAfter: time.Duration(until - ns), Reason: limiter.ReasonLimited}
+	res := limiter.Result{Limit: k.Lim.Rate, RetryAfter: time.Duration(until - ns), Reason: limiter.ReasonLimited}
+	if k.Lim.Algorithm == limiter.FixedWindow {
+		res.ResetAfter = res.RetryAfter
+		res.Period, _ = k.Lim.WindowAt(ns)
+	}
+	return res
 }
 
 // Slots bounds the shared-data keys of one remote limit; keys that
@@ -87,17 +95,43 @@ func (b *Backend) Decide(k *Key, cost int64, now time.Time, done func(at time.Ti
 		return nil, err
 	}
 	lim := k.Lim
-	c := b.NewCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
+	c := b.NewCall(cmd, now, nil)
+	// Set after NewCall so that the closure holds c by value: one
+	// allocation fewer per decision than capturing a variable set later.
+	c.onDone = func(at time.Time, r backend.Reply, err error) {
 		if err != nil {
 			done(at, limiter.Result{}, err)
 			return
 		}
 		res := r.Result(lim.Rate)
-		res.Period = lim.Period
+		res.Period = windowOf(lim, r)
+		if lim.Algorithm == limiter.FixedWindow {
+			// A window ends at an instant of Redis's clock, which Redis
+			// read between the call's sending and at: measured from the
+			// sending, less the millisecond the reply rounds up, its end
+			// is never later than the true one, so the negative cache
+			// and the headers end with the window, not up to a call's
+			// latency after it.
+			lag := at.Sub(c.sentAt) + time.Millisecond
+			res.RetryAfter = max(res.RetryAfter-lag, 0)
+			res.ResetAfter = max(res.ResetAfter-lag, 0)
+		}
 		done(at, res, nil)
-	})
+	}
 	b.Send(c, now)
 	return c, nil
+}
+
+// windowOf is the window a reply of lim was decided in, for the headers:
+// Period, or a calendar's period at the Redis clock the script used, so a
+// February reports its 28 or 29 days as the local mode does. A reply's
+// clock is whatever Redis sent; saturated, it still names some period.
+func windowOf(lim limiter.Limit, r backend.Reply) time.Duration {
+	if lim.Calendar == limiter.NoCalendar {
+		return lim.Period
+	}
+	length, _ := lim.WindowAt(min(r.ServerMicros, math.MaxInt64/1000) * 1000)
+	return length
 }
 
 // Shadow decides cost units of a shadow limit's key in the background,

@@ -107,9 +107,13 @@ type slotRecord struct {
 	// limit; a lease asks for little more, leaving the rest of the refill
 	// to the other Envoys.
 	batch int64
+	// windowEnd is, for a fixed window (a calendar quota), when the window
+	// the tokens were leased from ends (ns), no later than Redis's end of
+	// it; 0 for a token bucket. The tokens expire by then.
+	windowEnd int64
 }
 
-const slotRecordFields = 13
+const slotRecordFields = 14
 
 const slotRecordLen = 8 * slotRecordFields
 
@@ -117,7 +121,7 @@ func (r *slotRecord) encode() []byte {
 	b := make([]byte, slotRecordLen)
 	vals := [slotRecordFields]uint64{r.fp, uint64(r.tokens), uint64(r.ready), uint64(r.expires), uint64(r.inflight),
 		uint64(r.lastCall), uint64(r.nextCall), uint64(r.demand), uint64(r.want), uint64(r.deniedUntil),
-		uint64(r.failedAt), uint64(r.interval), uint64(r.batch)}
+		uint64(r.failedAt), uint64(r.interval), uint64(r.batch), uint64(r.windowEnd)}
 	for i, v := range vals {
 		binary.LittleEndian.PutUint64(b[i*8:], v)
 	}
@@ -135,7 +139,8 @@ func decodeSlot(b []byte) (slotRecord, bool) {
 		v[i] = int64(binary.LittleEndian.Uint64(b[i*8:]))
 	}
 	r := slotRecord{fp: uint64(v[0]), tokens: v[1], ready: v[2], expires: v[3], inflight: v[4], lastCall: v[5],
-		nextCall: v[6], demand: v[7], want: v[8], deniedUntil: v[9], failedAt: v[10], interval: v[11], batch: v[12]}
+		nextCall: v[6], demand: v[7], want: v[8], deniedUntil: v[9], failedAt: v[10], interval: v[11], batch: v[12],
+		windowEnd: v[13]}
 	if r.tokens < 0 || r.demand < 0 || r.want < 0 || r.interval < 0 || r.batch < 0 {
 		return slotRecord{}, false
 	}
@@ -269,9 +274,9 @@ var ErrLeaseFailed = errors.New("lease call failed")
 func (b *Backend) TryLease(k *Key, cost, waitSince int64, first bool, now time.Time) (out LeaseOutcome, res limiter.Result, err error) {
 	ns := now.UnixNano()
 	var cl leaseClaim
-	var expired, left, until int64
+	var expired, left, until, windowEnd int64
 	ok := b.updateSlot(k, func(r *slotRecord) bool {
-		cl, expired = leaseClaim{}, 0
+		cl, expired, windowEnd = leaseClaim{}, 0, r.windowEnd
 		if first {
 			r.demand += cost
 		}
@@ -330,7 +335,14 @@ func (b *Backend) TryLease(k *Key, cost, waitSince int64, first bool, now time.T
 	}
 	switch out {
 	case LeaseTaken:
-		return out, limiter.Result{Allowed: true, Limit: k.Lim.Rate, Remaining: left}, nil
+		res := limiter.Result{Allowed: true, Limit: k.Lim.Rate, Remaining: left}
+		if k.Lim.Calendar != limiter.NoCalendar {
+			// The headers' period and reset: the window the tokens came
+			// from, which ends by windowEnd.
+			res.Period, _ = k.Lim.WindowAt(ns)
+			res.ResetAfter = time.Duration(max(windowEnd-ns, 0))
+		}
+		return out, res, nil
 	case LeaseDenied:
 		b.Metrics.NegativeHits.Increment(1)
 		return out, k.CachedDenial(ns, until), nil
@@ -409,6 +421,12 @@ type leaseClaim struct {
 func claimLease(r *slotRecord, k *Key, cost int64, ns int64) leaseClaim {
 	capacity := k.Lim.Capacity()
 	want := capacity / 20
+	if k.Lim.Algorithm == limiter.FixedWindow {
+		// A window's leased units are taken from its count for good, and
+		// those an Envoy does not spend are lost until the window ends: a
+		// first call takes only what the request needs.
+		want = 0
+	}
 	// Over its limit the key gets no lease before the next call: the
 	// lease must cover the demand until then.
 	horizon := leaseHorizon + time.Duration(r.interval)
@@ -445,18 +463,20 @@ func (b *Backend) startLease(k *Key, cl leaseClaim, now time.Time) {
 	key := *k // the request may be gone when the reply comes
 	cmd, err := backend.Lease(k.Lim, k.RKey, cl.want, leaseAhead)
 	if err != nil {
-		b.leaseDone(key, cl, now, backend.Reply{}, err)
+		b.leaseDone(key, cl, now, 0, backend.Reply{}, err)
 		return
 	}
-	c := b.NewCall(cmd, now, func(at time.Time, r backend.Reply, err error) {
-		b.leaseDone(key, cl, at, r, err)
-	})
+	c := b.NewCall(cmd, now, nil)
+	c.onDone = func(at time.Time, r backend.Reply, err error) {
+		b.leaseDone(key, cl, at, c.sentAt.UnixNano(), r, err)
+	}
 	c.lease = true
 	b.Enqueue(c)
 }
 
-// leaseDone records a lease reply.
-func (b *Backend) leaseDone(k Key, cl leaseClaim, now time.Time, r backend.Reply, err error) {
+// leaseDone records a lease reply to the call sent at sent (ns), whose
+// reply Redis made after that.
+func (b *Backend) leaseDone(k Key, cl leaseClaim, now time.Time, sent int64, r backend.Reply, err error) {
 	ns := now.UnixNano()
 	var expired int64
 	written := b.updateSlot(&k, func(rec *slotRecord) bool {
@@ -477,6 +497,26 @@ func (b *Backend) leaseDone(k Key, cl leaseClaim, now time.Time, r backend.Reply
 			// older tokens precede the new ones in the bucket.
 			rec.ready = max(rec.ready, ns+int64(r.RetryAfter))
 			rec.expires = max(rec.ready, ns) + int64(leaseTTL)
+			if k.Lim.Algorithm == limiter.FixedWindow {
+				// Units of a window spent after it ended would be
+				// admitted on top of the next window's limit. Redis
+				// decided after the call was sent, so its window ends
+				// no earlier than the sending plus the reply's reset
+				// time (rounded up to the millisecond, taken off):
+				// the lease never outlives the window, whatever this
+				// Envoy's clock reads against Redis's.
+				rec.windowEnd = sent + int64(r.ResetAfter-time.Millisecond)
+				rec.expires = min(rec.expires, rec.windowEnd)
+			}
+		}
+		if k.Lim.Algorithm == limiter.FixedWindow && r.Remaining == 0 {
+			// The window is used up: nothing can be leased before it
+			// ends, so no call is made and requests beyond the tokens
+			// held are denied until then (measured as windowEnd is).
+			end := sent + int64(r.ResetAfter-time.Millisecond)
+			rec.nextCall = max(rec.nextCall, end)
+			rec.deniedUntil = max(rec.deniedUntil, end)
+			return true
 		}
 		if r.Granted >= cl.want && r.RetryAfter == 0 {
 			rec.interval, rec.batch, rec.nextCall = 0, 0, 0
@@ -493,7 +533,13 @@ func (b *Backend) leaseDone(k Key, cl leaseClaim, now time.Time, r backend.Reply
 		rec.interval, rec.batch = int64(iv), int64(batch)
 		rec.nextCall = max(cl.start+int64(iv), ns)
 		if r.Granted == 0 {
-			rec.nextCall = max(rec.nextCall, ns+int64(r.RetryAfter))
+			retryAt := ns + int64(r.RetryAfter)
+			if k.Lim.Algorithm == limiter.FixedWindow {
+				// The window's end, measured as windowEnd is: the
+				// denial ends with the window.
+				retryAt = sent + int64(r.RetryAfter-time.Millisecond)
+			}
+			rec.nextCall = max(rec.nextCall, retryAt)
 			rec.deniedUntil = rec.nextCall
 		}
 		return true

@@ -10,7 +10,7 @@ import (
 
 func TestSlotRecordRoundTrip(t *testing.T) {
 	r := slotRecord{fp: 1, tokens: 2, ready: 3, expires: 4, inflight: 5, lastCall: 6, nextCall: 7, demand: 8, want: 9,
-		deniedUntil: 10, failedAt: 11, interval: 12, batch: 13}
+		deniedUntil: 10, failedAt: 11, interval: 12, batch: 13, windowEnd: 14}
 	got, ok := decodeSlot(r.encode())
 	if !ok || got != r {
 		t.Fatalf("round trip: %+v %v", got, ok)

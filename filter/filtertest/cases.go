@@ -143,7 +143,10 @@ type Case struct {
 	Name    string
 	Config  string
 	Workers int
-	Run     func(t *testing.T, h Harness)
+	// Redis, "webdis" or "upstash", gives the plugin a RedisFront of
+	// that protocol as cluster RedisCluster, on the harness's clock.
+	Redis string
+	Run   func(t *testing.T, h Harness)
 }
 
 func get(path string) Request { return Request{Method: "GET", Path: path, Host: "example.com"} }
