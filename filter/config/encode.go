@@ -203,7 +203,7 @@ func wireMatchOf(m *Match) *wireMatch {
 		wh.wireValueCondition = wireValueConditionOf(h.ValueCondition)
 		w.Headers = append(w.Headers, wh)
 	}
-	wireMatchMore(m, w)
+	wireMatchAttributesOf(m, w)
 	return w
 }
 
@@ -356,7 +356,7 @@ type wireMatch struct {
 	Hosts      []string          `json:"hosts,omitempty"`
 	Headers    []wireHeaderMatch `json:"headers,omitempty"`
 	Routes     []string          `json:"routes,omitempty"`
-	wireMatchExtra
+	wireMatchAttributes
 }
 
 type wireHeaderMatch struct {

@@ -81,7 +81,14 @@ func (p *parser) match(o *object) Match {
 			m.Routes = append(m.Routes, item.Str)
 		}
 	}
-	p.matchMore(o, &m)
+	if s, ok := o.str("path_regex"); ok {
+		if re, err := CompileRegex(s); err != nil {
+			o.errorf("path_regex", "%v", err)
+		} else {
+			m.PathRegex = re
+		}
+	}
+	p.matchAttributes(o, &m)
 	return m
 }
 
@@ -93,4 +100,30 @@ func validHost(s string) bool {
 		return false
 	}
 	return alnumOr(s, ".-")
+}
+
+// matchAttributes parses the conditions on what the request gives
+// besides its pseudo-headers, headers and route: its client address,
+// query parameters and dynamic metadata, and the nested not.
+func (p *parser) matchAttributes(o *object, m *Match) {
+	m.ClientCIDRs = p.cidrList(o, "client_cidrs", anyIfOmitted)
+	p.objects(o, "query", append([]string{"name"}, queryConditionFields...), func(q *object) {
+		var qm QueryMatch
+		if s, ok := q.str("name"); ok {
+			if queryName(s) {
+				qm.Name = s
+			} else {
+				q.errorf("name", "invalid query parameter name %s: want printable ASCII without space, & or =", Quote(s))
+			}
+		} else if !q.has("name") {
+			q.errorf("name", "required")
+		}
+		qm.ValueCondition = p.valueCondition(q, queryConditionFields...)
+		m.Query = append(m.Query, qm)
+	})
+	p.matchMetadata(o, m)
+	if n := o.child("not", matchFields...); n != nil {
+		not := p.match(n)
+		m.Not = &not
+	}
 }

@@ -22,6 +22,8 @@ package engine
 import (
 	"strings"
 	"time"
+
+	"github.com/sluice-proxy/sluice/filter/request"
 )
 
 type bodyMode uint8
@@ -45,7 +47,7 @@ type bodyScan struct {
 // response headers; headers are the response's.
 func (ch *charges) startBodyScan(headers [][2]string) {
 	ch.body.mode = bodyJSON
-	if ct, _ := combinedHeader(headers, "content-type"); isEventStream(ct) {
+	if ct, _ := request.CombinedHeader(headers, "content-type"); isEventStream(ct) {
 		ch.body.mode = bodySSE
 		ch.body.sse.reset()
 	}

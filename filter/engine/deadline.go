@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/host"
+	"github.com/sluice-proxy/sluice/filter/request"
 )
 
 // Deadline propagation: a request the filter held (a delay, a wait for
@@ -41,13 +42,13 @@ func defineDeadlineMetrics(hm host.Metrics) deadlineMetrics {
 // lowerDeadline lowers the deadline headers of request info, held for
 // held, just before it is resumed. False means the deadline was spent:
 // the request is to be answered (rejectDeadline) instead.
-func (p *Plugin) lowerDeadline(info *requestInfo, held time.Duration) bool {
+func (p *Plugin) lowerDeadline(info *request.Info, held time.Duration) bool {
 	if held <= 0 {
 		return true
 	}
 	m := &p.deadline
 	rep := p.host.Stream
-	if v, ok := info.header(headerGRPCTimeout); ok {
+	if v, ok := info.Header(headerGRPCTimeout); ok {
 		switch d, valid := parseGRPCTimeout(v); {
 		case !valid:
 			m.invalid.Increment(1) // forwarded as it came: Envoy decides
@@ -60,7 +61,7 @@ func (p *Plugin) lowerDeadline(info *requestInfo, held time.Duration) bool {
 			}
 		}
 	}
-	if v, ok := info.header(headerUpstreamTimeout); ok {
+	if v, ok := info.Header(headerUpstreamTimeout); ok {
 		switch ms, valid := parseTimeoutMillis(v); {
 		case !valid:
 			m.invalid.Increment(1)

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/external"
+	"github.com/sluice-proxy/sluice/filter/request"
 )
 
 // Verdict is what the adapter does with the stream after a callback.
@@ -47,7 +48,7 @@ const (
 type Stream struct {
 	plugin *Plugin
 	id     uint32
-	info   requestInfo
+	info   request.Info
 
 	start time.Time
 	// quota is the most restrictive applied limit, for headers on the
@@ -121,7 +122,7 @@ func (h *Stream) RequestHeaders() Verdict {
 			h.refuseCredentials()
 			return Pause
 		}
-		if rest, ok := p.admin.route(h.info.pseudo(needPath)); ok || carries {
+		if rest, ok := p.admin.route(h.info.Path()); ok || carries {
 			if h.serveAdmin(rest, ok, h.start) {
 				return Pause
 			}
@@ -144,7 +145,7 @@ func (h *Stream) RequestHeaders() Verdict {
 // that resumes it.
 func (h *Stream) pause(v Verdict) Verdict {
 	if v == Pause && h.held() {
-		h.info.retain()
+		h.info.Retain()
 	}
 	return v
 }
@@ -259,9 +260,9 @@ func (h *Stream) answer(r *reply) {
 func (h *Stream) matchLimits() {
 	p := h.plugin
 	info := &h.info
-	match := info.matchRequest(p.matchNeeds)
+	match := info.View(p.matchNeeds)
 	for i, l := range p.limits {
-		p.matched[i] = !l.disabled && l.cfg.Match.Matches(match) && !h.roll.skipped(i)
+		p.matched[i] = !l.disabled && request.Matches(&l.cfg.Match, match) && !h.roll.skipped(i)
 		p.applied[i] = p.matched[i]
 	}
 	// A matching limit disables its targets even when it is itself

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/request"
 )
 
 // QuotaKey is one bucket of a limit named by an operator rather than read
@@ -40,12 +41,13 @@ func ResolveQuotaKey(cfg *config.Limit, parts []string) (QuotaKey, error) {
 	if err != nil {
 		return QuotaKey{}, fmt.Errorf("limit %q: %v", cfg.Name, err)
 	}
-	info := requestInfo{host: req}
+	var info request.Info
+	info.Start(req, nil, nil)
 	peer := &config.ClientIP{} // the client address is the value given, as the peer
-	key, v, ok := info.appendKey(nil, cfg.Key, peer, cfg.OverrideBy)
+	key, v, ok := info.AppendKey(nil, cfg.Key, peer, cfg.OverrideBy)
 	if !ok {
 		for i := range cfg.Key {
-			if _, _, ok := info.appendKey(nil, cfg.Key[i:i+1], peer, -1); !ok {
+			if _, _, ok := info.AppendKey(nil, cfg.Key[i:i+1], peer, -1); !ok {
 				if parts[i] == "" {
 					return QuotaKey{}, fmt.Errorf("limit %q: key part %d (%s) is empty, which the filter treats as a missing key: no bucket", cfg.Name, i+1, cfg.Key[i])
 				}
@@ -157,9 +159,9 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 		case config.KeyHost:
 			authority = v
 		case config.KeyRoute:
-			r.props[strings.Join(propRouteName, "\x00")] = v
+			r.props[strings.Join(request.RouteNameProperty, "\x00")] = v
 		case config.KeyCluster:
-			r.props[strings.Join(propClusterName, "\x00")] = v
+			r.props[strings.Join(request.ClusterNameProperty, "\x00")] = v
 		case config.KeyMetadata:
 			r.props[strings.Join(p.Property, "\x00")] = v
 		}
@@ -175,7 +177,7 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 		// no segment a request carries.
 		norm := config.NormalPath(path, config.PathKey)
 		for i, seg := range segments {
-			if got, _ := pathSegment(norm, i+1); given[i] && got != seg {
+			if got, _ := request.PathSegment(norm, i+1); given[i] && got != seg {
 				return nil, fmt.Errorf("key part %s: path %q has %q, not %q, as its segment %d (paths are keyed in their normal form)",
 					config.KeyPart{Kind: config.KeyPathSegment, Segment: i + 1}, path, got, seg, i+1)
 			}
@@ -223,7 +225,7 @@ func (r *quotaRequest) RequestHeaders() [][2]string { return r.headers }
 
 // RequestHeader is read for the pseudo-headers, which appear once.
 func (r *quotaRequest) RequestHeader(name string) (string, bool) {
-	return combinedHeader(r.headers, name)
+	return request.CombinedHeader(r.headers, name)
 }
 
 func (r *quotaRequest) Property(path []string) string { return r.props[strings.Join(path, "\x00")] }

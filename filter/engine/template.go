@@ -59,24 +59,11 @@ func (h *Stream) placeholder(ph config.Placeholder, header string, v replyValues
 	case config.PlaceholderMaxInFlight:
 		return strconv.FormatInt(v.maxInFlight, 10)
 	case config.PlaceholderRoute:
-		return h.info.routeName()
+		return h.info.Route()
 	case config.PlaceholderPath:
-		return h.info.pathOnly()
+		return h.info.PathOnly()
 	case config.PlaceholderHeader:
-		return h.info.firstHeader(header)
-	}
-	return ""
-}
-
-// firstHeader is the value of the first field of a request header named
-// name (lower case), "" when absent: {header:<name>} inserts that one,
-// not the values of a repeated header joined.
-func (r *requestInfo) firstHeader(name string) string {
-	r.loadHeaders()
-	for _, kv := range r.headers {
-		if kv[0] == name {
-			return kv[1]
-		}
+		return h.info.FirstHeader(header)
 	}
 	return ""
 }
@@ -84,7 +71,7 @@ func (r *requestInfo) firstHeader(name string) string {
 // isGRPC reports a gRPC request: content-type application/grpc, with or
 // without a +proto, +json, ... suffix or parameters.
 func (h *Stream) isGRPC() bool {
-	ct, ok := h.info.header("content-type")
+	ct, ok := h.info.Header("content-type")
 	return ok && strings.HasPrefix(ct, "application/grpc")
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/engine"
 	"github.com/sluice-proxy/sluice/filter/host/hosttest"
+	"github.com/sluice-proxy/sluice/filter/request"
 )
 
 // Explanation is what the filter would do with one request arriving at a
@@ -258,7 +259,7 @@ func explainKey(parts []string, key string, showKeys bool) []KeyValue {
 	if len(parts) == 0 {
 		return []KeyValue{} // "key": [], one bucket for every request
 	}
-	values := engine.SplitKey(key)
+	values := request.SplitKey(key)
 	if len(values) != len(parts) {
 		parts, values = []string{strings.Join(parts, "+")}, []string{key}
 	}
