@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/breaker"
+	"github.com/sluice-proxy/sluice/filter/request/cidr"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -405,7 +406,7 @@ type Limit struct {
 	OverrideActions map[string]OverrideAction
 	// OverrideCIDRs, set when Key[OverrideBy] is client_ip, resolves a
 	// client address to its override key by longest prefix.
-	OverrideCIDRs *OverridePrefixes
+	OverrideCIDRs *cidr.Overrides
 	// Mode defaults to ModeLocal.
 	Mode Mode
 	// FailurePolicy applies in ModeGlobal and ModeHybrid; it defaults to
@@ -516,7 +517,7 @@ type Match struct {
 	// Routes are Envoy route names; nil means any.
 	Routes []string
 	// ClientCIDRs, when set, must contain the client address.
-	ClientCIDRs *CIDRSet
+	ClientCIDRs *cidr.Set
 	// Query conditions must all hold.
 	Query []QueryMatch
 	// PathRegex, when set, must match the whole path without the query.

@@ -8,6 +8,7 @@ import (
 	"regexp/syntax"
 	"strings"
 
+	"github.com/sluice-proxy/sluice/filter/request/cidr"
 	"github.com/tidwall/gjson"
 )
 
@@ -153,7 +154,7 @@ func (p *parser) valueCondition(o *object, allowed ...string) (c ValueCondition)
 
 // cidrList reads the array of CIDRs o.name (ifEmpty as for object.array):
 // nil when it is absent or has an error, each of which is reported.
-func (p *parser) cidrList(o *object, name, ifEmpty string) *CIDRSet {
+func (p *parser) cidrList(o *object, name, ifEmpty string) *cidr.Set {
 	items, ok := o.array(name, ifEmpty)
 	if !ok {
 		return nil
@@ -175,5 +176,5 @@ func (p *parser) cidrList(o *object, name, ifEmpty string) *CIDRSet {
 	if len(prefixes) != len(items) {
 		return nil
 	}
-	return NewCIDRSet(prefixes)
+	return cidr.NewSet(prefixes)
 }
