@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/request/template"
 )
 
 // replyValues are what a reply's placeholders may insert.
@@ -32,7 +33,7 @@ func (h *Stream) reject(kind config.ReplyKind, v replyValues, status int, header
 	}
 	if t := r.Templates; r.Body == config.BodyTemplate && t != nil && t.ByKind[kind] != nil {
 		ct = t.ContentType
-		body = t.ByKind[kind].Render(t.Escape, func(ph config.Placeholder, header string) string {
+		body = t.ByKind[kind].Render(t.Escape, func(ph template.Placeholder, header string) string {
 			return h.placeholder(ph, header, v, status)
 		})
 	}
@@ -42,27 +43,27 @@ func (h *Stream) reject(kind config.ReplyKind, v replyValues, status int, header
 // placeholder is one placeholder's value. Numbers are the ones the
 // headers carry: {retry_after} is Retry-After, {window_seconds} the w of
 // RateLimit-Policy.
-func (h *Stream) placeholder(ph config.Placeholder, header string, v replyValues, status int) string {
+func (h *Stream) placeholder(ph template.Placeholder, header string, v replyValues, status int) string {
 	switch ph {
-	case config.PlaceholderLimit:
+	case template.PlaceholderLimit:
 		return v.limit
-	case config.PlaceholderLimitValue:
+	case template.PlaceholderLimitValue:
 		return strconv.FormatInt(v.limitValue, 10)
-	case config.PlaceholderWindowSeconds:
+	case template.PlaceholderWindowSeconds:
 		return strconv.FormatInt(max(ceilSeconds(v.window), 1), 10)
-	case config.PlaceholderRetryAfter:
+	case template.PlaceholderRetryAfter:
 		return strconv.FormatInt(retryAfterSeconds(v.retryAfter), 10)
-	case config.PlaceholderStatus:
+	case template.PlaceholderStatus:
 		return strconv.Itoa(status)
-	case config.PlaceholderUpstream:
+	case template.PlaceholderUpstream:
 		return v.upstream
-	case config.PlaceholderMaxInFlight:
+	case template.PlaceholderMaxInFlight:
 		return strconv.FormatInt(v.maxInFlight, 10)
-	case config.PlaceholderRoute:
+	case template.PlaceholderRoute:
 		return h.info.Route()
-	case config.PlaceholderPath:
+	case template.PlaceholderPath:
 		return h.info.PathOnly()
-	case config.PlaceholderHeader:
+	case template.PlaceholderHeader:
 		return h.info.FirstHeader(header)
 	}
 	return ""
