@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 
+	"github.com/sluice-proxy/sluice/filter/request/pathnorm"
 	"github.com/tidwall/gjson"
 )
 
@@ -25,10 +26,10 @@ func (p *parser) match(o *object) Match {
 			o.errorf(name, `must start with "/"`)
 		case strings.ContainsAny(s, "?#"):
 			o.errorf(name, "must not contain a query or fragment; paths are matched without them")
-		case !PathIsNormal(s, PathKey):
+		case !pathnorm.IsNormal(s, pathnorm.Key):
 			// Requests are compared in normal form, so this one could
 			// never match.
-			o.errorf(name, "must be in normal form, as request paths are compared: %q", NormalPath(s, PathKey))
+			o.errorf(name, "must be in normal form, as request paths are compared: %q", pathnorm.Normal(s, pathnorm.Key))
 		}
 		if name == "path" {
 			m.Path = s

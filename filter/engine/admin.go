@@ -58,6 +58,7 @@ import (
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host"
 	"github.com/sluice-proxy/sluice/filter/request"
+	"github.com/sluice-proxy/sluice/filter/request/pathnorm"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -124,11 +125,11 @@ func (a *adminRuntime) route(path string) (string, bool) {
 }
 
 // appendNormalPath appends the admin route's normal form of the path
-// part of a :path (config.AppendPath): it starts with '/' and, after each
+// part of a :path (pathnorm.Append): it starts with '/' and, after each
 // segment, ends with '/', so that the prefix "/.sluice/" matches
 // "/.sluice" too.
 func appendNormalPath(dst []byte, path string) []byte {
-	dst = config.AppendPath(dst, path, config.PathAdmin)
+	dst = pathnorm.Append(dst, path, pathnorm.Admin)
 	if dst[len(dst)-1] != '/' {
 		dst = append(dst, '/')
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/request"
+	"github.com/sluice-proxy/sluice/filter/request/pathnorm"
 )
 
 // QuotaKey is one bucket of a limit named by an operator rather than read
@@ -175,7 +176,7 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 		// (appendKey), so a value that normalises to something else
 		// (an escape decoded, a ';' parameter dropped, a dot segment) is
 		// no segment a request carries.
-		norm := config.NormalPath(path, config.PathKey)
+		norm := pathnorm.Normal(path, pathnorm.Key)
 		for i, seg := range segments {
 			if got, _ := request.PathSegment(norm, i+1); given[i] && got != seg {
 				return nil, fmt.Errorf("key part %s: path %q has %q, not %q, as its segment %d (paths are keyed in their normal form)",

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"strings"
 
-	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/request/pathnorm"
 )
 
 // The query string is never parsed into a map: a key part scans the raw
@@ -213,7 +213,7 @@ func QueryByte(s string, i int) (byte, int) {
 	case '+':
 		return ' ', i + 1
 	case '%':
-		if b, ok := config.UnhexPair(s, i+1); ok {
+		if b, ok := pathnorm.UnhexPair(s, i+1); ok {
 			return b, i + 3
 		}
 	}

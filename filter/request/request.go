@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/request/pathnorm"
 )
 
 // Source is what a request is read from: the proxy's request headers and
@@ -38,7 +39,7 @@ type Info struct {
 	path         string
 	authority    string
 
-	// normPath is PathOnly in normal form (config.NormalPath), for keys and
+	// normPath is PathOnly in normal form (pathnorm.Normal), for keys and
 	// path matches; normLoaded says it is computed.
 	normLoaded bool
 	normPath   string
@@ -192,12 +193,12 @@ func (r *Info) PathOnly() string {
 
 // NormalPath is the path without its query in normal form: the form path
 // keys and path matches read, so that no re-spelling of a path
-// (config/pathnorm.go) is a path of its own. An empty :path stays empty.
+// (package pathnorm) is a path of its own. An empty :path stays empty.
 func (r *Info) NormalPath() string {
 	if !r.normLoaded {
 		r.normLoaded = true
 		if p := r.PathOnly(); p != "" {
-			r.normPath = config.NormalPath(p, config.PathKey)
+			r.normPath = pathnorm.Normal(p, pathnorm.Key)
 		}
 	}
 	return r.normPath
