@@ -159,7 +159,7 @@ func (cc *ccHolds) acquire(p *Plugin, info *request.Info, tr *Trace, now time.Ti
 		if !ok {
 			c.metrics.missingKey.Increment(1)
 			if info.Ambiguous && !c.cfg.Shadow {
-				// Refused, as a rate limit refuses it (appendKey).
+				// Refused, as a rate limit refuses it (Info.AppendKey).
 				cc.release(p, now)
 				c.logRejection("ambiguous_key", inflight.Result{})
 				ct, body := missingKeyBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)

@@ -130,7 +130,7 @@ func (x *externalRuntime) routeTenant(lookup *external.Request) {
 
 // appendLookupKey appends the lookup key of the request to dst: each part
 // appended alone, so that an absent part is an empty value. ok is false
-// when a part is ambiguous (appendKey): an empty value there would share
+// when a part is ambiguous (Info.AppendKey): an empty value there would share
 // one cached answer among every client sending two tenants, looked up
 // for whichever came first, while upstreams serve each as one of its
 // values.

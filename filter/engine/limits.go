@@ -182,7 +182,7 @@ func (h *Stream) prepareLimit(i int, l *limitRuntime, arena []byte, shadows *sha
 			return arena, allow // counted on the first evaluation
 		}
 		l.metrics.missingKey.Increment(1)
-		// An ambiguous key (appendKey) is refused even under skip,
+		// An ambiguous key (Info.AppendKey) is refused even under skip,
 		// which would leave a client choosing it unlimited.
 		if (l.cfg.OnMissingKey == config.MissingKeyDeny || h.info.Ambiguous) && !shadow {
 			return arena, rejectWith(h.missingKey(l))
@@ -234,7 +234,7 @@ func (h *Stream) limitKey(i int, l *limitRuntime, arena []byte, shadow bool) ([]
 	if l.ext != nil {
 		switch {
 		case h.info.LookupAmbiguous:
-			// Refused as an ambiguous key is (appendKey).
+			// Refused as an ambiguous key is (Info.AppendKey).
 			h.info.Ambiguous = true
 		case h.ext.Skip:
 			l.metrics.allowed.Increment(1) // the service set no limit

@@ -14,8 +14,9 @@ import (
 // filter composes from the same parts, and the rate it decides that value
 // at.
 type QuotaKey struct {
-	// Key is the composite key value, the parts joined as appendKey joins
-	// them; backend.Key digests it into the Redis key.
+	// Key is the composite key value, the parts joined as
+	// request.Info.AppendKey joins them; backend.Key digests it into the
+	// Redis key.
 	Key string
 	// Override is the overrides entry that gives the rate, "" for the
 	// limit's own rate.
@@ -28,8 +29,8 @@ type QuotaKey struct {
 // request carries them: a client address (masked as the part says), a
 // header value, a path, a decoded query value. The values are put where a
 // request carries them (quotaRequest) and the key is composed by the
-// request path's own code, appendKey, so masking, lower-casing and
-// whatever else the request path does apply alike; the override is chosen
+// request path's own code, request.Info.AppendKey, so masking,
+// lower-casing and whatever else the request path does apply alike; the override is chosen
 // as the request path chooses it. Values the request path would not find
 // a bucket for are errors: a wrong number of parts, an empty part (a
 // missing key), a value no request can carry in that part, and a value
@@ -74,8 +75,8 @@ func ResolveQuotaKey(cfg *config.Limit, parts []string) (QuotaKey, error) {
 }
 
 // quotaRequest is a request that carries given key part values where a
-// request carries them, so that appendKey reads them back as it reads a
-// request's.
+// request carries them, so that request.Info.AppendKey reads them back
+// as it reads a request's.
 type quotaRequest struct {
 	headers [][2]string
 	props   map[string]string // by property path, joined with '\x00'
@@ -173,7 +174,7 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 			path = built
 		}
 		// A request's segments are those of its path's normal form
-		// (appendKey), so a value that normalises to something else
+		// (Info.AppendKey), so a value that normalises to something else
 		// (an escape decoded, a ';' parameter dropped, a dot segment) is
 		// no segment a request carries.
 		norm := pathnorm.Normal(path, pathnorm.Key)

@@ -10,8 +10,8 @@ import (
 )
 
 // ResolveQuotaKey names the bucket the request path fills: the key
-// appendKey composes from a request with those part values, and the
-// override decideLimits picks for it.
+// request.Info.AppendKey composes from a request with those part values,
+// and the override decideLimits picks for it.
 func TestResolveQuotaKeyIsTheRequestPathsKey(t *testing.T) {
 	p, f := newNativePlugin(t, `{"limits":[{"name":"t","key":["header:x-tenant","host","client_ip"],
 		"requests_per_second":5,"override_by":"header:x-tenant","overrides":{"gold":{"requests_per_second":50},"free":{"unlimited":true}}}]}`)

@@ -50,9 +50,9 @@ type LimitTrace struct {
 	// Shadow: the limit only observes this request (configured shadow, or
 	// not enforced by this request's rollout draw).
 	Shadow bool
-	// Key is the composite key, its parts escaped and joined as appendKey
-	// does (SplitKey reads them back); KeyOK false
-	// is a missing key.
+	// Key is the composite key, its parts escaped and joined as
+	// request.Info.AppendKey does (request.SplitKey reads them back);
+	// KeyOK false is a missing key.
 	Key   string
 	KeyOK bool
 	// OverrideValue is the override the key selected ("" for the limit's

@@ -181,7 +181,7 @@ func (r *Info) appendDerived(dst []byte, p config.KeyPart, clientCfg *config.Cli
 }
 
 // appendHostKey appends the host key part of an :authority: its
-// config.HostName lower-cased, so "API.example.:080" is "api.example".
+// HostName lower-cased, so "API.example.:080" is "api.example".
 // An authority that is nothing but a port or dots is missing.
 func appendHostKey(dst []byte, authority string) ([]byte, bool) {
 	h := HostName(authority)
