@@ -1,6 +1,7 @@
 package request
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/sluice-proxy/sluice/filter/config"
@@ -36,7 +37,7 @@ func holds(m *config.Match, r *View, every bool) bool {
 	if m.Hosts != nil && !matchHost(m.Hosts, HostName(r.Host)) {
 		return false
 	}
-	if m.Routes != nil && !contains(m.Routes, r.Route) {
+	if m.Routes != nil && !slices.Contains(m.Routes, r.Route) {
 		return false
 	}
 	for i := range m.Headers {
@@ -80,15 +81,6 @@ func attributesHold(m *config.Match, r *View, path string, every bool) bool {
 		return false
 	}
 	return true
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func containsFold(list []string, s string) bool {
