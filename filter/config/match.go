@@ -16,27 +16,7 @@ var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "
 
 func (p *parser) match(o *object) Match {
 	var m Match
-	for _, name := range []string{"path", "path_prefix"} {
-		s, ok := o.str(name)
-		if !ok {
-			continue
-		}
-		switch {
-		case !strings.HasPrefix(s, "/"):
-			o.errorf(name, `must start with "/"`)
-		case strings.ContainsAny(s, "?#"):
-			o.errorf(name, "must not contain a query or fragment; paths are matched without them")
-		case !pathnorm.IsNormal(s, pathnorm.Key):
-			// Requests are compared in normal form, so this one could
-			// never match.
-			o.errorf(name, "must be in normal form, as request paths are compared: %q", pathnorm.Normal(s, pathnorm.Key))
-		}
-		if name == "path" {
-			m.Path = s
-		} else {
-			m.PathPrefix = s
-		}
-	}
+	matchPaths(o, &m)
 	o.conflicts("path_prefix", "path")
 	if items, ok := o.array("methods", anyIfOmitted); ok {
 		for i, item := range items {
@@ -126,5 +106,31 @@ func (p *parser) matchAttributes(o *object, m *Match) {
 	if n := o.child("not", matchFields...); n != nil {
 		not := p.match(n)
 		m.Not = &not
+	}
+}
+
+// matchPaths reads path and path_prefix, each of which must be a path in
+// the normal form requests are compared in.
+func matchPaths(o *object, m *Match) {
+	for _, name := range []string{"path", "path_prefix"} {
+		s, ok := o.str(name)
+		if !ok {
+			continue
+		}
+		switch {
+		case !strings.HasPrefix(s, "/"):
+			o.errorf(name, `must start with "/"`)
+		case strings.ContainsAny(s, "?#"):
+			o.errorf(name, "must not contain a query or fragment; paths are matched without them")
+		case !pathnorm.IsNormal(s, pathnorm.Key):
+			// Requests are compared in normal form, so this one could
+			// never match.
+			o.errorf(name, "must be in normal form, as request paths are compared: %q", pathnorm.Normal(s, pathnorm.Key))
+		}
+		if name == "path" {
+			m.Path = s
+		} else {
+			m.PathPrefix = s
+		}
 	}
 }
