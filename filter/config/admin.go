@@ -29,7 +29,7 @@ type Admin struct {
 // DefaultAdminPathPrefix is admin.path_prefix when it is not set.
 const DefaultAdminPathPrefix = "/.sluice/"
 
-var adminFields = []string{"path_prefix", "client_cidrs", "token_sha256"}
+var adminFields = fieldsOf[wireAdmin]()
 
 func (p *parser) admin(o *object) *Admin {
 	a := &Admin{PathPrefix: DefaultAdminPathPrefix}

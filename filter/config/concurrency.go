@@ -2,7 +2,7 @@ package config
 
 import "github.com/tidwall/gjson"
 
-var concurrencyFields = []string{"name", "match", "key", "max_in_flight", "status", "shadow", "enabled"}
+var concurrencyFields = fieldsOf[wireConcurrency]()
 
 func (p *parser) concurrency(cfg *Config, path string, items []gjson.Result) {
 	p.namedEntries(path, items, concurrencyFields, func(_ int, o *object) string {
@@ -10,12 +10,18 @@ func (p *parser) concurrency(cfg *Config, path string, items []gjson.Result) {
 		cfg.Concurrency = append(cfg.Concurrency, c)
 		return c.Name
 	}, func() {
-		cfg.Concurrency = append(cfg.Concurrency, ConcurrencyLimit{Key: []KeyPart{}, Status: DefaultConcurrencyStatus})
+		cfg.Concurrency = append(cfg.Concurrency, defaultConcurrencyLimit())
 	})
 }
 
+// defaultConcurrencyLimit is a concurrency entry before its fields are
+// read: one count for every matching request.
+func defaultConcurrencyLimit() ConcurrencyLimit {
+	return ConcurrencyLimit{Key: []KeyPart{}, Status: DefaultConcurrencyStatus}
+}
+
 func (p *parser) concurrencyLimit(o *object) ConcurrencyLimit {
-	c := ConcurrencyLimit{Key: []KeyPart{}, Status: DefaultConcurrencyStatus}
+	c := defaultConcurrencyLimit()
 	c.Name = p.name(o)
 	c.Disabled = p.disabled(o)
 	if m := o.child("match", matchFields...); m != nil {

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/breaker"
+	"github.com/sluice-proxy/sluice/filter/backend"
 	"github.com/sluice-proxy/sluice/filter/request/cidr"
+	"github.com/sluice-proxy/sluice/internal/enum"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -71,17 +73,9 @@ const (
 	ClientIPHeader
 )
 
-func (s ClientIPSource) String() string {
-	switch s {
-	case ClientIPPeer:
-		return "peer"
-	case ClientIPXFF:
-		return "xff"
-	case ClientIPHeader:
-		return "header"
-	}
-	return "unknown"
-}
+var clientIPSourceNames = enum.New[ClientIPSource]("ClientIPSource", "peer", "xff", "header")
+
+func (s ClientIPSource) String() string { return clientIPSourceNames.Name(s) }
 
 // ClientIP configures client address extraction.
 type ClientIP struct {
@@ -117,6 +111,8 @@ const (
 	// Rate.Limit is at most limiter.MaxLogLimit.
 	SlidingLog = limiter.SlidingLog
 )
+
+var algorithmNames = enum.Of("Algorithm", TokenBucket, FixedWindow, SlidingWindow, SlidingLog)
 
 // Rate is an allowance: Limit requests per Window, plus Burst extra for
 // token buckets. requests_per_second: R is Rate{Limit: R, Window: time.Second}.
@@ -203,35 +199,13 @@ const (
 	KeyMetadata
 )
 
-func (k KeyKind) String() string {
-	switch k {
-	case KeyClientIP:
-		return "client_ip"
-	case KeyHeader:
-		return "header"
-	case KeyPath:
-		return "path"
-	case KeyRoute:
-		return "route"
-	case KeyMethod:
-		return "method"
-	case KeyHost:
-		return "host"
-	case KeyCluster:
-		return "cluster"
-	case KeyQuery:
-		return "query"
-	case KeyCookie:
-		return "cookie"
-	case KeyPathSegment:
-		return "path_segment"
-	case KeyClientIPMasked:
-		return "client_ip"
-	case KeyMetadata:
-		return "metadata"
-	}
-	return "unknown"
-}
+// keyKindNames are the kinds' names in config syntax, the prefix of a
+// part with an argument ("header" of "header:x-api-key"); a masked client
+// address is a client_ip with prefix lengths.
+var keyKindNames = enum.New[KeyKind]("KeyKind", "client_ip", "header", "path", "route", "method", "host",
+	"cluster", "query", "cookie", "path_segment", "client_ip", "metadata")
+
+func (k KeyKind) String() string { return keyKindNames.Name(k) }
 
 // KeyPart is one element of a (possibly composite) limit key.
 type KeyPart struct {
@@ -281,17 +255,9 @@ const (
 	ModeHybrid
 )
 
-func (m Mode) String() string {
-	switch m {
-	case ModeLocal:
-		return "local"
-	case ModeGlobal:
-		return "global"
-	case ModeHybrid:
-		return "hybrid"
-	}
-	return "unknown"
-}
+var modeNames = enum.New[Mode]("Mode", "local", "global", "hybrid")
+
+func (m Mode) String() string { return modeNames.Name(m) }
 
 // FailurePolicy is what a global or hybrid limit does when Redis cannot answer.
 type FailurePolicy uint8
@@ -308,17 +274,9 @@ const (
 	FailLocal
 )
 
-func (f FailurePolicy) String() string {
-	switch f {
-	case FailAllow:
-		return "allow"
-	case FailDeny:
-		return "deny"
-	case FailLocal:
-		return "local"
-	}
-	return "unknown"
-}
+var failurePolicyNames = enum.New[FailurePolicy]("FailurePolicy", "allow", "deny", "local")
+
+func (f FailurePolicy) String() string { return failurePolicyNames.Name(f) }
 
 // MissingKeyAction is what a limit does when a key part is absent (for
 // example the header is not sent).
@@ -331,12 +289,9 @@ const (
 	MissingKeyDeny
 )
 
-func (m MissingKeyAction) String() string {
-	if m == MissingKeyDeny {
-		return "deny"
-	}
-	return "skip"
-}
+var missingKeyActionNames = enum.New[MissingKeyAction]("MissingKeyAction", "skip", "deny")
+
+func (m MissingKeyAction) String() string { return missingKeyActionNames.Name(m) }
 
 // LimitAction is what happens to a request over the limit.
 type LimitAction uint8
@@ -349,12 +304,9 @@ const (
 	ActionDelay
 )
 
-func (a LimitAction) String() string {
-	if a == ActionDelay {
-		return "delay"
-	}
-	return "reject"
-}
+var limitActionNames = enum.New[LimitAction]("LimitAction", "reject", "delay")
+
+func (a LimitAction) String() string { return limitActionNames.Name(a) }
 
 // OnLimit configures the answer to an over-limit request.
 type OnLimit struct {
@@ -588,12 +540,9 @@ const (
 	PerRoute
 )
 
-func (s BreakerScope) String() string {
-	if s == PerRoute {
-		return "route"
-	}
-	return "cluster"
-}
+var breakerScopeNames = enum.New[BreakerScope]("BreakerScope", "cluster", "route")
+
+func (s BreakerScope) String() string { return breakerScopeNames.Name(s) }
 
 // BreakerMode controls whether a breaker acts: the breaker's own type.
 type BreakerMode = breaker.Mode
@@ -609,6 +558,8 @@ const (
 	BreakerDisabled = breaker.ModeDisabled
 )
 
+var breakerModeNames = enum.Of("BreakerMode", BreakerEnforce, BreakerMetricsOnly, BreakerForcedOpen, BreakerDisabled)
+
 // WindowType is how a failure-rate window is measured: the breaker's own
 // type.
 type WindowType = breaker.WindowType
@@ -619,6 +570,8 @@ const (
 	// TimeWindow covers calls in the last FailureRate.WindowDuration.
 	TimeWindow = breaker.WindowTime
 )
+
+var windowTypeNames = enum.Of("WindowType", CountWindow, TimeWindow)
 
 // FailureRate opens a breaker when a share of recent calls failed.
 type FailureRate struct {
@@ -755,19 +708,9 @@ const (
 	BodyTemplate
 )
 
-func (b Body) String() string {
-	switch b {
-	case BodyJSON:
-		return "json"
-	case BodyProblemJSON:
-		return "problem+json"
-	case BodyNone:
-		return "none"
-	case BodyTemplate:
-		return "template"
-	}
-	return "unknown"
-}
+var bodyNames = enum.New[Body]("Body", "json", "problem+json", "none", "template")
+
+func (b Body) String() string { return bodyNames.Name(b) }
 
 // Response controls what rejections and allowed responses carry.
 type Response struct {
@@ -790,22 +733,19 @@ type Response struct {
 	PlainGRPC bool
 }
 
-// Protocol is how the backend speaks Redis over HTTP.
-type Protocol uint8
+// Protocol is how the backend speaks Redis over HTTP: the backend
+// client's own type, so the config and the client cannot disagree on its
+// values or names.
+type Protocol = backend.Protocol
 
 const (
 	// ProtocolWebdis is GET /CMD/arg1/arg2 (Webdis). Default.
-	ProtocolWebdis Protocol = iota
+	ProtocolWebdis = backend.Webdis
 	// ProtocolUpstash is POST of a JSON command array with a bearer token.
-	ProtocolUpstash
+	ProtocolUpstash = backend.Upstash
 )
 
-func (p Protocol) String() string {
-	if p == ProtocolUpstash {
-		return "upstash"
-	}
-	return "webdis"
-}
+var protocolNames = enum.Of("Protocol", ProtocolWebdis, ProtocolUpstash)
 
 // Backend is the Redis-over-HTTP endpoint for global and hybrid limits.
 type Backend struct {

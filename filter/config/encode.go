@@ -43,12 +43,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	for i := range c.Concurrency {
 		w.Concurrency = append(w.Concurrency, wireConcurrencyOf(&c.Concurrency[i]))
 	}
-	w.Response.Headers = []string{}
-	for i, name := range headerFamilyNames {
-		if c.Response.Headers.Has(HeaderFamilies(1) << i) {
-			w.Response.Headers = append(w.Response.Headers, name)
-		}
-	}
+	w.Response.Headers = c.Response.Headers.names()
 	w.Response.HeadersOnAllowed = c.Response.HeadersOnAllowed
 	w.Response.Body = c.Response.Body.String()
 	w.Response.ReplyHeaders = headerObject(c.Response.ReplyHeaders)
@@ -98,7 +93,7 @@ func wireExternalOf(e *External) *wireExternal {
 		CacheTTL:      dur(e.CacheTTL), StaleTTL: dur(e.StaleTTL), MaxCached: e.MaxCached, Mode: l.Mode.String(),
 		OnMissingKey: l.OnMissingKey.String(),
 		OnLimit:      wireOnLimit{Action: l.OnLimit.Action.String(), Status: l.OnLimit.Status},
-		Fallback:     wireFallback{wireRate: wireRateOf(l.Rate, TokenBucket), Key: []string{}},
+		Fallback:     wireFallback{wireBucketRate: wireRateOf(l.Rate, TokenBucket).wireBucketRate, Key: []string{}},
 		Slots:        l.Slots, OverflowSlots: l.OverflowSlots, ForgetMaxUsed: l.ForgetMaxUsed,
 	}
 	if e.ForwardAll {
@@ -183,7 +178,7 @@ func (c *Config) wireLimit(l *Limit) wireLimit {
 }
 
 func wireRateOf(r Rate, a Algorithm) wireRate {
-	w := wireRate{Limit: r.Limit, Window: dur(r.Window)}
+	w := wireRate{wireBucketRate: wireBucketRate{Limit: r.Limit, Window: dur(r.Window)}}
 	if r.Calendar != limiter.NoCalendar {
 		w.Window = r.Calendar.String()
 		if r.Offset != 0 {
@@ -280,11 +275,22 @@ type wireClientIP struct {
 	Header      string   `json:"header,omitempty"`
 }
 
+// wireBucketRate is a rate a token bucket can have: no calendar period.
+type wireBucketRate struct {
+	// RequestsPerSecond is only ever read: limit per "1s", written out as
+	// limit and window.
+	RequestsPerSecond int64  `json:"requests_per_second,omitempty"`
+	Limit             int64  `json:"limit"`
+	Window            string `json:"window"`
+	Burst             *int64 `json:"burst,omitempty"`
+}
+
+// wireRate is a limit's or an override's rate. Burst (token bucket only)
+// and WindowOffset (calendar windows, fixed_window only) are never both
+// written.
 type wireRate struct {
-	Limit        int64  `json:"limit"`
-	Window       string `json:"window"`
+	wireBucketRate
 	WindowOffset string `json:"window_offset,omitempty"`
-	Burst        *int64 `json:"burst,omitempty"`
 }
 
 // formatUTCOffset is ParseUTCOffset's inverse.
@@ -458,7 +464,8 @@ type wireExternal struct {
 	ForgetMaxUsed  int64        `json:"forget_max_used"`
 }
 
+// wireFallback is the external block's fallback: a token bucket's rate.
 type wireFallback struct {
-	wireRate
+	wireBucketRate
 	Key []string `json:"key"`
 }

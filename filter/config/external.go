@@ -3,8 +3,6 @@ package config
 import (
 	"strings"
 	"time"
-
-	"github.com/tidwall/gjson"
 )
 
 // External asks a limits service which limit applies to a request, and
@@ -83,10 +81,10 @@ const (
 	maxCacheTTL               = 24 * time.Hour
 )
 
-var externalFields = []string{"name", "match", "cluster", "authority", "path", "timeout", "forward_headers",
-	"cache_key", "cache_ttl", "stale_ttl", "max_cached", "mode", "failure_policy", "instances",
-	"on_missing_key", "on_limit", "fallback", "slots", "overflow_slots", "forget_max_used", "deny_headers",
-	"max_concurrent_requests", "route_header", "allowed_routes"}
+var (
+	externalFields = fieldsOf[wireExternal]()
+	fallbackFields = fieldsOf[wireFallback]()
+)
 
 func (p *parser) external(o *object, cfg *Config) *External {
 	e := &External{
@@ -121,43 +119,13 @@ func (p *parser) external(o *object, cfg *Config) *External {
 	if d, ok := o.duration("timeout", time.Millisecond, maxBackendWait); ok {
 		e.Timeout = d
 	}
-	var named []KeyPart
-	if items, ok := o.array("forward_headers", ""); ok {
-		for i, item := range items {
-			ipath := IndexPath(o.path1("forward_headers"), i)
-			switch {
-			case item.Type == gjson.String && item.Str == "*":
-				if e.ForwardAll {
-					p.errorf(ipath, item.Index, `duplicate entry "*"`)
-				}
-				e.ForwardAll = true
-			case item.Type != gjson.String || !headerToken(item.Str):
-				p.errorf(ipath, item.Index, `must be a header name or "*"`)
-			case contains(e.ForwardHeaders, strings.ToLower(item.Str)):
-				p.errorf(ipath, item.Index, "duplicate header %s", Quote(strings.ToLower(item.Str)))
-			default:
-				h := strings.ToLower(item.Str)
-				e.ForwardHeaders = append(e.ForwardHeaders, h)
-				named = append(named, KeyPart{Kind: KeyHeader, Header: h})
-			}
-		}
-	}
+	named := p.forwardHeaders(o, e)
 	p.denyHeaders(o, e)
 	p.routes(o, e)
 	if n, ok := o.integer("max_concurrent_requests", 1, maxExternalConcurrent); ok {
 		e.MaxConcurrentRequests = int(n)
 	}
-	if items, ok := o.array("cache_key", ""); ok {
-		e.CacheKey = p.key(o.path1("cache_key"), items)
-	} else {
-		if e.ForwardAll && !o.has("cache_key") {
-			o.errorf("cache_key", `required when forward_headers has "*": the cache cannot be keyed by every header`)
-		}
-		e.CacheKey = named
-		if e.CacheKey == nil {
-			e.CacheKey = []KeyPart{}
-		}
-	}
+	p.cacheKey(o, e, named)
 	if d, ok := o.duration("cache_ttl", time.Second, maxCacheTTL); ok {
 		e.CacheTTL = d
 	}
@@ -168,11 +136,11 @@ func (p *parser) external(o *object, cfg *Config) *External {
 		e.MaxCached = int(n)
 	}
 	p.mode(o, &e.Limit, cfg.Backend)
-	if i, ok := o.enum("on_missing_key", "skip", "deny"); ok {
-		e.Limit.OnMissingKey = MissingKeyAction(i)
+	if v, ok := readEnum(o, "on_missing_key", missingKeyActionNames); ok {
+		e.Limit.OnMissingKey = v
 	}
 	p.onLimit(o, &e.Limit)
-	if f := o.child("fallback", "requests_per_second", "limit", "window", "burst", "key"); f != nil {
+	if f := o.child("fallback", fallbackFields...); f != nil {
 		if r, ok := p.rate(f, TokenBucket); ok {
 			e.Limit.Rate = r
 			p.rateFits(f, e.Limit.Mode, TokenBucket, r)

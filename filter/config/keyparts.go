@@ -4,12 +4,71 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/internal/enum"
 )
 
-// parseRequestKeyPart parses the key parts that read the query, cookies,
-// path segments or a masked client address. ok is false when s is none of
-// them; err is empty on success.
-func parseRequestKeyPart(s string) (part KeyPart, err string, ok bool) {
+// plainKeyKinds are the key parts without an argument, written as their
+// kind's name.
+var plainKeyKinds = enum.Of("KeyKind", KeyClientIP, KeyPath, KeyRoute, KeyMethod, KeyHost, KeyCluster)
+
+// parseKeyPart parses one key entry; the error is empty on success.
+func parseKeyPart(s string) (KeyPart, string) {
+	if k, ok := plainKeyKinds.Parse(s); ok {
+		return KeyPart{Kind: k}, ""
+	}
+	if name, ok := strings.CutPrefix(s, "header:"); ok {
+		if !headerToken(name) {
+			return KeyPart{}, fmt.Sprintf("invalid header name %s", Quote(name))
+		}
+		return KeyPart{Kind: KeyHeader, Header: strings.ToLower(name)}, ""
+	}
+	if part, err, ok := parseArgumentKeyPart(s); ok {
+		return part, err
+	}
+	return KeyPart{}, fmt.Sprintf("unknown key part %s; want client_ip, client_ip/<v4 bits>/<v6 bits>, header:<name>, query:<name>, cookie:<name>, path, path_segment:<n>, route, cluster, method or host", Quote(s))
+}
+
+func (p *parser) key(path string, items []gjson.Result) []KeyPart {
+	parts := make([]KeyPart, 0, len(items))
+	for i, item := range items {
+		ipath := IndexPath(path, i)
+		if item.Type != gjson.String {
+			p.errorf(ipath, item.Index, "must be a string")
+			continue
+		}
+		part, err := parseKeyPart(item.Str)
+		if err != "" {
+			p.errorf(ipath, item.Index, "%s", err)
+			continue
+		}
+		dup := false
+		for _, q := range parts {
+			dup = dup || q.Same(part)
+		}
+		if dup {
+			p.errorf(ipath, item.Index, "duplicate key part %s", Quote(part.String()))
+			continue
+		}
+		parts = append(parts, part)
+	}
+	return parts
+}
+
+// Same reports whether p and q are the same key part; Property follows
+// from the other fields.
+func (p KeyPart) Same(q KeyPart) bool {
+	return p.Kind == q.Kind && p.Header == q.Header && p.Name == q.Name && p.Segment == q.Segment &&
+		p.V4Bits == q.V4Bits && p.V6Bits == q.V6Bits && p.MetaPath == q.MetaPath
+}
+
+// parseArgumentKeyPart parses the key parts written with an argument
+// other than header:<name>: a query parameter, a cookie, a path segment,
+// a masked client address or a metadata value. ok is false when s is none
+// of them; err is empty on success.
+func parseArgumentKeyPart(s string) (part KeyPart, err string, ok bool) {
 	if name, found := strings.CutPrefix(s, "query:"); found {
 		if !queryName(name) {
 			return KeyPart{}, fmt.Sprintf("invalid query parameter name %s: want printable ASCII without space, & or =", Quote(name)), true

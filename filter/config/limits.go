@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -10,13 +9,17 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/internal/enum"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
-var limitFields = []string{"name", "match", "key", "algorithm", "requests_per_second", "burst", "limit",
-	"window", "window_offset", "cost", "cost_from_response", "overrides", "override_by", "mode", "failure_policy", "instances",
-	"on_missing_key", "on_limit", "shadow", "replaces", "slots", "overflow_slots",
-	"forget_max_used", "rollout", "upstream_headers_when_limited", "enabled"}
+var (
+	limitFields        = fieldsOf[wireLimit]()
+	onLimitFields      = fieldsOf[wireOnLimit]()
+	rateFields         = fieldsOf[wireRate]()
+	costFields         = fieldsOf[wireCost]()
+	responseCostFields = fieldsOf[wireResponseCost]()
+)
 
 // replacesRef is one replaces entry, kept until every limit name is known.
 type replacesRef struct {
@@ -80,8 +83,8 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 	if items, ok := o.array("key", ""); ok {
 		l.Key = p.key(o.path1("key"), items)
 	}
-	if i, ok := o.enum("algorithm", "token_bucket", "fixed_window", "sliding_window", "sliding_log"); ok {
-		l.Algorithm = Algorithm(i)
+	if v, ok := readEnum(o, "algorithm", algorithmNames); ok {
+		l.Algorithm = v
 	}
 	// The mode is read before the rates, which are checked against it.
 	p.mode(o, &l, backend)
@@ -109,8 +112,8 @@ func (p *parser) limit(o *object, backend *Backend) (Limit, []replacesRef) {
 		}
 	}
 
-	if i, ok := o.enum("on_missing_key", "skip", "deny"); ok {
-		l.OnMissingKey = MissingKeyAction(i)
+	if v, ok := readEnum(o, "on_missing_key", missingKeyActionNames); ok {
+		l.OnMissingKey = v
 	}
 	p.onLimit(o, &l)
 	if b, ok := o.boolean("shadow"); ok {
@@ -156,8 +159,8 @@ func (p *parser) slots(o *object, l *Limit) {
 // external block.
 func (p *parser) mode(o *object, l *Limit, backend *Backend) {
 	modeOK := true
-	if i, ok := o.enum("mode", "local", "global", "hybrid"); ok {
-		l.Mode = Mode(i)
+	if v, ok := readEnum(o, "mode", modeNames); ok {
+		l.Mode = v
 	} else if o.has("mode") {
 		modeOK = false
 	}
@@ -178,8 +181,8 @@ func (p *parser) mode(o *object, l *Limit, backend *Backend) {
 			l.FailurePolicy = backend.FailurePolicy
 			l.Instances = backend.Instances
 		}
-		if i, ok := o.enum("failure_policy", "allow", "deny", "local"); ok {
-			l.FailurePolicy = FailurePolicy(i)
+		if v, ok := readEnum(o, "failure_policy", failurePolicyNames); ok {
+			l.FailurePolicy = v
 		}
 		if n, ok := o.integer("instances", 1, maxInstances); ok {
 			l.Instances = int(n)
@@ -189,10 +192,10 @@ func (p *parser) mode(o *object, l *Limit, backend *Backend) {
 
 // onLimit reads on_limit into l.OnLimit.
 func (p *parser) onLimit(o *object, l *Limit) {
-	if c := o.child("on_limit", "action", "max_delay", "status"); c != nil {
+	if c := o.child("on_limit", onLimitFields...); c != nil {
 		actionOK := true
-		if i, ok := c.enum("action", "reject", "delay"); ok {
-			l.OnLimit.Action = LimitAction(i)
+		if v, ok := readEnum(c, "action", limitActionNames); ok {
+			l.OnLimit.Action = v
 		} else if c.has("action") {
 			actionOK = false
 		}
@@ -373,7 +376,7 @@ func (p *parser) overrides(o *object, l *Limit) {
 		if p.overrideAction(l, name, vpath, v) {
 			return true
 		}
-		oo := p.object(vpath, v, "requests_per_second", "limit", "window", "window_offset", "burst")
+		oo := p.object(vpath, v, rateFields...)
 		if oo == nil {
 			l.Overrides[name] = Rate{}
 			return true
@@ -414,7 +417,7 @@ func (p *parser) cost(o *object, l *Limit) (path string, at int) {
 		o.errorf("cost", "must be an integer or an object with header, default and max")
 		return o.path1("cost"), v.Index
 	}
-	c := o.child("cost", "header", "default", "max")
+	c := o.child("cost", costFields...)
 	ch := &CostHeader{Default: 1}
 	ch.Header = c.headerName("header", "required")
 	if n, ok := c.integer("default", 1, maxCount); ok {
@@ -436,7 +439,7 @@ func (p *parser) cost(o *object, l *Limit) (path string, at int) {
 // costFromResponse reads cost_from_response: {header | json, default,
 // max_body_bytes}.
 func (p *parser) costFromResponse(o *object, l *Limit) {
-	c := o.child("cost_from_response", "header", "json", "default", "max_body_bytes")
+	c := o.child("cost_from_response", responseCostFields...)
 	if c == nil {
 		return
 	}
@@ -504,60 +507,6 @@ func (l *Limit) maxCostName() string {
 		return "cost.max"
 	}
 	return "cost.default"
-}
-
-// parseKeyPart parses one key entry; the error is empty on success.
-func parseKeyPart(s string) (KeyPart, string) {
-	switch s {
-	case "client_ip":
-		return KeyPart{Kind: KeyClientIP}, ""
-	case "path":
-		return KeyPart{Kind: KeyPath}, ""
-	case "route":
-		return KeyPart{Kind: KeyRoute}, ""
-	case "method":
-		return KeyPart{Kind: KeyMethod}, ""
-	case "host":
-		return KeyPart{Kind: KeyHost}, ""
-	case "cluster":
-		return KeyPart{Kind: KeyCluster}, ""
-	}
-	if name, ok := strings.CutPrefix(s, "header:"); ok {
-		if !headerToken(name) {
-			return KeyPart{}, fmt.Sprintf("invalid header name %s", Quote(name))
-		}
-		return KeyPart{Kind: KeyHeader, Header: strings.ToLower(name)}, ""
-	}
-	if part, err, ok := parseRequestKeyPart(s); ok {
-		return part, err
-	}
-	return KeyPart{}, fmt.Sprintf("unknown key part %s; want client_ip, client_ip/<v4 bits>/<v6 bits>, header:<name>, query:<name>, cookie:<name>, path, path_segment:<n>, route, cluster, method or host", Quote(s))
-}
-
-func (p *parser) key(path string, items []gjson.Result) []KeyPart {
-	parts := make([]KeyPart, 0, len(items))
-	for i, item := range items {
-		ipath := IndexPath(path, i)
-		if item.Type != gjson.String {
-			p.errorf(ipath, item.Index, "must be a string")
-			continue
-		}
-		part, err := parseKeyPart(item.Str)
-		if err != "" {
-			p.errorf(ipath, item.Index, "%s", err)
-			continue
-		}
-		dup := false
-		for _, q := range parts {
-			dup = dup || q.Same(part)
-		}
-		if dup {
-			p.errorf(ipath, item.Index, "duplicate key part %s", Quote(part.String()))
-			continue
-		}
-		parts = append(parts, part)
-	}
-	return parts
 }
 
 // resolveReplaces turns names into indexes and rejects cycles: limits that
@@ -635,18 +584,13 @@ func (p *parser) resolveReplaces(cfg *Config, path string, refs [][]replacesRef)
 // calendarWindow reports a window that names a calendar period rather than
 // a duration.
 func calendarWindow(v gjson.Result) (limiter.Calendar, bool) {
-	if v.Type == gjson.String {
-		switch v.Str {
-		case "day":
-			return limiter.CalendarDay, true
-		case "week":
-			return limiter.CalendarWeek, true
-		case "month":
-			return limiter.CalendarMonth, true
-		}
+	if v.Type != gjson.String {
+		return limiter.NoCalendar, false
 	}
-	return limiter.NoCalendar, false
+	return calendarNames.Parse(v.Str)
 }
+
+var calendarNames = enum.Of("Calendar", limiter.CalendarDay, limiter.CalendarWeek, limiter.CalendarMonth)
 
 // calendarAlgorithm checks that alg can count calendar periods: only a fixed
 // window can, because its windows are the periods; a token bucket refills

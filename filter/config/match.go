@@ -9,8 +9,7 @@ import (
 
 const anyIfOmitted = "must not be empty; omit it to match any"
 
-var matchFields = []string{"path", "path_prefix", "methods", "hosts", "headers", "routes",
-	"client_cidrs", "query", "path_regex", "not", "metadata"}
+var matchFields = fieldsOf[wireMatch]()
 
 var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
 
@@ -46,7 +45,7 @@ func (p *parser) match(o *object) Match {
 			m.Hosts = append(m.Hosts, strings.ToLower(item.Str))
 		}
 	}
-	p.objects(o, "headers", append([]string{"name"}, headerConditionFields...), func(h *object) {
+	p.objects(o, "headers", fieldsOf[wireHeaderMatch](), func(h *object) {
 		var hm HeaderMatch
 		hm.Name = h.headerName("name", "required")
 		hm.ValueCondition = p.valueCondition(h, headerConditionFields...)

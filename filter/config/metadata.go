@@ -55,9 +55,11 @@ func metadataNameError(ns, path string) string {
 	return ""
 }
 
+var metadataMatchFields = fieldsOf[wireMetadataMatch]()
+
 // matchMetadata parses the metadata conditions of a match.
 func (p *parser) matchMetadata(o *object, m *Match) {
-	p.objects(o, "metadata", []string{"namespace", "path", "value", "present"}, func(e *object) {
+	p.objects(o, "metadata", metadataMatchFields, func(e *object) {
 		var mm MetadataMatch
 		for _, f := range []string{"namespace", "path"} {
 			if !e.has(f) {
@@ -84,11 +86,4 @@ func (p *parser) matchMetadata(o *object, m *Match) {
 		mm.Property = MetadataProperty(mm.Namespace, mm.Path)
 		m.Metadata = append(m.Metadata, mm)
 	})
-}
-
-// Same reports whether p and q are the same key part; Property follows
-// from the other fields.
-func (p KeyPart) Same(q KeyPart) bool {
-	return p.Kind == q.Kind && p.Header == q.Header && p.Name == q.Name && p.Segment == q.Segment &&
-		p.V4Bits == q.V4Bits && p.V6Bits == q.V6Bits && p.MetaPath == q.MetaPath
 }

@@ -87,8 +87,8 @@ func Parse(data []byte) (*Config, error) {
 
 func defaultConfig() *Config {
 	return &Config{
-		ClientIP: ClientIP{Source: ClientIPPeer, TrustedHops: 1},
-		Response: Response{Headers: AllHeaderFamilies, HeadersOnAllowed: true, Body: BodyJSON, NearLimitRatio: DefaultNearLimitRatio},
+		ClientIP: defaultClientIP(),
+		Response: defaultResponse(),
 	}
 }
 
@@ -115,6 +115,11 @@ func checkJSON(data []byte) *FieldError {
 	return nil
 }
 
+var (
+	configFields   = fieldsOf[wireConfig]()
+	clientIPFields = fieldsOf[wireClientIP]()
+)
+
 type parser struct {
 	errs Errors
 	// found counts every error, also those past MaxErrors that errs
@@ -140,8 +145,8 @@ func (p *parser) config(root gjson.Result) *Config {
 		p.errorf("", 0, "configuration must be a JSON object")
 		return cfg
 	}
-	o := p.object("", root, "client_ip", "limits", "breakers", "concurrency", "response", "backend", "external", "admin")
-	if c := o.child("client_ip", "source", "sources", "trusted_hops", "header"); c != nil {
+	o := p.object("", root, configFields...)
+	if c := o.child("client_ip", clientIPFields...); c != nil {
 		cfg.ClientIP = p.clientIP(c)
 	}
 	if b := o.child("backend", backendFields...); b != nil {
@@ -156,7 +161,7 @@ func (p *parser) config(root gjson.Result) *Config {
 	if a := o.child("admin", adminFields...); a != nil {
 		cfg.Admin = p.admin(a)
 	}
-	if r := o.child("response", "headers", "headers_on_allowed", "body", "reply_headers", "templates", "grpc", "near_limit_ratio"); r != nil {
+	if r := o.child("response", responseFields...); r != nil {
 		cfg.Response = p.response(r)
 	}
 	return cfg

@@ -1,11 +1,14 @@
 package config
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/internal/enum"
 )
 
 // object is a JSON object whose members were checked against a list of
@@ -260,6 +263,40 @@ func exactInteger(raw string) (n int64, isInt, huge bool) {
 	return v, true, false
 }
 
+// number reads a finite JSON number in [lo, hi].
+func (o *object) number(name string, lo, hi float64) (float64, bool) {
+	v, ok := o.typed(name, gjson.Number, "must be a number")
+	if !ok {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(v.Raw, 64)
+	switch {
+	case err != nil && !math.IsInf(f, 0), math.IsNaN(f):
+		o.errorf(name, "must be a number")
+		return 0, false
+	case f < lo:
+		o.errorf(name, "must be >= %v", lo)
+		return 0, false
+	case f > hi:
+		o.errorf(name, "must be <= %v", hi)
+		return 0, false
+	}
+	return f, true
+}
+
+// percent reads a number from 0 to 100, fractions allowed.
+func (o *object) percent(name string) (float64, bool) {
+	v, ok := o.typed(name, gjson.Number, "must be a number from 0 to 100")
+	if !ok {
+		return 0, false
+	}
+	if v.Num < 0 || v.Num > 100 {
+		o.errorf(name, "must be from 0 to 100, got %s", Excerpt(v.Raw))
+		return 0, false
+	}
+	return v.Num, true
+}
+
 func (o *object) duration(name string, lo, hi time.Duration) (time.Duration, bool) {
 	v, ok := o.fields[name]
 	if !ok {
@@ -333,18 +370,16 @@ func durationSyntax(s string) bool {
 	return true
 }
 
-// enum returns the index in values of the member's value.
-func (o *object) enum(name string, values ...string) (int, bool) {
+// readEnum reads member name of o, one of the names of an enum type.
+func readEnum[T enum.Integer](o *object, name string, names enum.Names[T]) (T, bool) {
 	s, ok := o.str(name)
 	if !ok {
 		return 0, false
 	}
-	for i, v := range values {
-		if s == v {
-			return i, true
-		}
+	if v, ok := names.Parse(s); ok {
+		return v, true
 	}
-	o.errorf(name, "unknown value %s; want one of %s", Quote(s), strings.Join(values, ", "))
+	o.errorf(name, "unknown value %s; want one of %s", Quote(s), names.List())
 	return 0, false
 }
 

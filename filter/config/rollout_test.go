@@ -55,9 +55,9 @@ func TestParseRollout(t *testing.T) {
 	}
 }
 
-// TestContractSchemaDefaults keeps the schema's defaults of the #17 fields
-// equal to the parser's.
-func TestContractSchemaDefaults(t *testing.T) {
+// TestRolloutAndResponseSchemaDefaults keeps the schema's defaults of
+// rollout's, response's and its templates' fields equal to the parser's.
+func TestRolloutAndResponseSchemaDefaults(t *testing.T) {
 	var s map[string]any
 	if err := json.Unmarshal(Schema(), &s); err != nil {
 		t.Fatal(err)

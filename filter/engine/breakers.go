@@ -27,7 +27,7 @@ type breakerRuntime struct {
 	first   []indexedInstance
 	metrics breakerMetrics
 	hm      host.Metrics
-	// states are the per-instance state gauges and names (observe.go).
+	// states are the per-instance state gauges and names (stateGauge).
 	states map[*breaker.Breaker]breakerInstance
 	// slowIsFailure makes a slow call count toward the consecutive-failure
 	// threshold when no failure rate is configured to weigh it against.
@@ -329,4 +329,50 @@ func (b *breakerRuntime) classify(code int, details string) (failure, known bool
 		return b.cfg.IsFailureStatus(code), true
 	}
 	return false, false
+}
+
+// breakerInstance is one cluster or route a breaker guards.
+type breakerInstance struct {
+	name  string
+	state host.Gauge
+}
+
+// logTransition writes one JSON line per committed transition: the worker
+// whose compare-and-swap committed it is the only one that sees it. WARN
+// when the breaker opens, INFO otherwise.
+func (b *breakerRuntime) logTransition(instance string, from, to breaker.State, c breaker.Cause) {
+	l := make([]byte, 0, 192)
+	l = append(l, `{"sluice":"breaker_transition","breaker":`...)
+	l = appendJSONString(l, b.cfg.Name)
+	l = append(l, `,"instance":`...)
+	l = appendJSONString(l, instance)
+	l = append(l, `,"from":`...)
+	l = appendJSONString(l, from.String())
+	l = append(l, `,"to":`...)
+	l = appendJSONString(l, to.String())
+	l = append(l, `,"reason":`...)
+	l = appendJSONString(l, c.Reason.String())
+	l = append(l, `,"failures":`...)
+	l = strconv.AppendUint(l, uint64(c.Failures), 10)
+	l = append(l, `,"calls":`...)
+	l = strconv.AppendUint(l, uint64(c.Calls), 10)
+	l = append(l, '}')
+	if to == breaker.Open {
+		b.log.Warn(string(l))
+	} else {
+		b.log.Info(string(l))
+	}
+}
+
+// stateGauge is the per-instance gauge sluice.breaker.<name>.<instance>.state,
+// defined when the instance is first seen: instances are the clusters or
+// routes the breaker guards, bounded by maxBreakerInstances. It starts at
+// the state br holds (Peek), which is open for a breaker forced open:
+// that breaker rejects every request without ever making a transition,
+// and the SluiceBreakerOpen alert reads this gauge.
+func (b *breakerRuntime) stateGauge(hm host.Metrics, scope string, br *breaker.Breaker) host.Gauge {
+	g := hm.Gauge(metricPrefixBreaker + b.cfg.Name + "." + scope + ".state")
+	s, _ := br.Peek() // closed when unreadable, as a fresh instance is
+	g.Set(uint64(s))
+	return g
 }

@@ -12,7 +12,7 @@ package engine
 //   - Response header or body: the request takes one unit at admission, so
 //     it is admitted only while its bucket has at least one unit, and the
 //     rest of the reported cost is charged in on_response_headers, or at
-//     the end of the body (body.go), through the same limiter
+//     the end of the body, through the same limiter
 //     (limiter.Table.Charge locally, the token_bucket_charge script for
 //     global and hybrid limits), which may leave the bucket up to one
 //     full bucket in debt: later requests wait until it is repaid. The
@@ -25,6 +25,7 @@ package engine
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
@@ -129,42 +130,6 @@ func trimOWS(s string) string {
 	return s
 }
 
-// costMetrics are defined only for limits with a header cost or a cost
-// from the response, so other limits keep their usual set.
-type costMetrics struct {
-	// invalid counts requests whose cost header was unusable.
-	invalid host.Counter
-	// responseCost sums the costs responses reported (or default), the
-	// unit taken at admission included.
-	responseCost host.Counter
-	// invalidResponse counts responses whose cost header, or the value at
-	// the body's path, was unusable.
-	invalidResponse host.Counter
-	// usageMissing counts bodies without the path (or not JSON at all),
-	// bodyTooLarge JSON bodies over max_body_bytes, sseEventTooLarge
-	// server-sent events dropped for their size; each is charged
-	// default, the event only when no later one has the path.
-	usageMissing, bodyTooLarge, sseEventTooLarge host.Counter
-}
-
-func defineCostMetrics(hm host.Metrics, cfg *config.Limit) costMetrics {
-	p := metricPrefixLimit + cfg.Name + "."
-	var m costMetrics
-	if cfg.CostHeader != nil {
-		m.invalid = hm.Counter(p + "invalid_cost")
-	}
-	if cfg.CostFromResponse != nil {
-		m.responseCost = hm.Counter(p + "response_cost")
-		m.invalidResponse = hm.Counter(p + "invalid_response_cost")
-		if cfg.CostFromResponse.JSON != nil {
-			m.usageMissing = hm.Counter(p + "response_usage_missing")
-			m.bodyTooLarge = hm.Counter(p + "response_body_too_large")
-			m.sseEventTooLarge = hm.Counter(p + "response_event_too_large")
-		}
-	}
-	return m
-}
-
 // requestCost is what limit l takes from request info at admission. ok is
 // false for an unusable cost header; bad is then its 400 answer, unless l
 // is a shadow limit, which only counts and skips it. again is set for a
@@ -247,7 +212,7 @@ func logCostFault(log host.Log, event string, l *limitRuntime, field, source, re
 
 // charges are a request's part with the cost_from_response limits that
 // admitted it: what each is owed, charged from the response headers, or
-// at the end of the body, which body scans for the usage (body.go).
+// at the end of the body, which the body scan below reads for the usage.
 type charges struct {
 	pending []pendingCharge
 	body    bodyScan
@@ -291,7 +256,7 @@ func (ch *charges) drop(l *limitRuntime) {
 // chargeResponse charges every pending limit that reads its cost from a
 // response header the cost the response reports, less the unit each took
 // at admission. The limits that read it from the body stay pending, and
-// the body is scanned for them (body.go). q is the quota the response's
+// the body is scanned for them (scanBody, below). q is the quota the response's
 // headers report, of a request started at start.
 func (ch *charges) chargeResponse(p *Plugin, headers [][2]string, q *quota, start time.Time) {
 	now := p.host.Clock()
@@ -350,7 +315,7 @@ func (p *Plugin) charge(c *pendingCharge, total int64, now time.Time, q *quota, 
 	if q != nil && res.Allowed && !l.cfg.Shadow && q.applies && (q.name == l.cfg.Name || res.Remaining < q.remaining) {
 		// The rate-limit headers of this response then report what is
 		// left after it, not before; reset times count from start.
-		*q = quotaOf(l, res)
+		*q = l.quotaOf(res)
 		q.resetAfter += now.Sub(start)
 	}
 }
@@ -381,4 +346,148 @@ func (p *Plugin) chargeRemote(c *pendingCharge, n int64, now time.Time) {
 	if err != nil {
 		p.log.Warnf("sluice: limit %s: charge: %v", l.cfg.Name, err)
 	}
+}
+
+// Usage from the response body ("cost_from_response": {"json": path}).
+// The charge waits for the end of the stream, and is made through the
+// same charge as the header form (above):
+//
+//   - a text/event-stream body is scanned chunk by chunk as it passes,
+//     never held back: each chunk is cut into events (sseFramer) and
+//     every event whose data has the path replaces the usage found so
+//     far, so the last one counts (OpenAI-style streams report usage in
+//     their final event; "data: [DONE]" is not JSON and has no path);
+//   - any other body is buffered by the host (the body callback returns
+//     Pause, StopIterationAndBuffer) until the end of the stream or until
+//     it outgrows every pending limit's max_body_bytes, and is then read
+//     once, whole.
+//
+// A body without the path, over the bound, or ended before its end
+// (a reset) is charged default and counted. When no limit reads its cost
+// from the body, bodyScan stays off and the body callback returns before
+// reading anything.
+
+type bodyMode uint8
+
+const (
+	bodyOff bodyMode = iota
+	bodyJSON
+	bodySSE
+	// bodyPassing: every JSON charge gave up on the body (too large); it
+	// passes until the end of the stream, when they are charged default.
+	bodyPassing
+)
+
+// bodyScan is a stream's scan of its response body.
+type bodyScan struct {
+	mode bodyMode
+	sse  sseFramer
+}
+
+// startBodyScan starts the scan for the charges left pending after the
+// response headers; headers are the response's.
+func (ch *charges) startBodyScan(headers [][2]string) {
+	ch.body.mode = bodyJSON
+	if ct, _ := request.CombinedHeader(headers, "content-type"); isEventStream(ct) {
+		ch.body.mode = bodySSE
+		ch.body.sse.reset()
+	}
+}
+
+// scanBody scans a response body callback's size bytes of body, the
+// last ones when end is set: Pause has the host buffer the body,
+// Continue lets it go on.
+func (ch *charges) scanBody(p *Plugin, size int, end bool) Verdict {
+	switch ch.body.mode {
+	case bodySSE:
+		ch.body.sse.feed(p.host.Stream.ResponseBody(size), ch.sseEvent)
+	case bodyJSON:
+		buffering := false
+		for i := range ch.pending {
+			c := &ch.pending[i]
+			if !c.tooLarge && int64(size) > c.l.cfg.CostFromResponse.MaxBodyBytes {
+				c.tooLarge = true
+			}
+			buffering = buffering || !c.tooLarge
+		}
+		if !buffering {
+			ch.body.mode = bodyPassing
+			break
+		}
+		if !end {
+			return Pause
+		}
+		doc := p.host.Stream.ResponseBody(size)
+		for i := range ch.pending {
+			if c := &ch.pending[i]; !c.tooLarge {
+				c.usage, c.fault = jsonUsage(doc, c.l.cfg.CostFromResponse.JSON)
+				c.seen = c.fault != usageMissing
+			}
+		}
+	}
+	if end {
+		ch.chargeBody(p, p.host.Clock())
+	}
+	return Continue
+}
+
+// sseEvent takes one event's data: it replaces the usage of every charge
+// whose path it has.
+func (ch *charges) sseEvent(data []byte) {
+	for i := range ch.pending {
+		c := &ch.pending[i]
+		if n, fault := jsonUsage(data, c.l.cfg.CostFromResponse.JSON); fault != usageMissing {
+			c.usage, c.fault, c.seen = n, fault, true
+		}
+	}
+}
+
+// chargeBody charges what the body reported, or default, and ends the
+// scan. Done calls it too, for a stream that ended before its body did.
+func (ch *charges) chargeBody(p *Plugin, now time.Time) {
+	for i := range ch.pending {
+		c := &ch.pending[i]
+		l := c.l
+		m := &l.metrics.cost
+		rc := l.cfg.CostFromResponse
+		total := rc.Default
+		switch {
+		case c.tooLarge:
+			m.bodyTooLarge.Increment(1)
+		case !c.seen:
+			m.usageMissing.Increment(1)
+		case c.fault != usageOK:
+			m.invalidResponse.Increment(1)
+			logCostFault(p.log, "invalid_response_cost", l, "json", strings.Join(rc.JSON, "."), c.fault.String())
+		default:
+			total = c.usage
+		}
+		if ch.body.mode == bodySSE && ch.body.sse.dropped > 0 {
+			m.sseEventTooLarge.Increment(uint64(ch.body.sse.dropped))
+		}
+		p.charge(c, total, now, nil, time.Time{})
+	}
+	ch.pending = ch.pending[:0]
+	ch.body.mode = bodyOff
+}
+
+// isEventStream tells whether a Content-Type is text/event-stream, with
+// or without parameters, in any case.
+func isEventStream(ct string) bool {
+	const want = "text/event-stream"
+	ct = trimOWS(ct)
+	if len(ct) < len(want) {
+		return false
+	}
+	for i := 0; i < len(want); i++ {
+		c := ct[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != want[i] {
+			return false
+		}
+	}
+	rest := trimOWS(ct[len(want):])
+	return rest == "" || rest[0] == ';'
 }

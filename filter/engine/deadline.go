@@ -39,15 +39,14 @@ func defineDeadlineMetrics(hm host.Metrics) deadlineMetrics {
 	}
 }
 
-// lowerDeadline lowers the deadline headers of request info, held for
-// held, just before it is resumed. False means the deadline was spent:
-// the request is to be answered (rejectDeadline) instead.
-func (p *Plugin) lowerDeadline(info *request.Info, held time.Duration) bool {
+// lower lowers the deadline headers of request info, held for held,
+// just before it is resumed, through rep, and counts what it did. False
+// means the deadline was spent: the request is to be answered
+// (rejectDeadline) instead.
+func (m *deadlineMetrics) lower(rep host.Stream, info *request.Info, held time.Duration) bool {
 	if held <= 0 {
 		return true
 	}
-	m := &p.deadline
-	rep := p.host.Stream
 	if v, ok := info.Header(headerGRPCTimeout); ok {
 		switch d, valid := parseGRPCTimeout(v); {
 		case !valid:

@@ -6,8 +6,11 @@
 //
 // The request path is pipeline.go, in this order (the same numbering as
 // there):
-//  0. the admin route, when configured: a request under its prefix is
-//     answered and goes no further (admin.go);
+//  0. the admin route, when configured: a request under its prefix that
+//     passes its checks is answered and goes no further; one that fails
+//     them (phaseAdminDenied) goes through 1-5 as any request, previewing
+//     the breakers without a ticket, and where it would be forwarded is
+//     answered an empty 404 (admin.go);
 //  1. external lookup: when the external block applies, the request first
 //     learns from the limits service (or its cache) which bucket that
 //     limit is (external.go, package external); it may wait for it;
@@ -30,7 +33,7 @@
 // Each stage returns an outcome (outcome.go): allow; deny, by which limit
 // with which result; reject, with which reply; or wait, for what. Only
 // pipeline.go turns an outcome into a reply (sent from template.go) or a
-// wait: a denial waits under on_limit delay (delay.go) or is answered. A
+// wait: a denial waits under on_limit delay (waiting.go) or is answered. A
 // waiting stream is in the one registry of waiting streams (waiting.go),
 // where the tick and the replies of lookups, leases and Redis calls find
 // it, and pipeline.go's resume is the one path that continues it.
@@ -43,11 +46,12 @@
 // conditions of a match (request.Matches); its sub-packages hold the
 // CIDR sets, reply templates and path normal form that config builds.
 //
-// Stream keeps the request's identity (its id, what was read of the
-// request, its start, its quota, its generation) and one struct of state
-// per mechanism, owned by that mechanism's file: remoteWait (remote.go),
+// Stream, declared beside Plugin in plugin.go, keeps the request's
+// identity (its id, what was read of the request, its start, its quota,
+// its generation) and one struct of state per mechanism, owned by that
+// mechanism's file: remoteWait (remote.go),
 // breakerHold (breakers.go), ccHolds (concurrency.go), charges (cost.go),
-// streamWait and its delay (waiting.go, delay.go), rollDraws (rollout.go)
+// streamWait and its delay (waiting.go), rollDraws (rollout.go)
 // and the external lookup (external.go).
 //
 // Tokens taken by a request that an open breaker then rejects stay taken,
@@ -56,5 +60,5 @@
 //
 // A limit's cost per request may come from a request header, and a limit
 // with cost_from_response is charged again from the response headers
-// (cost.go) or at the end of the response body (body.go, usage.go).
+// (cost.go) or at the end of the response body (cost.go, usage.go).
 package engine

@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"strconv"
 	"time"
-	"unsafe"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/limiter"
@@ -24,29 +22,10 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 			l.admitted(r.Table.Limit(), res)
 		} else {
 			l.metrics.shadowLimited.Increment(1)
-			h.logRejection("shadow_limited", l, res)
+			l.logRejection(h.plugin.log, "shadow_limited", res)
 			h.charges.drop(l)
 			h.plugin.tellUpstream(l)
 		}
-	}
-}
-
-// quotaOf describes a decision for the rate-limit headers. The window comes
-// from the result, so an override with its own window reports that one.
-func quotaOf(l *limitRuntime, res limiter.Result) quota {
-	window := res.Period
-	if window == 0 {
-		window = l.cfg.Rate.Window // a contention or store-error result
-	}
-	return quota{
-		applies:    true,
-		name:       l.cfg.Name,
-		limit:      res.Limit,
-		window:     window,
-		remaining:  res.Remaining,
-		retryAfter: res.RetryAfter,
-		resetAfter: res.ResetAfter,
-		consts:     l.headerConsts,
 	}
 }
 
@@ -55,8 +34,8 @@ func quotaOf(l *limitRuntime, res limiter.Result) quota {
 func (h *Stream) rateLimited(l *limitRuntime, res limiter.Result, now time.Time) *reply {
 	p := h.plugin
 	l.metrics.limited.Increment(1)
-	h.logRejection("rate_limited", l, res)
-	q := quotaOf(l, res)
+	q := l.quotaOf(res)
+	l.logRejection(h.plugin.log, "rate_limited", res)
 	headers, _ := appendRateLimitHeaders(nil, nil, p.cfg.Response.Headers, q, now, true)
 	ct, body := rateLimitedBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status, res.RetryAfter)
 	return &reply{kind: config.ReplyRateLimited, values: replyValues{limit: l.cfg.Name, limitValue: q.limit, window: q.window, retryAfter: res.RetryAfter},
@@ -65,44 +44,9 @@ func (h *Stream) rateLimited(l *limitRuntime, res limiter.Result, now time.Time)
 
 func (h *Stream) missingKey(l *limitRuntime) *reply {
 	p := h.plugin
-	h.logRejection("missing_key", l, limiter.Result{})
+	l.logRejection(h.plugin.log, "missing_key", limiter.Result{})
 	ct, body := missingKeyBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status)
 	return &reply{kind: config.ReplyMissingKey, values: replyValues{limit: l.cfg.Name}, status: l.cfg.OnLimit.Status, contentType: ct, body: body}
-}
-
-// logRejection writes one JSON line per rejection. It names the key's
-// kinds, never its values: client addresses are personal data and do not
-// belong in proxy logs by default.
-func (h *Stream) logRejection(event string, l *limitRuntime, res limiter.Result) {
-	b := appendRejectionLog(make([]byte, 0, 160), event, l.cfg.Name, l.keyKinds)
-	b = append(b, `,"limit_value":`...)
-	b = strconv.AppendInt(b, res.Limit, 10)
-	b = append(b, `,"retry_after":`...)
-	b = strconv.AppendInt(b, retryAfterSeconds(res.RetryAfter), 10)
-	b = append(b, '}')
-	h.plugin.log.Info(string(b))
-}
-
-// appendRejectionLog starts the JSON line of a rejection by a rate or
-// concurrency limit: the event, the limit and its key's kinds.
-func appendRejectionLog(b []byte, event, limit, keyKinds string) []byte {
-	b = append(b, `{"sluice":`...)
-	b = appendJSONString(b, event)
-	b = append(b, `,"limit":`...)
-	b = appendJSONString(b, limit)
-	b = append(b, `,"key":`...)
-	return appendJSONString(b, keyKinds)
-}
-
-// arenaString views key bytes as a string without a copy. For the worker's
-// key arena that is safe only until the next evaluation overwrites it:
-// limiter tables hash keys and do not keep them, and a request that waits
-// for Redis copies its local keys first (startRemote).
-func arenaString(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(&b[0], len(b))
 }
 
 // firstValue is the first value of header name in headers.
@@ -206,7 +150,7 @@ func (h *Stream) prepareLimit(i int, l *limitRuntime, arena []byte, shadows *sha
 	}
 	switch r := (limiter.Request{Table: k.table, Key: arenaString(key), Cost: cost}); {
 	case l.remote != nil:
-		h.fileRemote(i, l, k, key, cost, shadow, now)
+		h.fileRemote(i, l, k.rate, k.overrideValue, key, cost, shadow, now)
 	case shadow:
 		shadows.reqs, shadows.lims = append(shadows.reqs, r), append(shadows.lims, l)
 	default:
@@ -300,17 +244,28 @@ func (h *Stream) decideLocal(ns int64) outcome {
 			best = i
 		}
 	}
-	h.quota = quotaOf(p.reqLim[best], results[best])
+	h.quota = p.reqLim[best].quotaOf(results[best])
 	return allow
 }
 
-// firstDenial is the denial of limits decided together with results.
-func firstDenial(lims []*limitRuntime, results []limiter.Result) outcome {
-	for i, res := range results {
-		if !res.Allowed {
-			return deny(lims[i], res)
+// overrideAction applies an unlimited or block override of value. done
+// reports that the limit is settled for this request: an unlimited value
+// is allowed without consuming anything; a blocked one is rejected as an
+// over-limit request (a shadow limit only counts it). Both are decided
+// before any limit consumes, so a rejection consumes from none.
+func overrideAction(l *limitRuntime, value string) (o outcome, done bool) {
+	switch l.cfg.OverrideActions[value] {
+	case config.OverrideUnlimited:
+		l.metrics.allowed.Increment(1)
+		return allow, true
+	case config.OverrideBlock:
+		if l.cfg.Shadow {
+			l.metrics.shadowLimited.Increment(1)
+			return allow, true
 		}
+		// No capacity and no time after which it would pass: a delay
+		// action cannot help, so the denial is answered at once.
+		return deny(l, limiter.Result{}), true
 	}
-	// AllowAll denies only through a result; be safe regardless.
-	return deny(lims[0], results[0])
+	return allow, false
 }

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"github.com/sluice-proxy/sluice/breaker"
+	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host"
+	"math"
 )
 
 // Metric names put the limit or breaker name in the middle so Envoy's
@@ -96,4 +98,60 @@ func (m concurrencyMetrics) setInFlight(n int64) {
 		n = 0
 	}
 	m.inFlight.Set(uint64(n))
+}
+
+// defineRateGauges sets sluice.limit.<name>.capacity and
+// .refill_per_second from the limit's own rate (overrides have their own
+// and are not reported). Gauges are integers: refill_per_second is
+// rounded to the nearest, so a rate under 0.5/s reads 0.
+func defineRateGauges(hm host.Metrics, cfg *config.Limit) {
+	if cfg.Rate.Limit <= 0 || cfg.Rate.Window <= 0 {
+		return // the external limit's fallback is checked elsewhere
+	}
+	p := metricPrefixLimit + cfg.Name + "."
+	hm.Gauge(p + "capacity").Set(uint64(cfg.Rate.Capacity(cfg.Algorithm)))
+	perSecond := float64(cfg.Rate.Limit) / cfg.Rate.Window.Seconds()
+	hm.Gauge(p + "refill_per_second").Set(uint64(math.Round(perSecond)))
+}
+
+// defineMaxInFlightGauge sets sluice.concurrency.<name>.max_in_flight, so
+// dashboards and alerts can compare in_flight with it.
+func defineMaxInFlightGauge(hm host.Metrics, cfg *config.ConcurrencyLimit) {
+	hm.Gauge(metricPrefixCC + cfg.Name + ".max_in_flight").Set(uint64(cfg.MaxInFlight))
+}
+
+// costMetrics are defined only for limits with a header cost or a cost
+// from the response, so other limits keep their usual set.
+type costMetrics struct {
+	// invalid counts requests whose cost header was unusable.
+	invalid host.Counter
+	// responseCost sums the costs responses reported (or default), the
+	// unit taken at admission included.
+	responseCost host.Counter
+	// invalidResponse counts responses whose cost header, or the value at
+	// the body's path, was unusable.
+	invalidResponse host.Counter
+	// usageMissing counts bodies without the path (or not JSON at all),
+	// bodyTooLarge JSON bodies over max_body_bytes, sseEventTooLarge
+	// server-sent events dropped for their size; each is charged
+	// default, the event only when no later one has the path.
+	usageMissing, bodyTooLarge, sseEventTooLarge host.Counter
+}
+
+func defineCostMetrics(hm host.Metrics, cfg *config.Limit) costMetrics {
+	p := metricPrefixLimit + cfg.Name + "."
+	var m costMetrics
+	if cfg.CostHeader != nil {
+		m.invalid = hm.Counter(p + "invalid_cost")
+	}
+	if cfg.CostFromResponse != nil {
+		m.responseCost = hm.Counter(p + "response_cost")
+		m.invalidResponse = hm.Counter(p + "invalid_response_cost")
+		if cfg.CostFromResponse.JSON != nil {
+			m.usageMissing = hm.Counter(p + "response_usage_missing")
+			m.bodyTooLarge = hm.Counter(p + "response_body_too_large")
+			m.sseEventTooLarge = hm.Counter(p + "response_event_too_large")
+		}
+	}
+	return m
 }

@@ -61,3 +61,26 @@ type reply struct {
 	contentType string
 	body        []byte
 }
+
+// Verdict is what the adapter does with the stream after a callback.
+type Verdict uint8
+
+const (
+	// Continue lets the request go on to the upstream.
+	Continue Verdict = iota
+	// Pause holds it: the engine has answered it, or resumes it later.
+	// From a body callback it asks the host to buffer the body and call
+	// again with everything so far (StopIterationAndBuffer).
+	Pause
+)
+
+// firstDenial is the denial of limits decided together with results.
+func firstDenial(lims []*limitRuntime, results []limiter.Result) outcome {
+	for i, res := range results {
+		if !res.Allowed {
+			return deny(lims[i], res)
+		}
+	}
+	// AllowAll denies only through a result; be safe regardless.
+	return deny(lims[0], results[0])
+}

@@ -27,83 +27,7 @@ package engine
 import (
 	"time"
 
-	"github.com/sluice-proxy/sluice/filter/external"
 	"github.com/sluice-proxy/sluice/filter/request"
-)
-
-// Verdict is what the adapter does with the stream after a callback.
-type Verdict uint8
-
-const (
-	// Continue lets the request go on to the upstream.
-	Continue Verdict = iota
-	// Pause holds it: the engine has answered it, or resumes it later.
-	// From a body callback it asks the host to buffer the body and call
-	// again with everything so far (StopIterationAndBuffer).
-	Pause
-)
-
-// Stream is one request: what the engine read of it and decided for it.
-// The adapter keeps one per HTTP context and reuses it (Plugin.Begin).
-type Stream struct {
-	plugin *Plugin
-	id     uint32
-	info   request.Info
-
-	start time.Time
-	// quota is the most restrictive applied limit, for headers on the
-	// allowed response; quota.applies is false when no enforcing limit
-	// applied.
-	quota quota
-	// phase says whether the filter answered the request itself, whether
-	// it goes on only to be hidden (admin), and whether the stream has
-	// ended.
-	phase phase
-
-	// trace, when set, receives an account of the request's decisions
-	// (trace.go); nil on every stream the filter serves.
-	trace *Trace
-
-	// wait is what the paused stream waits for in the plugin's registry
-	// of waiting streams (waiting.go), and its delay.
-	wait streamWait
-
-	// breakers are the request's breaker tickets and what its response
-	// tells them (breakers.go).
-	breakers breakerHold
-	// remote are its global and hybrid decisions in progress (remote.go).
-	remote remoteWait
-	// gen changes when the stream ends or is re-evaluated, so replies to
-	// calls of an earlier evaluation are ignored.
-	gen uint32
-
-	// cc are the concurrency slots the request holds (concurrency.go).
-	cc ccHolds
-	// charges are what the response still owes the cost_from_response
-	// limits that admitted the request (cost.go, body.go).
-	charges charges
-	// ext is this request's lookup of the external limit (external.go).
-	ext external.Request
-	// roll are the request's rollout draws by limit index, drawn once
-	// (rollout.go); empty when no limit has a partial rollout.
-	roll rollDraws
-}
-
-// phase is where a stream is in its life, as its callbacks need it.
-type phase uint8
-
-const (
-	phaseOpen phase = iota
-	// phaseAnswered: this filter answered the request itself, so the
-	// response phase neither decorates nor reports it.
-	phaseAnswered
-	// phaseAdminDenied: an admin request that failed the admin checks. It
-	// is limited as any request and, where it would go on, answered 404
-	// (admin.go): a preview of the breakers, never a ticket.
-	phaseAdminDenied
-	// phaseDone: the stream ended; replies to its calls still to come
-	// are ignored.
-	phaseDone
 )
 
 // RequestHeaders is the request phase.
@@ -171,22 +95,29 @@ func (h *Stream) AfterRequestHeaders() Verdict {
 // lookup; everything it reads from the request is cached in h.info, so a
 // re-run costs no header hostcalls.
 func (h *Stream) evaluate(now time.Time) Verdict {
+	o := h.stages(now)
+	return h.settle(o, now)
+}
+
+// stages runs stages 1 to 5 at now and returns the first outcome that is
+// not allow, or allow.
+func (h *Stream) stages(now time.Time) outcome {
 	p := h.plugin
 	if len(p.limits) > 0 {
 		h.matchLimits()
 		// 1. External lookup.
 		if x := p.external; x != nil && p.applied[x.index] {
 			if o := x.resolve(&h.ext, &h.info, now); o.kind != outAllow {
-				return h.settle(o, now)
+				return o
 			}
 			x.routeTenant(&h.ext)
 		}
 		// 2. Limits; 3. remote wait.
 		if o := h.decideLimits(now); o.kind != outAllow {
-			return h.settle(o, now)
+			return o
 		}
 	}
-	return h.settle(h.admitAfterLimits(now), now)
+	return h.admitAfterLimits(now)
 }
 
 // admitAfterLimits runs what follows the rate limits: 4. the breakers,
@@ -211,10 +142,11 @@ func (h *Stream) admitAfterLimits(now time.Time) outcome {
 // continueAfterRemote goes on with a request whose remote decisions are
 // all known: it commits its local limits, then 4. and 5.
 func (h *Stream) continueAfterRemote(now time.Time) Verdict {
-	if o := h.finishRemote(now); o.kind != outAllow {
-		return h.settle(o, now)
+	o := h.finishRemote(now)
+	if o.kind == outAllow {
+		o = h.admitAfterLimits(now)
 	}
-	return h.settle(h.admitAfterLimits(now), now)
+	return h.settle(o, now)
 }
 
 // settle turns a stage's outcome into what the adapter does: an allowed
@@ -227,7 +159,7 @@ func (h *Stream) settle(o outcome, now time.Time) Verdict {
 			// Admitted, but never forwarded: answered as an upstream's
 			// 404 (admin.go), or, held past its deadline, as any held
 			// request then is.
-			if h.plugin.lowerDeadline(&h.info, now.Sub(h.start)) {
+			if h.plugin.deadline.lower(h.plugin.host.Stream, &h.info, now.Sub(h.start)) {
 				h.hideAdmin(now)
 			} else {
 				h.rejectDeadline()
@@ -240,18 +172,14 @@ func (h *Stream) settle(o outcome, now time.Time) Verdict {
 			h.plugin.park(h, waitDelay)
 			return Pause
 		}
-		h.answer(h.rateLimited(o.limit, o.res, now))
+		r := h.rateLimited(o.limit, o.res, now)
+		h.reject(r)
 	case outReject:
-		h.answer(o.reply)
+		h.reject(o.reply)
 	case outWait:
 		h.plugin.park(h, o.wait)
 	}
 	return Pause
-}
-
-// answer sends the local reply r.
-func (h *Stream) answer(r *reply) {
-	h.reject(r.kind, r.values, r.status, r.headers, r.contentType, r.body)
 }
 
 // matchLimits marks the limits that apply to the request: every limit
@@ -308,7 +236,7 @@ func (p *Plugin) resume(h *Stream, now time.Time) {
 		return
 	}
 	// A request held past its deadline is answered rather than resumed.
-	if !p.lowerDeadline(&h.info, now.Sub(h.start)) {
+	if !p.deadline.lower(p.host.Stream, &h.info, now.Sub(h.start)) {
 		h.rejectDeadline()
 		return
 	}
@@ -319,7 +247,7 @@ func (p *Plugin) resume(h *Stream, now time.Time) {
 
 // ResponseBody is a response body callback: size bytes of body are
 // there, the last ones when end is set. It returns Pause to have the host
-// buffer the body, Continue to let it go on (body.go).
+// buffer the body, Continue to let it go on (cost.go).
 func (h *Stream) ResponseBody(size int, end bool) Verdict {
 	if h.charges.body.mode == bodyOff {
 		return Continue

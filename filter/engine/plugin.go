@@ -2,8 +2,11 @@ package engine
 
 import (
 	"fmt"
+	"github.com/sluice-proxy/sluice/filter/external"
+	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/distributed"
@@ -104,7 +107,7 @@ type Plugin struct {
 	lastBeat time.Time
 
 	// inFallback is set while this worker's remote limits fall back to
-	// their failure_policy (fallback.go).
+	// their failure_policy (remote.go).
 	inFallback bool
 
 	// rollouts is set when some limit has a partial rollout to draw.
@@ -377,3 +380,168 @@ func hexHash(s string) string {
 	}
 	return string(b)
 }
+
+// admitted counts an admission by l under lim, and near_limit when it
+// left at most (1 - near_limit_ratio) of lim's capacity.
+func (l *limitRuntime) admitted(lim limiter.Limit, res limiter.Result) {
+	l.metrics.allowed.Increment(1)
+	// In millionths, so 20% of 10 is 2 exactly, which 1-0.8 in floating
+	// point is not. Capacities stay below 2^33, far from overflowing.
+	if res.Remaining*perMillionAll <= lim.Capacity()*l.nearLeft {
+		l.metrics.nearLimit.Increment(1)
+	}
+}
+
+// quotaOf describes a decision for the rate-limit headers. The window comes
+// from the result, so an override with its own window reports that one.
+func (l *limitRuntime) quotaOf(res limiter.Result) quota {
+	window := res.Period
+	if window == 0 {
+		window = l.cfg.Rate.Window // a contention or store-error result
+	}
+	return quota{
+		applies:    true,
+		name:       l.cfg.Name,
+		limit:      res.Limit,
+		window:     window,
+		remaining:  res.Remaining,
+		retryAfter: res.RetryAfter,
+		resetAfter: res.ResetAfter,
+		consts:     l.headerConsts,
+	}
+}
+
+// A switched-off entry ("enabled": false) gets its metrics defined, so a
+// dashboard sees it at zero rather than missing, and nothing else: no
+// table, no Redis backend, no breaker state, no heartbeat.
+
+// newDisabledLimit keeps limit index's place in Plugin.limits, whose
+// positions are the indexes replaces refers to; matchLimits never applies
+// it, so it is neither evaluated nor counted and does not replace others.
+func newDisabledLimit(hc *host.Host, cfg *config.Limit, index int) *limitRuntime {
+	l := &limitRuntime{cfg: cfg, index: index, disabled: true, metrics: defineLimitMetrics(hc.Metrics, cfg.Name)}
+	l.metrics.cost = defineCostMetrics(hc.Metrics, cfg)
+	return l
+}
+
+// defineDisabledBreaker defines the breaker's metrics with its state gauge
+// at closed (0): a breaker switched off on a reload must not keep showing
+// the open state it had.
+func defineDisabledBreaker(hc *host.Host, cfg *config.Breaker) {
+	defineBreakerMetrics(hc.Metrics, cfg.Name).setState(0)
+}
+
+// defineDisabledConcurrency defines the limit's metrics with nothing in
+// flight.
+func defineDisabledConcurrency(hc *host.Host, cfg *config.ConcurrencyLimit) {
+	defineConcurrencyMetrics(hc.Metrics, cfg.Name).setInFlight(0)
+}
+
+// enabledConcurrency is how many concurrency limits are switched on.
+func enabledConcurrency(cfg *config.Config) int {
+	n := 0
+	for i := range cfg.Concurrency {
+		if !cfg.Concurrency[i].Disabled {
+			n++
+		}
+	}
+	return n
+}
+
+// enabledLimits is how many of the runtimes are switched on.
+func enabledLimits(limits []*limitRuntime) int {
+	n := 0
+	for _, l := range limits {
+		if !l.disabled {
+			n++
+		}
+	}
+	return n
+}
+
+// arenaString views key bytes as a string without a copy. For the worker's
+// key arena that is safe only until the next evaluation overwrites it:
+// limiter tables hash keys and do not keep them, and a request that waits
+// for Redis copies its local keys first (startRemote).
+func arenaString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// logRejection writes one JSON line per rejection. It names the key's
+// kinds, never its values: client addresses are personal data and do not
+// belong in proxy logs by default.
+func (l *limitRuntime) logRejection(log host.Log, event string, res limiter.Result) {
+	b := appendRejectionLog(make([]byte, 0, 160), event, l.cfg.Name, l.keyKinds)
+	b = append(b, `,"limit_value":`...)
+	b = strconv.AppendInt(b, res.Limit, 10)
+	b = append(b, `,"retry_after":`...)
+	b = strconv.AppendInt(b, retryAfterSeconds(res.RetryAfter), 10)
+	b = append(b, '}')
+	log.Info(string(b))
+}
+
+// Stream is one request: what the engine read of it and decided for it.
+// The adapter keeps one per HTTP context and reuses it (Plugin.Begin).
+type Stream struct {
+	plugin *Plugin
+	id     uint32
+	info   request.Info
+
+	start time.Time
+	// quota is the most restrictive applied limit, for headers on the
+	// allowed response; quota.applies is false when no enforcing limit
+	// applied.
+	quota quota
+	// phase says whether the filter answered the request itself, whether
+	// it goes on only to be hidden (admin), and whether the stream has
+	// ended.
+	phase phase
+
+	// trace, when set, receives an account of the request's decisions
+	// (trace.go); nil on every stream the filter serves.
+	trace *Trace
+
+	// wait is what the paused stream waits for in the plugin's registry
+	// of waiting streams (waiting.go), and its delay.
+	wait streamWait
+
+	// breakers are the request's breaker tickets and what its response
+	// tells them (breakers.go).
+	breakers breakerHold
+	// remote are its global and hybrid decisions in progress (remote.go).
+	remote remoteWait
+	// gen changes when the stream ends or is re-evaluated, so replies to
+	// calls of an earlier evaluation are ignored.
+	gen uint32
+
+	// cc are the concurrency slots the request holds (concurrency.go).
+	cc ccHolds
+	// charges are what the response still owes the cost_from_response
+	// limits that admitted the request (cost.go).
+	charges charges
+	// ext is this request's lookup of the external limit (external.go).
+	ext external.Request
+	// roll are the request's rollout draws by limit index, drawn once
+	// (rollout.go); empty when no limit has a partial rollout.
+	roll rollDraws
+}
+
+// phase is where a stream is in its life, as its callbacks need it.
+type phase uint8
+
+const (
+	phaseOpen phase = iota
+	// phaseAnswered: this filter answered the request itself, so the
+	// response phase neither decorates nor reports it.
+	phaseAnswered
+	// phaseAdminDenied: an admin request that failed the admin checks. It
+	// is limited as any request and, where it would go on, answered 404
+	// (admin.go): a preview of the breakers, never a ticket.
+	phaseAdminDenied
+	// phaseDone: the stream ended; replies to its calls still to come
+	// are ignored.
+	phaseDone
+)

@@ -102,33 +102,8 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 	var given []bool
 	for i, p := range parts {
 		v := values[i]
-		switch p.Kind {
-		case config.KeyClientIP, config.KeyClientIPMasked:
-			if prev, ok := r.props["source\x00address"]; ok && prev != v {
-				return nil, fmt.Errorf("key parts name two client addresses, %q and %q", prev, v)
-			}
-			r.props["source\x00address"] = v
-		case config.KeyHeader, config.KeyCookie:
-			if !IsFieldValue(v) {
-				return nil, fmt.Errorf("key part %d (%s): a header value holds no control character but tab: no NUL, CR, LF, DEL (Envoy refuses them)", i+1, p)
-			}
-			if strings.Trim(v, " \t") != v {
-				return nil, fmt.Errorf("key part %d (%s): a header value has no spaces or tabs around it (Envoy trims them)", i+1, p)
-			}
-		case config.KeyMethod:
-			if v != "" && !IsHTTPToken(v) {
-				return nil, fmt.Errorf("key part %d (%s): a method is an HTTP token: letters, digits and !#$%%&'*+-.^_`|~, no space or control character", i+1, p)
-			}
-		case config.KeyHost:
-			if strings.ContainsFunc(v, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
-				return nil, fmt.Errorf("key part %d (%s): a host holds no space or control character", i+1, p)
-			}
-		case config.KeyPath, config.KeyPathSegment:
-			// The normal form keeps a control byte escaped, so a key never
-			// holds one raw.
-			if strings.ContainsFunc(v, func(c rune) bool { return c < ' ' || c == 0x7f }) {
-				return nil, fmt.Errorf("key part %d (%s): a path key holds no control character (its normal form keeps them escaped: %%01)", i+1, p)
-			}
+		if err := checkQuotaValue(r.props, i, p, v); err != nil {
+			return nil, err
 		}
 		switch p.Kind {
 		case config.KeyHeader:
@@ -193,6 +168,41 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 	}
 	r.headers = append(r.headers, [2]string{":path", path}, [2]string{":method", method}, [2]string{":authority", authority})
 	return r, nil
+}
+
+// checkQuotaValue refuses a value v of key part i (p) that no request can
+// carry: control characters, spaces around a header value, a method that
+// is no token, two client addresses. props are the properties so far.
+func checkQuotaValue(props map[string]string, i int, p config.KeyPart, v string) error {
+	switch p.Kind {
+	case config.KeyClientIP, config.KeyClientIPMasked:
+		if prev, ok := props["source\x00address"]; ok && prev != v {
+			return fmt.Errorf("key parts name two client addresses, %q and %q", prev, v)
+		}
+		props["source\x00address"] = v
+	case config.KeyHeader, config.KeyCookie:
+		if !IsFieldValue(v) {
+			return fmt.Errorf("key part %d (%s): a header value holds no control character but tab: no NUL, CR, LF, DEL (Envoy refuses them)", i+1, p)
+		}
+		if strings.Trim(v, " \t") != v {
+			return fmt.Errorf("key part %d (%s): a header value has no spaces or tabs around it (Envoy trims them)", i+1, p)
+		}
+	case config.KeyMethod:
+		if v != "" && !IsHTTPToken(v) {
+			return fmt.Errorf("key part %d (%s): a method is an HTTP token: letters, digits and !#$%%&'*+-.^_`|~, no space or control character", i+1, p)
+		}
+	case config.KeyHost:
+		if strings.ContainsFunc(v, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+			return fmt.Errorf("key part %d (%s): a host holds no space or control character", i+1, p)
+		}
+	case config.KeyPath, config.KeyPathSegment:
+		// The normal form keeps a control byte escaped, so a key never
+		// holds one raw.
+		if strings.ContainsFunc(v, func(c rune) bool { return c < ' ' || c == 0x7f }) {
+			return fmt.Errorf("key part %d (%s): a path key holds no control character (its normal form keeps them escaped: %%01)", i+1, p)
+		}
+	}
+	return nil
 }
 
 // appendEscaped appends s with every byte that keep refuses

@@ -360,7 +360,7 @@ func (h *Stream) finishRemote(now time.Time) outcome {
 		rr.taken = 0 // kept: the request is admitted
 	}
 	if bestLim != nil {
-		h.quota = quotaOf(bestLim, best)
+		h.quota = bestLim.quotaOf(best)
 	}
 	return allow
 }
@@ -374,7 +374,7 @@ func (h *Stream) backendFailure(rr *remoteReq) *reply {
 		status = h.ext.FailureCode // the tenant's answer chose it
 	}
 	rr.l.metrics.limited.Increment(1)
-	h.logRejection("backend_unavailable", rr.l, limiter.Result{Limit: rr.k.Lim.Rate})
+	rr.l.logRejection(h.plugin.log, "backend_unavailable", limiter.Result{Limit: rr.k.Lim.Rate})
 	ct, body := rateLimitedBody(p.cfg.Response.Body, rr.l.cfg.Name, status, 0)
 	return &reply{kind: config.ReplyRateLimited, values: replyValues{limit: rr.l.cfg.Name, limitValue: rr.k.Lim.Rate, window: rr.l.cfg.Rate.Window},
 		status: status, contentType: ct, body: body}
@@ -474,8 +474,8 @@ func (h *Stream) pollLease(now time.Time) bool {
 // fileRemote files global or hybrid limit i, with its key and cost, for
 // the request's remote decisions; a shadow one is decided in the
 // background at now.
-func (h *Stream) fileRemote(i int, l *limitRuntime, k limitKeyed, key []byte, cost int64, shadow bool, now time.Time) {
-	lim := k.rate.Limiter(l.cfg.Algorithm)
+func (h *Stream) fileRemote(i int, l *limitRuntime, rate config.Rate, overrideValue string, key []byte, cost int64, shadow bool, now time.Time) {
+	lim := rate.Limiter(l.cfg.Algorithm)
 	// Key only hashes the value, so the arena's bytes need no copy.
 	dk := l.remote.dl.Key(arenaString(key), lim)
 	if h.trace != nil {
@@ -486,7 +486,37 @@ func (h *Stream) fileRemote(i int, l *limitRuntime, k limitKeyed, key []byte, co
 		return
 	}
 	h.remote.reqs = append(h.remote.reqs, remoteReq{
-		l: l, key: string(key), overrideValue: k.overrideValue, k: dk, cost: cost,
+		l: l, key: string(key), overrideValue: overrideValue, k: dk, cost: cost,
 		policy: remotePolicy(l, &h.ext),
 	})
+}
+
+// enterFallback logs, once per transition, that this worker's remote
+// limits fell back to their failure_policy: one WARN when the first
+// request falls back after the backend answered, not one per request.
+func (p *Plugin) enterFallback(rr *remoteReq, err error) {
+	if p.inFallback {
+		return
+	}
+	p.inFallback = true
+	cause := "backend_error"
+	if errors.Is(err, distributed.ErrBreakerOpen) {
+		cause = "backend_breaker_open"
+	}
+	b := make([]byte, 0, 128)
+	b = append(b, `{"sluice":"backend_fallback","limit":`...)
+	b = appendJSONString(b, rr.l.cfg.Name)
+	b = append(b, `,"failure_policy":`...)
+	b = appendJSONString(b, rr.policy.String())
+	b = append(b, `,"cause":`...)
+	b = appendJSONString(b, cause)
+	p.log.Warn(string(append(b, '}')))
+}
+
+// leaveFallback logs the backend answering again after a fallback.
+func (p *Plugin) leaveFallback() {
+	if p.inFallback {
+		p.inFallback = false
+		p.log.Info(`{"sluice":"backend_fallback_ended"}`)
+	}
 }

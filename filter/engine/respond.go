@@ -348,3 +348,14 @@ func missingKeyBody(format config.Body, limitName string, status int) (contentTy
 		return contentTypeJSON, append(b, '}')
 	}
 }
+
+// appendRejectionLog starts the JSON line of a rejection by a rate or
+// concurrency limit: the event, the limit and its key's kinds.
+func appendRejectionLog(b []byte, event, limit, keyKinds string) []byte {
+	b = append(b, `{"sluice":`...)
+	b = appendJSONString(b, event)
+	b = append(b, `,"limit":`...)
+	b = appendJSONString(b, limit)
+	b = append(b, `,"key":`...)
+	return appendJSONString(b, keyKinds)
+}

@@ -23,21 +23,22 @@ type replyValues struct {
 	maxInFlight     int64
 }
 
-// reject answers the request with a local reply of kind: ct and body are
-// the built-in body, replaced by the kind's template when there is one.
-func (h *Stream) reject(kind config.ReplyKind, v replyValues, status int, headers [][2]string, ct string, body []byte) {
+// reject answers the request with the local reply a stage decided on:
+// its built-in body, replaced by its kind's template when there is one.
+func (h *Stream) reject(a *reply) {
 	r := &h.plugin.cfg.Response
 	if !r.PlainGRPC && h.isGRPC() {
-		h.sendGRPC(kind, headers) // trailers-only: no body to render
+		h.sendGRPC(a.kind, a.headers) // trailers-only: no body to render
 		return
 	}
-	if t := r.Templates; r.Body == config.BodyTemplate && t != nil && t.ByKind[kind] != nil {
+	ct, body := a.contentType, a.body
+	if t := r.Templates; r.Body == config.BodyTemplate && t != nil && t.ByKind[a.kind] != nil {
 		ct = t.ContentType
-		body = t.ByKind[kind].Render(t.Escape, func(ph template.Placeholder, header string) string {
-			return h.placeholder(ph, header, v, status)
+		body = t.ByKind[a.kind].Render(t.Escape, func(ph template.Placeholder, header string) string {
+			return h.placeholder(ph, header, a.values, a.status)
 		})
 	}
-	h.sendLocal(status, headers, ct, body)
+	h.sendLocal(a.status, a.headers, ct, body)
 }
 
 // placeholder is one placeholder's value. Numbers are the ones the

@@ -87,123 +87,158 @@ func jsonUsage(doc []byte, path []string) (int64, usageFault) {
 // not an array. deeper says the document nests deeper than objects
 // holds, but not past maxJSONDepth, so it was not read.
 func scanUsage(doc []byte, path []string, objects []uint64) (n int64, fault usageFault, deeper bool) {
-	depth := 0
-	// matched counts the names of path found so far, each in the object
-	// the one before it holds. onPath is set when the value about to
-	// start is where the path leads (the whole document at first), and
-	// decided once the path has led to its value or can no longer: a
-	// later member of the same name, or an object outside the path, is
-	// then skipped like any other.
-	matched, onPath, decided := 0, true, false
-	var target []byte
+	// The whole document is where the path leads at first.
+	s := usageScan{doc: doc, path: path, objects: objects, onPath: true}
 	i := 0
-value:
 	for {
 		i = skipSpace(doc, i)
 		if i >= len(doc) {
 			return 0, usageMissing, false
 		}
-		start, here := i, onPath && !decided
-		onPath = false
-		switch c := doc[i]; c {
-		case '{', '[':
-			switch {
-			case depth == maxJSONDepth:
-				return 0, usageMissing, false
-			case depth == 64*len(objects):
-				return 0, usageMissing, true
+		start, here := i, s.onPath && !s.decided
+		s.onPath = false
+		c := doc[i]
+		if c == '{' || c == '[' {
+			var next bool
+			if i, next, deeper = s.open(c, start, here); i < 0 {
+				return 0, usageMissing, deeper
 			}
-			if c == '{' {
-				objects[depth/64] |= 1 << (depth % 64)
-			} else {
-				objects[depth/64] &^= 1 << (depth % 64)
+			if next {
+				continue
 			}
-			depth++
-			if here && matched == len(path) {
-				// The path's value, and not a number: its first
-				// byte says so.
-				target, decided = doc[start:start+1], true
-			}
-			if here && c == '[' {
-				decided = true // an array where the path needs an object
-			}
-			i = skipSpace(doc, i+1)
-			if i < len(doc) && doc[i] == c+2 { // '}' is '{'+2, ']' is '['+2
-				break // empty: closed below
-			}
-			if c == '[' {
-				continue value
-			}
-			if i = memberName(doc, i, path, depth, &matched, &onPath, decided); i < 0 {
-				return 0, usageMissing, false
-			}
-			continue value
-		case '"':
-			i = scanString(doc, i)
-		case 't':
-			i = scanLiteral(doc, i, "true")
-		case 'f':
-			i = scanLiteral(doc, i, "false")
-		case 'n':
-			i = scanLiteral(doc, i, "null")
-		default:
-			i = scanNumber(doc, i)
-		}
-		if i < 0 {
+			// empty: closed below, as a scalar would be
+		} else if i = scanScalar(doc, i); i < 0 {
 			return 0, usageMissing, false
 		}
 		if here {
-			// A scalar on the path: the value when the path is all
+			// A value on the path: the value when the path is all
 			// matched, otherwise not the object the path goes through.
-			if matched == len(path) {
-				target = doc[start:i]
+			if s.matched == len(path) {
+				s.target = doc[start:i]
 			}
-			decided = true
+			s.decided = true
 		}
-		// A value has ended: close containers until one goes on.
-		for {
-			i = skipSpace(doc, i)
-			if depth == 0 {
-				if i != len(doc) || target == nil {
-					return 0, usageMissing, false
-				}
-				n, fault = wholeNumber(target)
-				return n, fault, false
-			}
-			if i >= len(doc) {
-				return 0, usageMissing, false
-			}
-			inObject := objects[(depth-1)/64]&(1<<((depth-1)%64)) != 0
-			switch c := doc[i]; {
-			case c == ',':
-				if !inObject {
-					i++
-					continue value
-				}
-				if i = memberName(doc, i+1, path, depth, &matched, &onPath, decided); i < 0 {
-					return 0, usageMissing, false
-				}
-				continue value
-			case c == '}' && inObject, c == ']' && !inObject:
-				// Leaving an object of the path, it has no more
-				// to find.
-				if depth <= matched+1 {
-					decided = true
-				}
-				depth--
-				i++
-			default:
-				return 0, usageMissing, false
-			}
+		var done bool
+		if i, done = s.close(i); i < 0 {
+			return 0, usageMissing, false
+		}
+		if done {
+			n, fault = wholeNumber(s.target)
+			return n, fault, false
 		}
 	}
 }
 
-// memberName reads a member's name and its colon from doc[i:], in the
-// object open at depth, and returns where its value starts, or -1. When
-// the name is the path's next, in the object the path has led to, it
-// counts as matched and its value is on the path.
-func memberName(doc []byte, i int, path []string, depth int, matched *int, onPath *bool, decided bool) int {
+// usageScan is scanUsage's state. matched counts the names of path found
+// so far, each in the object the one before it holds. onPath is set when
+// the value about to start is where the path leads, and decided once the
+// path has led to its value or can no longer: a later member of the same
+// name, or an object outside the path, is then skipped like any other.
+type usageScan struct {
+	doc     []byte
+	path    []string
+	objects []uint64
+	depth   int
+	matched int
+	onPath  bool
+	decided bool
+	target  []byte
+}
+
+// open opens the container c ('{' or '[') that starts at start, here
+// when it is where the path leads. It returns where the next value
+// starts (next), or where an empty container's closing byte is (not
+// next), or -1 when the document is refused: deeper when only for want
+// of bits in objects.
+func (s *usageScan) open(c byte, start int, here bool) (i int, next, deeper bool) {
+	doc := s.doc
+	switch {
+	case s.depth == maxJSONDepth:
+		return -1, false, false
+	case s.depth == 64*len(s.objects):
+		return -1, false, true
+	}
+	if c == '{' {
+		s.objects[s.depth/64] |= 1 << (s.depth % 64)
+	} else {
+		s.objects[s.depth/64] &^= 1 << (s.depth % 64)
+	}
+	s.depth++
+	if here && s.matched == len(s.path) {
+		// The path's value, and not a number: its first byte says so.
+		s.target, s.decided = doc[start:start+1], true
+	}
+	if here && c == '[' {
+		s.decided = true // an array where the path needs an object
+	}
+	i = skipSpace(doc, start+1)
+	if i < len(doc) && doc[i] == c+2 { // '}' is '{'+2, ']' is '['+2
+		return i, false, false
+	}
+	if c == '[' {
+		return i, true, false
+	}
+	return s.member(i), true, false
+}
+
+// close reads on from i, where a value has ended, closing containers
+// until one goes on: it returns where the next value starts, or done at
+// the end of the document with target read, or -1.
+func (s *usageScan) close(i int) (int, bool) {
+	doc := s.doc
+	for {
+		i = skipSpace(doc, i)
+		if s.depth == 0 {
+			if i != len(doc) || s.target == nil {
+				return -1, false
+			}
+			return i, true
+		}
+		if i >= len(doc) {
+			return -1, false
+		}
+		d := s.depth - 1
+		inObject := s.objects[d/64]&(1<<(d%64)) != 0
+		switch c := doc[i]; {
+		case c == ',':
+			if !inObject {
+				return i + 1, false
+			}
+			return s.member(i + 1), false
+		case c == '}' && inObject, c == ']' && !inObject:
+			// Leaving an object of the path, it has no more to find.
+			if s.depth <= s.matched+1 {
+				s.decided = true
+			}
+			s.depth--
+			i++
+		default:
+			return -1, false
+		}
+	}
+}
+
+// scanScalar returns where the scalar starting at doc[i] ends, or -1.
+func scanScalar(doc []byte, i int) int {
+	switch doc[i] {
+	case '"':
+		return scanString(doc, i)
+	case 't':
+		return scanLiteral(doc, i, "true")
+	case 'f':
+		return scanLiteral(doc, i, "false")
+	case 'n':
+		return scanLiteral(doc, i, "null")
+	}
+	return scanNumber(doc, i)
+}
+
+// member reads a member's name and its colon from doc[i:], in the object
+// open at depth, and returns where its value starts, or -1. When the
+// name is the path's next, in the object the path has led to, it
+// matches, and the value is on the path.
+func (s *usageScan) member(i int) int {
+	doc := s.doc
 	i = skipSpace(doc, i)
 	if i >= len(doc) || doc[i] != '"' {
 		return -1
@@ -212,9 +247,9 @@ func memberName(doc []byte, i int, path []string, depth int, matched *int, onPat
 	if end < 0 {
 		return -1
 	}
-	if !decided && depth == *matched+1 && *matched < len(path) && string(doc[i+1:end-1]) == path[*matched] {
-		*matched++
-		*onPath = true
+	if !s.decided && s.depth == s.matched+1 && s.matched < len(s.path) && string(doc[i+1:end-1]) == s.path[s.matched] {
+		s.matched++
+		s.onPath = true
 	}
 	i = skipSpace(doc, end)
 	if i >= len(doc) || doc[i] != ':' {

@@ -1,6 +1,11 @@
 package engine
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/limiter"
+)
 
 // The one registry of paused streams. A stream waits for one thing at a
 // time: a delay, its lookup, a lease another call will fill, or its Redis
@@ -105,4 +110,34 @@ func (p *Plugin) ensureTick() {
 			p.log.Errorf("sluice: starting the tick: %v", err)
 		}
 	}
+}
+
+// delay is a shaped request's state (on_limit delay): it waits until
+// until, and never past deadline.
+type delay struct {
+	active   bool
+	until    time.Time
+	deadline time.Time
+}
+
+// shape decides whether a request started at start and denied by l with
+// res at now waits for the limit rather than being answered: true when it
+// does, until d.until.
+func (d *delay) shape(l *limitRuntime, res limiter.Result, start, now time.Time) bool {
+	if l.cfg.OnLimit.Action != config.ActionDelay || res.RetryAfter <= 0 {
+		return false
+	}
+	if !d.active {
+		d.deadline = start.Add(l.cfg.OnLimit.MaxDelay)
+	}
+	wakeAt := now.Add(res.RetryAfter)
+	if wakeAt.After(d.deadline) {
+		return false
+	}
+	if !d.active {
+		d.active = true
+		l.metrics.delayed.Increment(1)
+	}
+	d.until = wakeAt
+	return true
 }

@@ -253,7 +253,7 @@ func partNames(parts []config.KeyPart) []string {
 }
 
 // explainKey splits a composite key into its parts' values
-// (engine.SplitKey undoes the engine's escaping) and redacts each unless
+// (request.SplitKey undoes the key escaping) and redacts each unless
 // showKeys. An empty parts list is the limit's one bucket: no values.
 func explainKey(parts []string, key string, showKeys bool) []KeyValue {
 	if len(parts) == 0 {
