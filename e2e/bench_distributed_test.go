@@ -2,14 +2,17 @@ package e2e_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -626,39 +629,32 @@ func loadAvg() string {
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func statusList(m map[int]int) string {
-	var keys []int
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Ints(keys)
-	var parts []string
-	for _, k := range keys {
+	return sortedList(m, " ", func(k, n int) string {
 		name := strconv.Itoa(k)
 		if k == 0 {
 			name = "no reply (client timeout or transport error)"
 		}
-		parts = append(parts, fmt.Sprintf("%s×%d", name, m[k]))
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, " ")
+		return fmt.Sprintf("%s×%d", name, n)
+	})
 }
 
 func commandList(m map[string]int64) string {
-	var keys []string
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %d", strings.ToUpper(k), m[k]))
-	}
-	if len(parts) == 0 {
+	return sortedList(m, ", ", func(k string, n int64) string {
+		return fmt.Sprintf("%s %d", strings.ToUpper(k), n)
+	})
+}
+
+// sortedList is m's entries in key order, each as entry writes it, joined
+// with sep; "none" when m is empty.
+func sortedList[K cmp.Ordered, V any](m map[K]V, sep string, entry func(K, V) string) string {
+	if len(m) == 0 {
 		return "none"
 	}
-	return strings.Join(parts, ", ")
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, entry(k, m[k]))
+	}
+	return strings.Join(parts, sep)
 }
 
 // seriesBucket is the time series' resolution.
@@ -790,6 +786,15 @@ func TestBenchDistributedFigures(t *testing.T) {
 		if got := spread("%g", c.v); got != c.want {
 			t.Errorf("spread(%v) = %q, want %q", c.v, got, c.want)
 		}
+	}
+	if got := statusList(map[int]int{429: 2, 0: 1, 200: 5}); got != "no reply (client timeout or transport error)×1 200×5 429×2" {
+		t.Errorf("statusList = %q, want the statuses in order", got)
+	}
+	if got := commandList(map[string]int64{"time": 4, "evalsha": 9}); got != "EVALSHA 9, TIME 4" {
+		t.Errorf("commandList = %q, want the commands in order", got)
+	}
+	if statusList(nil) != "none" || commandList(nil) != "none" {
+		t.Errorf("empty lists: %q, %q; want none", statusList(nil), commandList(nil))
 	}
 	d := commandDelta(map[string]int64{"evalsha": 5, "info": 1}, map[string]int64{"evalsha": 9, "info": 3, "hello": 2, "time": 4})
 	if len(d) != 2 || d["evalsha"] != 4 || d["time"] != 4 {

@@ -2,8 +2,10 @@ package e2e_test
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -96,6 +98,15 @@ func (e *breakerEnv) rejected(t *testing.T, path, retryAfter string) {
 	}
 }
 
+// wants checks several metrics of one breaker: each name in want, after
+// prefix.
+func (e *breakerEnv) wants(t *testing.T, prefix string, want map[string]uint64) {
+	t.Helper()
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		e.want(t, prefix+name, want[name])
+	}
+}
+
 // want checks a plugin metric.
 func (e *breakerEnv) want(t *testing.T, name string, v uint64) {
 	t.Helper()
@@ -113,8 +124,7 @@ func TestBreakerFailureRateEndToEnd(t *testing.T) {
 	e.answered(t, "/status/500", 500)
 	e.want(t, "sluice.breaker.rate.state", 0)
 	e.answered(t, "/", 200)
-	e.want(t, "sluice.breaker.rate.state", 1)
-	e.want(t, "sluice.breaker.rate.backend.state", 1)
+	e.wants(t, "sluice.breaker.rate.", map[string]uint64{"state": 1, "backend.state": 1})
 	e.rejected(t, "/", "2")
 
 	e.clock.advance(2 * time.Second)
@@ -129,9 +139,7 @@ func TestBreakerFailureRateEndToEnd(t *testing.T) {
 	e.want(t, "sluice.breaker.rate.state", 0)
 	e.answered(t, "/status/503", 503) // 1 of 4: the window restarted
 	e.answered(t, "/", 200)
-	e.want(t, "sluice.breaker.rate.opens", 1)
-	e.want(t, "sluice.breaker.rate.closes", 1)
-	e.want(t, "sluice.breaker.rate.rejected", 2)
+	e.wants(t, "sluice.breaker.rate.", map[string]uint64{"opens": 1, "closes": 1, "rejected": 2})
 }
 
 func TestBreakerSlowCallEndToEnd(t *testing.T) {
@@ -140,12 +148,10 @@ func TestBreakerSlowCallEndToEnd(t *testing.T) {
 		"slow_call":{"duration":"100ms","threshold_percent":50},"success_threshold":1,"open_timeout":"1s"}]}`)
 	e.slow(t, 100*time.Millisecond) // not slower than duration
 	e.answered(t, "/", 200)
-	e.want(t, "sluice.breaker.latency.slow_calls", 0)
-	e.want(t, "sluice.breaker.latency.state", 0)
+	e.wants(t, "sluice.breaker.latency.", map[string]uint64{"slow_calls": 0, "state": 0})
 	e.answered(t, "/", 200)
 	e.slow(t, 150*time.Millisecond) // 1 slow of the last 2: 50%
-	e.want(t, "sluice.breaker.latency.slow_calls", 1)
-	e.want(t, "sluice.breaker.latency.state", 1)
+	e.wants(t, "sluice.breaker.latency.", map[string]uint64{"slow_calls": 1, "state": 1})
 	e.rejected(t, "/", "1")
 
 	e.clock.advance(time.Second)
@@ -154,9 +160,7 @@ func TestBreakerSlowCallEndToEnd(t *testing.T) {
 	e.rejected(t, "/", "1")
 	e.clock.advance(time.Second)
 	e.answered(t, "/", 200)
-	e.want(t, "sluice.breaker.latency.state", 0)
-	e.want(t, "sluice.breaker.latency.failures", 0)
-	e.want(t, "sluice.breaker.latency.closes", 1)
+	e.wants(t, "sluice.breaker.latency.", map[string]uint64{"state": 0, "failures": 0, "closes": 1})
 }
 
 func TestBreakerModesEndToEnd(t *testing.T) {
@@ -170,16 +174,12 @@ func TestBreakerModesEndToEnd(t *testing.T) {
 	e.answered(t, "/status/200", 200)
 	// metrics_only opened after two failures and rejected nothing;
 	// disabled recorded nothing.
-	e.want(t, "sluice.breaker.watch.state", 1)
-	e.want(t, "sluice.breaker.watch.opens", 1)
-	e.want(t, "sluice.breaker.watch.rejected", 0)
-	e.want(t, "sluice.breaker.idle.failures", 0)
-	e.want(t, "sluice.breaker.idle.opens", 0)
+	e.wants(t, "sluice.breaker.watch.", map[string]uint64{"state": 1, "opens": 1, "rejected": 0})
+	e.wants(t, "sluice.breaker.idle.", map[string]uint64{"failures": 0, "opens": 0})
 
 	for range 2 {
 		e.rejected(t, "/cut", "1")
 	}
 	e.answered(t, "/", 200) // matched by none
-	e.want(t, "sluice.breaker.cut.rejected", 2)
-	e.want(t, "sluice.breaker.cut.opens", 0)
+	e.wants(t, "sluice.breaker.cut.", map[string]uint64{"rejected": 2, "opens": 0})
 }

@@ -142,6 +142,9 @@ func (f *wasmFlight) response(t testing.TB, out served) filtertest.Response {
 		Headers: filtertest.ToHeader(out.resp.Headers),
 		Body:    out.resp.Body,
 		Waited:  f.w.clock().Sub(f.start),
+		// Filter state is set while the request is decided, so a
+		// streamed body's headers already carry it.
+		FilterState: out.resp.FilterState,
 	}
 	if bs := out.resp.BodyStream; bs != nil {
 		for {

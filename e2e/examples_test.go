@@ -46,8 +46,15 @@ func startExampleWith(t *testing.T, name string, handler http.Handler, upstreams
 // tune one setting of an example, and says why.
 func startExampleEdited(t *testing.T, name string, handler http.Handler, upstreams map[string]string, edit func(*envoy.Config)) *exampleEnv {
 	t.Helper()
+	return startBootstrap(t, filepath.Join("..", "examples", name, "envoy.yaml"), handler, upstreams, edit)
+}
+
+// startBootstrap serves the bootstrap at path as startExampleEdited
+// serves an example's.
+func startBootstrap(t *testing.T, path string, handler http.Handler, upstreams map[string]string, edit func(*envoy.Config)) *exampleEnv {
+	t.Helper()
 	wasmModule(t, "sluice") // fails under CI when the build is missing
-	cfg, err := envoy.LoadFile(filepath.Join("..", "examples", name, "envoy.yaml"))
+	cfg, err := envoy.LoadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -317,7 +317,8 @@ func (f *realFlight) Finish(t testing.TB) filtertest.Response {
 	return f.r.response(t, f.r.h.call(t, cmd...), f.start, f.upstreamHeaders)
 }
 
-// response reads a "done" reply: id, status, local, headers, body.
+// response reads a "done" reply: id, status, local, headers, body, and the
+// filter state the plugin set.
 func (r *realHarness) response(t testing.TB, reply []string, start time.Time, upstream http.Header) filtertest.Response {
 	t.Helper()
 	if reply[0] != "done" || len(reply) < 5 {
@@ -327,6 +328,12 @@ func (r *realHarness) response(t testing.TB, reply []string, start time.Time, up
 	headers, rest := unescPairs(t, reply[4:])
 	resp := filtertest.Response{Status: status, Local: reply[3] == "1", Headers: filtertest.ToHeader(headers),
 		Body: []byte(unesc(t, rest[0])), Waited: r.clock().Sub(start)}
+	if state, _ := unescPairs(t, rest[1:]); len(state) > 0 {
+		resp.FilterState = make(map[string]string, len(state))
+		for _, kv := range state {
+			resp.FilterState[kv[0]] = kv[1]
+		}
+	}
 	if !resp.Local {
 		resp.UpstreamHeaders = upstream
 	}
@@ -396,8 +403,8 @@ type transcript struct {
 }
 
 func (r *transcript) note(resp filtertest.Response) {
-	r.lines = append(r.lines, fmt.Sprintf("response %d local=%v waited=%v headers=%s body=%q upstream=%s",
-		resp.Status, resp.Local, resp.Waited, sortedHeader(resp.Headers), resp.Body, sortedHeader(resp.UpstreamHeaders)))
+	r.lines = append(r.lines, fmt.Sprintf("response %d local=%v waited=%v headers=%s body=%q upstream=%s filter_state=%v",
+		resp.Status, resp.Local, resp.Waited, sortedHeader(resp.Headers), resp.Body, sortedHeader(resp.UpstreamHeaders), resp.FilterState))
 }
 
 func sortedHeader(h http.Header) string {

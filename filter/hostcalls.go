@@ -139,6 +139,11 @@ func (*proxyStream) ReplaceResponseHeader(name, value string) error {
 	return proxywasm.ReplaceHttpResponseHeader(name, value)
 }
 
+// SetFilterState is proxy_set_property on the one-segment path name.
+func (*proxyStream) SetFilterState(name, value string) error {
+	return proxywasm.SetProperty([]string{name}, []byte(value))
+}
+
 // Reply sends a local response. The SDK's send_local_response sets no
 // details, so Envoy records these replies under its default.
 func (*proxyStream) Reply(status int, headers [][2]string, body []byte) error {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/filter"
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/engine"
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 )
 
@@ -99,6 +100,13 @@ func (n *nativeHarness) Start(t testing.TB, req filtertest.Request) (filtertest.
 		}
 	}
 	n.setMetadata(t, req.Metadata)
+	// proxytest keeps what the filter sets with proxy_set_property in the
+	// same map, and cannot delete: a byte no value holds marks "unset".
+	for _, name := range engine.FilterStateNames {
+		if err := n.host.SetProperty([]string{name}, []byte{0}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	id := n.host.InitializeHttpContext()
 	headers := [][2]string{{":method", req.Method}, {":path", req.Path}, {":authority", req.Host}, {":scheme", "http"}}
 	headers = append(headers, req.Headers...)
@@ -119,10 +127,10 @@ func (n *nativeHarness) Start(t testing.TB, req filtertest.Request) (filtertest.
 		n.host.Tick()
 		action = n.host.GetCurrentHttpStreamAction(id)
 	}
-	f := &nativeFlight{n: n, id: id, req: req, waited: n.now.Sub(start)}
+	f := &nativeFlight{n: n, id: id, req: req, waited: n.now.Sub(start), filterState: n.filterState(t)}
 	if local := n.host.GetSentLocalResponse(id); local != nil {
 		resp := filtertest.Response{Status: int(local.StatusCode), Local: true, Body: local.Data,
-			Headers: filtertest.ToHeader(local.Headers), Waited: f.waited}
+			Headers: filtertest.ToHeader(local.Headers), Waited: f.waited, FilterState: f.filterState}
 		n.host.CallOnResponseHeaders(id, append([][2]string{{":status", strconv.Itoa(resp.Status)}}, local.Headers...), len(local.Data) == 0)
 		n.complete(id, resp.Status, "wasm_local_reply")
 		return nil, resp
@@ -137,6 +145,27 @@ type nativeFlight struct {
 	req             filtertest.Request
 	waited          time.Duration
 	upstreamHeaders http.Header
+	filterState     map[string]string
+}
+
+// filterState is what the filter set for the access log since Start
+// marked the names unset, under Envoy's names for it.
+func (n *nativeHarness) filterState(t testing.TB) map[string]string {
+	var fs map[string]string
+	for _, name := range engine.FilterStateNames {
+		v, err := n.host.GetProperty([]string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(v) == 1 && v[0] == 0 {
+			continue
+		}
+		if fs == nil {
+			fs = map[string]string{}
+		}
+		fs["wasm."+name] = string(v)
+	}
+	return fs
 }
 
 func (f *nativeFlight) Finish(t testing.TB) filtertest.Response {
@@ -145,7 +174,7 @@ func (f *nativeFlight) Finish(t testing.TB) filtertest.Response {
 	if f.req.UpstreamStatus != 0 {
 		status = f.req.UpstreamStatus
 	}
-	resp := filtertest.Response{Status: status, UpstreamHeaders: f.upstreamHeaders, Waited: f.waited}
+	resp := filtertest.Response{Status: status, UpstreamHeaders: f.upstreamHeaders, Waited: f.waited, FilterState: f.filterState}
 	chunks := f.req.UpstreamBody
 	n.host.CallOnResponseHeaders(f.id, append([][2]string{{":status", strconv.Itoa(status)}}, f.req.UpstreamResponseHeaders...), chunks == nil)
 	resp.Headers = filtertest.ToHeader(n.host.GetCurrentResponseHeaders(f.id))

@@ -78,7 +78,13 @@ var supportedFields = map[protoreflect.FullName][]protoreflect.Name{
 	"envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager": {
 		"stat_prefix", "codec_type", "route_config", "http_filters",
 		"use_remote_address", "generate_request_id", "merge_slashes",
+		"access_log",
 	},
+	// The file access logger with a text format (accesslog.go); no access
+	// log filters, no JSON formats.
+	"envoy.config.accesslog.v3.AccessLog":                   {"name", "typed_config"},
+	"envoy.extensions.access_loggers.file.v3.FileAccessLog": {"path", "log_format", "format"},
+	"envoy.config.core.v3.SubstitutionFormatString":         {"text_format_source", "text_format"},
 }
 
 // supportedAnyTypes are the messages a typed_config or configuration Any may
@@ -89,6 +95,7 @@ var supportedAnyTypes = map[protoreflect.FullName]bool{
 	"envoy.extensions.filters.http.router.v3.Router":                                    true,
 	"envoy.extensions.filters.http.header_to_metadata.v3.Config":                        true,
 	"envoy.config.core.v3.TypedExtensionConfig":                                         true,
+	"envoy.extensions.access_loggers.file.v3.FileAccessLog":                             true,
 	"google.protobuf.StringValue":                                                       true,
 	"google.protobuf.BytesValue":                                                        true,
 	"google.protobuf.Struct":                                                            true,

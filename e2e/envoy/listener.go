@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/host"
 )
@@ -86,6 +87,7 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeResponse(w, r, localReply(413, "payload_too_large", []byte("Payload Too Large")))
 		return
 	}
+	start := time.Now()
 	req := l.request(r, worker, body)
 	var resp *host.Response
 	if l.wasm {
@@ -106,4 +108,14 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.s.log.Logf(LevelDebug, "http", "[worker %d] %s %s -> %d %s", worker, r.Method, r.RequestURI, resp.Status, resp.Details)
 	}
 	writeResponse(w, r, resp)
+	if len(l.cfg.AccessLogs) > 0 {
+		// Written once the response is complete, as Envoy's onLog runs at
+		// stream end.
+		e := &logEntry{start: start, duration: time.Since(start), req: req, resp: resp}
+		for _, a := range l.cfg.AccessLogs {
+			if err := l.s.accessLogs.write(a.Path, a.line(e)); err != nil {
+				l.s.log.Logf(LevelError, "http", "access log %s: %v", a.Path, err)
+			}
+		}
+	}
 }

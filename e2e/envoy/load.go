@@ -96,6 +96,8 @@ type Listener struct {
 	RouteConfigName string
 	VirtualHosts    []*VirtualHost
 	HTTPFilters     []*HTTPFilter
+	// AccessLogs are the HCM's access_log entries (accesslog.go).
+	AccessLogs []*AccessLog
 }
 
 // VirtualHost groups routes under a set of :authority patterns.
@@ -235,15 +237,28 @@ type PluginConfigRef struct {
 
 // LoadFile reads and validates a bootstrap file.
 func LoadFile(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	bs, err := readBootstrap(path)
 	if err != nil {
-		return nil, fmt.Errorf("envoy config: %w", err)
+		return nil, err
 	}
-	cfg, err := Load(data)
+	cfg, err := FromBootstrap(bs)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return cfg, nil
+}
+
+// readBootstrap reads and parses the bootstrap file at path.
+func readBootstrap(path string) (*bootstrapv3.Bootstrap, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("envoy config: %w", err)
+	}
+	bs, err := ParseBootstrap(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return bs, nil
 }
 
 // Load parses and validates bootstrap YAML (JSON is YAML too).
@@ -264,13 +279,9 @@ func LoadMerged(configPath, configYAML string) (*Config, error) {
 	}
 	bs := &bootstrapv3.Bootstrap{}
 	if configPath != "" {
-		data, err := os.ReadFile(configPath)
+		b, err := readBootstrap(configPath)
 		if err != nil {
-			return nil, fmt.Errorf("envoy config: %w", err)
-		}
-		b, err := ParseBootstrap(data)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", configPath, err)
+			return nil, err
 		}
 		bs = b
 	}
@@ -587,6 +598,9 @@ func buildListener(name string, addr *corev3.Address, chains []*listenerv3.Filte
 	if lis.HTTPFilters, err = buildHTTPFilters(hcm.GetHttpFilters(), fpath+".http_filters", clusters); err != nil {
 		return nil, err
 	}
+	if lis.AccessLogs, err = buildAccessLogs(hcm.GetAccessLog(), fpath+".access_log"); err != nil {
+		return nil, err
+	}
 	return lis, nil
 }
 
@@ -751,6 +765,7 @@ func buildHTTPFilters(list []*hcmv3.HttpFilter, path string, clusters map[string
 		if tc == nil {
 			return nil, &fieldError{Path: fpath + ".typed_config", Msg: "typed_config or config_discovery is required"}
 		}
+		var err error
 		switch {
 		case tc.MessageIs(&routerv3.Router{}):
 			hf.Router = true
@@ -758,33 +773,22 @@ func buildHTTPFilters(list []*hcmv3.HttpFilter, path string, clusters map[string
 				return nil, &fieldError{Path: fpath, Msg: fmt.Sprintf("terminal filter named %s of type %s must be the last filter in a http filter chain", f.GetName(), RouterFilterName)}
 			}
 		case tc.MessageIs(&wasmfilterv3.Wasm{}):
-			if err := notLast(list, i, fpath, WasmFilterName); err != nil {
-				return nil, err
-			}
 			w := &wasmfilterv3.Wasm{}
-			if err := tc.UnmarshalTo(w); err != nil {
-				return nil, &fieldError{Path: fpath + ".typed_config", Msg: err.Error()}
+			err = typedConfig(list, i, fpath, WasmFilterName, tc, w)
+			if err == nil {
+				hf.Wasm, err = buildWasm(w.GetConfig(), fpath+".typed_config.config", clusters)
 			}
-			wf, err := buildWasm(w.GetConfig(), fpath+".typed_config.config", clusters)
-			if err != nil {
-				return nil, err
-			}
-			hf.Wasm = wf
 		case tc.MessageIs(&h2mv3.Config{}):
-			if err := notLast(list, i, fpath, HeaderToMetadataFilterName); err != nil {
-				return nil, err
-			}
 			c := &h2mv3.Config{}
-			if err := tc.UnmarshalTo(c); err != nil {
-				return nil, &fieldError{Path: fpath + ".typed_config", Msg: err.Error()}
+			err = typedConfig(list, i, fpath, HeaderToMetadataFilterName, tc, c)
+			if err == nil {
+				hf.HeaderToMetadata, err = buildHeaderToMetadata(c, fpath+".typed_config")
 			}
-			h, err := buildHeaderToMetadata(c, fpath+".typed_config")
-			if err != nil {
-				return nil, err
-			}
-			hf.HeaderToMetadata = h
 		default:
 			return nil, &fieldError{Path: fpath + ".typed_config", Msg: fmt.Sprintf("http filter type %s is not supported (only %s, %s and %s)", tc.GetTypeUrl(), WasmFilterName, HeaderToMetadataFilterName, RouterFilterName)}
+		}
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, hf)
 	}
@@ -793,6 +797,18 @@ func buildHTTPFilters(list []*hcmv3.HttpFilter, path string, clusters map[string
 
 // notLast refuses a non-terminal filter of type typ at list[i] when it is
 // the last of the chain, as Envoy does.
+// typedConfig checks that the filter at list[i], of type typ, is not the
+// last of its chain, and decodes its typed_config tc into m.
+func typedConfig(list []*hcmv3.HttpFilter, i int, fpath, typ string, tc *anypb.Any, m proto.Message) error {
+	if err := notLast(list, i, fpath, typ); err != nil {
+		return err
+	}
+	if err := tc.UnmarshalTo(m); err != nil {
+		return &fieldError{Path: fpath + ".typed_config", Msg: err.Error()}
+	}
+	return nil
+}
+
 func notLast(list []*hcmv3.HttpFilter, i int, fpath, typ string) error {
 	if i < len(list)-1 {
 		return nil

@@ -83,34 +83,28 @@ func (l *Logger) Logf(level Level, component, format string, args ...any) {
 	fmt.Fprintf(l.w, "[%s][%d][%s][%s] %s\n", ts, l.pid, level, component, msg)
 }
 
+// hostLevels maps each level below critical to the host's; critical and
+// off are the host's critical.
+var hostLevels = []host.LogLevel{
+	LevelTrace:   host.LogTrace,
+	LevelDebug:   host.LogDebug,
+	LevelInfo:    host.LogInfo,
+	LevelWarning: host.LogWarn,
+	LevelError:   host.LogError,
+}
+
 func (l *Logger) hostLevel() host.LogLevel {
-	switch l.level {
-	case LevelTrace:
-		return host.LogTrace
-	case LevelDebug:
-		return host.LogDebug
-	case LevelInfo:
-		return host.LogInfo
-	case LevelWarning:
-		return host.LogWarn
-	case LevelError:
-		return host.LogError
+	if l.level >= 0 && int(l.level) < len(hostLevels) {
+		return hostLevels[l.level]
 	}
 	return host.LogCritical
 }
 
-func fromHostLevel(l host.LogLevel) Level {
-	switch l {
-	case host.LogTrace:
-		return LevelTrace
-	case host.LogDebug:
-		return LevelDebug
-	case host.LogInfo:
-		return LevelInfo
-	case host.LogWarn:
-		return LevelWarning
-	case host.LogError:
-		return LevelError
+func fromHostLevel(h host.LogLevel) Level {
+	for l, hl := range hostLevels {
+		if hl == h {
+			return Level(l)
+		}
 	}
 	return LevelCritical
 }

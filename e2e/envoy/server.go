@@ -109,6 +109,9 @@ type Server struct {
 	// prefix.
 	logPrefix sync.Map
 
+	// accessLogs are the files the listeners' access logs write.
+	accessLogs accessLogFiles
+
 	mu        sync.Mutex
 	servers   []*http.Server
 	listeners map[string]net.Addr
@@ -292,6 +295,7 @@ func (s *Server) doClose(ctx context.Context) error {
 	close(s.stopWatch)
 	s.watchers.Wait()
 	s.retiring.Wait()
+	defer s.accessLogs.close()
 	for _, p := range s.Plugins() {
 		if err := p.Close(ctx); err != nil {
 			errs = append(errs, err)

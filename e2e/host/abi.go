@@ -67,6 +67,57 @@ func (v *vm) streamOrNotFound(s []uint64) *stream {
 	return st
 }
 
+// guestArgs reads a hostcall's (pointer, size) arguments from guest memory
+// and checks its other arguments, in the order the hostcall checks them.
+// The first failure is remembered rather than answered at once; failed
+// answers it. Reads and checks after a failure have no effect on the guest.
+type guestArgs struct {
+	v      *vm
+	s      []uint64
+	status Status
+}
+
+func (v *vm) args(s []uint64) guestArgs { return guestArgs{v: v, s: s, status: StatusOK} }
+
+// check fails the hostcall with st unless good.
+func (a *guestArgs) check(good bool, st Status) {
+	if !good && a.status == StatusOK {
+		a.status = st
+	}
+}
+
+// bytes reads the argument whose pointer is s[i] and size s[i+1]; a failed
+// read is InvalidMemoryAccess.
+func (a *guestArgs) bytes(i int) []byte {
+	b, good := a.v.read(uint32(a.s[i]), uint32(a.s[i+1]))
+	a.check(good, StatusInvalidMemoryAccess)
+	return b
+}
+
+func (a *guestArgs) string(i int) string { return string(a.bytes(i)) }
+
+// failed reports whether a read or check failed, after answering its
+// status.
+func (a *guestArgs) failed() bool {
+	if a.status != StatusOK {
+		ok(a.s, a.status)
+		return true
+	}
+	return false
+}
+
+// headerMapOrBad is the header map of type s[0], or nil after answering
+// BadArgument when it is not available now, or is read-only and write is
+// asked for.
+func (v *vm) headerMapOrBad(s []uint64, write bool) *[][2]string {
+	m, writable := v.headerMap(uint32(s[0]))
+	if m == nil || write && !writable {
+		ok(s, StatusBadArgument)
+		return nil
+	}
+	return m
+}
+
 func (v *vm) contextID() uint32 {
 	if v.effective != 0 {
 		return v.effective
@@ -351,14 +402,11 @@ func hForeignFunction(v *vm, _ context.Context, s []uint64) {
 }
 
 func hLog(v *vm, _ context.Context, s []uint64) {
-	level, ptr, size := uint32(s[0]), uint32(s[1]), uint32(s[2])
-	if level > uint32(LogCritical) {
-		ok(s, StatusBadArgument)
-		return
-	}
-	msg, good := v.readString(ptr, size)
-	if !good {
-		ok(s, StatusInvalidMemoryAccess)
+	a := v.args(s)
+	level := uint32(s[0])
+	a.check(level <= uint32(LogCritical), StatusBadArgument)
+	msg := a.string(1)
+	if a.failed() {
 		return
 	}
 	v.p.rt.log(LogLevel(level), v.p.cfg.Name, msg)
@@ -409,21 +457,13 @@ func hSendLocalResponse(v *vm, _ context.Context, s []uint64) {
 		return
 	}
 	code := uint32(s[0])
-	details, ok1 := v.readString(uint32(s[1]), uint32(s[2]))
-	body, ok2 := v.read(uint32(s[3]), uint32(s[4]))
-	hdrBytes, ok3 := v.read(uint32(s[5]), uint32(s[6]))
-	if !ok1 || !ok2 || !ok3 {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
+	a := v.args(s)
+	details, body, hdrBytes := a.string(1), a.bytes(3), a.bytes(5)
 	headers, good := DecodePairs(hdrBytes)
-	if !good {
-		ok(s, StatusBadArgument)
-		return
-	}
-	if st.localSent || st.local != nil {
-		// Envoy sends at most one local reply per stream.
-		ok(s, StatusBadArgument)
+	a.check(good, StatusBadArgument)
+	// Envoy sends at most one local reply per stream.
+	a.check(!st.localSent && st.local == nil, StatusBadArgument)
+	if a.failed() {
 		return
 	}
 	st.local = &localReply{status: int(code), details: details, body: append([]byte(nil), body...), headers: headers}
@@ -434,17 +474,15 @@ func hSendLocalResponse(v *vm, _ context.Context, s []uint64) {
 }
 
 func hGetHeader(v *vm, ctx context.Context, s []uint64) {
-	m, _ := v.headerMap(uint32(s[0]))
+	m := v.headerMapOrBad(s, false)
 	if m == nil {
-		ok(s, StatusBadArgument)
 		return
 	}
-	keyB, good := v.read(uint32(s[1]), uint32(s[2]))
-	if !good {
-		ok(s, StatusInvalidMemoryAccess)
+	a := v.args(s)
+	key := lower(a.string(1))
+	if a.failed() {
 		return
 	}
-	key := lower(string(keyB))
 	// Envoy returns the first value only (a known ABI limitation, see the
 	// TODO in Envoy's Context::getHeaderMapValue).
 	val, found := headerValue(*m, key)
@@ -455,80 +493,64 @@ func hGetHeader(v *vm, ctx context.Context, s []uint64) {
 	v.replyString(ctx, s, val, uint32(s[3]), uint32(s[4]))
 }
 
-func (v *vm) keyValue(s []uint64) (key, val string, good bool) {
-	k, ok1 := v.read(uint32(s[1]), uint32(s[2]))
-	val, ok2 := v.readString(uint32(s[3]), uint32(s[4]))
-	return lower(string(k)), val, ok1 && ok2
+// editHeaders serves the hostcalls that change one key of a header map:
+// the map of type s[0] must be writable now, and the key at s[1] (and,
+// withValue, the value at s[3]) readable; edit returns the map changed.
+func (v *vm) editHeaders(s []uint64, withValue bool, edit func(m [][2]string, k, val string) [][2]string) {
+	m := v.headerMapOrBad(s, true)
+	if m == nil {
+		return
+	}
+	a := v.args(s)
+	k, val := lower(a.string(1)), ""
+	if withValue {
+		val = a.string(3)
+	}
+	if a.failed() {
+		return
+	}
+	*m = edit(*m, k, val)
+	v.headersWritten(uint32(s[0]))
+	ok(s, StatusOK)
 }
 
 func hAddHeader(v *vm, _ context.Context, s []uint64) {
-	m, w := v.headerMap(uint32(s[0]))
-	if m == nil || !w {
-		ok(s, StatusBadArgument)
-		return
-	}
-	k, val, good := v.keyValue(s)
-	if !good {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	*m = append(*m, [2]string{k, val})
-	v.headersWritten(uint32(s[0]))
-	ok(s, StatusOK)
+	v.editHeaders(s, true, func(m [][2]string, k, val string) [][2]string {
+		return append(m, [2]string{k, val})
+	})
 }
 
 func hReplaceHeader(v *vm, _ context.Context, s []uint64) {
-	m, w := v.headerMap(uint32(s[0]))
-	if m == nil || !w {
-		ok(s, StatusBadArgument)
-		return
-	}
-	k, val, good := v.keyValue(s)
-	if !good {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	out := (*m)[:0]
-	replaced := false
-	for _, h := range *m {
-		if h[0] == k {
-			if replaced {
-				continue
+	v.editHeaders(s, true, func(m [][2]string, k, val string) [][2]string {
+		out := m[:0]
+		replaced := false
+		for _, h := range m {
+			if h[0] == k {
+				if replaced {
+					continue
+				}
+				h[1] = val
+				replaced = true
 			}
-			h[1] = val
-			replaced = true
+			out = append(out, h)
 		}
-		out = append(out, h)
-	}
-	if !replaced {
-		out = append(out, [2]string{k, val})
-	}
-	*m = out
-	v.headersWritten(uint32(s[0]))
-	ok(s, StatusOK)
+		if !replaced {
+			out = append(out, [2]string{k, val})
+		}
+		return out
+	})
 }
 
 func hRemoveHeader(v *vm, _ context.Context, s []uint64) {
-	m, w := v.headerMap(uint32(s[0]))
-	if m == nil || !w {
-		ok(s, StatusBadArgument)
-		return
-	}
-	kb, good := v.read(uint32(s[1]), uint32(s[2]))
-	if !good {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	k := lower(string(kb))
-	out := (*m)[:0]
-	for _, h := range *m {
-		if h[0] != k {
-			out = append(out, h)
+	v.editHeaders(s, false, func(m [][2]string, k, _ string) [][2]string {
+		out := m[:0]
+		for _, h := range m {
+			if h[0] != k {
+				out = append(out, h)
+			}
 		}
-	}
-	*m = out
-	v.headersWritten(uint32(s[0]))
-	ok(s, StatusOK)
+		return out
+	})
 }
 
 func hGetPairs(v *vm, ctx context.Context, s []uint64) {
@@ -544,19 +566,14 @@ func hGetPairs(v *vm, ctx context.Context, s []uint64) {
 }
 
 func hSetPairs(v *vm, _ context.Context, s []uint64) {
-	m, w := v.headerMap(uint32(s[0]))
-	if m == nil || !w {
-		ok(s, StatusBadArgument)
+	m := v.headerMapOrBad(s, true)
+	if m == nil {
 		return
 	}
-	b, good := v.read(uint32(s[1]), uint32(s[2]))
-	if !good {
-		ok(s, StatusInvalidMemoryAccess)
-		return
-	}
-	pairs, good := DecodePairs(b)
-	if !good {
-		ok(s, StatusBadArgument)
+	a := v.args(s)
+	pairs, good := DecodePairs(a.bytes(1))
+	a.check(good, StatusBadArgument)
+	if a.failed() {
 		return
 	}
 	*m = lowerPairs(pairs)
@@ -568,9 +585,8 @@ func hSetPairs(v *vm, _ context.Context, s []uint64) {
 }
 
 func hGetMapSize(v *vm, _ context.Context, s []uint64) {
-	m, _ := v.headerMap(uint32(s[0]))
+	m := v.headerMapOrBad(s, false)
 	if m == nil {
-		ok(s, StatusBadArgument)
 		return
 	}
 	size := 0
@@ -609,19 +625,13 @@ func hGetBuffer(v *vm, ctx context.Context, s []uint64) {
 }
 
 func hSetBuffer(v *vm, _ context.Context, s []uint64) {
+	a := v.args(s)
 	t := uint32(s[0])
-	if t != bufRequestBody && t != bufResponseBody {
-		ok(s, StatusBadArgument)
-		return
-	}
+	a.check(t == bufRequestBody || t == bufResponseBody, StatusBadArgument)
 	b, avail := v.buffer(t)
-	if !avail {
-		ok(s, StatusNotFound)
-		return
-	}
-	data, good := v.read(uint32(s[3]), uint32(s[4]))
-	if !good {
-		ok(s, StatusInvalidMemoryAccess)
+	a.check(avail, StatusNotFound)
+	data := a.bytes(3)
+	if a.failed() {
 		return
 	}
 	start, length := uint64(uint32(s[1])), uint64(uint32(s[2]))
@@ -642,12 +652,9 @@ func hSetBuffer(v *vm, _ context.Context, s []uint64) {
 }
 
 func hHTTPCall(v *vm, _ context.Context, s []uint64) {
-	cluster, ok1 := v.readString(uint32(s[0]), uint32(s[1]))
-	hb, ok2 := v.read(uint32(s[2]), uint32(s[3]))
-	body, ok3 := v.read(uint32(s[4]), uint32(s[5]))
-	tb, ok4 := v.read(uint32(s[6]), uint32(s[7]))
-	if !ok1 || !ok2 || !ok3 || !ok4 {
-		ok(s, StatusInvalidMemoryAccess)
+	a := v.args(s)
+	cluster, hb, body, tb := a.string(0), a.bytes(2), a.bytes(4), a.bytes(6)
+	if a.failed() {
 		return
 	}
 	if int32(s[8]) < 0 {
@@ -699,12 +706,11 @@ func hHTTPCall(v *vm, _ context.Context, s []uint64) {
 // ---- properties ----
 
 func hGetProperty(v *vm, ctx context.Context, s []uint64) {
-	pb, good := v.read(uint32(s[0]), uint32(s[1]))
-	if !good {
-		ok(s, StatusInvalidMemoryAccess)
+	a := v.args(s)
+	raw := strings.TrimRight(a.string(0), "\x00")
+	if a.failed() {
 		return
 	}
-	raw := strings.TrimRight(string(pb), "\x00")
 	var val []byte
 	var found bool
 	if rest, isMeta := strings.CutPrefix(raw, "metadata\x00filter_metadata\x00"); isMeta {
@@ -723,10 +729,9 @@ func hGetProperty(v *vm, ctx context.Context, s []uint64) {
 }
 
 func hSetProperty(v *vm, _ context.Context, s []uint64) {
-	pb, ok1 := v.read(uint32(s[0]), uint32(s[1]))
-	val, ok2 := v.read(uint32(s[2]), uint32(s[3]))
-	if !ok1 || !ok2 {
-		ok(s, StatusInvalidMemoryAccess)
+	a := v.args(s)
+	pb, val := a.bytes(0), a.bytes(2)
+	if a.failed() {
 		return
 	}
 	st := v.streamOrNotFound(s)

@@ -359,6 +359,18 @@ func (g *grpcGuest) expect(want ...string) {
 	}
 }
 
+// expectEnded reads the status callback of call or stream tok, which must
+// carry code, and then its close with code; it returns the status.
+func (g *grpcGuest) expectEnded(tok uint32, code codes.Code, what string) grpcEvent {
+	g.t.Helper()
+	e := g.next()
+	if e.tag != 'S' || e.token != tok || e.arg != uint32(code) {
+		g.t.Errorf("%s status: %v", what, e)
+	}
+	g.expect(fmt.Sprintf(`C%d(%d "")`, tok, code))
+	return e
+}
+
 // drainWake empties the loop's wake-up signal, so that the next one is
 // a post made after this point; loop only.
 func (g *grpcGuest) drainWake() {
@@ -467,11 +479,9 @@ func TestGrpcCallTimeout(t *testing.T) {
 	srv := startGrpcServer(t)
 	g := newGrpcGuest(t, grpcCallers{srv.addr})
 	_, tok := g.call([]byte("grpc"), "Hang", nil, nil, 20)
-	e := g.next()
-	if e.tag != 'S' || e.token != tok || e.arg != uint32(codes.DeadlineExceeded) || e.data == "" {
-		t.Errorf("status: %v", e)
+	if e := g.expectEnded(tok, codes.DeadlineExceeded, "call"); e.data == "" {
+		t.Errorf("status without a message: %v", e)
 	}
-	g.expect(fmt.Sprintf(`C%d(4 "")`, tok))
 	// Whether the server saw the call before its deadline passed depends
 	// on the machine, so its side is not asserted here (TestGrpcCancel
 	// checks that an abandoned call reaches the server as a reset).
@@ -599,11 +609,7 @@ func TestGrpcReset(t *testing.T) {
 	srv := startGrpcServer(t)
 	g := newGrpcGuest(t, grpcCallers{srv.addr})
 	_, tok := g.call([]byte("grpc"), "Reset", nil, []byte("x"), 5000)
-	e := g.next()
-	if e.tag != 'S' || e.token != tok || e.arg != uint32(codes.Unavailable) {
-		t.Errorf("call status: %v", e)
-	}
-	g.expect(fmt.Sprintf(`C%d(14 "")`, tok))
+	g.expectEnded(tok, codes.Unavailable, "call")
 
 	// The stream sees what Envoy's async client makes of the router's
 	// local reply to a reset before headers: empty initial metadata, the
@@ -611,11 +617,7 @@ func TestGrpcReset(t *testing.T) {
 	_, tok = g.stream([]byte("grpc"), "Reset", nil)
 	g.send(tok, "x", false)
 	g.expect(fmt.Sprintf(`I%d(0 "")`, tok), fmt.Sprintf(`T%d(0 "")`, tok))
-	e = g.next()
-	if e.tag != 'S' || e.token != tok || e.arg != uint32(codes.Unavailable) {
-		t.Errorf("stream status: %v", e)
-	}
-	g.expect(fmt.Sprintf(`C%d(14 "")`, tok))
+	g.expectEnded(tok, codes.Unavailable, "stream")
 	g.quiet()
 }
 

@@ -239,10 +239,7 @@ func (r *Runtime) SharedDataKeys(vmID string) int {
 
 // SharedData reads a shared-data entry of vmID (for tests and admin views).
 func (r *Runtime) SharedData(vmID, key string) (value []byte, cas uint32, ok bool) {
-	s := r.sharedStore(vmID)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.m[key]
+	e, ok := r.sharedStore(vmID).get(key)
 	if !ok {
 		return nil, 0, false
 	}

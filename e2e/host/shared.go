@@ -17,29 +17,33 @@ type sharedEntry struct {
 	cas uint32
 }
 
+// get is the entry of key. Values are immutable once stored, so the
+// caller may read it outside the lock.
+func (s *sharedStore) get(key string) (sharedEntry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, found := s.m[key]
+	return e, found
+}
+
 func hGetSharedData(v *vm, ctx context.Context, s []uint64) {
-	key, good := v.readString(uint32(s[0]), uint32(s[1]))
-	if !good {
-		ok(s, StatusInvalidMemoryAccess)
+	a := v.args(s)
+	key := a.string(0)
+	if a.failed() {
 		return
 	}
-	store := v.p.store()
-	store.mu.Lock()
-	e, found := store.m[key]
-	store.mu.Unlock()
+	e, found := v.p.store().get(key)
 	if !found {
 		ok(s, StatusNotFound)
 		return
 	}
-	// Values are immutable once stored, so copying outside the lock is safe.
 	wrote(s, v.copyOut(ctx, e.val, uint32(s[2]), uint32(s[3])) && v.mem.WriteUint32Le(uint32(s[4]), e.cas))
 }
 
 func hSetSharedData(v *vm, _ context.Context, s []uint64) {
-	key, ok1 := v.readString(uint32(s[0]), uint32(s[1]))
-	val, ok2 := v.read(uint32(s[2]), uint32(s[3]))
-	if !ok1 || !ok2 {
-		ok(s, StatusInvalidMemoryAccess)
+	a := v.args(s)
+	key, val := a.string(0), a.bytes(2)
+	if a.failed() {
 		return
 	}
 	cas := uint32(s[4])
@@ -79,9 +83,9 @@ func newQueueRegistry() *queueRegistry {
 }
 
 func hRegisterQueue(v *vm, _ context.Context, s []uint64) {
-	name, good := v.readString(uint32(s[0]), uint32(s[1]))
-	if !good {
-		ok(s, StatusInvalidMemoryAccess)
+	a := v.args(s)
+	name := a.string(0)
+	if a.failed() {
 		return
 	}
 	qr := v.p.rt.queues
@@ -100,10 +104,9 @@ func hRegisterQueue(v *vm, _ context.Context, s []uint64) {
 }
 
 func hResolveQueue(v *vm, _ context.Context, s []uint64) {
-	vmID, ok1 := v.readString(uint32(s[0]), uint32(s[1]))
-	name, ok2 := v.readString(uint32(s[2]), uint32(s[3]))
-	if !ok1 || !ok2 {
-		ok(s, StatusInvalidMemoryAccess)
+	a := v.args(s)
+	vmID, name := a.string(0), a.string(2)
+	if a.failed() {
 		return
 	}
 	qr := v.p.rt.queues
@@ -117,43 +120,51 @@ func hResolveQueue(v *vm, _ context.Context, s []uint64) {
 	wrote(s, v.mem.WriteUint32Le(uint32(s[4]), q.token))
 }
 
-func hDequeue(v *vm, ctx context.Context, s []uint64) {
-	qr := v.p.rt.queues
+// withQueue runs f on the queue of id under the registry's lock, and is
+// NotFound when there is none.
+func (qr *queueRegistry) withQueue(id uint32, f func(q *sharedQueue) Status) Status {
 	qr.mu.Lock()
-	q := qr.byID[uint32(s[0])]
+	defer qr.mu.Unlock()
+	q := qr.byID[id]
 	if q == nil {
-		qr.mu.Unlock()
-		ok(s, StatusNotFound)
+		return StatusNotFound
+	}
+	return f(q)
+}
+
+func hDequeue(v *vm, ctx context.Context, s []uint64) {
+	var item []byte
+	st := v.p.rt.queues.withQueue(uint32(s[0]), func(q *sharedQueue) Status {
+		if len(q.items) == 0 {
+			return StatusEmpty
+		}
+		item, q.items = q.items[0], q.items[1:]
+		return StatusOK
+	})
+	if st != StatusOK {
+		ok(s, st)
 		return
 	}
-	if len(q.items) == 0 {
-		qr.mu.Unlock()
-		ok(s, StatusEmpty)
-		return
-	}
-	item := q.items[0]
-	q.items = q.items[1:]
-	qr.mu.Unlock()
 	v.replyBytes(ctx, s, item, uint32(s[1]), uint32(s[2]))
 }
 
 func hEnqueue(v *vm, _ context.Context, s []uint64) {
-	data, good := v.read(uint32(s[1]), uint32(s[2]))
-	if !good {
-		ok(s, StatusInvalidMemoryAccess)
+	a := v.args(s)
+	data := a.bytes(1)
+	if a.failed() {
 		return
 	}
-	qr := v.p.rt.queues
-	qr.mu.Lock()
-	q := qr.byID[uint32(s[0])]
-	if q == nil {
-		qr.mu.Unlock()
-		ok(s, StatusNotFound)
+	var owner *vm
+	var token uint32
+	st := v.p.rt.queues.withQueue(uint32(s[0]), func(q *sharedQueue) Status {
+		q.items = append(q.items, append([]byte(nil), data...))
+		owner, token = q.owner, q.token
+		return StatusOK
+	})
+	if st != StatusOK {
+		ok(s, st)
 		return
 	}
-	q.items = append(q.items, append([]byte(nil), data...))
-	owner, token := q.owner, q.token
-	qr.mu.Unlock()
 	if owner != nil && owner.worker >= 0 {
 		// Delivered as an event on the owner's loop, as Envoy posts it to
 		// the owner's dispatcher; the enqueuer does not wait for it.

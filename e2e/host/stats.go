@@ -352,14 +352,11 @@ func extractTagsPairs(name string, ct []compiledTag) ([][2]string, string) {
 
 // Metric ids carry the type in the low 2 bits, as Envoy's do.
 func hDefineMetric(v *vm, _ context.Context, s []uint64) {
+	a := v.args(s)
 	t := MetricType(uint32(s[0]))
-	if t > Histogram {
-		ok(s, StatusBadArgument)
-		return
-	}
-	name, good := v.readString(uint32(s[1]), uint32(s[2]))
-	if !good {
-		ok(s, StatusInvalidMemoryAccess)
+	a.check(t <= Histogram, StatusBadArgument)
+	name := a.string(1)
+	if a.failed() {
 		return
 	}
 	m := v.p.rt.stats.get(customNamespace+name, t)
@@ -369,10 +366,19 @@ func hDefineMetric(v *vm, _ context.Context, s []uint64) {
 	wrote(s, v.mem.WriteUint32Le(uint32(s[3]), id))
 }
 
-func hIncrementMetric(v *vm, _ context.Context, s []uint64) {
+// metricOrNotFound is the metric of id s[0], or nil after answering
+// NotFound.
+func (v *vm) metricOrNotFound(s []uint64) *metric {
 	m := v.metrics[uint32(s[0])]
 	if m == nil {
 		ok(s, StatusNotFound)
+	}
+	return m
+}
+
+func hIncrementMetric(v *vm, _ context.Context, s []uint64) {
+	m := v.metricOrNotFound(s)
+	if m == nil {
 		return
 	}
 	delta := int64(s[1])
@@ -393,9 +399,8 @@ func hIncrementMetric(v *vm, _ context.Context, s []uint64) {
 }
 
 func hRecordMetric(v *vm, _ context.Context, s []uint64) {
-	m := v.metrics[uint32(s[0])]
+	m := v.metricOrNotFound(s)
 	if m == nil {
-		ok(s, StatusNotFound)
 		return
 	}
 	val := s[1]
@@ -411,9 +416,8 @@ func hRecordMetric(v *vm, _ context.Context, s []uint64) {
 }
 
 func hGetMetric(v *vm, _ context.Context, s []uint64) {
-	m := v.metrics[uint32(s[0])]
+	m := v.metricOrNotFound(s)
 	if m == nil {
-		ok(s, StatusNotFound)
 		return
 	}
 	if m.typ == Histogram {

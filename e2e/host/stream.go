@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/tetratelabs/wazero/api"
 )
 
 // Request is one downstream HTTP request.
@@ -52,6 +54,11 @@ type Response struct {
 	// Local is true for a local reply: the filter's send_local_response, the
 	// router's error reply or a wasm failure.
 	Local bool
+	// FilterState is what the filter set with proxy_set_property, under
+	// the names Envoy gives it: "wasm." and the property's path, the
+	// path's segments joined with ".". Envoy keeps these as filter state
+	// objects, which access logs print (%FILTER_STATE(name:PLAIN)%).
+	FilterState map[string]string
 	// BodyStream, when not nil, is a body that arrives in chunks (Body is
 	// then empty). An upstream sets it for a body it sends as it goes;
 	// Serve then runs proxy_on_response_body once per chunk, as Envoy
@@ -540,6 +547,9 @@ func (sr *streamRun) finish() streamNeed {
 		v.call(st.id, v.fnDone, uint64(st.id))
 		v.call(st.id, v.fnDelete, uint64(st.id))
 	}
+	if sr.resp != nil && sr.resp.FilterState == nil {
+		sr.resp.FilterState = st.filterState()
+	}
 	delete(v.streams, st.id)
 	st.phase = phaseDone
 	v.syncParked(st)
@@ -636,51 +646,78 @@ var ErrPluginClosed = errors.New("wasm plugin closed")
 
 const actionPause = 1
 
-// request runs the request callbacks from sr.idx on and applies what each
+// direction is what the request and the response callbacks differ in:
+// the three exports, what the guest sees (whose lengths each callback is
+// given), and where a pause parks the stream.
+type direction struct {
+	phase                         phase
+	fnHeaders, fnBody, fnTrailers api.Function
+	headers, trailers             *[][2]string
+	body                          *[]byte
+	bodyReadable                  *bool
+	// arrived is the request as it came downstream, when which callbacks
+	// run and end_of_stream follow it rather than what the guest sees.
+	arrived *Request
+	// streamed: the body arrives in chunks after the headers callback.
+	streamed bool
+}
+
+// callbacks runs the callbacks of d from sr.idx on and applies what each
 // asked for: a deferred local reply, a pause, a reset. When a callback is
 // followed by another of the same direction (body after headers, trailers
 // after body), a Pause does not park the stream: as in Envoy, the next
 // callback still runs and its Continue resumes iteration
-// (FilterDataStatus::Continue after StopIteration).
-func (sr *streamRun) request() streamNeed {
+// (FilterDataStatus::Continue after StopIteration). It returns done once
+// all three have run, else what the stream needs next.
+func (sr *streamRun) callbacks(d *direction) (n streamNeed, done bool) {
 	if n, over := sr.unparkFailed(); over {
-		return n
+		return n, false
 	}
-	w, v, st, req := sr.w, sr.v, sr.st, sr.req
+	w, v, st := sr.w, sr.v, sr.st
 	for ; sr.idx < 3; sr.idx++ {
 		var act uint64 // resumed: continue unless a local reply or reset arrived
 		more := false
 		if sr.resumed {
 			sr.resumed = false
 		} else {
+			hasBody, hasTrailers := len(*d.body) > 0, len(*d.trailers) > 0
+			if d.arrived != nil {
+				hasBody, hasTrailers = len(d.arrived.Body) > 0, len(d.arrived.Trailers) > 0
+			}
 			switch sr.idx {
 			case 0:
-				endAfterHeaders := len(req.Body) == 0 && len(req.Trailers) == 0
-				more = !endAfterHeaders
-				act = v.call(st.id, v.fnReqHeaders, uint64(st.id), uint64(len(st.reqHeaders)), b2u(endAfterHeaders))
+				eos := !hasBody && !hasTrailers && !d.streamed
+				more = !eos
+				act = v.call(st.id, d.fnHeaders, uint64(st.id), uint64(len(*d.headers)), b2u(eos))
 			case 1:
-				if len(req.Body) == 0 {
+				if !hasBody {
 					continue
 				}
-				more = len(req.Trailers) > 0
-				st.reqBodyReadable = true
-				act = v.call(st.id, v.fnReqBody, uint64(st.id), uint64(len(st.reqBody)), b2u(len(req.Trailers) == 0))
-				st.reqBodyReadable = false
+				more = hasTrailers
+				*d.bodyReadable = true
+				act = v.call(st.id, d.fnBody, uint64(st.id), uint64(len(*d.body)), b2u(!hasTrailers))
+				*d.bodyReadable = false
 			case 2:
-				if len(req.Trailers) == 0 {
+				if !hasTrailers {
 					continue
 				}
-				act = v.call(st.id, v.fnReqTrailers, uint64(st.id), uint64(len(st.reqTrailers)))
+				act = v.call(st.id, d.fnTrailers, uint64(st.id), uint64(len(*d.trailers)))
 			}
 		}
 		if v.failed || w.vm != v {
-			return sr.failedMidStream()
+			return sr.failedMidStream(), false
 		}
 		if st.reset {
-			return sr.end(nil, ErrStreamReset)
+			return sr.end(nil, ErrStreamReset), false
 		}
 		if st.local != nil {
-			return sr.sendLocal()
+			if d.phase == phaseRequest {
+				return sr.sendLocal(), false
+			}
+			return sr.replaceWithLocal(), false
+		}
+		if d.streamed {
+			return sr.afterStreamedHeaders(act), false
 		}
 		if uint32(act) == actionPause && !more {
 			if st.pendingResume {
@@ -688,8 +725,23 @@ func (sr *streamRun) request() streamNeed {
 				st.pendingResume = false
 				continue
 			}
-			return sr.park(phaseRequest)
+			return sr.park(d.phase), false
 		}
+	}
+	return 0, true
+}
+
+// request runs the request callbacks, then hands the request upstream.
+func (sr *streamRun) request() streamNeed {
+	v, st, req := sr.v, sr.st, sr.req
+	if n, done := sr.callbacks(&direction{
+		phase:     phaseRequest,
+		fnHeaders: v.fnReqHeaders, fnBody: v.fnReqBody, fnTrailers: v.fnReqTrailers,
+		headers: &st.reqHeaders, body: &st.reqBody, trailers: &st.reqTrailers,
+		bodyReadable: &st.reqBodyReadable,
+		arrived:      req,
+	}); !done {
+		return n
 	}
 	routeName, clusterName := st.route()
 	sr.upReq = Request{
@@ -760,58 +812,18 @@ func (sr *streamRun) respond(resp *Response) streamNeed {
 	return sr.response()
 }
 
-// response runs the response callbacks from sr.idx on, with the same rules
-// as request.
+// response runs the response callbacks, with the same rules as request,
+// then ends the stream with the response they leave.
 func (sr *streamRun) response() streamNeed {
-	if n, over := sr.unparkFailed(); over {
+	v, st := sr.v, sr.st
+	if n, done := sr.callbacks(&direction{
+		phase:     phaseResponse,
+		fnHeaders: v.fnRespHeaders, fnBody: v.fnRespBody, fnTrailers: v.fnRespTrailers,
+		headers: &st.respHeaders, body: &st.respBody, trailers: &st.respTrailers,
+		bodyReadable: &st.respBodyReadable,
+		streamed:     st.respStreamed,
+	}); !done {
 		return n
-	}
-	w, v, st := sr.w, sr.v, sr.st
-	for ; sr.idx < 3; sr.idx++ {
-		var act uint64
-		more := false
-		if sr.resumed {
-			sr.resumed = false
-		} else {
-			switch sr.idx {
-			case 0:
-				eos := len(st.respBody) == 0 && len(st.respTrailers) == 0 && !st.respStreamed
-				more = !eos
-				act = v.call(st.id, v.fnRespHeaders, uint64(st.id), uint64(len(st.respHeaders)), b2u(eos))
-			case 1:
-				if len(st.respBody) == 0 {
-					continue
-				}
-				more = len(st.respTrailers) > 0
-				st.respBodyReadable = true
-				act = v.call(st.id, v.fnRespBody, uint64(st.id), uint64(len(st.respBody)), b2u(len(st.respTrailers) == 0))
-				st.respBodyReadable = false
-			case 2:
-				if len(st.respTrailers) == 0 {
-					continue
-				}
-				act = v.call(st.id, v.fnRespTrailers, uint64(st.id), uint64(len(st.respTrailers)))
-			}
-		}
-		if v.failed || w.vm != v {
-			return sr.failedMidStream()
-		}
-		if st.reset {
-			return sr.end(nil, ErrStreamReset)
-		}
-		if st.local != nil {
-			return sr.replaceWithLocal()
-		}
-		if st.respStreamed {
-			return sr.afterStreamedHeaders(act)
-		}
-		if uint32(act) == actionPause && !more {
-			if st.pendingResume {
-				st.pendingResume = false
-				continue
-			}
-			return sr.park(phaseResponse)
-		}
 	}
 	out := st.buildResponse()
 	out.Local = sr.local
@@ -866,7 +878,21 @@ func (sr *streamRun) sendHeaders() streamNeed {
 	sr.resp.Body = nil
 	sr.resp.Local = sr.local
 	sr.resp.BodyStream = downstreamBody{sr}
+	sr.resp.FilterState = sr.st.filterState()
 	return needHeaders
+}
+
+// filterState is what the filter set with proxy_set_property, as
+// Response.FilterState names it; nil when it set nothing.
+func (st *stream) filterState() map[string]string {
+	if len(st.props) == 0 {
+		return nil
+	}
+	fs := make(map[string]string, len(st.props))
+	for k, v := range st.props {
+		fs["wasm."+k] = string(v)
+	}
+	return fs
 }
 
 // body runs proxy_on_response_body on the chunk the upstream sent (sr.chunk),

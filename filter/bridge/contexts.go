@@ -4,13 +4,15 @@ package internal
 
 import "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
-// The context registry and the callbacks that dispatch into it. The SDK
-// keeps its contexts in four maps whose entries are created and deleted
-// for every stream, about a microsecond a request in this guest; here
-// every context lives in one open-addressed table of values indexed by
-// its id, whose slots are reused, so a stream costs no allocation and a
-// lookup is an index and a compare. make build drops the SDK's own
-// registry and callbacks (vmstate*.go, abi_callback_*.go) from its copy.
+// The context registry and the callbacks that dispatch into it (the
+// stream callbacks, which differ only in the method they call, dispatch
+// through exports.go's onHttp and onTcp helpers). The SDK keeps its
+// contexts in four maps whose entries are created and deleted for every
+// stream, about a microsecond a request in this guest; here every context
+// lives in one open-addressed table of values indexed by its id, whose
+// slots are reused, so a stream costs no allocation and a lookup is an
+// index and a compare. make build drops the SDK's own registry and
+// callbacks (vmstate*.go, abi_callback_*.go) from its copy.
 
 type contextKind uint8
 
@@ -209,50 +211,6 @@ func proxyOnTick(pluginContextID uint32) {
 
 func proxyOnQueueReady(pluginContextID, queueID uint32) {
 	enter(pluginContextID, kindPlugin).plugin.context.OnQueueReady(queueID)
-}
-
-func proxyOnRequestHeaders(contextID uint32, numHeaders int, endOfStream bool) types.Action {
-	return enter(contextID, kindHttp).http.OnHttpRequestHeaders(numHeaders, endOfStream)
-}
-
-func proxyOnRequestBody(contextID uint32, bodySize int, endOfStream bool) types.Action {
-	return enter(contextID, kindHttp).http.OnHttpRequestBody(bodySize, endOfStream)
-}
-
-func proxyOnRequestTrailers(contextID uint32, numTrailers int) types.Action {
-	return enter(contextID, kindHttp).http.OnHttpRequestTrailers(numTrailers)
-}
-
-func proxyOnResponseHeaders(contextID uint32, numHeaders int, endOfStream bool) types.Action {
-	return enter(contextID, kindHttp).http.OnHttpResponseHeaders(numHeaders, endOfStream)
-}
-
-func proxyOnResponseBody(contextID uint32, bodySize int, endOfStream bool) types.Action {
-	return enter(contextID, kindHttp).http.OnHttpResponseBody(bodySize, endOfStream)
-}
-
-func proxyOnResponseTrailers(contextID uint32, numTrailers int) types.Action {
-	return enter(contextID, kindHttp).http.OnHttpResponseTrailers(numTrailers)
-}
-
-func proxyOnNewConnection(contextID uint32) types.Action {
-	return enter(contextID, kindTcp).tcp.OnNewConnection()
-}
-
-func proxyOnDownstreamData(contextID uint32, dataSize int, endOfStream bool) types.Action {
-	return enter(contextID, kindTcp).tcp.OnDownstreamData(dataSize, endOfStream)
-}
-
-func proxyOnDownstreamConnectionClose(contextID uint32, peer types.PeerType) {
-	enter(contextID, kindTcp).tcp.OnDownstreamClose(peer)
-}
-
-func proxyOnUpstreamData(contextID uint32, dataSize int, endOfStream bool) types.Action {
-	return enter(contextID, kindTcp).tcp.OnUpstreamData(dataSize, endOfStream)
-}
-
-func proxyOnUpstreamConnectionClose(contextID uint32, peer types.PeerType) {
-	enter(contextID, kindTcp).tcp.OnUpstreamClose(peer)
 }
 
 // proxyOnHttpCallResponse runs a call's callback in the context that made

@@ -43,87 +43,96 @@ func exportOnConfigure(rootContextID, pluginConfigurationSize uint32) uint32 {
 //go:wasmexport proxy_on_new_connection
 func exportOnNewConnection(contextID uint32) uint32 {
 	beginCallback()
-	r := uint32(proxyOnNewConnection(contextID))
+	r := enter(contextID, kindTcp).tcp.OnNewConnection()
 	endCallback()
-	return r
+	return uint32(r)
 }
 
 //go:wasmexport proxy_on_downstream_data
 func exportOnDownstreamData(contextID, dataSize, endOfStream uint32) uint32 {
-	beginCallback()
-	r := uint32(proxyOnDownstreamData(contextID, int(dataSize), endOfStream != 0))
-	endCallback()
-	return r
+	return onTcpData(contextID, dataSize, endOfStream, types.TcpContext.OnDownstreamData)
 }
 
 //go:wasmexport proxy_on_downstream_connection_close
 func exportOnDownstreamConnectionClose(contextID, peerType uint32) {
-	beginCallback()
-	proxyOnDownstreamConnectionClose(contextID, types.PeerType(peerType))
-	endCallback()
+	onTcpClose(contextID, peerType, types.TcpContext.OnDownstreamClose)
 }
 
 //go:wasmexport proxy_on_upstream_data
 func exportOnUpstreamData(contextID, dataSize, endOfStream uint32) uint32 {
-	beginCallback()
-	r := uint32(proxyOnUpstreamData(contextID, int(dataSize), endOfStream != 0))
-	endCallback()
-	return r
+	return onTcpData(contextID, dataSize, endOfStream, types.TcpContext.OnUpstreamData)
 }
 
 //go:wasmexport proxy_on_upstream_connection_close
 func exportOnUpstreamConnectionClose(contextID, peerType uint32) {
-	beginCallback()
-	proxyOnUpstreamConnectionClose(contextID, types.PeerType(peerType))
-	endCallback()
+	onTcpClose(contextID, peerType, types.TcpContext.OnUpstreamClose)
 }
 
 //go:wasmexport proxy_on_request_headers
 func exportOnRequestHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
-	beginCallback()
-	r := uint32(proxyOnRequestHeaders(contextID, int(numHeaders), endOfStream != 0))
-	endCallback()
-	return r
+	return onHttp(contextID, numHeaders, endOfStream, types.HttpContext.OnHttpRequestHeaders)
 }
 
 //go:wasmexport proxy_on_request_body
 func exportOnRequestBody(contextID, bodySize, endOfStream uint32) uint32 {
-	beginCallback()
-	r := uint32(proxyOnRequestBody(contextID, int(bodySize), endOfStream != 0))
-	endCallback()
-	return r
+	return onHttp(contextID, bodySize, endOfStream, types.HttpContext.OnHttpRequestBody)
 }
 
 //go:wasmexport proxy_on_request_trailers
 func exportOnRequestTrailers(contextID, numTrailers uint32) uint32 {
-	beginCallback()
-	r := uint32(proxyOnRequestTrailers(contextID, int(numTrailers)))
-	endCallback()
-	return r
+	return onHttpTrailers(contextID, numTrailers, types.HttpContext.OnHttpRequestTrailers)
 }
 
 //go:wasmexport proxy_on_response_headers
 func exportOnResponseHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
-	beginCallback()
-	r := uint32(proxyOnResponseHeaders(contextID, int(numHeaders), endOfStream != 0))
-	endCallback()
-	return r
+	return onHttp(contextID, numHeaders, endOfStream, types.HttpContext.OnHttpResponseHeaders)
 }
 
 //go:wasmexport proxy_on_response_body
 func exportOnResponseBody(contextID, bodySize, endOfStream uint32) uint32 {
-	beginCallback()
-	r := uint32(proxyOnResponseBody(contextID, int(bodySize), endOfStream != 0))
-	endCallback()
-	return r
+	return onHttp(contextID, bodySize, endOfStream, types.HttpContext.OnHttpResponseBody)
 }
 
 //go:wasmexport proxy_on_response_trailers
 func exportOnResponseTrailers(contextID, numTrailers uint32) uint32 {
+	return onHttpTrailers(contextID, numTrailers, types.HttpContext.OnHttpResponseTrailers)
+}
+
+// The stream callbacks differ only in the method they call on the stream's
+// context, so each export passes that method (a method expression) to one
+// of these, which bracket the callback, make the context active and convert
+// the ABI's i32s.
+
+// onHttp runs an HTTP callback given a size and end_of_stream (headers,
+// bodies).
+func onHttp(contextID, size, endOfStream uint32, on func(types.HttpContext, int, bool) types.Action) uint32 {
 	beginCallback()
-	r := uint32(proxyOnResponseTrailers(contextID, int(numTrailers)))
+	r := on(enter(contextID, kindHttp).http, int(size), endOfStream != 0)
 	endCallback()
-	return r
+	return uint32(r)
+}
+
+// onHttpTrailers runs an HTTP callback given a count of trailers.
+func onHttpTrailers(contextID, numTrailers uint32, on func(types.HttpContext, int) types.Action) uint32 {
+	beginCallback()
+	r := on(enter(contextID, kindHttp).http, int(numTrailers))
+	endCallback()
+	return uint32(r)
+}
+
+// onTcpData runs a TCP callback given a size and end_of_stream.
+func onTcpData(contextID, dataSize, endOfStream uint32, on func(types.TcpContext, int, bool) types.Action) uint32 {
+	beginCallback()
+	r := on(enter(contextID, kindTcp).tcp, int(dataSize), endOfStream != 0)
+	endCallback()
+	return uint32(r)
+}
+
+// onTcpClose runs a TCP callback given the peer that closed.
+func onTcpClose(contextID, peerType uint32, on func(types.TcpContext, types.PeerType)) {
+	beginCallback()
+	on(enter(contextID, kindTcp).tcp, types.PeerType(peerType))
+	endCallback()
 }
 
 //go:wasmexport proxy_on_http_call_response

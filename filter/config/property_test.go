@@ -25,6 +25,14 @@ func genConfig(r *rand.Rand) map[string]any {
 			m[k] = v()
 		}
 	}
+	// maybeObject sometimes sets m[k] to an object that fill fills.
+	maybeObject := func(m map[string]any, k string, fill func(o map[string]any)) {
+		maybe(m, k, func() any {
+			o := map[string]any{}
+			fill(o)
+			return o
+		})
+	}
 	dur := func() any {
 		return mostly([]any{"1s", "500ms", "1m", "1m30s", "1.5s", "20ms"}, "0s", "200h", "5", 5, "-1s", "1µs")
 	}
@@ -105,11 +113,9 @@ func genConfig(r *rand.Rand) map[string]any {
 			maybe(o, "maximum", count)
 			return o
 		})
-		maybe(m, "rollout", func() any {
-			o := map[string]any{}
+		maybeObject(m, "rollout", func(o map[string]any) {
 			maybe(o, "enabled_percent", func() any { return mostly([]any{0, 12.5, 100, 99.9999}, 100.5, -1, "50") })
 			maybe(o, "enforced_percent", func() any { return mostly([]any{0, 50, 100}, 101) })
-			return o
 		})
 		maybe(m, "upstream_headers_when_limited", func() any {
 			return mostly([]any{map[string]any{"x-would": "true"}, map[string]any{}, map[string]any{"X-A": "1", "b": "two words"}},
@@ -123,14 +129,12 @@ func genConfig(r *rand.Rand) map[string]any {
 			maybe(o, "default", count)
 			return mostly([]any{o}, "x-tokens-used")
 		})
-		maybe(m, "overrides", func() any {
-			o := map[string]any{}
+		maybeObject(m, "overrides", func(o map[string]any) {
 			for i := 1 + r.IntN(2); i > 0; i-- {
 				ov := map[string]any{}
 				rateFields(ov)
 				o[mostly([]any{"gold", "silver"}, "").(string)] = ov
 			}
-			return o
 		})
 		if _, ok := m["overrides"]; ok || r.IntN(5) == 0 {
 			maybe(m, "override_by", func() any { return pick("client_ip", "path", "header:x", "host", "query:user", "client_ip/24/56") })
@@ -141,14 +145,12 @@ func genConfig(r *rand.Rand) map[string]any {
 			maybe(m, "instances", count)
 		}
 		maybe(m, "on_missing_key", func() any { return pick("skip", "deny") })
-		maybe(m, "on_limit", func() any {
-			o := map[string]any{}
+		maybeObject(m, "on_limit", func(o map[string]any) {
 			maybe(o, "action", func() any { return pick("reject", "delay") })
 			if o["action"] == "delay" || r.IntN(5) == 0 {
 				maybe(o, "max_delay", dur)
 			}
 			maybe(o, "status", status)
-			return o
 		})
 		maybe(m, "shadow", func() any { return pick(true, false) })
 		maybe(m, "replaces", func() any { return []any{mostly([]any{names[0], names[1], names[2]}, "z")} })
@@ -161,22 +163,18 @@ func genConfig(r *rand.Rand) map[string]any {
 		maybe(m, "failure_statuses", func() any { return pick([]any{}, []any{500}, []any{500, 500}, []any{99}) })
 		maybe(m, "failure_on_timeout", func() any { return pick(true, false) })
 		maybe(m, "failure_threshold", count)
-		maybe(m, "failure_rate", func() any {
-			o := map[string]any{}
+		maybeObject(m, "failure_rate", func(o map[string]any) {
 			maybe(o, "threshold_percent", func() any { return pick(1, 50, 100, 101) })
 			maybe(o, "window_type", func() any { return pick("count", "time") })
 			maybe(o, "window", count)
 			maybe(o, "window_duration", dur)
 			maybe(o, "minimum_calls", count)
-			return o
 		})
-		maybe(m, "slow_call", func() any {
-			o := map[string]any{}
+		maybeObject(m, "slow_call", func(o map[string]any) {
 			if r.IntN(5) > 0 {
 				o["duration"] = dur()
 			}
 			maybe(o, "threshold_percent", func() any { return pick(1, 100, 0) })
-			return o
 		})
 		maybe(m, "success_threshold", count)
 		maybe(m, "open_timeout", dur)
@@ -199,18 +197,15 @@ func genConfig(r *rand.Rand) map[string]any {
 		return m
 	}
 	cfg := map[string]any{}
-	maybe(cfg, "client_ip", func() any {
-		o := map[string]any{}
+	maybeObject(cfg, "client_ip", func(o map[string]any) {
 		maybe(o, "source", func() any { return pick("peer", "xff", "header") })
 		maybe(o, "trusted_hops", count)
 		maybe(o, "header", func() any { return pick("x-real-ip", "bad header") })
 		maybe(o, "sources", func() any {
 			return pick([]any{"xff", "header:x-real-ip", "peer"}, []any{"peer"}, []any{}, []any{"peer", "peer"}, []any{"header:"})
 		})
-		return o
 	})
-	maybe(cfg, "backend", func() any {
-		o := map[string]any{}
+	maybeObject(cfg, "backend", func(o map[string]any) {
 		maybe(o, "cluster", func() any { return pick("webdis", "") })
 		if r.IntN(2) == 0 {
 			o["cluster"] = "webdis"
@@ -222,10 +217,8 @@ func genConfig(r *rand.Rand) map[string]any {
 		maybe(o, "retries", count)
 		maybe(o, "failure_policy", func() any { return pick("allow", "deny", "local") })
 		maybe(o, "path_prefix", func() any { return pick("/", "/r", "r") })
-		return o
 	})
-	maybe(cfg, "external", func() any {
-		o := map[string]any{}
+	maybeObject(cfg, "external", func(o map[string]any) {
 		if r.IntN(5) > 0 {
 			o["cluster"] = "limits"
 		}
@@ -252,7 +245,6 @@ func genConfig(r *rand.Rand) map[string]any {
 		}
 		maybe(o, "on_missing_key", func() any { return pick("skip", "deny") })
 		maybe(o, "on_limit", func() any { return map[string]any{"status": status()} })
-		return o
 	})
 	var limits []any
 	for i := r.IntN(4); i > 0; i-- {
@@ -273,12 +265,10 @@ func genConfig(r *rand.Rand) map[string]any {
 	if r.IntN(3) == 0 {
 		cfg["concurrency"] = []any{concurrency()}
 	}
-	maybe(cfg, "response", func() any {
-		o := map[string]any{}
+	maybeObject(cfg, "response", func(o map[string]any) {
 		maybe(o, "headers", func() any { return pick([]any{}, []any{"ratelimit"}, []any{"ratelimit", "ratelimit"}, []any{"x"}) })
 		maybe(o, "headers_on_allowed", func() any { return pick(true, false, 1) })
 		maybe(o, "body", func() any { return pick("json", "problem+json", "none", "xml") })
-		return o
 	})
 	return cfg
 }

@@ -239,7 +239,7 @@ func (p *Plugin) circuitOpen(b *breakerRuntime, scope string, d breaker.Decision
 	b2 = strconv.AppendInt(b2, retryAfterSeconds(d.RetryAfter), 10)
 	p.log.Info(string(append(b2, '}')))
 	return &reply{kind: config.ReplyCircuitOpen, values: replyValues{upstream: scope, retryAfter: d.RetryAfter},
-		status: b.cfg.Status, headers: headers, contentType: ct, body: body}
+		status: b.cfg.Status, headers: headers, contentType: ct, body: body, by: b.cfg.Name}
 }
 
 // report reports the outcome of an admitted request (info, started at

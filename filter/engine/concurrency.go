@@ -163,7 +163,7 @@ func (cc *ccHolds) acquire(p *Plugin, info *request.Info, tr *Trace, now time.Ti
 				cc.release(p, now)
 				c.logRejection("ambiguous_key", inflight.Result{})
 				ct, body := missingKeyBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)
-				return rejectWith(&reply{kind: config.ReplyMissingKey, values: replyValues{limit: c.cfg.Name}, status: c.cfg.Status, contentType: ct, body: body})
+				return rejectWith(&reply{kind: config.ReplyMissingKey, values: replyValues{limit: c.cfg.Name}, status: c.cfg.Status, contentType: ct, body: body, rule: c.rule()})
 			}
 			continue
 		}
@@ -188,13 +188,14 @@ func (cc *ccHolds) acquire(p *Plugin, info *request.Info, tr *Trace, now time.Ti
 		case c.cfg.Shadow:
 			c.metrics.shadowRejected.Increment(1)
 			c.logRejection("shadow_concurrency_limited", res)
+			attribute(p.host.Stream, p.log, "shadow_concurrency_limited", c.cfg.Name, c.rule())
 		default:
 			c.metrics.rejected.Increment(1)
 			cc.release(p, now)
 			c.logRejection("concurrency_limited", res)
 			ct, body := concurrencyLimitedBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)
 			return rejectWith(&reply{kind: config.ReplyConcurrencyLimited, values: replyValues{limit: c.cfg.Name, maxInFlight: c.cfg.MaxInFlight},
-				status: c.cfg.Status, contentType: ct, body: body})
+				status: c.cfg.Status, contentType: ct, body: body, rule: c.rule()})
 		}
 	}
 	// Counted only now: a slot given back because a later limit rejected
@@ -280,4 +281,9 @@ func concurrencyLimitedBody(format config.Body, limitName string, status int) (c
 		problemType: problemReducedCapacity, title: titleTemporaryReduction,
 		field: "limit", value: limitName, noRetryAfter: true,
 	}.render(format, status, 0)
+}
+
+// rule is the limit's rule as the access log shows it.
+func (c *concurrencyRuntime) rule() string {
+	return "max_in_flight " + strconv.FormatInt(c.cfg.MaxInFlight, 10)
 }

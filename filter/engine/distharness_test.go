@@ -366,6 +366,13 @@ func (d *distHarness) settle() {
 	d.pump()
 }
 
+// settleN settles n times: n × 5 ms of harness time.
+func (d *distHarness) settleN(n int) {
+	for range n {
+		d.settle()
+	}
+}
+
 // admitted runs n requests of key and counts those answered 200.
 func (d *distHarness) admitted(key string, n int) int {
 	d.t.Helper()

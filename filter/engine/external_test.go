@@ -91,6 +91,15 @@ func tenantHeaders(tenant string, extra ...[2]string) [][2]string {
 	return append(hs, extra...)
 }
 
+// wantAdmitted checks that want of n requests for tenant are admitted;
+// why says where want comes from.
+func wantAdmitted(t *testing.T, d *distHarness, tenant string, n, want int, why string) {
+	t.Helper()
+	if got := admitted(t, d, tenant, n); got != want {
+		t.Fatalf("%s admitted %d of %d, want %d (%s)", tenant, got, n, want, why)
+	}
+}
+
 // admitted sends n requests for tenant and counts the 200s; every other
 // answer must be a 429.
 func admitted(t *testing.T, d *distHarness, tenant string, n int) int {
@@ -110,12 +119,8 @@ func admitted(t *testing.T, d *distHarness, tenant string, n int) int {
 
 func TestExternalTenantsGetTheirQuotas(t *testing.T) {
 	d, f := newExtHarness(t, extConfig(""), tenantQuotas)
-	if got := admitted(t, d, "acme", 6); got != 3 {
-		t.Fatalf("acme admitted %d of 6, want its quota 3", got)
-	}
-	if got := admitted(t, d, "initech", 8); got != 5 {
-		t.Fatalf("initech admitted %d of 8, want its quota 5", got)
-	}
+	wantAdmitted(t, d, "acme", 6, 3, "its quota")
+	wantAdmitted(t, d, "initech", 8, 5, "its quota")
 	if f.calls["acme"] != 1 || f.calls["initech"] != 1 {
 		t.Fatalf("lookups %v, want one per tenant: the rest are cache hits", f.calls)
 	}
@@ -213,9 +218,7 @@ func TestExternalOneLookupInFlight(t *testing.T) {
 	d, f := newExtHarness(t, extConfig(""), tenantQuotas)
 	d.silent = true
 	ids := d.startWaiting(5, tenantHeaders("acme"), "lookup")
-	for range 3 {
-		d.settle()
-	}
+	d.settleN(3)
 	if d.callouts != 1 {
 		t.Fatalf("%d lookups for one key, want exactly 1 in flight", d.callouts)
 	}
@@ -250,9 +253,7 @@ func TestExternalOneLookupInFlight(t *testing.T) {
 func TestExternalServiceDown(t *testing.T) {
 	quotas := map[string]string{"acme": `{"limit":3,"window":"1h","tenant_key":"acme"}`}
 	d, f := newExtHarness(t, extConfig(""), quotas)
-	if got := admitted(t, d, "acme", 1); got != 1 {
-		t.Fatal("first request refused")
-	}
+	wantAdmitted(t, d, "acme", 1, 1, "the first request")
 	d.now = d.now.Add(61 * time.Second) // stale: cache_ttl 60s, stale_ttl 10s
 	f.down = true
 	// Failures 1 to 5: each request looks up, fails, and is decided by the
@@ -282,9 +283,7 @@ func TestExternalServiceDown(t *testing.T) {
 	// in a bucket of its own.
 	d.now = d.now.Add(10 * time.Second)
 	before := f.total()
-	if got := admitted(t, d, "acme", 6); got != 4 {
-		t.Fatalf("fallback admitted %d of 6, want 4", got)
-	}
+	wantAdmitted(t, d, "acme", 6, 4, "the fallback")
 	if f.total() != before || d.counter("sluice.external.fallback_used") != 6 {
 		t.Fatalf("lookups while open %d, fallback_used %d", f.total()-before, d.counter("sluice.external.fallback_used"))
 	}
@@ -304,9 +303,7 @@ func TestExternalServiceDown(t *testing.T) {
 	f.down = false
 	quotas["acme"] = `{"limit":10,"window":"1h","tenant_key":"acme-gold"}`
 	d.now = d.now.Add(30 * time.Second)
-	if got := admitted(t, d, "acme", 12); got != 10 {
-		t.Fatalf("after recovery admitted %d of 12, want the new plan's 10", got)
-	}
+	wantAdmitted(t, d, "acme", 12, 10, "after recovery, the new plan's")
 	if d.counter("sluice.external.breaker.closes") != 1 {
 		t.Fatal("the breaker did not close")
 	}
@@ -345,9 +342,7 @@ func TestExternalBadAnswersFallBack(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			d, _ := newExtHarness(t, extConfig(""), nil)
 			d.limits = func(*hosttest.Call) (int, []byte, bool) { return c.status, []byte(c.body), c.ok }
-			if got := admitted(t, d, "acme", 5); got != 4 {
-				t.Fatalf("admitted %d of 5, want the fallback's 4", got)
-			}
+			wantAdmitted(t, d, "acme", 5, 4, "the fallback's")
 			if got := d.counter("sluice.external.errors." + c.kind); got != 5 {
 				t.Fatalf("errors.%s = %d, want 5", c.kind, got)
 			}
@@ -387,13 +382,9 @@ func TestExternalUnlimitedAndNoTenantKey(t *testing.T) {
 		"anon": `{"limit":2,"window":"1h"}`,
 	}
 	d, f := newExtHarness(t, extConfig(""), quotas)
-	if got := admitted(t, d, "vip", 20); got != 20 {
-		t.Fatalf("unlimited tenant admitted %d of 20", got)
-	}
+	wantAdmitted(t, d, "vip", 20, 20, "unlimited")
 	// Without tenant_key the lookup key is the bucket.
-	if got := admitted(t, d, "anon", 4); got != 2 {
-		t.Fatalf("anon admitted %d of 4", got)
-	}
+	wantAdmitted(t, d, "anon", 4, 2, "without tenant_key, the bucket")
 	if f.calls["vip"] != 1 || f.calls["anon"] != 1 {
 		t.Fatalf("lookups %v", f.calls)
 	}
@@ -436,15 +427,11 @@ func TestExternalAmbiguousCacheKeyRefused(t *testing.T) {
 		t.Fatalf("missing_key %d, want 2", got)
 	}
 	// acme's bucket is untouched, and acme twice is acme, in its bucket.
-	if got := admitted(t, d, "acme", 1); got != 1 {
-		t.Fatal("acme was not admitted")
-	}
+	wantAdmitted(t, d, "acme", 1, 1, "the first request")
 	if o := d.doHeaders(tenantHeaders("acme", [2]string{"x-tenant-id", "acme"})); o.status != 200 {
 		t.Fatalf("acme twice: status %d", o.status)
 	}
-	if got := admitted(t, d, "acme", 2); got != 1 {
-		t.Fatalf("acme admitted %d of 2, want the 1 left of its quota of 3", got)
-	}
+	wantAdmitted(t, d, "acme", 2, 1, "the 1 left of its quota of 3")
 	if f.calls["acme"] != 1 {
 		t.Fatalf("lookups %v, want one, for acme", f.calls)
 	}
@@ -475,9 +462,7 @@ func TestExternalGlobalMode(t *testing.T) {
 		t.Fatalf("Redis calls %q, want one for the tenant's key", keys)
 	}
 	// local: the answer's 4 per hour divided by instances 2.
-	if got := admitted(t, d, "initech", 4); got != 2 {
-		t.Fatalf("initech admitted %d of 4 under the local fallback, want 2", got)
-	}
+	wantAdmitted(t, d, "initech", 4, 2, "the local fallback")
 	if o := d.doHeaders(tenantHeaders("hooli")); o.status != 200 {
 		t.Fatalf("hooli: %d, want the configured allow policy", o.status)
 	}

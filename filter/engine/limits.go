@@ -23,6 +23,7 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 		} else {
 			l.metrics.shadowLimited.Increment(1)
 			l.logRejection(h.plugin.log, "shadow_limited", res)
+			attribute(h.plugin.host.Stream, h.plugin.log, "shadow_limited", l.cfg.Name, l.ruleFor(res))
 			h.charges.drop(l)
 			h.plugin.tellUpstream(l)
 		}
@@ -39,14 +40,14 @@ func (h *Stream) rateLimited(l *limitRuntime, res limiter.Result, now time.Time)
 	headers, _ := appendRateLimitHeaders(nil, nil, p.cfg.Response.Headers, q, now, true)
 	ct, body := rateLimitedBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status, res.RetryAfter)
 	return &reply{kind: config.ReplyRateLimited, values: replyValues{limit: l.cfg.Name, limitValue: q.limit, window: q.window, retryAfter: res.RetryAfter},
-		status: l.cfg.OnLimit.Status, headers: headers, contentType: ct, body: body}
+		status: l.cfg.OnLimit.Status, headers: headers, contentType: ct, body: body, rule: l.ruleFor(res)}
 }
 
 func (h *Stream) missingKey(l *limitRuntime) *reply {
 	p := h.plugin
 	l.logRejection(h.plugin.log, "missing_key", limiter.Result{})
 	ct, body := missingKeyBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status)
-	return &reply{kind: config.ReplyMissingKey, values: replyValues{limit: l.cfg.Name}, status: l.cfg.OnLimit.Status, contentType: ct, body: body}
+	return &reply{kind: config.ReplyMissingKey, values: replyValues{limit: l.cfg.Name}, status: l.cfg.OnLimit.Status, contentType: ct, body: body, rule: l.rule}
 }
 
 // firstValue is the first value of header name in headers.

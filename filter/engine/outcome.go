@@ -60,6 +60,10 @@ type reply struct {
 	headers     [][2]string
 	contentType string
 	body        []byte
+	// event, by and rule are what the access log learns (accesslog.go):
+	// the outcome (the kind's name when empty), the limit, breaker or
+	// bulkhead that decided (values.limit when empty), and its rule.
+	event, by, rule string
 }
 
 // Verdict is what the adapter does with the stream after a callback.

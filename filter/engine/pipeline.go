@@ -169,6 +169,7 @@ func (h *Stream) settle(o outcome, now time.Time) Verdict {
 		return Continue
 	case outDeny:
 		if h.wait.delay.shape(o.limit, o.res, h.start, now) {
+			attribute(h.plugin.host.Stream, h.plugin.log, "delayed", o.limit.cfg.Name, o.limit.ruleFor(o.res))
 			h.plugin.park(h, waitDelay)
 			return Pause
 		}

@@ -21,6 +21,17 @@ func drain(t *testing.T, p *Plugin, f *hosttest.Fakes) {
 	}
 }
 
+// drainedShaper is a plugin whose one limit, shaped, allows 5 requests a
+// second and delays the rest up to maxDelay, with its first five requests
+// (the burst) already admitted.
+func drainedShaper(t *testing.T, maxDelay string) (*Plugin, *hosttest.Fakes) {
+	t.Helper()
+	p, f := newNativePlugin(t, `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,
+		"on_limit":{"action":"delay","max_delay":"`+maxDelay+`"}}]}`)
+	drain(t, p, f)
+	return p, f
+}
+
 func begin(p *Plugin, f *hosttest.Fakes, id uint32) *Stream {
 	f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "a"}}
 	f.Stream.Current = id
@@ -32,9 +43,7 @@ func begin(p *Plugin, f *hosttest.Fakes, id uint32) *Stream {
 // A shaped request waits in the registry until its token is due: the tick
 // before that leaves it paused, the tick after resumes that stream, once.
 func TestDelayedRequestIsResumedFromTheRegistry(t *testing.T) {
-	p, f := newNativePlugin(t, `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,
-		"on_limit":{"action":"delay","max_delay":"300ms"}}]}`)
-	drain(t, p, f)
+	p, f := drainedShaper(t, "300ms")
 	if v := begin(p, f, 6).RequestHeaders(); v != Pause {
 		t.Fatalf("sixth request: %v, want it delayed", v)
 	}
@@ -63,9 +72,7 @@ func TestDelayedRequestIsResumedFromTheRegistry(t *testing.T) {
 // A stream that ends while it waits leaves the registry: the tick never
 // resumes it, and a reused Stream starts out of the registry.
 func TestStreamEndingWhileDelayedIsForgotten(t *testing.T) {
-	p, f := newNativePlugin(t, `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,
-		"on_limit":{"action":"delay","max_delay":"300ms"}}]}`)
-	drain(t, p, f)
+	p, f := drainedShaper(t, "300ms")
 	s := begin(p, f, 6)
 	if s.RequestHeaders() != Pause {
 		t.Fatal("not delayed")
@@ -87,9 +94,7 @@ func TestStreamEndingWhileDelayedIsForgotten(t *testing.T) {
 
 // Past its max_delay a request is answered, not parked.
 func TestDelayPastMaxDelayIsRejected(t *testing.T) {
-	p, f := newNativePlugin(t, `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,
-		"on_limit":{"action":"delay","max_delay":"100ms"}}]}`)
-	drain(t, p, f)
+	p, f := drainedShaper(t, "100ms")
 	if v := begin(p, f, 6).RequestHeaders(); v != Pause {
 		t.Fatalf("sixth request: %v", v)
 	}
@@ -154,9 +159,7 @@ func TestRequestBodyIsHeldWhileTheRequestWaits(t *testing.T) {
 // the same denial into the on_limit delay's wait, and a denial past
 // max_delay into the reply.
 func TestLimitsStageReturnsTheDenialAndSettleActsOnIt(t *testing.T) {
-	p, f := newNativePlugin(t, `{"limits":[{"name":"shaped","key":[],"requests_per_second":5,
-		"on_limit":{"action":"delay","max_delay":"300ms"}}]}`)
-	drain(t, p, f)
+	p, f := drainedShaper(t, "300ms")
 	s := begin(p, f, 6)
 	now := p.host.Clock()
 	s.start = now

@@ -246,6 +246,8 @@ type limitRuntime struct {
 	// headerConsts are the rate-limit header values that are the same on
 	// every response this limit decides at its configured rate.
 	headerConsts *quotaConsts
+	// rule is the configured rate as the access log shows it (ruleText).
+	rule string
 }
 
 // newLimitRuntime builds limit index; ratePath is the configuration path of
@@ -257,6 +259,7 @@ func newLimitRuntime(hc *host.Host, cfg *config.Limit, index int, ratePath strin
 	l.metrics.cost = defineCostMetrics(hc.Metrics, cfg)
 	defineRateGauges(hc.Metrics, cfg)
 	l.keyKinds = keyKindsOf(cfg.Key)
+	l.rule = ruleText(cfg.Algorithm, cfg.Rate)
 	var err error
 	if cfg.Mode != config.ModeLocal {
 		if l.remote, err = newRemoteLimit(cfg, ratePath); err != nil {

@@ -26,7 +26,16 @@ type replyValues struct {
 // reject answers the request with the local reply a stage decided on:
 // its built-in body, replaced by its kind's template when there is one.
 func (h *Stream) reject(a *reply) {
-	r := &h.plugin.cfg.Response
+	p := h.plugin
+	event, by := a.event, a.by
+	if event == "" {
+		event = a.kind.String()
+	}
+	if by == "" {
+		by = a.values.limit
+	}
+	attribute(p.host.Stream, p.log, event, by, a.rule)
+	r := &p.cfg.Response
 	if !r.PlainGRPC && h.isGRPC() {
 		h.sendGRPC(a.kind, a.headers) // trailers-only: no body to render
 		return

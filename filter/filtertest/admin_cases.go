@@ -26,9 +26,20 @@ const adminConfig = `{"limits":[{"name":"per-tenant","key":["header:x-tenant"],"
  "response":{"reply_headers":{"x-served-by":"sluice"}},
  "admin":{"client_cidrs":["10.9.0.0/16"],"token_sha256":"` + AdminTokenSHA256 + `"}}`
 
+// acmeQuota is the admin route's query for tenant acme's local key.
+const acmeQuota = "?limit=per-tenant&key=acme"
+
 // adminPeer is an address client_cidrs allows; the default peer
 // (10.0.0.1) is not.
 const adminPeer = "10.9.1.1:50000"
+
+// wantAdminCalls checks how many requests the admin route served and how
+// many it refused.
+func wantAdminCalls(t *testing.T, h Harness, calls, denied uint64) {
+	t.Helper()
+	wantCounter(t, h, "sluice.admin.calls", calls)
+	wantCounter(t, h, "sluice.admin.denied", denied)
+}
 
 func adminCall(method, path, peer, token string) Request {
 	r := Request{Method: method, Path: path, Host: "example.com", Peer: peer}
@@ -94,12 +105,11 @@ var adminCases = []Case{
 					t.Fatalf("%s admitted %d of 4, want 3", name, got)
 				}
 			}
-			const q = "?limit=per-tenant&key=acme"
-			st := adminState(t, h.Do(t, adminCall("GET", "/.sluice/quota"+q, adminPeer, AdminToken)))
+			st := adminState(t, h.Do(t, adminCall("GET", "/.sluice/quota"+acmeQuota, adminPeer, AdminToken)))
 			if st["remaining"] != 0.0 || st["capacity"] != 3.0 || st["mode"] != "local" || st["limit"] != "per-tenant" {
 				t.Fatalf("get: %v", st)
 			}
-			st = adminState(t, h.Do(t, adminCall("POST", "/.sluice/quota/reset"+q, adminPeer, AdminToken).on(1)))
+			st = adminState(t, h.Do(t, adminCall("POST", "/.sluice/quota/reset"+acmeQuota, adminPeer, AdminToken).on(1)))
 			if st["reset"] != true || st["remaining"] != 3.0 || st["reset_after_ms"] != 0.0 {
 				t.Fatalf("reset: %v", st)
 			}
@@ -109,8 +119,7 @@ var adminCases = []Case{
 			if got := admitted(t, h, 1, func(int) Request { return tenant("beta") }); got != 0 {
 				t.Fatal("the reset of acme refilled beta")
 			}
-			wantCounter(t, h, "sluice.admin.calls", 2)
-			wantCounter(t, h, "sluice.admin.denied", 0)
+			wantAdminCalls(t, h, 2, 0)
 		},
 	},
 	{
@@ -118,24 +127,23 @@ var adminCases = []Case{
 		Config:  adminConfig,
 		Workers: 1,
 		Run: func(t *testing.T, h Harness) {
-			const q = "?limit=per-tenant&key=acme"
 			denied := []struct {
 				what string
 				req  Request
 			}{
-				{"no token", adminCall("GET", "/.sluice/quota"+q, adminPeer, "")},
-				{"wrong token", adminCall("GET", "/.sluice/quota"+q, adminPeer, AdminToken+"x")},
-				{"the hash as the token", adminCall("GET", "/.sluice/quota"+q, adminPeer, AdminTokenSHA256)},
-				{"right token, disallowed address", adminCall("GET", "/.sluice/quota"+q, "10.0.0.1:40000", AdminToken)},
-				{"right token, allowed address spoofed in X-Forwarded-For", adminCall("GET", "/.sluice/quota"+q, "10.0.0.1:40000", AdminToken).
+				{"no token", adminCall("GET", "/.sluice/quota"+acmeQuota, adminPeer, "")},
+				{"wrong token", adminCall("GET", "/.sluice/quota"+acmeQuota, adminPeer, AdminToken+"x")},
+				{"the hash as the token", adminCall("GET", "/.sluice/quota"+acmeQuota, adminPeer, AdminTokenSHA256)},
+				{"right token, disallowed address", adminCall("GET", "/.sluice/quota"+acmeQuota, "10.0.0.1:40000", AdminToken)},
+				{"right token, allowed address spoofed in X-Forwarded-For", adminCall("GET", "/.sluice/quota"+acmeQuota, "10.0.0.1:40000", AdminToken).
 					with("x-forwarded-for", "10.9.1.1")},
-				{"reset, right token, disallowed address", adminCall("POST", "/.sluice/quota/reset"+q, "10.0.0.1:40000", AdminToken)},
-				{"encoded dot", adminCall("GET", "/%2esluice/quota"+q, adminPeer, "wrong")},
-				{"encoded slash", adminCall("GET", "/.sluice%2Fquota"+q, "10.0.0.1:40000", AdminToken)},
-				{"double slash", adminCall("GET", "//.sluice/quota"+q, adminPeer, "wrong")},
-				{"case change", adminCall("GET", "/.SLUICE/Quota"+q, "10.0.0.1:40000", AdminToken)},
-				{"dot segments", adminCall("GET", "/api/../.sluice/./quota"+q, adminPeer, "wrong")},
-				{"backslash", adminCall("GET", `/.sluice\quota`+q, adminPeer, "wrong")},
+				{"reset, right token, disallowed address", adminCall("POST", "/.sluice/quota/reset"+acmeQuota, "10.0.0.1:40000", AdminToken)},
+				{"encoded dot", adminCall("GET", "/%2esluice/quota"+acmeQuota, adminPeer, "wrong")},
+				{"encoded slash", adminCall("GET", "/.sluice%2Fquota"+acmeQuota, "10.0.0.1:40000", AdminToken)},
+				{"double slash", adminCall("GET", "//.sluice/quota"+acmeQuota, adminPeer, "wrong")},
+				{"case change", adminCall("GET", "/.SLUICE/Quota"+acmeQuota, "10.0.0.1:40000", AdminToken)},
+				{"dot segments", adminCall("GET", "/api/../.sluice/./quota"+acmeQuota, adminPeer, "wrong")},
+				{"backslash", adminCall("GET", `/.sluice\quota`+acmeQuota, adminPeer, "wrong")},
 				{"prefix without its slash, then the query", adminCall("GET", "/.sluice?limit=per-tenant&key=acme", adminPeer, "wrong")},
 				{"unknown admin path", adminCall("GET", "/.sluice/counters", "10.0.0.1:40000", "")},
 			}
@@ -147,16 +155,15 @@ var adminCases = []Case{
 			// The same spellings with both checks passed are admin calls:
 			// the normalisation decides what is admin, not the spelling.
 			for _, path := range []string{"/%2esluice/quota", "//.sluice//quota/", "/.SLUICE/QUOTA", "/x/../.sluice/quota"} {
-				adminState(t, h.Do(t, adminCall("GET", path+q, adminPeer, AdminToken)))
+				adminState(t, h.Do(t, adminCall("GET", path+acmeQuota, adminPeer, AdminToken)))
 			}
 			// The admin path in the query is not the path: without the
 			// token an ordinary request, never answered by the admin route.
-			resp := h.Do(t, adminCall("GET", "/?/.sluice/quota"+q, adminPeer, ""))
+			resp := h.Do(t, adminCall("GET", "/?/.sluice/quota"+acmeQuota, adminPeer, ""))
 			if resp.Status != 200 || resp.Local {
 				t.Fatalf("query-only admin path: status %d local %v body %s, want the upstream's 200", resp.Status, resp.Local, resp.Body)
 			}
-			wantCounter(t, h, "sluice.admin.calls", 4)
-			wantCounter(t, h, "sluice.admin.denied", uint64(len(denied)))
+			wantAdminCalls(t, h, 4, uint64(len(denied)))
 		},
 	},
 	{
@@ -164,18 +171,17 @@ var adminCases = []Case{
 		Config:  adminConfig,
 		Workers: 1,
 		Run: func(t *testing.T, h Harness) {
-			const q = "?limit=per-tenant&key=acme"
 			// Spellings an upstream may read as the admin path that no
 			// normalisation of ours resolves, and paths that are not the
 			// admin's at all: the token alone makes them admin requests.
 			paths := []string{
-				"/.sluice;v=1/quota" + q,     // a path parameter
-				"/.sluice%00/quota" + q,      // an escaped NUL
-				"/%c0%aesluice/quota" + q,    // an overlong UTF-8 '.'
-				"/.sluice./quota" + q,        // a trailing dot
-				"/%EF%BC%8Esluice/quota" + q, // a fullwidth '.'
-				"/%252esluice/quota" + q,     // a double escape
-				"/?/.sluice/quota" + q,       // the admin path in the query
+				"/.sluice;v=1/quota" + acmeQuota,     // a path parameter
+				"/.sluice%00/quota" + acmeQuota,      // an escaped NUL
+				"/%c0%aesluice/quota" + acmeQuota,    // an overlong UTF-8 '.'
+				"/.sluice./quota" + acmeQuota,        // a trailing dot
+				"/%EF%BC%8Esluice/quota" + acmeQuota, // a fullwidth '.'
+				"/%252esluice/quota" + acmeQuota,     // a double escape
+				"/?/.sluice/quota" + acmeQuota,       // the admin path in the query
 				"/api/anything",
 			}
 			for _, path := range paths {
@@ -206,8 +212,7 @@ var adminCases = []Case{
 			} {
 				wantHidden(t, fmt.Sprintf("hidden token %d", i), h.Do(t, r))
 			}
-			wantCounter(t, h, "sluice.admin.calls", uint64(len(paths)))
-			wantCounter(t, h, "sluice.admin.denied", uint64(len(paths)+5))
+			wantAdminCalls(t, h, uint64(len(paths)), uint64(len(paths)+5))
 			// Other bearer tokens are the application's: they pass.
 			if resp := h.Do(t, get("/api").with("authorization", "Bearer "+AdminToken+"x")); resp.Status != 200 || resp.Local {
 				t.Fatalf("another bearer token: status %d local %v", resp.Status, resp.Local)
@@ -249,7 +254,7 @@ var adminCases = []Case{
 		Config:  adminConfig,
 		Workers: 2,
 		Run: func(t *testing.T, h Harness) {
-			const path = "/.sluice/quota?limit=per-tenant&key=acme"
+			const path = "/.sluice/quota" + acmeQuota
 			// Ten wrong tokens from one allowed address, across workers:
 			// refused for the token.
 			for i := range 10 {
@@ -265,8 +270,7 @@ var adminCases = []Case{
 			// One wrong token refills every 6 seconds.
 			h.Advance(t, 6*time.Second)
 			adminState(t, h.Do(t, adminCall("GET", path, adminPeer, AdminToken).on(1)))
-			wantCounter(t, h, "sluice.admin.calls", 2)
-			wantCounter(t, h, "sluice.admin.denied", 11)
+			wantAdminCalls(t, h, 2, 11)
 		},
 	},
 	{
@@ -344,7 +348,7 @@ var adminCases = []Case{
 			wantCounter(t, h, "sluice.admin.invalid_credentials", 5)
 			wantCounter(t, h, "sluice.admin.denied", 0)
 			// The route itself still answers its one token.
-			adminState(t, h.Do(t, adminCall("GET", "/.sluice/quota?limit=per-tenant&key=acme", adminPeer, AdminToken)))
+			adminState(t, h.Do(t, adminCall("GET", "/.sluice/quota"+acmeQuota, adminPeer, AdminToken)))
 			// One bearer credential, and other schemes' many words, are
 			// the application's.
 			for _, r := range []Request{

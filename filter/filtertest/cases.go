@@ -8,7 +8,9 @@ package filtertest
 import (
 	"cmp"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -74,6 +76,9 @@ type Response struct {
 	UpstreamHeaders http.Header
 	// Waited is how far the harness clock moved while the request was held.
 	Waited time.Duration
+	// FilterState is the filter state the filter set for the access log,
+	// by Envoy's names ("wasm.sluice_outcome"); nil when it set none.
+	FilterState map[string]string
 }
 
 // ToHeader turns the header pairs a proxy-wasm host hands out into the
@@ -187,6 +192,15 @@ func wantCounter(t *testing.T, h Harness, name string, want uint64) {
 	t.Helper()
 	if got := h.Counter(t, name); got != want {
 		t.Fatalf("%s = %d, want %d", name, got, want)
+	}
+}
+
+// wantCounters checks several counters of one metric family: each name
+// in want, after prefix.
+func wantCounters(t *testing.T, h Harness, prefix string, want map[string]uint64) {
+	t.Helper()
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		wantCounter(t, h, prefix+name, want[name])
 	}
 }
 
@@ -500,9 +514,7 @@ var Cases = []Case{
 			if err := json.Unmarshal(resp.Body, &body); err != nil || body["error"] != "circuit_open" || body["upstream"] != "backend" {
 				t.Fatalf("open body %s (%v)", resp.Body, err)
 			}
-			if g := h.Gauge(t, "sluice.breaker.backend.state"); g != 1 {
-				t.Fatalf("state gauge %d, want 1 (open)", g)
-			}
+			wantBreakerState(t, h, "backend", 1)
 			h.Advance(t, 2*time.Second)
 			if resp := h.Do(t, get("/").on(0)); resp.Status != 200 || resp.Local {
 				t.Fatalf("probe: status %d local %v", resp.Status, resp.Local)
@@ -510,13 +522,8 @@ var Cases = []Case{
 			if resp := h.Do(t, get("/").on(1)); resp.Status != 200 {
 				t.Fatalf("after recovery: status %d", resp.Status)
 			}
-			wantCounter(t, h, "sluice.breaker.backend.opens", 1)
-			wantCounter(t, h, "sluice.breaker.backend.closes", 1)
-			wantCounter(t, h, "sluice.breaker.backend.rejected", 1)
-			wantCounter(t, h, "sluice.breaker.backend.failures", 3)
-			if g := h.Gauge(t, "sluice.breaker.backend.state"); g != 0 {
-				t.Fatalf("state gauge %d, want 0 (closed)", g)
-			}
+			wantCounters(t, h, "sluice.breaker.backend.", map[string]uint64{"opens": 1, "closes": 1, "rejected": 1, "failures": 3})
+			wantBreakerState(t, h, "backend", 0)
 		},
 	},
 	{

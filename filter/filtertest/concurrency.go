@@ -215,9 +215,7 @@ var concurrencyCases = []Case{
 			flights := []Flight{open(t, h, get("/")), open(t, h, get("/").on(1)), open(t, h, get("/"))}
 			wantGauge(t, h, "sluice.concurrency.watch.in_flight", 3)
 			finish(t, flights...)
-			wantCounter(t, h, "sluice.concurrency.watch.admitted", 1)
-			wantCounter(t, h, "sluice.concurrency.watch.shadow_rejected", 2)
-			wantCounter(t, h, "sluice.concurrency.watch.rejected", 0)
+			wantCounters(t, h, "sluice.concurrency.watch.", map[string]uint64{"admitted": 1, "shadow_rejected": 2, "rejected": 0})
 			wantGauge(t, h, "sluice.concurrency.watch.in_flight", 0)
 		},
 	},

@@ -235,12 +235,8 @@ var metricCases = []Case{
 			bad.Cluster, good.Cluster = "flaky", "steady"
 			h.Do(t, bad)
 			h.Do(t, good)
-			if s := h.Gauge(t, "sluice.breaker.b.flaky.state"); s != 1 {
-				t.Fatalf("flaky state %d, want 1 (open)", s)
-			}
-			if s := h.Gauge(t, "sluice.breaker.b.steady.state"); s != 0 {
-				t.Fatalf("steady state %d, want 0 (closed)", s)
-			}
+			wantBreakerState(t, h, "b.flaky", 1)
+			wantBreakerState(t, h, "b.steady", 0)
 			if resp := h.Do(t, good); resp.Status != 200 {
 				t.Fatalf("steady cluster answered %d", resp.Status)
 			}

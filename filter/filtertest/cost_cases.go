@@ -43,9 +43,7 @@ var costCases = []Case{
 			h.Advance(t, 300*time.Millisecond) // three units refill
 			wantLimited(t, "cost 4 with 3 left", h.Do(t, get("/").with("x-cost", "4")), "1")
 			wantRemaining(t, "cost 2 sent twice", h.Do(t, get("/").with("x-cost", "2").with("x-cost", "2")), "1")
-			wantCounter(t, h, "sluice.limit.weighted.allowed", 4)
-			wantCounter(t, h, "sluice.limit.weighted.limited", 2)
-			wantCounter(t, h, "sluice.limit.weighted.invalid_cost", 0)
+			wantCounters(t, h, "sluice.limit.weighted.", map[string]uint64{"allowed": 4, "limited": 2, "invalid_cost": 0})
 		},
 	},
 	{
@@ -173,9 +171,7 @@ var costCases = []Case{
 			admitted(t, h, 1, func(int) Request { return get("/") })
 			h.Advance(t, time.Second)
 			admitted(t, h, 1, func(int) Request { return get("/") })
-			wantCounter(t, h, "sluice.limit.watch.shadow_limited", 2)
-			wantCounter(t, h, "sluice.limit.watch.allowed", 2)
-			wantCounter(t, h, "sluice.limit.watch.response_cost", 6)
+			wantCounters(t, h, "sluice.limit.watch.", map[string]uint64{"shadow_limited": 2, "allowed": 2, "response_cost": 6})
 		},
 	},
 }

@@ -69,6 +69,10 @@ type Stream interface {
 	// ClearRouteCache asks the proxy to select the route again from the
 	// request headers, after they were changed to route the request.
 	ClearRouteCache()
+	// SetFilterState sets a value of the stream's filter state
+	// (proxy_set_property): Envoy keeps it as the object "wasm." and the
+	// name, which access logs print with %FILTER_STATE(wasm.<name>:PLAIN)%.
+	SetFilterState(name, value string) error
 	// Reply answers the request with a local response.
 	Reply(status int, headers [][2]string, body []byte) error
 	// Resume lets a paused request continue to the upstream.

@@ -145,6 +145,9 @@ struct Stream {
   // Properties by their \0-separated path: the dynamic metadata the driver
   // sent and what the plugin set with proxy_set_property.
   std::map<std::string, std::string> props;
+  // What the plugin set with proxy_set_property, by the filter state name
+  // Envoy gives it: "wasm." and the path.
+  Headers filter_state;
   std::optional<LocalReply> local;
   bool has_response = false, is_local = false;
   bool parked = false;
@@ -260,6 +263,14 @@ public:
   WasmResult setProperty(std::string_view key, std::string_view value) override {
     if (!stream) return WasmResult::NotFound;
     stream->props[std::string(key)] = std::string(value);
+    std::string name = "wasm." + std::string(key);
+    for (auto &kv : stream->filter_state) {
+      if (kv.first == name) {
+        kv.second = std::string(value);
+        return WasmResult::Ok;
+      }
+    }
+    stream->filter_state.emplace_back(name, std::string(value));
     return WasmResult::Ok;
   }
 
@@ -646,7 +657,8 @@ void sendLocal(Stream &s) {
 std::string doneLine(Stream &s) {
   std::string line = "done " + std::to_string(s.id) + " " +
                      std::to_string(std::atoi(headerValue(s.resp, ":status").value_or("0").c_str())) +
-                     " " + (s.is_local ? "1" : "0") + " " + encPairs(s.resp) + " " + esc(s.out_body);
+                     " " + (s.is_local ? "1" : "0") + " " + encPairs(s.resp) + " " + esc(s.out_body) +
+                     " " + encPairs(s.filter_state);
   finish(s);
   g_streams.erase(s.id);
   return line;

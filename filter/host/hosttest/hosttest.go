@@ -64,8 +64,11 @@ type Reply struct {
 // Stream is one request and response at a time; Select records the
 // stream a later Reply or Resume is for, and fails for ids in Gone.
 type Stream struct {
-	Headers           [][2]string
-	Properties        map[string]string
+	Headers    [][2]string
+	Properties map[string]string
+	// FilterState is what the filter set for the access log
+	// (SetFilterState), by name.
+	FilterState       map[string]string
 	ResponseHeaderMap [][2]string
 	// ResponseBodyBytes is what the current body callback may read.
 	ResponseBodyBytes []byte
@@ -81,6 +84,15 @@ type Stream struct {
 	// Headers as the last one saw them.
 	RouteClears    int
 	RouteClearedAt [][2]string
+}
+
+// SetFilterState records name's value in FilterState.
+func (s *Stream) SetFilterState(name, value string) error {
+	if s.FilterState == nil {
+		s.FilterState = map[string]string{}
+	}
+	s.FilterState[name] = value
+	return nil
 }
 
 // ClearRouteCache records that the route would be selected again from

@@ -51,13 +51,9 @@ func ABIVersions(wasm []byte) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		size, err := r.u32()
+		body, err := r.sized(fmt.Sprintf("section %d", id))
 		if err != nil {
-			return nil, fmt.Errorf("section %d size: %w", id, err)
-		}
-		body, err := r.bytes(int(size))
-		if err != nil {
-			return nil, fmt.Errorf("section %d body: %w", id, err)
+			return nil, err
 		}
 		if id != exportSectionID {
 			continue
@@ -89,13 +85,9 @@ func exportNames(section []byte) ([]string, error) {
 	}
 	names := make([]string, 0, count)
 	for i := uint32(0); i < count; i++ {
-		n, err := r.u32()
+		name, err := r.sized(fmt.Sprintf("export %d name", i))
 		if err != nil {
-			return nil, fmt.Errorf("export %d name length: %w", i, err)
-		}
-		name, err := r.bytes(int(n))
-		if err != nil {
-			return nil, fmt.Errorf("export %d name: %w", i, err)
+			return nil, err
 		}
 		if _, err := r.byte(); err != nil {
 			return nil, fmt.Errorf("export %d kind: %w", i, err)
@@ -134,6 +126,20 @@ func (r *byteReader) bytes(n int) ([]byte, error) {
 	s := r.b[r.off : r.off+n]
 	r.off += n
 	return s, nil
+}
+
+// sized reads a u32 size and then that many bytes, as the binary format
+// writes a section's body and a name; what names them in errors.
+func (r *byteReader) sized(what string) ([]byte, error) {
+	n, err := r.u32()
+	if err != nil {
+		return nil, fmt.Errorf("%s size: %w", what, err)
+	}
+	b, err := r.bytes(int(n))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return b, nil
 }
 
 // u32 decodes an unsigned LEB128 value of at most 32 bits, the encoding the

@@ -58,21 +58,28 @@ func (p *plugin) OnPluginStart(int) types.OnPluginStartStatus {
 			return types.OnPluginStartStatusFailed
 		case "configured":
 			// Counts configurations, canary included.
-			for {
-				old, cas, err := proxywasm.GetSharedData("configured")
-				n := uint64(0)
-				if err == nil && len(old) == 8 {
-					n = binary.LittleEndian.Uint64(old)
-				}
-				b := make([]byte, 8)
-				binary.LittleEndian.PutUint64(b, n+1)
-				if proxywasm.SetSharedData("configured", b, cas) == nil {
-					break
-				}
-			}
+			increment("configured")
 		}
 	}
 	return types.OnPluginStartStatusOK
+}
+
+// increment adds one to the 8-byte counter in shared data key: a
+// read-modify-write with CAS retries, as a rate limiter does. It returns
+// the new value and the attempts it took.
+func increment(key string) (uint64, int) {
+	for attempt := 1; ; attempt++ {
+		old, cas, err := proxywasm.GetSharedData(key)
+		n := uint64(0)
+		if err == nil && len(old) == 8 {
+			n = binary.LittleEndian.Uint64(old)
+		}
+		b := make([]byte, 8)
+		binary.LittleEndian.PutUint64(b, n+1)
+		if proxywasm.SetSharedData(key, b, cas) == nil {
+			return n + 1, attempt
+		}
+	}
 }
 
 func (p *plugin) OnTick() {
@@ -132,21 +139,10 @@ func (s *stream) OnHttpRequestHeaders(n int, eos bool) types.Action {
 	case "cas":
 		return s.cas(hdr("x-key"))
 	case "incr":
-		// Read-modify-write with CAS retries, as a rate limiter does.
-		for attempt := 0; ; attempt++ {
-			old, cas, err := proxywasm.GetSharedData("counter")
-			n := uint64(0)
-			if err == nil && len(old) == 8 {
-				n = binary.LittleEndian.Uint64(old)
-			}
-			b := make([]byte, 8)
-			binary.LittleEndian.PutUint64(b, n+1)
-			if err := proxywasm.SetSharedData("counter", b, cas); err == nil {
-				_ = proxywasm.AddHttpRequestHeader("x-counter", strconv.FormatUint(n+1, 10))
-				_ = proxywasm.AddHttpRequestHeader("x-attempts", strconv.Itoa(attempt+1))
-				return types.ActionContinue
-			}
-		}
+		n, attempts := increment("counter")
+		_ = proxywasm.AddHttpRequestHeader("x-counter", strconv.FormatUint(n, 10))
+		_ = proxywasm.AddHttpRequestHeader("x-attempts", strconv.Itoa(attempts))
+		return types.ActionContinue
 	case "local":
 		st, _ := strconv.Atoi(hdr("x-status"))
 		return s.reply(uint32(st), [][2]string{{"x-local", "yes"}}, "denied by probe")
