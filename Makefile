@@ -102,7 +102,7 @@ run: build
 # usable outside a proxy. Only the adapter (filter/*.go), filter/bridge and
 # filter/cmd may. A package joins the list once it is pure.
 PURE_PKGS := ./limiter/... ./breaker/... ./filter/config/... ./filter/backend/... ./filter/limitsvc/... \
-	./filter/host/... ./filter/engine/... ./filter/distributed/... ./filter/external/... ./filter/ops/...
+	./filter/host/... ./filter/engine/... ./filter/distributed/... ./filter/external/... ./filter/ops/... ./filter/request/...
 
 lint: $(BUILD)/sdk/.stamp
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

@@ -85,7 +85,7 @@ func explainRequest(r filtertest.Request) ops.Request {
 			v = x
 		case float64:
 			// A number and its shortest decimal text make the same key
-			// and match the same conditions (engine/metadata.go).
+			// and match the same conditions (filter/request/metadata.go).
 			v = strconv.FormatFloat(x, 'g', -1, 64)
 		}
 		out.Metadata = append(out.Metadata, ops.Metadatum{Namespace: m.Namespace, Path: m.Path, Value: v})

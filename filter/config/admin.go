@@ -3,6 +3,8 @@ package config
 import (
 	"encoding/hex"
 	"strings"
+
+	"github.com/sluice-proxy/sluice/filter/request/cidr"
 )
 
 // Admin is the filter's admin route (sluicectl quota --envoy): requests
@@ -18,7 +20,7 @@ type Admin struct {
 	// ClientCIDRs holds the addresses allowed to call, compared with the
 	// connection's address (never client_ip's, see the admin route in
 	// filter/engine).
-	ClientCIDRs *CIDRSet
+	ClientCIDRs *cidr.Set
 	// TokenSHA256 is the SHA-256 of the bearer token; the configuration
 	// never holds the token itself.
 	TokenSHA256 [32]byte

@@ -13,11 +13,11 @@ package config
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/filter/backend"
+	"github.com/sluice-proxy/sluice/filter/request/cidr"
 	"github.com/sluice-proxy/sluice/internal/enum"
 	"github.com/sluice-proxy/sluice/limiter"
 )
@@ -358,7 +358,7 @@ type Limit struct {
 	OverrideActions map[string]OverrideAction
 	// OverrideCIDRs, set when Key[OverrideBy] is client_ip, resolves a
 	// client address to its override key by longest prefix.
-	OverrideCIDRs *OverridePrefixes
+	OverrideCIDRs *cidr.Overrides
 	// Mode defaults to ModeLocal.
 	Mode Mode
 	// FailurePolicy applies in ModeGlobal and ModeHybrid; it defaults to
@@ -469,7 +469,7 @@ type Match struct {
 	// Routes are Envoy route names; nil means any.
 	Routes []string
 	// ClientCIDRs, when set, must contain the client address.
-	ClientCIDRs *CIDRSet
+	ClientCIDRs *cidr.Set
 	// Query conditions must all hold.
 	Query []QueryMatch
 	// PathRegex, when set, must match the whole path without the query.
@@ -499,171 +499,6 @@ type ValueCondition struct {
 	Regex    *Regex
 }
 
-// holds reports whether the condition holds for v, found or not.
-func (c *ValueCondition) holds(v string, found bool) bool {
-	if c.HasValue {
-		return found && c.Op.test(v, c.Value, c.Regex)
-	}
-	return found == c.Present
-}
-
-// ValueTest tests a header or query condition against each reading of a
-// value that a request may give more than once: each value sent, the
-// values joined, and absent where some upstream reads none. Upstreams
-// disagree on which reading is the request's (Go, Flask and servlets take
-// the first value, PHP and Rails the last, WSGI servers join headers), so
-// a match must not depend on one: it holds when the condition holds for
-// some reading, so that a request is limited under every reading an
-// upstream could serve it as; under a not, the nested match is tested for
-// every reading instead (see Match.Matches). The request's source calls
-// Read and ReadAbsent, and may stop once Decided.
-type ValueTest struct {
-	c         *ValueCondition
-	every     bool
-	read      bool
-	some, all bool
-}
-
-// Test starts a ValueTest of c: for some reading, or every reading with
-// every.
-func (c *ValueCondition) Test(every bool) ValueTest {
-	return ValueTest{c: c, every: every, all: true}
-}
-
-// Read adds a reading in which the value is v.
-func (t *ValueTest) Read(v string) { t.add(t.c.holds(v, true)) }
-
-// ReadAbsent adds a reading in which the value is absent.
-func (t *ValueTest) ReadAbsent() { t.add(t.c.holds("", false)) }
-
-func (t *ValueTest) add(held bool) {
-	t.read = true
-	t.some = t.some || held
-	t.all = t.all && held
-}
-
-// Decided reports whether no further reading can change Holds.
-func (t *ValueTest) Decided() bool {
-	if t.every {
-		return !t.all
-	}
-	return t.some
-}
-
-// Holds is the result: the condition holds for some (every) reading; with
-// no reading at all, the value is absent.
-func (t *ValueTest) Holds() bool {
-	if !t.read {
-		t.ReadAbsent()
-	}
-	if t.every {
-		return t.all
-	}
-	return t.some
-}
-
-// Request is what Match.Matches looks at.
-type Request struct {
-	Method string
-	// Path may include the query string; it is ignored.
-	Path string
-	// Host may include a port; it is ignored.
-	Host   string
-	Route  string
-	Header HeaderSource
-	// Extra serves client_cidrs and query conditions; nil means no client
-	// address and no query.
-	Extra RequestExtra
-}
-
-// headerHolds, queryHolds and metadata read what conditions test, absent
-// when r has no source for it.
-func (r *Request) headerHolds(h *HeaderMatch, every bool) bool {
-	if r.Header == nil {
-		t := h.Test(every)
-		return t.Holds()
-	}
-	return r.Header.MatchHeader(h.Name, &h.ValueCondition, every)
-}
-
-func (r *Request) queryHolds(q *QueryMatch, every bool) bool {
-	if r.Extra == nil {
-		t := q.Test(every)
-		return t.Holds()
-	}
-	return r.Extra.MatchQuery(q.Name, &q.ValueCondition, every)
-}
-
-func (r *Request) metadata(property []string) (string, bool) {
-	if r.Extra == nil {
-		return "", false
-	}
-	return r.Extra.Metadata(property)
-}
-
-// HeaderSource tests header conditions on a request. It is an interface
-// rather than a func so that the filter can pass a pointer it already has
-// without allocating a closure per request.
-type HeaderSource interface {
-	// MatchHeader reports whether c holds for some reading (every: for
-	// every reading) of the lower-case header name, as ValueTest defines.
-	MatchHeader(name string, c *ValueCondition, every bool) bool
-}
-
-// HeaderFunc adapts a function giving each header's one value to
-// HeaderSource.
-type HeaderFunc func(name string) (string, bool)
-
-// MatchHeader tests c against f's one reading of name.
-func (f HeaderFunc) MatchHeader(name string, c *ValueCondition, every bool) bool {
-	t := c.Test(every)
-	if v, ok := f(name); ok {
-		t.Read(v)
-	}
-	return t.Holds()
-}
-
-// Matches reports whether r satisfies m. It does not allocate. A header
-// or query parameter that has several readings (ValueTest) satisfies a
-// condition when any reading does; a not holds when its nested match
-// fails for some reading, that is, when the nested match does not hold
-// for every reading. So no reading an upstream may serve a request as
-// lets it escape a limit whose match that reading satisfies.
-func (m *Match) Matches(r Request) bool { return m.holds(r, false) }
-
-// holds is Matches for some reading of the request, or every reading with
-// every. A conjunction holds for every reading exactly when each of its
-// conditions does; for some reading, testing each condition on its own
-// may find them held by different readings, which only ever applies a
-// limit to more requests, never fewer.
-func (m *Match) holds(r Request, every bool) bool {
-	path := r.Path
-	if i := strings.IndexByte(path, '?'); i >= 0 {
-		path = path[:i]
-	}
-	if m.Path != "" && path != m.Path {
-		return false
-	}
-	if m.PathPrefix != "" && !strings.HasPrefix(path, m.PathPrefix) {
-		return false
-	}
-	if m.Methods != nil && !containsFold(m.Methods, r.Method) {
-		return false
-	}
-	if m.Hosts != nil && !matchHost(m.Hosts, HostName(r.Host)) {
-		return false
-	}
-	if m.Routes != nil && !contains(m.Routes, r.Route) {
-		return false
-	}
-	for i := range m.Headers {
-		if !r.headerHolds(&m.Headers[i], every) {
-			return false
-		}
-	}
-	return m.matchesMore(r, path, every)
-}
-
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -671,59 +506,6 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-func containsFold(list []string, s string) bool {
-	for _, x := range list {
-		if strings.EqualFold(x, s) {
-			return true
-		}
-	}
-	return false
-}
-
-func matchHost(hosts []string, host string) bool {
-	for _, h := range hosts {
-		if strings.HasPrefix(h, "*.") {
-			suffix := h[1:]
-			if len(host) > len(suffix) && strings.EqualFold(host[len(host)-len(suffix):], suffix) {
-				return true
-			}
-		} else if strings.EqualFold(h, host) {
-			return true
-		}
-	}
-	return false
-}
-
-// HostName is the host of an :authority as hosts matches and the host key
-// part read it: without its port (everything from the first ':' after the
-// name, see stripPort; any port: an upstream that routes by
-// name, as nginx's server_name and Go's ServeMux do, ignores it, and a
-// port's spellings are endless: ":80", ":080") and without trailing dots
-// ("api.example." is the fully qualified "api.example"). Case is left to
-// the caller, which compares or folds it.
-func HostName(authority string) string {
-	return strings.TrimRight(stripPort(authority), ".")
-}
-
-// stripPort is the host of an authority: a bracketed IPv6 literal up to
-// its ']' ("[::1]:80" is "[::1]"), any other host up to its first ':', as
-// nginx takes it, so that "api.example:80:80", "api.example::" and
-// "api.example:1:2" are all "api.example" rather than a host each. An
-// unbracketed IPv6 address is no valid authority; it is cut like any
-// other ("::1" is "", missing).
-func stripPort(host string) string {
-	if strings.HasPrefix(host, "[") {
-		if i := strings.IndexByte(host, ']'); i >= 0 {
-			return host[:i+1]
-		}
-		return host
-	}
-	if i := strings.IndexByte(host, ':'); i >= 0 {
-		return host[:i]
-	}
-	return host
 }
 
 // ConcurrencyLimit caps the requests in flight at once per key: a

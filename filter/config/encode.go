@@ -208,7 +208,7 @@ func wireMatchOf(m *Match) *wireMatch {
 		wh.wireValueCondition = wireValueConditionOf(h.ValueCondition)
 		w.Headers = append(w.Headers, wh)
 	}
-	wireMatchMore(m, w)
+	wireMatchAttributesOf(m, w)
 	return w
 }
 
@@ -372,7 +372,7 @@ type wireMatch struct {
 	Hosts      []string          `json:"hosts,omitempty"`
 	Headers    []wireHeaderMatch `json:"headers,omitempty"`
 	Routes     []string          `json:"routes,omitempty"`
-	wireMatchExtra
+	wireMatchAttributes
 }
 
 type wireHeaderMatch struct {

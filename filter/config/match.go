@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 
+	"github.com/sluice-proxy/sluice/filter/request/pathnorm"
 	"github.com/tidwall/gjson"
 )
 
@@ -14,27 +15,7 @@ var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "
 
 func (p *parser) match(o *object) Match {
 	var m Match
-	for _, name := range []string{"path", "path_prefix"} {
-		s, ok := o.str(name)
-		if !ok {
-			continue
-		}
-		switch {
-		case !strings.HasPrefix(s, "/"):
-			o.errorf(name, `must start with "/"`)
-		case strings.ContainsAny(s, "?#"):
-			o.errorf(name, "must not contain a query or fragment; paths are matched without them")
-		case !PathIsNormal(s, PathKey):
-			// Requests are compared in normal form, so this one could
-			// never match.
-			o.errorf(name, "must be in normal form, as request paths are compared: %q", NormalPath(s, PathKey))
-		}
-		if name == "path" {
-			m.Path = s
-		} else {
-			m.PathPrefix = s
-		}
-	}
+	matchPaths(o, &m)
 	o.conflicts("path_prefix", "path")
 	if items, ok := o.array("methods", anyIfOmitted); ok {
 		for i, item := range items {
@@ -80,7 +61,14 @@ func (p *parser) match(o *object) Match {
 			m.Routes = append(m.Routes, item.Str)
 		}
 	}
-	p.matchMore(o, &m)
+	if s, ok := o.str("path_regex"); ok {
+		if re, err := CompileRegex(s); err != nil {
+			o.errorf("path_regex", "%v", err)
+		} else {
+			m.PathRegex = re
+		}
+	}
+	p.matchAttributes(o, &m)
 	return m
 }
 
@@ -92,4 +80,56 @@ func validHost(s string) bool {
 		return false
 	}
 	return alnumOr(s, ".-")
+}
+
+// matchAttributes parses the conditions on what the request gives
+// besides its pseudo-headers, headers and route: its client address,
+// query parameters and dynamic metadata, and the nested not.
+func (p *parser) matchAttributes(o *object, m *Match) {
+	m.ClientCIDRs = p.cidrList(o, "client_cidrs", anyIfOmitted)
+	p.objects(o, "query", append([]string{"name"}, queryConditionFields...), func(q *object) {
+		var qm QueryMatch
+		if s, ok := q.str("name"); ok {
+			if queryName(s) {
+				qm.Name = s
+			} else {
+				q.errorf("name", "invalid query parameter name %s: want printable ASCII without space, & or =", Quote(s))
+			}
+		} else if !q.has("name") {
+			q.errorf("name", "required")
+		}
+		qm.ValueCondition = p.valueCondition(q, queryConditionFields...)
+		m.Query = append(m.Query, qm)
+	})
+	p.matchMetadata(o, m)
+	if n := o.child("not", matchFields...); n != nil {
+		not := p.match(n)
+		m.Not = &not
+	}
+}
+
+// matchPaths reads path and path_prefix, each of which must be a path in
+// the normal form requests are compared in.
+func matchPaths(o *object, m *Match) {
+	for _, name := range []string{"path", "path_prefix"} {
+		s, ok := o.str(name)
+		if !ok {
+			continue
+		}
+		switch {
+		case !strings.HasPrefix(s, "/"):
+			o.errorf(name, `must start with "/"`)
+		case strings.ContainsAny(s, "?#"):
+			o.errorf(name, "must not contain a query or fragment; paths are matched without them")
+		case !pathnorm.IsNormal(s, pathnorm.Key):
+			// Requests are compared in normal form, so this one could
+			// never match.
+			o.errorf(name, "must be in normal form, as request paths are compared: %q", pathnorm.Normal(s, pathnorm.Key))
+		}
+		if name == "path" {
+			m.Path = s
+		} else {
+			m.PathPrefix = s
+		}
+	}
 }

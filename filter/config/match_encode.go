@@ -1,7 +1,8 @@
 package config
 
-// wireMatchExtra is the JSON of the conditions in match_more.go.
-type wireMatchExtra struct {
+// wireMatchAttributes is the JSON of the conditions matchAttributes reads,
+// and of path_regex.
+type wireMatchAttributes struct {
 	ClientCIDRs []string            `json:"client_cidrs,omitempty"`
 	Query       []wireQueryMatch    `json:"query,omitempty"`
 	PathRegex   *string             `json:"path_regex,omitempty"`
@@ -42,7 +43,7 @@ func wireValueConditionOf(c ValueCondition) wireValueCondition {
 	return w
 }
 
-func wireMatchMore(m *Match, w *wireMatch) {
+func wireMatchAttributesOf(m *Match, w *wireMatch) {
 	if m.ClientCIDRs != nil {
 		for _, p := range m.ClientCIDRs.Prefixes {
 			w.ClientCIDRs = append(w.ClientCIDRs, p.String())

@@ -675,69 +675,6 @@ func TestFieldErrorParts(t *testing.T) {
 	}
 }
 
-func TestMatch(t *testing.T) {
-	c := mustParse(t, `{"limits": [{"name": "a", "requests_per_second": 1, "match": {
-		"path_prefix": "/api", "methods": ["get", "POST"], "hosts": ["api.example.com", "*.example.org"],
-		"headers": [{"name": "X-Tier", "value": "free"}, {"name": "x-block", "present": false}],
-		"routes": ["r1", "r2"]}}]}`)
-	m := &c.Limits[0].Match
-	headers := map[string]string{"x-tier": "free"}
-	base := Request{Method: "GET", Path: "/api/users?x=1", Host: "API.example.com:8443", Route: "r2",
-		Header: HeaderFunc(func(n string) (string, bool) { v, ok := headers[n]; return v, ok })}
-	if !m.Matches(base) {
-		t.Fatal("base request does not match")
-	}
-	tests := []struct {
-		name string
-		edit func(r *Request)
-		want bool
-	}{
-		{"method lower-case", func(r *Request) { r.Method = "post" }, true},
-		{"other method", func(r *Request) { r.Method = "DELETE" }, false},
-		{"prefix only in query", func(r *Request) { r.Path = "/x?/api" }, false},
-		{"other path", func(r *Request) { r.Path = "/ap" }, false},
-		{"wildcard host", func(r *Request) { r.Host = "eu.example.org" }, true},
-		{"wildcard needs a label", func(r *Request) { r.Host = "example.org" }, false},
-		{"suffix trick", func(r *Request) { r.Host = "evilexample.org" }, false},
-		{"other host", func(r *Request) { r.Host = "example.com" }, false},
-		{"other route", func(r *Request) { r.Route = "r3" }, false},
-		{"header value differs", func(r *Request) {
-			r.Header = HeaderFunc(func(n string) (string, bool) { return map[string]string{"x-tier": "gold"}[n], n == "x-tier" })
-		}, false},
-		{"forbidden header present", func(r *Request) {
-			r.Header = HeaderFunc(func(n string) (string, bool) { return "free", n == "x-tier" || n == "x-block" })
-		}, false},
-		{"no headers at all", func(r *Request) { r.Header = nil }, false},
-	}
-	for _, tt := range tests {
-		r := base
-		tt.edit(&r)
-		if got := m.Matches(r); got != tt.want {
-			t.Errorf("%s: Matches = %v, want %v", tt.name, got, tt.want)
-		}
-	}
-	exact := Match{Path: "/login"}
-	if !exact.Matches(Request{Path: "/login?next=/"}) || exact.Matches(Request{Path: "/login/x"}) {
-		t.Error("exact path match wrong")
-	}
-	var any Match
-	if !any.Matches(Request{}) {
-		t.Error("zero Match must match everything")
-	}
-}
-
-func TestStripPort(t *testing.T) {
-	for in, want := range map[string]string{
-		"a.com": "a.com", "a.com:80": "a.com", "[::1]:80": "[::1]", "[::1]": "[::1]", "::1": "",
-		"10.0.0.1:9": "10.0.0.1", "": "", "a.com:80:80": "a.com", "a.com:1:2": "a.com", "a.com::": "a.com",
-		"a.com:80:": "a.com", "[::1]:80:80": "[::1]", "[::1": "[::1",
-	} {
-		if got := stripPort(in); got != want {
-			t.Errorf("stripPort(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestRateFor(t *testing.T) {
 	c := mustParse(t, `{"limits": [{"name": "a", "key": ["header:x-tier"], "requests_per_second": 2, "burst": 1,
 		"overrides": {"premium": {"requests_per_second": 20, "burst": 10}}}]}`)
@@ -783,21 +720,6 @@ func TestExactInteger(t *testing.T) {
 	}
 }
 
-func TestMatchesDoesNotAllocate(t *testing.T) {
-	c := mustParse(t, `{"limits": [{"name": "a", "requests_per_second": 1, "match": {
-		"path_prefix": "/api", "methods": ["GET"], "hosts": ["*.example.com"],
-		"headers": [{"name": "x-tier", "value": "free"}], "routes": ["r"]}}]}`)
-	m := &c.Limits[0].Match
-	hdr := func(string) (string, bool) { return "free", true }
-	r := Request{Method: "GET", Path: "/api/x?y", Host: "a.example.com:80", Route: "r", Header: HeaderFunc(hdr)}
-	if !m.Matches(r) {
-		t.Fatal("no match")
-	}
-	if n := testing.AllocsPerRun(100, func() { m.Matches(r) }); n != 0 {
-		t.Errorf("Matches allocates %v times per call", n)
-	}
-}
-
 func BenchmarkParseExample(b *testing.B) {
 	data := []byte(`{"client_ip": {"source": "xff"}, "limits": [
 		{"name": "global", "key": [], "requests_per_second": 100, "burst": 20},
@@ -810,18 +732,6 @@ func BenchmarkParseExample(b *testing.B) {
 		if _, err := Parse(data); err != nil {
 			b.Fatal(err)
 		}
-	}
-}
-
-func BenchmarkMatches(b *testing.B) {
-	c, _ := Parse([]byte(`{"limits": [{"name": "a", "requests_per_second": 1, "match": {
-		"path_prefix": "/api", "methods": ["GET", "POST"], "hosts": ["*.example.com"], "headers": [{"name": "x-tier", "value": "free"}]}}]}`))
-	m := &c.Limits[0].Match
-	r := Request{Method: "POST", Path: "/api/x?y", Host: "a.example.com:80",
-		Header: HeaderFunc(func(string) (string, bool) { return "free", true })}
-	b.ReportAllocs()
-	for b.Loop() {
-		m.Matches(r)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sluice-proxy/sluice/filter/request/template"
 	"github.com/tidwall/gjson"
 )
 
@@ -26,78 +27,29 @@ var replyKindNames = [ReplyKinds]string{"rate_limited", "circuit_open", "concurr
 
 func (k ReplyKind) String() string { return replyKindNames[k] }
 
-// Placeholder is a value a template inserts.
-type Placeholder uint8
-
-const (
-	// PlaceholderNone marks a literal part.
-	PlaceholderNone Placeholder = iota
-	PlaceholderLimit
-	PlaceholderLimitValue
-	PlaceholderWindowSeconds
-	PlaceholderRetryAfter
-	PlaceholderStatus
-	PlaceholderUpstream
-	PlaceholderMaxInFlight
-	PlaceholderRoute
-	PlaceholderPath
-	// PlaceholderHeader is {header:<name>}, a request header's first
-	// value, "" when absent.
-	PlaceholderHeader
-)
-
 var placeholderNames = []string{"", "limit", "limit_value", "window_seconds", "retry_after", "status",
 	"upstream", "max_in_flight", "route", "path", "header:<name>"}
 
 // placeholdersOf are the placeholders each kind of reply knows.
-var placeholdersOf = [ReplyKinds][]Placeholder{
-	ReplyRateLimited: {PlaceholderLimit, PlaceholderLimitValue, PlaceholderWindowSeconds, PlaceholderRetryAfter,
-		PlaceholderStatus, PlaceholderRoute, PlaceholderPath, PlaceholderHeader},
-	ReplyCircuitOpen: {PlaceholderUpstream, PlaceholderRetryAfter, PlaceholderStatus, PlaceholderRoute, PlaceholderPath,
-		PlaceholderHeader},
-	ReplyConcurrencyLimited: {PlaceholderLimit, PlaceholderMaxInFlight, PlaceholderStatus, PlaceholderRoute,
-		PlaceholderPath, PlaceholderHeader},
-	ReplyInvalidCost: {PlaceholderLimit, PlaceholderStatus, PlaceholderRoute, PlaceholderPath, PlaceholderHeader},
-	ReplyMissingKey:  {PlaceholderLimit, PlaceholderStatus, PlaceholderRoute, PlaceholderPath, PlaceholderHeader},
+var placeholdersOf = [ReplyKinds][]template.Placeholder{
+	ReplyRateLimited: {template.PlaceholderLimit, template.PlaceholderLimitValue, template.PlaceholderWindowSeconds, template.PlaceholderRetryAfter,
+		template.PlaceholderStatus, template.PlaceholderRoute, template.PlaceholderPath, template.PlaceholderHeader},
+	ReplyCircuitOpen: {template.PlaceholderUpstream, template.PlaceholderRetryAfter, template.PlaceholderStatus, template.PlaceholderRoute, template.PlaceholderPath,
+		template.PlaceholderHeader},
+	ReplyConcurrencyLimited: {template.PlaceholderLimit, template.PlaceholderMaxInFlight, template.PlaceholderStatus, template.PlaceholderRoute,
+		template.PlaceholderPath, template.PlaceholderHeader},
+	ReplyInvalidCost: {template.PlaceholderLimit, template.PlaceholderStatus, template.PlaceholderRoute, template.PlaceholderPath, template.PlaceholderHeader},
+	ReplyMissingKey:  {template.PlaceholderLimit, template.PlaceholderStatus, template.PlaceholderRoute, template.PlaceholderPath, template.PlaceholderHeader},
 }
-
-// TemplatePart is literal Text, or a Placeholder (with Text the header
-// name of PlaceholderHeader).
-type TemplatePart struct {
-	Placeholder Placeholder
-	Text        string
-}
-
-// Template is a parsed body template.
-type Template struct {
-	Source string
-	Parts  []TemplatePart
-}
-
-// Escaping is how a template escapes the values it inserts, chosen by
-// its content type, so a header value a client sends cannot change the
-// structure of the reply.
-type Escaping uint8
-
-const (
-	// EscapeNone inserts values as they are (text/plain and any type
-	// not below).
-	EscapeNone Escaping = iota
-	// EscapeJSON escapes them as the inside of a JSON string.
-	EscapeJSON
-	// EscapeMarkup escapes &, <, >, " and ' as character references,
-	// for HTML and XML.
-	EscapeMarkup
-)
 
 // Templates are response.templates.
 type Templates struct {
 	ContentType string
 	// Escape is how ContentType needs values escaped.
-	Escape Escaping
+	Escape template.Escaping
 	// ByKind is nil for a kind without a template, which gets the
 	// built-in "json" body.
-	ByKind [ReplyKinds]*Template
+	ByKind [ReplyKinds]*template.Template
 }
 
 // MaxTemplateSize bounds one template, in bytes.
@@ -129,7 +81,7 @@ func (p *parser) templates(o *object) *Templates {
 			continue
 		}
 		some = true
-		if tpl := p.template(o.path1(k.String()), o.offset(k.String()), src, k, t.Escape == EscapeJSON); tpl != nil {
+		if tpl := p.template(o.path1(k.String()), o.offset(k.String()), src, k, t.Escape == template.EscapeJSON); tpl != nil {
 			t.ByKind[k] = tpl
 		}
 	}
@@ -143,18 +95,18 @@ func (p *parser) templates(o *object) *Templates {
 // application/json and any +json type; markup for text/html,
 // application/xhtml+xml, text/xml, application/xml and any +xml type;
 // none for the rest.
-func EscapingOf(ct string) Escaping {
+func EscapingOf(ct string) template.Escaping {
 	mt, ok := mediaType(ct)
 	switch {
 	case !ok:
-		return EscapeNone
+		return template.EscapeNone
 	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
-		return EscapeJSON
+		return template.EscapeJSON
 	case mt == "text/html" || mt == "application/xhtml+xml" || mt == "text/xml" || mt == "application/xml" ||
 		strings.HasSuffix(mt, "+xml"):
-		return EscapeMarkup
+		return template.EscapeMarkup
 	}
-	return EscapeNone
+	return template.EscapeNone
 }
 
 // mediaType returns the lower-cased type/subtype of a Content-Type value
@@ -206,12 +158,12 @@ func isQuotedString(s string) bool {
 // header; any other brace is literal, but literal braces must balance and
 // a brace followed by a letter must be a whole placeholder, so a typo
 // such as {limit or {limt} is an error rather than text sent to clients.
-func (p *parser) template(path string, at int, src string, kind ReplyKind, isJSON bool) *Template {
+func (p *parser) template(path string, at int, src string, kind ReplyKind, isJSON bool) *template.Template {
 	if len(src) > MaxTemplateSize {
 		p.errorf(path, at, "is %d bytes, more than %d", len(src), MaxTemplateSize)
 		return nil
 	}
-	t := &Template{Source: src}
+	t := &template.Template{Source: src}
 	bad := false
 	depth := 0
 	lit := 0
@@ -240,9 +192,9 @@ func (p *parser) template(path string, at int, src string, kind ReplyKind, isJSO
 				bad = true
 			}
 			if lit < i {
-				t.Parts = append(t.Parts, TemplatePart{Text: src[lit:i]})
+				t.Parts = append(t.Parts, template.Part{Text: src[lit:i]})
 			}
-			t.Parts = append(t.Parts, TemplatePart{Placeholder: ph, Text: arg})
+			t.Parts = append(t.Parts, template.Part{Placeholder: ph, Text: arg})
 			i += end
 			lit = i + 1
 		}
@@ -252,13 +204,13 @@ func (p *parser) template(path string, at int, src string, kind ReplyKind, isJSO
 		return nil
 	}
 	if lit < len(src) {
-		t.Parts = append(t.Parts, TemplatePart{Text: src[lit:]})
+		t.Parts = append(t.Parts, template.Part{Text: src[lit:]})
 	}
 	if bad {
 		return nil
 	}
 	if isJSON {
-		sample := t.Render(EscapeJSON, sampleValue)
+		sample := t.Render(template.EscapeJSON, sampleValue)
 		if !json.Valid(sample) {
 			var v any
 			err := json.Unmarshal(sample, &v)
@@ -273,22 +225,22 @@ func isPlaceholderStart(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' &
 
 // placeholderOf resolves a placeholder name for kind; err is non-empty
 // for a name unknown or unknown to this kind of reply.
-func placeholderOf(name string, kind ReplyKind) (Placeholder, string, string) {
-	ph, arg := PlaceholderNone, ""
+func placeholderOf(name string, kind ReplyKind) (template.Placeholder, string, string) {
+	ph, arg := template.PlaceholderNone, ""
 	if h, ok := strings.CutPrefix(name, "header:"); ok {
 		if !headerToken(h) {
 			return 0, "", fmt.Sprintf("placeholder {%s} does not name a header", Excerpt(name))
 		}
-		ph, arg = PlaceholderHeader, strings.ToLower(h)
+		ph, arg = template.PlaceholderHeader, strings.ToLower(h)
 	} else {
 		for i, n := range placeholderNames {
 			if i > 0 && n == name {
-				ph = Placeholder(i)
+				ph = template.Placeholder(i)
 			}
 		}
 	}
 	known := placeholdersOf[kind]
-	if ph == PlaceholderNone {
+	if ph == template.PlaceholderNone {
 		return 0, "", fmt.Sprintf("unknown placeholder {%s}; %s knows %s", Excerpt(name), kind, placeholderList(known))
 	}
 	for _, k := range known {
@@ -299,7 +251,7 @@ func placeholderOf(name string, kind ReplyKind) (Placeholder, string, string) {
 	return 0, "", fmt.Sprintf("placeholder {%s} is not known in %s, which knows %s", Excerpt(name), kind, placeholderList(known))
 }
 
-func placeholderList(ps []Placeholder) string {
+func placeholderList(ps []template.Placeholder) string {
 	names := make([]string, len(ps))
 	for i, p := range ps {
 		names[i] = "{" + placeholderNames[p] + "}"
@@ -309,67 +261,12 @@ func placeholderList(ps []Placeholder) string {
 
 // sampleValue is what validation substitutes: text with characters JSON
 // must escape, and numbers, as real values would be.
-func sampleValue(p Placeholder, _ string) string {
+func sampleValue(p template.Placeholder, _ string) string {
 	switch p {
-	case PlaceholderLimitValue, PlaceholderWindowSeconds, PlaceholderRetryAfter, PlaceholderStatus, PlaceholderMaxInFlight:
+	case template.PlaceholderLimitValue, template.PlaceholderWindowSeconds, template.PlaceholderRetryAfter, template.PlaceholderStatus, template.PlaceholderMaxInFlight:
 		return "1"
 	}
 	return "s\"a\\m\nple"
-}
-
-// Render substitutes value(placeholder, header name) into the template,
-// escaped as esc says: for JSON without quotes (the template supplies
-// them).
-func (t *Template) Render(esc Escaping, value func(Placeholder, string) string) []byte {
-	b := make([]byte, 0, len(t.Source)+64)
-	for _, part := range t.Parts {
-		if part.Placeholder == PlaceholderNone {
-			b = append(b, part.Text...)
-			continue
-		}
-		v := value(part.Placeholder, part.Text)
-		switch esc {
-		case EscapeJSON:
-			b = AppendJSONStringContent(b, v)
-		case EscapeMarkup:
-			b = appendMarkupEscaped(b, v)
-		default:
-			b = append(b, v...)
-		}
-	}
-	return b
-}
-
-// appendMarkupEscaped appends s with the five characters that can end
-// text or a quoted attribute in HTML or XML written as character
-// references; invalid UTF-8 becomes U+FFFD, as in JSON.
-func appendMarkupEscaped(b []byte, s string) []byte {
-	s = strings.ToValidUTF8(s, "\ufffd")
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '&':
-			b = append(b, "&amp;"...)
-		case '<':
-			b = append(b, "&lt;"...)
-		case '>':
-			b = append(b, "&gt;"...)
-		case '"':
-			b = append(b, "&#34;"...)
-		case '\'':
-			b = append(b, "&#39;"...)
-		default:
-			b = append(b, c)
-		}
-	}
-	return b
-}
-
-// AppendJSONStringContent appends s escaped as the inside of a JSON
-// string; invalid UTF-8 becomes U+FFFD, so the result is always valid.
-func AppendJSONStringContent(b []byte, s string) []byte {
-	q, _ := json.Marshal(strings.ToValidUTF8(s, "\ufffd"))
-	// json.Marshal escapes <, > and & for HTML; harmless in a body.
-	return append(b, q[1:len(q)-1]...)
 }
 
 // responseContract reads what #17 added to response: reply_headers,

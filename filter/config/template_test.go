@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluice-proxy/sluice/filter/request/template"
 )
 
 func init() {
@@ -64,16 +66,16 @@ func TestTemplateParts(t *testing.T) {
 	c := mustParse(t, resp(`"body": "template", "templates": {"content_type": "application/problem+json",
 		"rate_limited": "{\"l\": \"{limit}\", \"n\": {limit_value}, \"t\": \"{header:X-Tenant}\"}"}`))
 	tpl := c.Response.Templates
-	if tpl.Escape != EscapeJSON || tpl.ContentType != "application/problem+json" {
+	if tpl.Escape != template.EscapeJSON || tpl.ContentType != "application/problem+json" {
 		t.Fatalf("templates = %+v", tpl)
 	}
-	got := tpl.ByKind[ReplyRateLimited].Render(EscapeJSON, func(p Placeholder, h string) string {
+	got := tpl.ByKind[ReplyRateLimited].Render(template.EscapeJSON, func(p template.Placeholder, h string) string {
 		switch p {
-		case PlaceholderLimit:
+		case template.PlaceholderLimit:
 			return `a"b`
-		case PlaceholderLimitValue:
+		case template.PlaceholderLimitValue:
 			return "7"
-		case PlaceholderHeader:
+		case template.PlaceholderHeader:
 			return h + "=\xff\n"
 		}
 		return "?"
@@ -99,7 +101,7 @@ func TestTemplateEscaping(t *testing.T) {
 		src, _ := json.Marshal(`<p title="{header:x-name}">x</p>`)
 		c := mustParse(t, resp(`"body": "template", "templates": {"content_type": "`+tc.ct+`", "rate_limited": `+string(src)+`}`))
 		tpl := c.Response.Templates
-		got := tpl.ByKind[ReplyRateLimited].Render(tpl.Escape, func(Placeholder, string) string { return `<b>"it's" & co` + "\xff" })
+		got := tpl.ByKind[ReplyRateLimited].Render(tpl.Escape, func(template.Placeholder, string) string { return `<b>"it's" & co` + "\xff" })
 		if string(got) != tc.want {
 			t.Errorf("%s: rendered %s, want %s", tc.ct, got, tc.want)
 		}
@@ -124,7 +126,7 @@ func FuzzTemplate(f *testing.F) {
 			return
 		}
 		tpl := c.Response.Templates.ByKind[ReplyRateLimited]
-		out := tpl.Render(EscapeJSON, func(p Placeholder, _ string) string {
+		out := tpl.Render(template.EscapeJSON, func(p template.Placeholder, _ string) string {
 			if sampleValue(p, "") == "1" {
 				return strconv.Itoa(int(n) + 1)
 			}
@@ -152,10 +154,10 @@ func FuzzTemplateMarkup(f *testing.F) {
 			return
 		}
 		tpl := c.Response.Templates.ByKind[ReplyRateLimited]
-		out := tpl.Render(c.Response.Templates.Escape, func(Placeholder, string) string { return text })
+		out := tpl.Render(c.Response.Templates.Escape, func(template.Placeholder, string) string { return text })
 		var literal []byte
 		for _, part := range tpl.Parts {
-			if part.Placeholder == PlaceholderNone {
+			if part.Placeholder == template.PlaceholderNone {
 				literal = append(literal, part.Text...)
 			}
 		}

@@ -57,6 +57,8 @@ import (
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host"
+	"github.com/sluice-proxy/sluice/filter/request"
+	"github.com/sluice-proxy/sluice/filter/request/pathnorm"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -123,11 +125,11 @@ func (a *adminRuntime) route(path string) (string, bool) {
 }
 
 // appendNormalPath appends the admin route's normal form of the path
-// part of a :path (config.AppendPath): it starts with '/' and, after each
+// part of a :path (pathnorm.Append): it starts with '/' and, after each
 // segment, ends with '/', so that the prefix "/.sluice/" matches
 // "/.sluice" too.
 func appendNormalPath(dst []byte, path string) []byte {
-	dst = config.AppendPath(dst, path, config.PathAdmin)
+	dst = pathnorm.Append(dst, path, pathnorm.Admin)
 	if dst[len(dst)-1] != '/' {
 		dst = append(dst, '/')
 	}
@@ -200,13 +202,13 @@ const maxTokenCandidates = 16
 // without the attribute has the header map read instead.
 func (h *Stream) authorization() (string, bool) {
 	info := &h.info
-	if _, ok := info.host.RequestHeader("authorization"); !ok {
+	if _, ok := info.Source().RequestHeader("authorization"); !ok {
 		return "", false
 	}
-	if all := info.host.Property(propAuthorization); all != "" {
+	if all := info.Property(propAuthorization); all != "" {
 		return all, true
 	}
-	all, _ := info.header("authorization") // joined as the attribute joins them
+	all, _ := info.Header("authorization") // joined as the attribute joins them
 	return all, true
 }
 
@@ -319,21 +321,21 @@ func (t *tokenCandidates) readAuthorization(list string) {
 }
 
 // readQuery takes every access_token parameter of query, in every
-// reading of it (queryReadings), under every name an upstream reads as
+// reading of it (request.QueryReadings), under every name an upstream reads as
 // access_token (isAccessTokenName).
 func (t *tokenCandidates) readQuery(query string) {
 	bearer := 0
-	for _, seps := range queryReadings(query) {
+	for _, seps := range request.QueryReadings(query) {
 		n := 0
 		for q := query; q != "" && n <= maxTokenCandidates; {
 			var name, raw string
-			name, raw, q = nextQueryParam(q, seps)
+			name, raw, q = request.NextQueryParam(q, seps)
 			if !isAccessTokenName(name) {
 				continue
 			}
 			n++
 			var buf [256]byte
-			t.addCredential(arenaString(appendQueryUnescaped(buf[:0], raw)), true)
+			t.addCredential(arenaString(request.AppendQueryUnescaped(buf[:0], raw)), true)
 		}
 		bearer = max(bearer, n)
 	}
@@ -378,7 +380,7 @@ func (h *Stream) adminCredential() (carries, invalid bool) {
 	if all, ok := h.authorization(); ok {
 		t.readAuthorization(all)
 	}
-	if q, ok := rawQuery(h.info.pseudo(needPath)); ok {
+	if q, ok := request.RawQuery(h.info.Path()); ok {
 		t.readQuery(q)
 	}
 	if t.invalid() {
@@ -418,7 +420,7 @@ func isAccessTokenName(raw string) bool {
 	j := 0
 	for i := 0; i < len(raw); {
 		var c byte
-		c, i = queryByte(raw, i)
+		c, i = request.QueryByte(raw, i)
 		if 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
 		}
@@ -474,7 +476,7 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) bool {
 	p := h.plugin
 	a := p.admin
 	info := &h.info
-	addr, reason := callerAddr(info.host.Property(propSourceAddress))
+	addr, reason := callerAddr(info.Property(request.SourceAddressProperty))
 	source := "unknown"
 	if addr.IsValid() {
 		source = addr.String()
@@ -524,7 +526,7 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) bool {
 		return false
 	}
 	a.calls.Increment(1)
-	method := info.pseudo(needMethod)
+	method := info.Method()
 	var action string
 	switch {
 	case inPrefix && rest == "quota/" && method == "GET":
@@ -536,7 +538,7 @@ func (h *Stream) serveAdmin(rest string, inPrefix bool, now time.Time) bool {
 		h.replyAdmin(404, adminError("no such admin call: GET quota or POST quota/reset"))
 		return true
 	}
-	query, _ := rawQuery(info.pseudo(needPath))
+	query, _ := request.RawQuery(info.Path())
 	status, body := p.adminQuota(action, query, now)
 	h.logAdmin("admin", source, "action", action, status)
 	h.replyAdmin(status, body)
@@ -577,7 +579,7 @@ func (h *Stream) hideAdmin(now time.Time) {
 // query's limit and key parameters: one key parameter per part of the
 // limit's key, in order.
 func (p *Plugin) adminQuota(action, query string, now time.Time) (int, []byte) {
-	names := queryValues(query, "limit")
+	names := request.QueryValues(query, "limit")
 	if len(names) != 1 {
 		return 400, adminError("want exactly one limit parameter")
 	}
@@ -596,7 +598,7 @@ func (p *Plugin) adminQuota(action, query string, now time.Time) (int, []byte) {
 		return 400, adminError("limit " + strconv.Quote(names[0]) + " is " + l.cfg.Mode.String() +
 			": its state is in Redis; use sluicectl quota --webdis or --upstash")
 	}
-	q, err := ResolveQuotaKey(l.cfg, queryValues(query, "key"))
+	q, err := ResolveQuotaKey(l.cfg, request.QueryValues(query, "key"))
 	if err != nil {
 		return 400, adminError(err.Error())
 	}

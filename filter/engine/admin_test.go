@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/request"
 )
 
 func TestNormalPath(t *testing.T) {
@@ -221,7 +222,7 @@ func FuzzAdminRoute(f *testing.F) {
 		// The token as the one candidate in Authorization or an
 		// access_token makes an admin request; only the Bearer form
 		// authorises. More than one bearer credential is refused first.
-		q, _ := rawQuery(path)
+		q, _ := request.RawQuery(path)
 		c := candidatesOf(auth, q)
 		carried := c.matches(&sum)
 		creds, authorised := bearerCredentials(auth, &sum)

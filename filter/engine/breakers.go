@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host"
+	"github.com/sluice-proxy/sluice/filter/request"
 	"github.com/sluice-proxy/sluice/limiter/store"
 )
 
@@ -149,15 +150,15 @@ type breakerTicket struct {
 // rejects it. Tickets are kept for the outcome at stream end. With
 // preview (an admin request that failed the checks) the breakers are
 // only previewed (previewBreaker).
-func (bh *breakerHold) check(p *Plugin, info *requestInfo, tr *Trace, preview bool, now time.Time) outcome {
-	var match config.Request
+func (bh *breakerHold) check(p *Plugin, info *request.Info, tr *Trace, preview bool, now time.Time) outcome {
+	var match request.View
 	matched := false
 	for _, b := range p.breakers {
 		if !matched {
-			match = info.matchRequest(p.matchNeeds)
+			match = info.View(p.matchNeeds)
 			matched = true
 		}
-		if !b.cfg.Match.Matches(match) {
+		if !request.Matches(&b.cfg.Match, match) {
 			continue
 		}
 		scope := breakerScope(b, info)
@@ -191,11 +192,11 @@ func (bh *breakerHold) check(p *Plugin, info *requestInfo, tr *Trace, preview bo
 
 // breakerScope is the instance of b request info counts in: its
 // cluster, or its route with per route.
-func breakerScope(b *breakerRuntime, info *requestInfo) string {
+func breakerScope(b *breakerRuntime, info *request.Info) string {
 	if b.cfg.Per == config.PerRoute {
-		return info.routeName()
+		return info.Route()
 	}
-	return info.clusterName()
+	return info.Cluster()
 }
 
 // previewBreaker lets a request that never reaches the upstream (an admin
@@ -244,7 +245,7 @@ func (p *Plugin) circuitOpen(b *breakerRuntime, scope string, d breaker.Decision
 // report reports the outcome of an admitted request (info, started at
 // start) to the breakers that let it through; the caller leaves out a
 // request the filter answered itself.
-func (bh *breakerHold) report(info *requestInfo, start time.Time, log host.Log) {
+func (bh *breakerHold) report(info *request.Info, start time.Time, log host.Log) {
 	if len(bh.tickets) == 0 {
 		return
 	}
@@ -263,7 +264,7 @@ func (bh *breakerHold) report(info *requestInfo, start time.Time, log host.Log) 
 	details := "via_upstream"
 	for _, t := range bh.tickets {
 		if code >= 500 || code == 0 || t.ticket.Probe() || t.b.cfg.IsFailureStatus(code) {
-			details = info.host.Property(propCodeDetails)
+			details = info.Property(propCodeDetails)
 			break
 		}
 	}

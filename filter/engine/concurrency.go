@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host"
+	"github.com/sluice-proxy/sluice/filter/request"
 	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/limiter/inflight"
 )
@@ -124,7 +125,7 @@ func (p *Plugin) configureConcurrency(cfg *config.Config) error {
 		}
 		c.inFlight = p.vm.ccInFlight[c.cfg.Name]
 		p.concurrency = append(p.concurrency, c)
-		p.matchNeeds |= matchNeedsOf(&cfg.Concurrency[i].Match)
+		p.matchNeeds |= request.NeedsOf(&cfg.Concurrency[i].Match)
 	}
 	if err := p.host.Ticker.SetTick(p.idleTick()); err != nil {
 		return fmt.Errorf("starting the concurrency heartbeat: %v", err)
@@ -143,22 +144,22 @@ func (p *Plugin) idleTick() time.Duration {
 
 // acquire takes a slot of every concurrency limit of p that applies to
 // request info, or gives back what it took and rejects the request.
-func (cc *ccHolds) acquire(p *Plugin, info *requestInfo, tr *Trace, now time.Time) outcome {
-	match := info.matchRequest(p.matchNeeds)
+func (cc *ccHolds) acquire(p *Plugin, info *request.Info, tr *Trace, now time.Time) outcome {
+	match := info.View(p.matchNeeds)
 	ns := now.UnixNano()
 	for _, c := range p.concurrency {
-		if !c.cfg.Match.Matches(match) {
+		if !request.Matches(&c.cfg.Match, match) {
 			continue
 		}
-		key, _, ok := info.appendKey(p.ccKeyBuf[:0], c.cfg.Key, &p.cfg.ClientIP, -1)
+		key, _, ok := info.AppendKey(p.ccKeyBuf[:0], c.cfg.Key, &p.cfg.ClientIP, -1)
 		p.ccKeyBuf = key
 		if tr != nil {
 			tr.Concurrency = append(tr.Concurrency, ConcurrencyTrace{Name: c.cfg.Name, Key: string(key), KeyOK: ok})
 		}
 		if !ok {
 			c.metrics.missingKey.Increment(1)
-			if info.ambiguous && !c.cfg.Shadow {
-				// Refused, as a rate limit refuses it (appendKey).
+			if info.Ambiguous && !c.cfg.Shadow {
+				// Refused, as a rate limit refuses it (Info.AppendKey).
 				cc.release(p, now)
 				c.logRejection("ambiguous_key", inflight.Result{})
 				ct, body := missingKeyBody(p.cfg.Response.Body, c.cfg.Name, c.cfg.Status)

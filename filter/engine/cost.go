@@ -30,6 +30,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host"
+	"github.com/sluice-proxy/sluice/filter/request"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -133,12 +134,12 @@ func trimOWS(s string) string {
 // false for an unusable cost header; bad is then its 400 answer, unless l
 // is a shadow limit, which only counts and skips it. again is set for a
 // request evaluated again (after a delay), counted the first time.
-func (p *Plugin) requestCost(l *limitRuntime, info *requestInfo, again bool) (cost int64, bad *reply, ok bool) {
+func (p *Plugin) requestCost(l *limitRuntime, info *request.Info, again bool) (cost int64, bad *reply, ok bool) {
 	ch := l.cfg.CostHeader
 	if ch == nil {
 		return l.cfg.Cost, nil, true
 	}
-	v, present := info.header(ch.Header)
+	v, present := info.Header(ch.Header)
 	if !present || trimOWS(v) == "" {
 		return ch.Default, nil, true
 	}
@@ -271,7 +272,7 @@ func (ch *charges) chargeResponse(p *Plugin, headers [][2]string, q *quota, star
 			continue
 		}
 		total := rc.Default
-		if v, present := combinedHeader(headers, rc.Header); present && trimOWS(v) != "" {
+		if v, present := request.CombinedHeader(headers, rc.Header); present && trimOWS(v) != "" {
 			n, fault := parseCost(v, 0, math.MaxInt64)
 			if fault == costOK {
 				total = n
@@ -317,26 +318,6 @@ func (p *Plugin) charge(c *pendingCharge, total int64, now time.Time, q *quota, 
 		*q = l.quotaOf(res)
 		q.resetAfter += now.Sub(start)
 	}
-}
-
-// combinedHeader returns a header of a request or response header map by
-// lower-case name, repeated headers combined into one comma-separated value
-// in order; ok reports presence, even of an empty value. It inlines into
-// requestInfo.header.
-func combinedHeader(headers [][2]string, name string) (value string, ok bool) {
-	n := 0
-	for _, kv := range headers {
-		if kv[0] != name {
-			continue
-		}
-		if n == 0 {
-			value = kv[1]
-		} else {
-			value = value + "," + kv[1]
-		}
-		n++
-	}
-	return value, n > 0
 }
 
 // chargeRemote sends a global or hybrid limit's charge to Redis, in the
@@ -407,7 +388,7 @@ type bodyScan struct {
 // response headers; headers are the response's.
 func (ch *charges) startBodyScan(headers [][2]string) {
 	ch.body.mode = bodyJSON
-	if ct, _ := combinedHeader(headers, "content-type"); isEventStream(ct) {
+	if ct, _ := request.CombinedHeader(headers, "content-type"); isEventStream(ct) {
 		ch.body.mode = bodySSE
 		ch.body.sse.reset()
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/host"
+	"github.com/sluice-proxy/sluice/filter/request"
 )
 
 // Deadline propagation: a request the filter held (a delay, a wait for
@@ -42,11 +43,11 @@ func defineDeadlineMetrics(hm host.Metrics) deadlineMetrics {
 // just before it is resumed, through rep, and counts what it did. False
 // means the deadline was spent: the request is to be answered
 // (rejectDeadline) instead.
-func (m *deadlineMetrics) lower(rep host.Stream, info *requestInfo, held time.Duration) bool {
+func (m *deadlineMetrics) lower(rep host.Stream, info *request.Info, held time.Duration) bool {
 	if held <= 0 {
 		return true
 	}
-	if v, ok := info.header(headerGRPCTimeout); ok {
+	if v, ok := info.Header(headerGRPCTimeout); ok {
 		switch d, valid := parseGRPCTimeout(v); {
 		case !valid:
 			m.invalid.Increment(1) // forwarded as it came: Envoy decides
@@ -59,7 +60,7 @@ func (m *deadlineMetrics) lower(rep host.Stream, info *requestInfo, held time.Du
 			}
 		}
 	}
-	if v, ok := info.header(headerUpstreamTimeout); ok {
+	if v, ok := info.Header(headerUpstreamTimeout); ok {
 		switch ms, valid := parseTimeoutMillis(v); {
 		case !valid:
 			m.invalid.Increment(1)

@@ -38,6 +38,14 @@
 // where the tick and the replies of lookups, leases and Redis calls find
 // it, and pipeline.go's resume is the one path that continues it.
 //
+// Reading the request is not the engine's: package request reads it
+// (request.Info: headers, route and cluster, the client address per
+// client_ip, query, cookies, path segments and dynamic metadata, each on
+// first use, over its own Source interface, which host.Request
+// satisfies), composes keys from it (Info.AppendKey) and evaluates the
+// conditions of a match (request.Matches); its sub-packages hold the
+// CIDR sets, reply templates and path normal form that config builds.
+//
 // Stream, declared beside Plugin in plugin.go, keeps the request's
 // identity (its id, what was read of the request, its start, its quota,
 // its generation) and one struct of state per mechanism, owned by that

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/external"
 	"github.com/sluice-proxy/sluice/filter/limitsvc"
+	"github.com/sluice-proxy/sluice/filter/request"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -63,20 +64,20 @@ func (p *Plugin) configureExternal(cfg *config.External) error {
 	l.ext = x
 	p.external = x
 	p.limits = append(p.limits, l)
-	p.matchNeeds |= matchNeedsOf(&cfg.Limit.Match)
+	p.matchNeeds |= request.NeedsOf(&cfg.Limit.Match)
 	return nil
 }
 
 // resolve settles which limit the external block applies to request
 // info (its lookup r), or has it wait for a lookup: the tick or the
 // lookup's reply then evaluates it again. A request whose cache_key is
-// ambiguous makes no lookup: info.lookupAmbiguous has the limits stage
+// ambiguous makes no lookup: info.LookupAmbiguous has the limits stage
 // refuse it as it refuses any ambiguous key.
-func (x *externalRuntime) resolve(r *external.Request, info *requestInfo, now time.Time) outcome {
+func (x *externalRuntime) resolve(r *external.Request, info *request.Info, now time.Time) outcome {
 	if r.State == external.Unresolved {
 		var ok bool
 		if x.keyBuf, ok = x.appendLookupKey(x.keyBuf[:0], info); !ok {
-			info.lookupAmbiguous = true
+			info.LookupAmbiguous = true
 			return allow
 		}
 	}
@@ -129,17 +130,17 @@ func (x *externalRuntime) routeTenant(lookup *external.Request) {
 
 // appendLookupKey appends the lookup key of the request to dst: each part
 // appended alone, so that an absent part is an empty value. ok is false
-// when a part is ambiguous (appendKey): an empty value there would share
+// when a part is ambiguous (Info.AppendKey): an empty value there would share
 // one cached answer among every client sending two tenants, looked up
 // for whichever came first, while upstreams serve each as one of its
 // values.
-func (x *externalRuntime) appendLookupKey(dst []byte, info *requestInfo) (key []byte, ok bool) {
+func (x *externalRuntime) appendLookupKey(dst []byte, info *request.Info) (key []byte, ok bool) {
 	for i := range x.cfg.CacheKey {
 		if i > 0 {
-			dst = append(dst, keySeparator)
+			dst = append(dst, request.KeySeparator)
 		}
-		dst, _, _ = info.appendKey(dst, x.cfg.CacheKey[i:i+1], &x.p.cfg.ClientIP, -1)
-		if info.ambiguous {
+		dst, _, _ = info.AppendKey(dst, x.cfg.CacheKey[i:i+1], &x.p.cfg.ClientIP, -1)
+		if info.Ambiguous {
 			return dst, false
 		}
 	}
@@ -150,13 +151,13 @@ func (x *externalRuntime) appendLookupKey(dst []byte, info *requestInfo) (key []
 // is sent without its query, which can carry credentials, and in normal
 // form: the form a path cache_key part holds, so that an answer the
 // service gave a re-spelled path is cached for the path it names.
-func (x *externalRuntime) requestBody(info *requestInfo) []byte {
-	info.loadHeaders()
+func (x *externalRuntime) requestBody(info *request.Info) []byte {
+	headers := info.Headers()
 	b := make([]byte, 0, 256)
 	b = append(b, `{"method":`...)
-	b = appendJSONString(b, info.method)
+	b = appendJSONString(b, info.Method())
 	b = append(b, `,"path":`...)
-	b = appendJSONString(b, info.normalPath())
+	b = appendJSONString(b, info.NormalPath())
 	b = append(b, `,"headers":{`...)
 	first := true
 	field := func(name, value string) {
@@ -170,22 +171,22 @@ func (x *externalRuntime) requestBody(info *requestInfo) []byte {
 	}
 	named := x.cfg.ForwardHeaders
 	for _, name := range named {
-		if v, ok := info.header(name); ok {
+		if v, ok := info.Header(name); ok {
 			field(name, v)
-		} else if name == "host" && info.authority != "" {
-			field(name, info.authority)
+		} else if name == "host" && info.Authority() != "" {
+			field(name, info.Authority())
 		}
 	}
 	if x.cfg.ForwardAll {
 		var seen []string
-		for _, kv := range info.headers {
+		for _, kv := range headers {
 			name := kv[0]
 			if name == "" || name[0] == ':' || slices.Contains(named, name) || slices.Contains(seen, name) ||
 				x.cfg.Denied(name) {
 				continue
 			}
 			seen = append(seen, name)
-			v, _ := info.header(name)
+			v, _ := info.Header(name)
 			field(name, v)
 		}
 	}
@@ -195,12 +196,12 @@ func (x *externalRuntime) requestBody(info *requestInfo) []byte {
 // appendBucketKey appends the bucket key for the external limit of
 // request info, whose lookup is r, and returns the table and rate it is
 // decided with; ok is false when the fallback key is missing.
-func (x *externalRuntime) appendBucketKey(dst []byte, r *external.Request, info *requestInfo) (arena []byte, t *limiter.Table, rate config.Rate, ok bool) {
+func (x *externalRuntime) appendBucketKey(dst []byte, r *external.Request, info *request.Info) (arena []byte, t *limiter.Table, rate config.Rate, ok bool) {
 	l := x.lim
 	if r.Fallback {
 		start := len(dst)
 		dst = append(dst, external.BucketFallback)
-		dst, _, ok = info.appendKey(dst, l.cfg.Key, &x.p.cfg.ClientIP, -1)
+		dst, _, ok = info.AppendKey(dst, l.cfg.Key, &x.p.cfg.ClientIP, -1)
 		if !ok {
 			return dst[:start], nil, config.Rate{}, false
 		}

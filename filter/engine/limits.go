@@ -127,9 +127,9 @@ func (h *Stream) prepareLimit(i int, l *limitRuntime, arena []byte, shadows *sha
 			return arena, allow // counted on the first evaluation
 		}
 		l.metrics.missingKey.Increment(1)
-		// An ambiguous key (appendKey) is refused even under skip,
+		// An ambiguous key (Info.AppendKey) is refused even under skip,
 		// which would leave a client choosing it unlimited.
-		if (l.cfg.OnMissingKey == config.MissingKeyDeny || h.info.ambiguous) && !shadow {
+		if (l.cfg.OnMissingKey == config.MissingKeyDeny || h.info.Ambiguous) && !shadow {
 			return arena, rejectWith(h.missingKey(l))
 		}
 		return arena, allow
@@ -178,9 +178,9 @@ func (h *Stream) limitKey(i int, l *limitRuntime, arena []byte, shadow bool) ([]
 	var k limitKeyed
 	if l.ext != nil {
 		switch {
-		case h.info.lookupAmbiguous:
-			// Refused as an ambiguous key is (appendKey).
-			h.info.ambiguous = true
+		case h.info.LookupAmbiguous:
+			// Refused as an ambiguous key is (Info.AppendKey).
+			h.info.Ambiguous = true
 		case h.ext.Skip:
 			l.metrics.allowed.Increment(1) // the service set no limit
 			k.settled = true
@@ -194,7 +194,7 @@ func (h *Stream) limitKey(i int, l *limitRuntime, arena []byte, shadow bool) ([]
 		return arena, k, allow
 	}
 	var overrideValue string
-	arena, overrideValue, k.ok = h.info.appendKey(arena, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
+	arena, overrideValue, k.ok = h.info.AppendKey(arena, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
 	if k.ok && l.cfg.OverrideCIDRs != nil {
 		overrideValue = l.cfg.OverrideCIDRs.Resolve(overrideValue)
 	}

@@ -26,6 +26,8 @@ package engine
 
 import (
 	"time"
+
+	"github.com/sluice-proxy/sluice/filter/request"
 )
 
 // RequestHeaders is the request phase.
@@ -44,7 +46,7 @@ func (h *Stream) RequestHeaders() Verdict {
 			h.refuseCredentials()
 			return Pause
 		}
-		if rest, ok := p.admin.route(h.info.pseudo(needPath)); ok || carries {
+		if rest, ok := p.admin.route(h.info.Path()); ok || carries {
 			if h.serveAdmin(rest, ok, h.start) {
 				return Pause
 			}
@@ -67,7 +69,7 @@ func (h *Stream) RequestHeaders() Verdict {
 // that resumes it.
 func (h *Stream) pause(v Verdict) Verdict {
 	if v == Pause && h.held() {
-		h.info.retain()
+		h.info.Retain()
 	}
 	return v
 }
@@ -187,9 +189,9 @@ func (h *Stream) settle(o outcome, now time.Time) Verdict {
 func (h *Stream) matchLimits() {
 	p := h.plugin
 	info := &h.info
-	match := info.matchRequest(p.matchNeeds)
+	match := info.View(p.matchNeeds)
 	for i, l := range p.limits {
-		p.matched[i] = !l.disabled && l.cfg.Match.Matches(match) && !h.roll.skipped(i)
+		p.matched[i] = !l.disabled && request.Matches(&l.cfg.Match, match) && !h.roll.skipped(i)
 		p.applied[i] = p.matched[i]
 	}
 	// A matching limit disables its targets even when it is itself

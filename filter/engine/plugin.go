@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/distributed"
 	"github.com/sluice-proxy/sluice/filter/host"
+	"github.com/sluice-proxy/sluice/filter/request"
 	"github.com/sluice-proxy/sluice/limiter"
 	"github.com/sluice-proxy/sluice/limiter/inflight"
 	"github.com/sluice-proxy/sluice/limiter/store"
@@ -47,11 +48,12 @@ func (vm *VM) NewPlugin() *Plugin {
 func (p *Plugin) Begin(h *Stream, id uint32) {
 	roll := h.roll[:0] // kept: its backing array serves the next stream
 	*h = Stream{gen: h.gen + 1, roll: roll}
-	h.plugin, h.id, h.info.host = p, id, p.request
-	h.info.scratch = &p.matchScratch
+	h.plugin, h.id = p, id
+	var clientCfg *config.ClientIP
 	if p.cfg != nil {
-		h.info.clientCfg = &p.cfg.ClientIP
+		clientCfg = &p.cfg.ClientIP
 	}
+	h.info.Start(p.request, clientCfg, &p.matchScratch)
 	h.breakers.tickets = h.breakers.ticketBuf[:0]
 }
 
@@ -82,7 +84,7 @@ type Plugin struct {
 	// matchNeeds is what any match reads of the request: each
 	// pseudo-header it names costs one small read, and only a header match
 	// costs the whole header map.
-	matchNeeds requestNeeds
+	matchNeeds request.Needs
 
 	// Scratch reused by every request of this worker; a VM runs one
 	// callback at a time.
@@ -164,7 +166,7 @@ func (p *Plugin) configure(cfg *config.Config) error {
 		}
 		p.limits = append(p.limits, l)
 		p.rollouts = p.rollouts || !l.rollout.full()
-		p.matchNeeds |= matchNeedsOf(&cfg.Limits[i].Match)
+		p.matchNeeds |= request.NeedsOf(&cfg.Limits[i].Match)
 	}
 	for i := range cfg.Breakers {
 		if cfg.Breakers[i].Disabled {
@@ -176,7 +178,7 @@ func (p *Plugin) configure(cfg *config.Config) error {
 			return err
 		}
 		p.breakers = append(p.breakers, b)
-		p.matchNeeds |= matchNeedsOf(&cfg.Breakers[i].Match)
+		p.matchNeeds |= request.NeedsOf(&cfg.Breakers[i].Match)
 	}
 	if err := p.configureConcurrency(cfg); err != nil {
 		return err
@@ -201,29 +203,6 @@ func (p *Plugin) configure(cfg *config.Config) error {
 	p.applied = make([]bool, len(p.limits))
 	p.results = make([]limiter.Result, len(p.limits))
 	return nil
-}
-
-func matchNeedsOf(m *config.Match) requestNeeds {
-	var n requestNeeds
-	if m.Path != "" || m.PathPrefix != "" || m.Query != nil || m.PathRegex != nil {
-		n |= needPath
-	}
-	if m.Methods != nil {
-		n |= needMethod
-	}
-	if m.Hosts != nil {
-		n |= needHost
-	}
-	if len(m.Headers) > 0 {
-		n |= needHeaderMap
-	}
-	if m.Routes != nil {
-		n |= needRoute
-	}
-	if m.Not != nil {
-		n |= matchNeedsOf(m.Not)
-	}
-	return n
 }
 
 // ensureBackend creates the backend the first time a global or hybrid
@@ -512,7 +491,7 @@ func (l *limitRuntime) logRejection(log host.Log, event string, res limiter.Resu
 type Stream struct {
 	plugin *Plugin
 	id     uint32
-	info   requestInfo
+	info   request.Info
 
 	start time.Time
 	// quota is the most restrictive applied limit, for headers on the

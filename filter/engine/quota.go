@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/request"
+	"github.com/sluice-proxy/sluice/filter/request/pathnorm"
 )
 
 // QuotaKey is one bucket of a limit named by an operator rather than read
@@ -12,8 +14,9 @@ import (
 // filter composes from the same parts, and the rate it decides that value
 // at.
 type QuotaKey struct {
-	// Key is the composite key value, the parts joined as appendKey joins
-	// them; backend.Key digests it into the Redis key.
+	// Key is the composite key value, the parts joined as
+	// request.Info.AppendKey joins them; backend.Key digests it into the
+	// Redis key.
 	Key string
 	// Override is the overrides entry that gives the rate, "" for the
 	// limit's own rate.
@@ -26,8 +29,8 @@ type QuotaKey struct {
 // request carries them: a client address (masked as the part says), a
 // header value, a path, a decoded query value. The values are put where a
 // request carries them (quotaRequest) and the key is composed by the
-// request path's own code, appendKey, so masking, lower-casing and
-// whatever else the request path does apply alike; the override is chosen
+// request path's own code, request.Info.AppendKey, so masking,
+// lower-casing and whatever else the request path does apply alike; the override is chosen
 // as the request path chooses it. Values the request path would not find
 // a bucket for are errors: a wrong number of parts, an empty part (a
 // missing key), a value no request can carry in that part, and a value
@@ -40,12 +43,13 @@ func ResolveQuotaKey(cfg *config.Limit, parts []string) (QuotaKey, error) {
 	if err != nil {
 		return QuotaKey{}, fmt.Errorf("limit %q: %v", cfg.Name, err)
 	}
-	info := requestInfo{host: req}
+	var info request.Info
+	info.Start(req, nil, nil)
 	peer := &config.ClientIP{} // the client address is the value given, as the peer
-	key, v, ok := info.appendKey(nil, cfg.Key, peer, cfg.OverrideBy)
+	key, v, ok := info.AppendKey(nil, cfg.Key, peer, cfg.OverrideBy)
 	if !ok {
 		for i := range cfg.Key {
-			if _, _, ok := info.appendKey(nil, cfg.Key[i:i+1], peer, -1); !ok {
+			if _, _, ok := info.AppendKey(nil, cfg.Key[i:i+1], peer, -1); !ok {
 				if parts[i] == "" {
 					return QuotaKey{}, fmt.Errorf("limit %q: key part %d (%s) is empty, which the filter treats as a missing key: no bucket", cfg.Name, i+1, cfg.Key[i])
 				}
@@ -71,8 +75,8 @@ func ResolveQuotaKey(cfg *config.Limit, parts []string) (QuotaKey, error) {
 }
 
 // quotaRequest is a request that carries given key part values where a
-// request carries them, so that appendKey reads them back as it reads a
-// request's.
+// request carries them, so that request.Info.AppendKey reads them back
+// as it reads a request's.
 type quotaRequest struct {
 	headers [][2]string
 	props   map[string]string // by property path, joined with '\x00'
@@ -132,9 +136,9 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 		case config.KeyHost:
 			authority = v
 		case config.KeyRoute:
-			r.props[strings.Join(propRouteName, "\x00")] = v
+			r.props[strings.Join(request.RouteNameProperty, "\x00")] = v
 		case config.KeyCluster:
-			r.props[strings.Join(propClusterName, "\x00")] = v
+			r.props[strings.Join(request.ClusterNameProperty, "\x00")] = v
 		case config.KeyMetadata:
 			r.props[strings.Join(p.Property, "\x00")] = v
 		}
@@ -145,12 +149,12 @@ func newQuotaRequest(parts []config.KeyPart, values []string) (*quotaRequest, er
 			path = built
 		}
 		// A request's segments are those of its path's normal form
-		// (appendKey), so a value that normalises to something else
+		// (Info.AppendKey), so a value that normalises to something else
 		// (an escape decoded, a ';' parameter dropped, a dot segment) is
 		// no segment a request carries.
-		norm := config.NormalPath(path, config.PathKey)
+		norm := pathnorm.Normal(path, pathnorm.Key)
 		for i, seg := range segments {
-			if got, _ := pathSegment(norm, i+1); given[i] && got != seg {
+			if got, _ := request.PathSegment(norm, i+1); given[i] && got != seg {
 				return nil, fmt.Errorf("key part %s: path %q has %q, not %q, as its segment %d (paths are keyed in their normal form)",
 					config.KeyPart{Kind: config.KeyPathSegment, Segment: i + 1}, path, got, seg, i+1)
 			}
@@ -233,7 +237,7 @@ func (r *quotaRequest) RequestHeaders() [][2]string { return r.headers }
 
 // RequestHeader is read for the pseudo-headers, which appear once.
 func (r *quotaRequest) RequestHeader(name string) (string, bool) {
-	return combinedHeader(r.headers, name)
+	return request.CombinedHeader(r.headers, name)
 }
 
 func (r *quotaRequest) Property(path []string) string { return r.props[strings.Join(path, "\x00")] }

@@ -6,11 +6,12 @@ import (
 	"testing"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/request"
 )
 
 // ResolveQuotaKey names the bucket the request path fills: the key
-// appendKey composes from a request with those part values, and the
-// override decideLimits picks for it.
+// request.Info.AppendKey composes from a request with those part values,
+// and the override decideLimits picks for it.
 func TestResolveQuotaKeyIsTheRequestPathsKey(t *testing.T) {
 	p, f := newNativePlugin(t, `{"limits":[{"name":"t","key":["header:x-tenant","host","client_ip"],
 		"requests_per_second":5,"override_by":"header:x-tenant","overrides":{"gold":{"requests_per_second":50},"free":{"unlimited":true}}}]}`)
@@ -18,7 +19,7 @@ func TestResolveQuotaKeyIsTheRequestPathsKey(t *testing.T) {
 	s := begin(p, f, 1)
 	f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/x"}, {":authority", "API.Example"}, {"x-tenant", "gold"}}
 	f.Stream.Properties = map[string]string{"source.address": "10.1.2.3:5000"}
-	key, override, ok := s.info.appendKey(nil, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
+	key, override, ok := s.info.AppendKey(nil, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
 	if !ok {
 		t.Fatal("the request has no key")
 	}
@@ -76,7 +77,7 @@ func TestResolveQuotaKeyComposesEveryPartAsTheRequestPath(t *testing.T) {
 		// The case's own pseudo-headers come first: the first value wins.
 		f.Stream.Headers = append(append([][2]string(nil), tc.headers...), [2]string{":method", "GET"}, [2]string{":path", "/"}, [2]string{":authority", "h"})
 		f.Stream.Properties = map[string]string{"source.address": tc.peer}
-		want, _, ok := s.info.appendKey(nil, l.cfg.Key, &p.cfg.ClientIP, -1)
+		want, _, ok := s.info.AppendKey(nil, l.cfg.Key, &p.cfg.ClientIP, -1)
 		if !ok {
 			t.Fatalf("%s: the request has no key", tc.key)
 		}
@@ -158,7 +159,7 @@ func FuzzResolveQuotaKey(f *testing.F) {
 		// empty (missing).
 		carriable := h != "" && strings.Trim(h, " \t") == h &&
 			!strings.ContainsFunc(h, func(c rune) bool { return c < ' ' && c != '\t' || c == 0x7f })
-		if k, err := ResolveQuotaKey(&cfg.Limits[0], []string{q, h}); err == nil && !slices.Equal(SplitKey(k.Key), []string{q, h}) {
+		if k, err := ResolveQuotaKey(&cfg.Limits[0], []string{q, h}); err == nil && !slices.Equal(request.SplitKey(k.Key), []string{q, h}) {
 			t.Fatalf("%q %q composed %q", q, h, k.Key)
 		} else if (err == nil) != carriable {
 			t.Fatalf("%q %q: %v; the header value is carriable: %v", q, h, err, carriable)

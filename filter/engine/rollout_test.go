@@ -21,9 +21,9 @@ func rolloutPlugin(t *testing.T, cfgJSON string, draws ...uint64) (*Plugin, *hos
 	return configuredPlugin(t, hc, cfgJSON), fakes, n
 }
 
-// request runs one request's request phase and ends the stream; the
+// runRequest runs one request's request phase and ends the stream; the
 // verdict, and whether the filter answered it with status.
-func request(p *Plugin, f *hosttest.Fakes, id uint32, path string) (Verdict, int) {
+func runRequest(p *Plugin, f *hosttest.Fakes, id uint32, path string) (Verdict, int) {
 	f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", path}, {":authority", "a"}}
 	replies := len(f.Stream.Replies)
 	h := &Stream{}
@@ -49,7 +49,7 @@ func TestRolloutEnabledPercentSkipsTheLimit(t *testing.T) {
 	p, f, draws := rolloutPlugin(t, `{"limits":[{"name":"l","key":[],"requests_per_second":1,"burst":1000,
 		"rollout":{"enabled_percent":25}}]}`, millionths(100)...)
 	for i := range 100 {
-		if v, status := request(p, f, uint32(i+1), "/"); v != Continue || status != 0 {
+		if v, status := runRequest(p, f, uint32(i+1), "/"); v != Continue || status != 0 {
 			t.Fatalf("request %d: %v %d", i, v, status)
 		}
 	}
@@ -65,7 +65,7 @@ func TestRolloutEnabledPercentSkipsTheLimit(t *testing.T) {
 
 func TestRolloutFullDrawsNothing(t *testing.T) {
 	p, f, draws := rolloutPlugin(t, `{"limits":[{"name":"l","key":[],"requests_per_second":1,"burst":1000}]}`, 0)
-	request(p, f, 1, "/")
+	runRequest(p, f, 1, "/")
 	if *draws != 0 || f.Metrics.Values["sluice.limit.l.allowed"] != 1 {
 		t.Errorf("draws %d, allowed %d; want 0 and 1", *draws, f.Metrics.Values["sluice.limit.l.allowed"])
 	}
@@ -75,7 +75,7 @@ func TestRolloutEnforcedPercentPassesTheRest(t *testing.T) {
 	// Draws alternate enforced (0) and not enforced (600000 >= 50%).
 	p, f, _ := rolloutPlugin(t, `{"limits":[{"name":"l","key":[],"requests_per_second":1,
 		"rollout":{"enforced_percent":50},"upstream_headers_when_limited":{"x-would-limit":"l"}}]}`, 0, 600_000)
-	if v, status := request(p, f, 1, "/"); v != Continue || status != 0 {
+	if v, status := runRequest(p, f, 1, "/"); v != Continue || status != 0 {
 		t.Fatalf("first request: %v %d", v, status)
 	}
 	if _, ok := lookupHeader(f.Stream.Headers, "x-would-limit"); ok {
@@ -83,7 +83,7 @@ func TestRolloutEnforcedPercentPassesTheRest(t *testing.T) {
 	}
 	var rejected, passed int
 	for i := 2; i <= 11; i++ {
-		v, status := request(p, f, uint32(i), "/")
+		v, status := runRequest(p, f, uint32(i), "/")
 		_, marked := lookupHeader(f.Stream.Headers, "x-would-limit")
 		switch {
 		case status == 429 && i%2 == 1:
@@ -105,7 +105,7 @@ func TestRolloutEnforcedPercentPassesTheRest(t *testing.T) {
 	// The passed requests consumed nothing: one second refills the one
 	// token, and an enforced request takes it.
 	f.Clock.Advance(time.Second)
-	if v, status := request(p, f, 20, "/"); v != Continue || status != 0 {
+	if v, status := runRequest(p, f, 20, "/"); v != Continue || status != 0 {
 		t.Errorf("after the refill: %v %d, want admitted", v, status)
 	}
 }
@@ -115,8 +115,8 @@ func TestRolloutEnforcedPercentPassesTheRest(t *testing.T) {
 func TestRolloutSkippedLimitReplacesNothing(t *testing.T) {
 	p, f, _ := rolloutPlugin(t, `{"limits":[{"name":"general","key":[],"requests_per_second":1},
 		{"name":"specific","key":[],"requests_per_second":100,"replaces":["general"],"rollout":{"enabled_percent":0}}]}`, 0)
-	request(p, f, 1, "/")
-	if _, status := request(p, f, 2, "/"); status != 429 {
+	runRequest(p, f, 1, "/")
+	if _, status := runRequest(p, f, 2, "/"); status != 429 {
 		t.Errorf("second request status %d, want general's 429", status)
 	}
 	if got := f.Metrics.Values["sluice.limit.specific.allowed"]; got != 0 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/request/template"
 )
 
 // replyValues are what a reply's placeholders may insert.
@@ -42,7 +43,7 @@ func (h *Stream) reject(a *reply) {
 	ct, body := a.contentType, a.body
 	if t := r.Templates; r.Body == config.BodyTemplate && t != nil && t.ByKind[a.kind] != nil {
 		ct = t.ContentType
-		body = t.ByKind[a.kind].Render(t.Escape, func(ph config.Placeholder, header string) string {
+		body = t.ByKind[a.kind].Render(t.Escape, func(ph template.Placeholder, header string) string {
 			return h.placeholder(ph, header, a.values, a.status)
 		})
 	}
@@ -52,41 +53,28 @@ func (h *Stream) reject(a *reply) {
 // placeholder is one placeholder's value. Numbers are the ones the
 // headers carry: {retry_after} is Retry-After, {window_seconds} the w of
 // RateLimit-Policy.
-func (h *Stream) placeholder(ph config.Placeholder, header string, v replyValues, status int) string {
+func (h *Stream) placeholder(ph template.Placeholder, header string, v replyValues, status int) string {
 	switch ph {
-	case config.PlaceholderLimit:
+	case template.PlaceholderLimit:
 		return v.limit
-	case config.PlaceholderLimitValue:
+	case template.PlaceholderLimitValue:
 		return strconv.FormatInt(v.limitValue, 10)
-	case config.PlaceholderWindowSeconds:
+	case template.PlaceholderWindowSeconds:
 		return strconv.FormatInt(max(ceilSeconds(v.window), 1), 10)
-	case config.PlaceholderRetryAfter:
+	case template.PlaceholderRetryAfter:
 		return strconv.FormatInt(retryAfterSeconds(v.retryAfter), 10)
-	case config.PlaceholderStatus:
+	case template.PlaceholderStatus:
 		return strconv.Itoa(status)
-	case config.PlaceholderUpstream:
+	case template.PlaceholderUpstream:
 		return v.upstream
-	case config.PlaceholderMaxInFlight:
+	case template.PlaceholderMaxInFlight:
 		return strconv.FormatInt(v.maxInFlight, 10)
-	case config.PlaceholderRoute:
-		return h.info.routeName()
-	case config.PlaceholderPath:
-		return h.info.pathOnly()
-	case config.PlaceholderHeader:
-		return h.info.firstHeader(header)
-	}
-	return ""
-}
-
-// firstHeader is the value of the first field of a request header named
-// name (lower case), "" when absent: {header:<name>} inserts that one,
-// not the values of a repeated header joined.
-func (r *requestInfo) firstHeader(name string) string {
-	r.loadHeaders()
-	for _, kv := range r.headers {
-		if kv[0] == name {
-			return kv[1]
-		}
+	case template.PlaceholderRoute:
+		return h.info.Route()
+	case template.PlaceholderPath:
+		return h.info.PathOnly()
+	case template.PlaceholderHeader:
+		return h.info.FirstHeader(header)
 	}
 	return ""
 }
@@ -94,7 +82,7 @@ func (r *requestInfo) firstHeader(name string) string {
 // isGRPC reports a gRPC request: content-type application/grpc, with or
 // without a +proto, +json, ... suffix or parameters.
 func (h *Stream) isGRPC() bool {
-	ct, ok := h.info.header("content-type")
+	ct, ok := h.info.Header("content-type")
 	return ok && strings.HasPrefix(ct, "application/grpc")
 }
 

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/request"
 	"github.com/sluice-proxy/sluice/limiter"
 )
 
@@ -49,9 +50,9 @@ type LimitTrace struct {
 	// Shadow: the limit only observes this request (configured shadow, or
 	// not enforced by this request's rollout draw).
 	Shadow bool
-	// Key is the composite key, its parts escaped and joined as appendKey
-	// does (SplitKey reads them back); KeyOK false
-	// is a missing key.
+	// Key is the composite key, its parts escaped and joined as
+	// request.Info.AppendKey does (request.SplitKey reads them back);
+	// KeyOK false is a missing key.
 	Key   string
 	KeyOK bool
 	// OverrideValue is the override the key selected ("" for the limit's
@@ -89,7 +90,7 @@ type ConcurrencyTrace struct {
 
 // traceMatch records what matchLimits decided, re-checking each
 // condition alone with the same Matches on the same request.
-func (t *Trace) traceMatch(p *Plugin, match config.Request) {
+func (t *Trace) traceMatch(p *Plugin, match request.View) {
 	t.Limits = make([]LimitTrace, len(p.limits))
 	for i, l := range p.limits {
 		lt := &t.Limits[i]
@@ -97,7 +98,7 @@ func (t *Trace) traceMatch(p *Plugin, match config.Request) {
 		lt.Matched, lt.Applied = p.matched[i], p.applied[i]
 		lt.Mode = l.cfg.Mode
 		for _, c := range l.cfg.Match.Conditions() {
-			lt.Conditions = append(lt.Conditions, ConditionTrace{Path: c.Path, JSON: c.JSON, Held: c.Only.Matches(match)})
+			lt.Conditions = append(lt.Conditions, ConditionTrace{Path: c.Path, JSON: c.JSON, Held: request.Matches(&c.Only, match)})
 		}
 		if !p.matched[i] {
 			continue

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/engine"
 	"github.com/sluice-proxy/sluice/filter/host/hosttest"
+	"github.com/sluice-proxy/sluice/filter/request"
 )
 
 // Explanation is what the filter would do with one request arriving at a
@@ -252,13 +253,13 @@ func partNames(parts []config.KeyPart) []string {
 }
 
 // explainKey splits a composite key into its parts' values
-// (engine.SplitKey undoes the engine's escaping) and redacts each unless
+// (request.SplitKey undoes the key escaping) and redacts each unless
 // showKeys. An empty parts list is the limit's one bucket: no values.
 func explainKey(parts []string, key string, showKeys bool) []KeyValue {
 	if len(parts) == 0 {
 		return []KeyValue{} // "key": [], one bucket for every request
 	}
-	values := engine.SplitKey(key)
+	values := request.SplitKey(key)
 	if len(values) != len(parts) {
 		parts, values = []string{strings.Join(parts, "+")}, []string{key}
 	}

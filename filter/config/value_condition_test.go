@@ -7,7 +7,7 @@ import (
 )
 
 func init() {
-	badCases = append(badCases, matchMoreBadCases...)
+	badCases = append(badCases, matchAttributeBadCases...)
 	goodConfigs = append(goodConfigs,
 		`{"limits": [{"name": "a", "requests_per_second": 1, "match": {"not": {"client_cidrs": ["10.0.0.0/8", "2001:db8::/32", "192.0.2.1"]}}}]}`,
 		`{"limits": [{"name": "a", "requests_per_second": 1, "match": {"path_prefix": "/api", "path_regex": "/api/v[0-9]+/.*",
@@ -17,7 +17,7 @@ func init() {
 	)
 }
 
-var matchMoreBadCases = []badCase{
+var matchAttributeBadCases = []badCase{
 	{name: "bad path regex", in: lim(`, "match": {"path_regex": "/a(b"}`),
 		want: []string{`limits[0].match.path_regex: invalid regex "/a(b": missing closing )`}, schemaAccepts: true},
 	{name: "bad header regex in not", in: lim(`, "match": {"not": {"headers": [{"name": "x", "regex": "*"}]}}`),

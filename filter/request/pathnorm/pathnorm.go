@@ -1,12 +1,9 @@
-package config
-
-import "strings"
-
-// Path normalisation: one mechanism for every place that must see every
-// spelling of a path as one path, so that a client cannot re-spell a
-// resource into a fresh bucket (the engine's keys and path matches) or
-// around the admin route, and so that a match's own path can be checked
-// to be in the form requests are compared in. It is RFC 3986 section
+// Package pathnorm is the normal form of request paths: one mechanism
+// for every place that must see every spelling of a path as one path, so
+// that a client cannot re-spell a resource into a fresh bucket (the
+// engine's keys and path matches) or around the admin route, and so that
+// a match's own path can be checked (by package config) to be in the
+// form requests are compared in. It is RFC 3986 section
 // 6.2.2, decoding further than its unreserved bytes, plus what upstreams
 // commonly treat as the same path:
 //
@@ -35,31 +32,34 @@ import "strings"
 //     "..", as RFC 3986's remove_dot_segments leaves it;
 //   - case is kept: paths are case-sensitive.
 //
-// The admin route (PathAdmin) also decodes every escape and lower-cases
+// The admin route (Admin) also decodes every escape and lower-cases
 // ASCII letters: it must catch every spelling an upstream might resolve
 // to its prefix, and a false positive only keeps a request from the
 // upstream.
+package pathnorm
 
-// PathForm selects the normalisation's extras.
-type PathForm uint8
+import "strings"
+
+// Form selects the normalisation's extras.
+type Form uint8
 
 const (
-	PathKey   PathForm = iota // keys and path matches
-	PathAdmin                 // the admin route: every escape decoded, letters lower-cased
+	Key   Form = iota // keys and path matches
+	Admin             // the admin route: every escape decoded, letters lower-cased
 )
 
-// NormalPath returns the normal form of path (the path part of a :path),
+// Normal returns the normal form of path (the path part of a :path),
 // path itself when it is already normal, which is the common case and
 // allocates nothing.
-func NormalPath(path string, form PathForm) string {
-	if PathIsNormal(path, form) {
+func Normal(path string, form Form) string {
+	if IsNormal(path, form) {
 		return path
 	}
-	return string(AppendPath(make([]byte, 0, len(path)+1), path, form))
+	return string(Append(make([]byte, 0, len(path)+1), path, form))
 }
 
-// PathIsNormal reports whether appendPath would return path unchanged.
-func PathIsNormal(path string, form PathForm) bool {
+// IsNormal reports whether Append would return path unchanged.
+func IsNormal(path string, form Form) bool {
 	if path == "" || path[0] != '/' {
 		return false
 	}
@@ -68,7 +68,7 @@ func PathIsNormal(path string, form PathForm) bool {
 		case '\\', '?', '#':
 			return false
 		case ';':
-			if form == PathKey {
+			if form == Key {
 				return false
 			}
 		case '%':
@@ -80,7 +80,7 @@ func PathIsNormal(path string, form PathForm) bool {
 				return false
 			}
 		default:
-			if form == PathAdmin && 'A' <= c && c <= 'Z' || form == PathKey && isControl(c) {
+			if form == Admin && 'A' <= c && c <= 'Z' || form == Key && isControl(c) {
 				return false
 			}
 		}
@@ -111,11 +111,11 @@ func dotSegmentAt(path string, i int) bool {
 // '%' and digit stays escaped: decoding it would complete the broken one
 // ("%0%61" would become the escape "%0a"), and the normal form must be
 // its own normal form.
-func pathEscape[S string | []byte](path string, i int, form PathForm, before S) (b byte, decode, ok bool) {
+func pathEscape[S string | []byte](path string, i int, form Form, before S) (b byte, decode, ok bool) {
 	if b, ok = UnhexPair(path, i+1); !ok {
 		return 0, false, false
 	}
-	decode = (form == PathAdmin || keyDecodes(b)) && !joinsBrokenEscape(before, b)
+	decode = (form == Admin || keyDecodes(b)) && !joinsBrokenEscape(before, b)
 	return b, decode, true
 }
 
@@ -144,8 +144,8 @@ func keyDecodes(b byte) bool {
 
 func isControl(c byte) bool { return c < 0x20 || c == 0x7f }
 
-// AppendPath appends the normal form of path to dst.
-func AppendPath(dst []byte, path string, form PathForm) []byte {
+// Append appends the normal form of path to dst.
+func Append(dst []byte, path string, form Form) []byte {
 	const hex = "0123456789ABCDEF"
 	dst = append(dst, '/')
 	base := len(dst)
@@ -155,7 +155,7 @@ func AppendPath(dst []byte, path string, form PathForm) []byte {
 		if c == '?' || c == '#' {
 			break
 		}
-		if c == ';' && form == PathKey {
+		if c == ';' && form == Key {
 			for i+1 < len(path) && strings.IndexByte(`/\?#`, path[i+1]) < 0 {
 				i++
 			}
@@ -176,11 +176,11 @@ func AppendPath(dst []byte, path string, form PathForm) []byte {
 		switch {
 		case c == '\\':
 			c = '/'
-		case form == PathKey && isControl(c):
+		case form == Key && isControl(c):
 			// Raw, as an escaped one is never decoded here.
 			dst = append(dst, '%', hex[c>>4], hex[c&15])
 			continue
-		case form == PathAdmin && 'A' <= c && c <= 'Z':
+		case form == Admin && 'A' <= c && c <= 'Z':
 			c += 'a' - 'A'
 		}
 		if c == '/' {

@@ -1,4 +1,4 @@
-package engine
+package request
 
 import (
 	"net/netip"

@@ -1,4 +1,4 @@
-package engine
+package request
 
 import (
 	"encoding/binary"
@@ -65,14 +65,14 @@ func printableText(s string) bool {
 	return utf8.ValidString(s)
 }
 
-// Metadata makes requestInfo a config.RequestExtra: the value at property
+// Metadata makes Info Attributes: the value at property
 // path prop, rendered as a key would hold it, in the worker's scratch
 // buffer (valid until the next call, which is enough for the condition
 // that asked). It is read from the host on each call, only when a
 // condition needs it.
-func (r *requestInfo) Metadata(prop []string) (string, bool) {
+func (r *Info) Metadata(prop []string) (string, bool) {
 	buf := r.scratchBuf()
-	v, ok := appendMetadata((*buf)[:0], r.host.Property(prop))
+	v, ok := appendMetadata((*buf)[:0], r.src.Property(prop))
 	*buf = v
-	return arenaString(v), ok
+	return scratchString(v), ok
 }

@@ -1,4 +1,4 @@
-package engine
+package request
 
 import (
 	"net/netip"
@@ -112,7 +112,7 @@ func ipv4WithPort(s string) int {
 // is absent, repeated or not one address, or when X-Forwarded-For is
 // shorter than trusted_hops; the next is then tried. No source at all is
 // a missing client address, never a shared empty one.
-func (r *requestInfo) clientFromSources(cfg *config.ClientIP) (string, bool) {
+func (r *Info) clientFromSources(cfg *config.ClientIP) (string, bool) {
 	for _, s := range cfg.Sources {
 		var ip string
 		var ok bool
@@ -120,11 +120,11 @@ func (r *requestInfo) clientFromSources(cfg *config.ClientIP) (string, bool) {
 		case config.ClientIPXFF:
 			ip, ok = clientIPFromXFF(r.headerValues("x-forwarded-for"), cfg.TrustedHops)
 		case config.ClientIPHeader:
-			if v, present := r.header(s.Header); present {
+			if v, present := r.Header(s.Header); present {
 				ip, ok = normalizeIP(v)
 			}
 		default:
-			ip, ok = peerIP(r.host.Property(propSourceAddress))
+			ip, ok = peerIP(r.src.Property(SourceAddressProperty))
 		}
 		if ok {
 			return ip, true

@@ -8,6 +8,7 @@ import (
 	"regexp/syntax"
 	"strings"
 
+	"github.com/sluice-proxy/sluice/filter/request/cidr"
 	"github.com/tidwall/gjson"
 )
 
@@ -98,77 +99,12 @@ var (
 	queryConditionFields  = []string{"value", "prefix", "regex", "present"}
 )
 
-// test applies op to v.
-func (op ValueOp) test(v, operand string, re *Regex) bool {
-	switch op {
-	case OpPrefix:
-		return strings.HasPrefix(v, operand)
-	case OpSuffix:
-		return strings.HasSuffix(v, operand)
-	case OpContains:
-		return strings.Contains(v, operand)
-	case OpRegex:
-		return re.MatchString(v)
-	}
-	return v == operand
-}
-
 // QueryMatch is a condition on one query parameter, compared after
 // percent-decoding as the query: key part reads it; a repeated parameter
 // is tested on each value and on its values joined with ',' (ValueTest).
 type QueryMatch struct {
 	Name string
 	ValueCondition
-}
-
-// RequestExtra gives what the newer conditions read: the client address
-// (per client_ip) and decoded query parameters. Both are computed lazily by
-// the caller.
-type RequestExtra interface {
-	ClientAddr() (netip.Addr, bool)
-	// MatchQuery reports whether c holds for some reading (every: for
-	// every reading) of query parameter name, as ValueTest defines.
-	MatchQuery(name string, c *ValueCondition, every bool) bool
-	// Metadata gives the dynamic metadata value at property path prop as
-	// a key renders it; ok is false when it is absent or not a scalar.
-	Metadata(prop []string) (string, bool)
-}
-
-// matchesMore checks client_cidrs, query, path_regex and not, for some
-// reading or every reading (Match.holds). path is the path without the
-// query.
-func (m *Match) matchesMore(r Request, path string, every bool) bool {
-	if m.PathRegex != nil && !m.PathRegex.MatchString(path) {
-		return false
-	}
-	if m.ClientCIDRs != nil {
-		// An unknown client is in no CIDR, so an exemption written as
-		// not: client_cidrs never exempts it.
-		if r.Extra == nil {
-			return false
-		}
-		a, ok := r.Extra.ClientAddr()
-		if !ok || !m.ClientCIDRs.Contains(a) {
-			return false
-		}
-	}
-	for i := range m.Query {
-		if !r.queryHolds(&m.Query[i], every) {
-			return false
-		}
-	}
-	for i := range m.Metadata {
-		c := &m.Metadata[i]
-		if !c.holds(r.metadata(c.Property)) {
-			return false
-		}
-	}
-	// Not holds for some reading when the nested match fails for some
-	// reading, and for every reading when it holds for none.
-	if m.Not != nil && m.Not.holds(r, !every) {
-		return false
-	}
-	return true
 }
 
 // valueCondition reads exactly one of the comparisons allowed (in
@@ -216,40 +152,9 @@ func (p *parser) valueCondition(o *object, allowed ...string) (c ValueCondition)
 	return c
 }
 
-// matchMore parses the conditions added after the first release of match.
-func (p *parser) matchMore(o *object, m *Match) {
-	m.ClientCIDRs = p.cidrList(o, "client_cidrs", anyIfOmitted)
-	p.objects(o, "query", append([]string{"name"}, queryConditionFields...), func(q *object) {
-		var qm QueryMatch
-		if s, ok := q.str("name"); ok {
-			if queryName(s) {
-				qm.Name = s
-			} else {
-				q.errorf("name", "invalid query parameter name %s: want printable ASCII without space, & or =", Quote(s))
-			}
-		} else if !q.has("name") {
-			q.errorf("name", "required")
-		}
-		qm.ValueCondition = p.valueCondition(q, queryConditionFields...)
-		m.Query = append(m.Query, qm)
-	})
-	if s, ok := o.str("path_regex"); ok {
-		if re, err := CompileRegex(s); err != nil {
-			o.errorf("path_regex", "%v", err)
-		} else {
-			m.PathRegex = re
-		}
-	}
-	p.matchMetadata(o, m)
-	if n := o.child("not", matchFields...); n != nil {
-		not := p.match(n)
-		m.Not = &not
-	}
-}
-
 // cidrList reads the array of CIDRs o.name (ifEmpty as for object.array):
 // nil when it is absent or has an error, each of which is reported.
-func (p *parser) cidrList(o *object, name, ifEmpty string) *CIDRSet {
+func (p *parser) cidrList(o *object, name, ifEmpty string) *cidr.Set {
 	items, ok := o.array(name, ifEmpty)
 	if !ok {
 		return nil
@@ -271,5 +176,5 @@ func (p *parser) cidrList(o *object, name, ifEmpty string) *CIDRSet {
 	if len(prefixes) != len(items) {
 		return nil
 	}
-	return NewCIDRSet(prefixes)
+	return cidr.NewSet(prefixes)
 }

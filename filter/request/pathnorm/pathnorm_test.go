@@ -1,4 +1,4 @@
-package config
+package pathnorm
 
 import (
 	"fmt"
@@ -40,7 +40,7 @@ func TestNormalPathForKeys(t *testing.T) {
 		{"t/alice", "/t/alice"},
 		{"*", "/*"},
 	} {
-		if got := NormalPath(tc.in, PathKey); got != tc.want {
+		if got := Normal(tc.in, Key); got != tc.want {
 			t.Errorf("%q: %q, want %q", tc.in, got, tc.want)
 		}
 	}
@@ -48,10 +48,10 @@ func TestNormalPathForKeys(t *testing.T) {
 
 func TestNormalPathAllocatesNothingWhenNormal(t *testing.T) {
 	for _, p := range []string{"/", "/api/v1/users/12345", "/a%25b/.well-known/", "/%zz", "/users/bob@x.com/caf\u00e9%3F"} {
-		if !PathIsNormal(p, PathKey) {
+		if !IsNormal(p, Key) {
 			t.Errorf("%q is not normal", p)
 		}
-		if n := testing.AllocsPerRun(100, func() { NormalPath(p, PathKey) }); n != 0 {
+		if n := testing.AllocsPerRun(100, func() { Normal(p, Key) }); n != 0 {
 			t.Errorf("%q: %v allocations", p, n)
 		}
 	}
@@ -60,11 +60,11 @@ func TestNormalPathAllocatesNothingWhenNormal(t *testing.T) {
 // referencePath is the normalisation written the plain way, to check
 // pathnorm.go against: decode what the form decodes, split at slashes,
 // resolve dot segments with a stack, join.
-func referencePath(path string, form PathForm) string {
+func referencePath(path string, form Form) string {
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
 	}
-	for form == PathKey {
+	for form == Key {
 		i := strings.IndexByte(path, ';')
 		if i < 0 {
 			break
@@ -83,7 +83,7 @@ func referencePath(path string, form PathForm) string {
 			sofar := b.String()
 			n := len(sofar)
 			joins := isHexDigit(v) && (strings.HasSuffix(sofar, "%") || n >= 2 && sofar[n-2] == '%' && isHexDigit(sofar[n-1]))
-			if !joins && (form == PathAdmin || strings.IndexByte("%?#;", v) < 0 && v >= 0x20 && v != 0x7f) {
+			if !joins && (form == Admin || strings.IndexByte("%?#;", v) < 0 && v >= 0x20 && v != 0x7f) {
 				c = v
 			} else {
 				b.WriteString(strings.ToUpper(path[i : i+3]))
@@ -95,11 +95,11 @@ func referencePath(path string, form PathForm) string {
 		if c == '\\' {
 			c = '/'
 		}
-		if form == PathKey && (c < 0x20 || c == 0x7f) {
+		if form == Key && (c < 0x20 || c == 0x7f) {
 			fmt.Fprintf(&b, "%%%02X", c)
 			continue
 		}
-		if form == PathAdmin && 'A' <= c && c <= 'Z' {
+		if form == Admin && 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
 		}
 		b.WriteByte(c)
@@ -143,14 +143,14 @@ func FuzzNormalPath(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		out := NormalPath(in, PathKey)
-		if want := referencePath(in, PathKey); out != want {
+		out := Normal(in, Key)
+		if want := referencePath(in, Key); out != want {
 			t.Fatalf("%q: %q, reference %q", in, out, want)
 		}
-		if admin, want := string(AppendPath(nil, in, PathAdmin)), referencePath(in, PathAdmin); admin != want {
+		if admin, want := string(Append(nil, in, Admin)), referencePath(in, Admin); admin != want {
 			t.Fatalf("admin %q: %q, reference %q", in, admin, want)
 		}
-		if again := NormalPath(out, PathKey); again != out {
+		if again := Normal(out, Key); again != out {
 			t.Fatalf("%q: %q, then %q", in, out, again)
 		}
 		// Only a raw control byte grows, into its escape.
@@ -179,8 +179,8 @@ func FuzzNormalPath(f *testing.F) {
 				t.Fatalf("%q: %q keeps a dot segment", in, out)
 			}
 		}
-		if PathIsNormal(in, PathKey) != (in == out) {
-			t.Fatalf("%q: normal %v, but normalises to %q", in, PathIsNormal(in, PathKey), out)
+		if IsNormal(in, Key) != (in == out) {
+			t.Fatalf("%q: normal %v, but normalises to %q", in, IsNormal(in, Key), out)
 		}
 	})
 }
@@ -192,7 +192,7 @@ func BenchmarkNormalPath(b *testing.B) {
 		b.Run(p, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				NormalPath(p, PathKey)
+				Normal(p, Key)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package engine
+package request
 
 import (
 	"encoding/binary"
@@ -54,18 +54,18 @@ func TestMetadataKeyAndMatch(t *testing.T) {
 		"metadata.filter_metadata.envoy.filters.http.jwt_authn.jwt_payload.sub": "alice",
 		"metadata.filter_metadata.ns.n":                                         double(3),
 	}}
-	r := &requestInfo{host: host}
+	r := &Info{src: host}
 	parts := []config.KeyPart{
 		{Kind: config.KeyMetadata, Name: "envoy.filters.http.jwt_authn", MetaPath: "jwt_payload.sub",
 			Property: config.MetadataProperty("envoy.filters.http.jwt_authn", "jwt_payload.sub")},
 		{Kind: config.KeyMetadata, Name: "ns", MetaPath: "n", Property: config.MetadataProperty("ns", "n")},
 	}
-	key, _, ok := r.appendKey(nil, parts, &config.ClientIP{}, -1)
+	key, _, ok := r.AppendKey(nil, parts, &config.ClientIP{}, -1)
 	if !ok || string(key) != "alice\x003" {
 		t.Fatalf("key %q, %v", key, ok)
 	}
 	missing := []config.KeyPart{{Kind: config.KeyMetadata, Name: "ns", MetaPath: "x", Property: config.MetadataProperty("ns", "x")}}
-	if key, _, ok := r.appendKey([]byte("k"), missing, &config.ClientIP{}, -1); ok || string(key) != "k" {
+	if key, _, ok := r.AppendKey([]byte("k"), missing, &config.ClientIP{}, -1); ok || string(key) != "k" {
 		t.Fatalf("absent metadata gave key %q, %v", key, ok)
 	}
 	if v, ok := r.Metadata(config.MetadataProperty("ns", "n")); !ok || v != "3" {
@@ -73,10 +73,10 @@ func TestMetadataKeyAndMatch(t *testing.T) {
 	}
 	// The fake host joins paths, which allocates; the count is of the
 	// engine's own allocations through a host that does not.
-	r = &requestInfo{host: lastSegmentHost{fakeHost: host}}
+	r = &Info{src: lastSegmentHost{fakeHost: host}}
 	if allocs := testing.AllocsPerRun(100, func() {
 		var buf [64]byte
-		if _, _, ok := r.appendKey(buf[:0], parts, &config.ClientIP{}, -1); !ok {
+		if _, _, ok := r.AppendKey(buf[:0], parts, &config.ClientIP{}, -1); !ok {
 			t.Fatal("no key")
 		}
 	}); allocs != 0 {

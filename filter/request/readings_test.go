@@ -1,4 +1,4 @@
-package engine
+package request
 
 import (
 	"fmt"
@@ -22,8 +22,8 @@ func matchOf(t testing.TB, match string) *config.Match {
 // matches decides m on a request of header lines, as matchLimits does.
 func matches(m *config.Match, headerBlob string) bool {
 	var scratch []byte
-	r := &requestInfo{host: &fakeHost{headers: parseFuzzHeaders(headerBlob)}, scratch: &scratch}
-	return m.Matches(r.matchRequest(needPath | needMethod | needHost | needRoute))
+	r := &Info{src: &fakeHost{headers: parseFuzzHeaders(headerBlob)}, scratch: &scratch}
+	return Matches(m, r.View(NeedPath|NeedMethod|NeedHost|NeedRoute))
 }
 
 // TestRepeatedValuesInMatches checks that no reading of a repeated header
@@ -115,12 +115,12 @@ func TestOneValueMatchAllocs(t *testing.T) {
 	m := matchOf(t, `{"headers":[{"name":"x-plan","prefix":"fr"}],"query":[{"name":"plan","value":"free"}],
 		"not":{"headers":[{"name":"x-tier","value":"internal"}],"query":[{"name":"u","regex":"a.*"}]}}`)
 	var scratch []byte
-	r := &requestInfo{host: &fakeHost{headers: parseFuzzHeaders(":path=/x?plan=fr%65e&u=b\nx-plan=free\nx-tier=pro")}, scratch: &scratch}
-	req := r.matchRequest(needPath)
-	if !m.Matches(req) {
+	r := &Info{src: &fakeHost{headers: parseFuzzHeaders(":path=/x?plan=fr%65e&u=b\nx-plan=free\nx-tier=pro")}, scratch: &scratch}
+	req := r.View(NeedPath)
+	if !Matches(m, req) {
 		t.Fatal("the request does not match")
 	}
-	if n := testing.AllocsPerRun(100, func() { m.Matches(req) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { Matches(m, req) }); n != 0 {
 		t.Fatalf("%v allocations per match", n)
 	}
 }
@@ -149,7 +149,7 @@ func readingsOf(headers [][2]string, header bool, name string) (vals []string, a
 			break
 		}
 	}
-	q, ok := rawQuery(path)
+	q, ok := RawQuery(path)
 	if !ok {
 		return nil, true
 	}
@@ -165,14 +165,14 @@ func readingsOf(headers [][2]string, header bool, name string) (vals []string, a
 		exact := false
 		for _, param := range strings.FieldsFunc(q, split) {
 			k, v, _ := strings.Cut(param, "=")
-			dk := string(appendQueryUnescaped(nil, k))
+			dk := string(AppendQueryUnescaped(nil, k))
 			phpK, kOK := phpName([]byte(dk))
 			phpN, nOK := phpName([]byte(name))
 			if k == "" || dk != name && !(kOK && nOK && string(phpK) == string(phpN)) {
 				continue
 			}
 			exact = exact || dk == name
-			these = append(these, string(appendQueryUnescaped(nil, v)))
+			these = append(these, string(AppendQueryUnescaped(nil, v)))
 		}
 		vals = append(vals, these...)
 		if len(these) > 1 {
@@ -229,12 +229,12 @@ func FuzzMatchReadings(f *testing.F) {
 		var some, all = false, true
 		test := func(held bool) { some, all = some || held, all && held }
 		for _, v := range vals {
-			test((&config.Match{Headers: only.Headers, Query: only.Query}).Matches(config.Request{
-				Header: config.HeaderFunc(func(string) (string, bool) { return v, true }),
-				Extra:  &oneValue{v: v, ok: true}}))
+			test(Matches(&config.Match{Headers: only.Headers, Query: only.Query}, View{
+				Header:     HeaderFunc(func(string) (string, bool) { return v, true }),
+				Attributes: &oneValue{v: v, ok: true}}))
 		}
 		if absent {
-			test(only.Matches(config.Request{Extra: &oneValue{}}))
+			test(Matches(&only, View{Attributes: &oneValue{}}))
 		}
 		if got := matches(&cfg.Limits[0].Match, headerBlob); got != some {
 			t.Fatalf("%s on %q: %v, want %v (readings %q, absent %v)", cond, headerBlob, got, some, vals, absent)
@@ -254,5 +254,5 @@ type oneValue struct {
 func (o *oneValue) ClientAddr() (a netip.Addr, ok bool) { return a, false }
 func (o *oneValue) Metadata([]string) (string, bool)    { return "", false }
 func (o *oneValue) MatchQuery(name string, c *config.ValueCondition, every bool) bool {
-	return config.HeaderFunc(func(string) (string, bool) { return o.v, o.ok }).MatchHeader(name, c, every)
+	return HeaderFunc(func(string) (string, bool) { return o.v, o.ok }).MatchHeader(name, c, every)
 }

@@ -1,7 +1,8 @@
-package engine
+package request
 
 import (
 	"net/netip"
+	"unsafe"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 )
@@ -12,9 +13,9 @@ type clientAddrCache struct {
 	addr       netip.Addr
 }
 
-// ClientAddr makes requestInfo a config.RequestExtra: the client address
+// ClientAddr makes Info Attributes: the client address
 // per client_ip, parsed once per request.
-func (r *requestInfo) ClientAddr() (netip.Addr, bool) {
+func (r *Info) ClientAddr() (netip.Addr, bool) {
 	c := &r.clientAddr
 	if c.loaded {
 		return c.addr, c.ok
@@ -23,7 +24,7 @@ func (r *requestInfo) ClientAddr() (netip.Addr, bool) {
 	if r.clientCfg == nil {
 		return c.addr, false
 	}
-	ip, ok := r.client(r.clientCfg)
+	ip, ok := r.Client(r.clientCfg)
 	if !ok {
 		return c.addr, false
 	}
@@ -38,24 +39,24 @@ func (r *requestInfo) ClientAddr() (netip.Addr, bool) {
 
 // scratchBuf is the worker's buffer for values a condition reads, or a
 // buffer of the call's own where there is none (tests).
-func (r *requestInfo) scratchBuf() *[]byte {
+func (r *Info) scratchBuf() *[]byte {
 	if r.scratch != nil {
 		return r.scratch
 	}
 	return new([]byte)
 }
 
-// MatchHeader makes requestInfo a config.HeaderSource. The readings of a
-// header (config.ValueTest) are each value sent under the name, or under
+// MatchHeader makes Info a HeaderSource. The readings of a
+// header (ValueTest) are each value sent under the name, or under
 // the name spelled with '_' for '-' (read as one by CGI and WSGI servers,
 // as the header: key part reads it), in order; with more than one, also
 // the values joined with ',' (what Envoy's own header matching and WSGI
 // servers see); and absent when no copy is sent under the very name (an
 // upstream reading that name sees none). A single copy is one reading,
 // read without a copy.
-func (r *requestInfo) MatchHeader(name string, c *config.ValueCondition, every bool) bool {
+func (r *Info) MatchHeader(name string, c *config.ValueCondition, every bool) bool {
 	r.loadHeaders()
-	t := c.Test(every)
+	t := NewValueTest(c, every)
 	n, exact := 0, false
 	for _, kv := range r.headers {
 		if !sameHeaderName(kv[0], name) {
@@ -83,28 +84,28 @@ func (r *requestInfo) MatchHeader(name string, c *config.ValueCondition, every b
 			j, first = append(j, kv[1]...), false
 		}
 		*buf = j
-		t.Read(arenaString(j))
+		t.Read(scratchString(j))
 	}
 	return t.Holds()
 }
 
-// MatchQuery makes requestInfo a config.RequestExtra. The readings of a
-// parameter (config.ValueTest) are those of every reading of the query a
-// query: key part makes (queryReadings, queryScan: with ';' as a
+// MatchQuery makes Info Attributes. The readings of a
+// parameter (ValueTest) are those of every reading of the query a
+// query: key part makes (QueryReadings, queryScan: with ';' as a
 // separator too, and under each name PHP reads as this one): each value
 // decoded, in order; with more than one, also the values joined with ','
 // in order (ASP.NET's reading); and absent when the reading has none under
 // the very name. Values are decoded into the worker's scratch buffer one
 // at a time, so a parameter given thousands of times costs one scan per
 // reading, and one given once is read without a copy of its own.
-func (r *requestInfo) MatchQuery(name string, c *config.ValueCondition, every bool) bool {
-	t := c.Test(every)
-	query, ok := rawQuery(r.pseudo(needPath))
+func (r *Info) MatchQuery(name string, c *config.ValueCondition, every bool) bool {
+	t := NewValueTest(c, every)
+	query, ok := RawQuery(r.pseudo(NeedPath))
 	if !ok {
 		return t.Holds()
 	}
 	buf := r.scratchBuf()
-	for _, seps := range queryReadings(query) {
+	for _, seps := range QueryReadings(query) {
 		n, exact := 0, false
 		for s := (queryScan{rest: query, name: name, seps: seps}); ; {
 			v, isExact, ok := s.next()
@@ -112,8 +113,8 @@ func (r *requestInfo) MatchQuery(name string, c *config.ValueCondition, every bo
 				break
 			}
 			n, exact = n+1, exact || isExact
-			*buf = appendQueryUnescaped((*buf)[:0], v)
-			if t.Read(arenaString(*buf)); t.Decided() {
+			*buf = AppendQueryUnescaped((*buf)[:0], v)
+			if t.Read(scratchString(*buf)); t.Decided() {
 				return t.Holds()
 			}
 		}
@@ -132,11 +133,15 @@ func (r *requestInfo) MatchQuery(name string, c *config.ValueCondition, every bo
 				if !first {
 					j = append(j, ',')
 				}
-				j = appendQueryUnescaped(j, v)
+				j = AppendQueryUnescaped(j, v)
 			}
 			*buf = j
-			t.Read(arenaString(j))
+			t.Read(scratchString(j))
 		}
 	}
 	return t.Holds()
 }
+
+// scratchString views the scratch buffer's bytes as a string without a
+// copy, valid until the buffer is next written.
+func scratchString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

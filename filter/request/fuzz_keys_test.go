@@ -1,4 +1,4 @@
-package engine
+package request
 
 import (
 	"bytes"
@@ -7,9 +7,10 @@ import (
 	"testing"
 
 	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/request/pathnorm"
 )
 
-// fakeHost serves requestInfo from fixed headers and properties, so key
+// fakeHost serves Info from fixed headers and properties, so key
 // extraction can be fuzzed without a proxy-wasm host.
 type fakeHost struct {
 	headers [][2]string
@@ -123,8 +124,8 @@ func FuzzAppendKey(f *testing.F) {
 		}
 		prefix := []byte("prefix/")
 
-		r := &requestInfo{host: host}
-		key, override, ok := r.appendKey(append([]byte(nil), prefix...), parts, clientCfg, overrideBy)
+		r := &Info{src: host}
+		key, override, ok := r.AppendKey(append([]byte(nil), prefix...), parts, clientCfg, overrideBy)
 
 		if !bytes.HasPrefix(key, prefix) {
 			t.Fatalf("key %q lost the caller's prefix", key)
@@ -145,7 +146,7 @@ func FuzzAppendKey(f *testing.F) {
 
 		// Same request, fresh state: extraction must not depend on what was
 		// loaded lazily before.
-		again, override2, ok2 := (&requestInfo{host: host}).appendKey(nil, parts, clientCfg, overrideBy)
+		again, override2, ok2 := (&Info{src: host}).AppendKey(nil, parts, clientCfg, overrideBy)
 		if !ok2 || !bytes.Equal(again, key[len(prefix):]) || override2 != override {
 			t.Fatalf("not deterministic: %q/%q/%v then %q/%q/%v", key[len(prefix):], override, ok, again, override2, ok2)
 		}
@@ -176,7 +177,7 @@ func FuzzAppendKey(f *testing.F) {
 					t.Fatalf("host part %q is not lower-cased", v)
 				}
 			case config.KeyPath:
-				if strings.ContainsRune(v, '?') || config.NormalPath(v, config.PathKey) != v {
+				if strings.ContainsRune(v, '?') || pathnorm.Normal(v, pathnorm.Key) != v {
 					t.Fatalf("path part %q kept its query or is not in normal form", v)
 				}
 			case config.KeyRoute:

@@ -1,4 +1,4 @@
-package engine
+package request
 
 import "strings"
 
@@ -6,11 +6,11 @@ import "strings"
 // a key; HTTP/2 may split one Cookie header into several, read here in
 // order. A cookie given more than once is that value when every copy
 // agrees, and otherwise missing and ambiguous, as a repeated header or
-// query parameter is (see appendKey): upstreams disagree on which copy
+// query parameter is (see AppendKey): upstreams disagree on which copy
 // counts (Go, PHP, Rack and Werkzeug take the first, Django and Python's
 // SimpleCookie the last), so a client sending "sid=junk; sid=real" would
 // otherwise be counted under one value and served under the other.
-func (r *requestInfo) cookie(name string) (string, bool) {
+func (r *Info) cookie(name string) (string, bool) {
 	r.loadHeaders()
 	v, found := "", false
 	for _, kv := range r.headers {
@@ -25,7 +25,7 @@ func (r *requestInfo) cookie(name string) (string, bool) {
 			}
 			// Compared decoded, as the key reads the value.
 			if found && c != v && !sameQueryComponent(c, v) {
-				r.ambiguous = true
+				r.Ambiguous = true
 				return "", false
 			}
 			v, found = c, true

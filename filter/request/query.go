@@ -1,10 +1,10 @@
-package engine
+package request
 
 import (
 	"bytes"
 	"strings"
 
-	"github.com/sluice-proxy/sluice/filter/config"
+	"github.com/sluice-proxy/sluice/filter/request/pathnorm"
 )
 
 // The query string is never parsed into a map: a key part scans the raw
@@ -13,8 +13,8 @@ import (
 // that does allocates nothing. Each scan is linear in the query, however
 // many parameters or repeats a client sends.
 
-// rawQuery is the :path after the first '?', or "" with ok false.
-func rawQuery(path string) (string, bool) {
+// RawQuery is the :path after the first '?', or "" with ok false.
+func RawQuery(path string) (string, bool) {
 	i := strings.IndexByte(path, '?')
 	if i < 0 {
 		return "", false
@@ -25,7 +25,7 @@ func rawQuery(path string) (string, bool) {
 // appendQueryKey appends the decoded value of parameter name in query to
 // dst, for a key: found is false when the parameter does not occur, and
 // also when it occurs with two different decoded values, which is then
-// ambiguous (see requestInfo.appendKey); repeats of one value are that
+// ambiguous (see Info.AppendKey); repeats of one value are that
 // value ("a=1&a=%31" is "1").
 //
 // Upstreams disagree on what a parameter is, and every reading a
@@ -41,7 +41,7 @@ func rawQuery(path string) (string, bool) {
 //     parameter too, as one more repeat.
 func appendQueryKey(dst []byte, query, name string) (out []byte, found, ambiguous bool) {
 	start, firstEnd := len(dst), 0
-	for i, seps := range queryReadings(query) {
+	for i, seps := range QueryReadings(query) {
 		at := len(dst)
 		var f bool
 		if dst, f, ambiguous = appendQueryKeyAt(dst, query, name, seps); ambiguous ||
@@ -61,9 +61,9 @@ func appendQueryKey(dst []byte, query, name string) (out []byte, found, ambiguou
 // (Go, PHP, servlets), and '&' with ';' (parse_qs(separator=';'), Rack 2).
 var querySeparators = [...]string{"&", "&;"}
 
-// queryReadings is the separators of every reading of query that
+// QueryReadings is the separators of every reading of query that
 // upstreams make; a query without ';' has one.
-func queryReadings(query string) []string {
+func QueryReadings(query string) []string {
 	if strings.IndexByte(query, ';') < 0 {
 		return querySeparators[:1]
 	}
@@ -81,8 +81,8 @@ func appendQueryKeyAt(dst []byte, query, name, seps string) (out []byte, found, 
 		}
 		if !found {
 			found = true
-			dst = appendQueryUnescaped(dst, v)
-		} else if !queryComponentEquals(v, arenaString(dst[start:])) {
+			dst = AppendQueryUnescaped(dst, v)
+		} else if !queryComponentEquals(v, scratchString(dst[start:])) {
 			return dst[:start], false, true
 		}
 	}
@@ -100,7 +100,7 @@ type queryScan struct{ rest, name, seps string }
 func (s *queryScan) next() (raw string, exact, ok bool) {
 	for s.rest != "" {
 		var k string
-		k, raw, s.rest = nextQueryParam(s.rest, s.seps)
+		k, raw, s.rest = NextQueryParam(s.rest, s.seps)
 		if k == "" {
 			continue // "a=1&&b=2" holds no empty-named parameter
 		}
@@ -126,7 +126,7 @@ func samePHPName(k, name string) bool {
 		return false
 	}
 	var kBuf, nameBuf [64]byte
-	kName, kOK := phpName(appendQueryUnescaped(kBuf[:0], k))
+	kName, kOK := phpName(AppendQueryUnescaped(kBuf[:0], k))
 	nName, nOK := phpName(append(nameBuf[:0], name...))
 	return kOK && nOK && string(kName) == string(nName)
 }
@@ -159,15 +159,15 @@ func phpName(b []byte) (name []byte, ok bool) {
 	return b, true
 }
 
-// queryValues is every decoded value of parameter name in query, in
+// QueryValues is every decoded value of parameter name in query, in
 // order, each on its own (the admin route's repeated key parameters).
-func queryValues(query, name string) []string {
+func QueryValues(query, name string) []string {
 	var out []string
 	for query != "" {
 		var v string
 		var ok bool
 		if v, query, ok = nextQueryValue(query, name); ok {
-			out = append(out, string(appendQueryUnescaped(nil, v)))
+			out = append(out, string(AppendQueryUnescaped(nil, v)))
 		}
 	}
 	return out
@@ -176,14 +176,14 @@ func queryValues(query, name string) []string {
 // nextQueryValue takes the first parameter off query: its raw value when
 // its name decodes to name (ok), and the rest of the query.
 func nextQueryValue(query, name string) (raw, rest string, ok bool) {
-	k, v, rest := nextQueryParam(query, "&")
+	k, v, rest := NextQueryParam(query, "&")
 	// "a=1&&b=2" holds no empty-named parameter.
 	return v, rest, k != "" && queryComponentEquals(k, name)
 }
 
-// nextQueryParam takes the first parameter, up to any byte of seps, off
+// NextQueryParam takes the first parameter, up to any byte of seps, off
 // query: its raw name and value, and the rest of the query.
-func nextQueryParam(query, seps string) (name, value, rest string) {
+func NextQueryParam(query, seps string) (name, value, rest string) {
 	param := query
 	if i := strings.IndexAny(query, seps); i >= 0 {
 		param, rest = query[:i], query[i+1:]
@@ -192,28 +192,28 @@ func nextQueryParam(query, seps string) (name, value, rest string) {
 	return name, value, rest
 }
 
-// appendQueryUnescaped decodes one query component as HTML forms encode
+// AppendQueryUnescaped decodes one query component as HTML forms encode
 // it: '+' is a space and %XX a byte. An invalid escape is kept literally,
 // so a broken escape is a value of its own rather than an error that
 // would drop the key.
-func appendQueryUnescaped(dst []byte, s string) []byte {
+func AppendQueryUnescaped(dst []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		var c byte
-		c, i = queryByte(s, i)
+		c, i = QueryByte(s, i)
 		dst = append(dst, c)
 	}
 	return dst
 }
 
-// queryByte is the decoded byte of the query component s at i, and the
+// QueryByte is the decoded byte of the query component s at i, and the
 // index after its spelling: '+' is a space, a valid %XX escape its byte,
 // any other byte itself.
-func queryByte(s string, i int) (byte, int) {
+func QueryByte(s string, i int) (byte, int) {
 	switch s[i] {
 	case '+':
 		return ' ', i + 1
 	case '%':
-		if b, ok := config.UnhexPair(s, i+1); ok {
+		if b, ok := pathnorm.UnhexPair(s, i+1); ok {
 			return b, i + 3
 		}
 	}
@@ -226,8 +226,8 @@ func sameQueryComponent(a, b string) bool {
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
 		var ca, cb byte
-		ca, i = queryByte(a, i)
-		cb, j = queryByte(b, j)
+		ca, i = QueryByte(a, i)
+		cb, j = QueryByte(b, j)
 		if ca != cb {
 			return false
 		}
@@ -241,7 +241,7 @@ func queryComponentEquals(s, want string) bool {
 	j := 0
 	for i := 0; i < len(s); {
 		var c byte
-		c, i = queryByte(s, i)
+		c, i = QueryByte(s, i)
 		if j >= len(want) || want[j] != c {
 			return false
 		}

@@ -1,10 +1,10 @@
-package engine
+package request
 
-// pathSegment returns the n-th (1-based) non-empty segment of a path
+// PathSegment returns the n-th (1-based) non-empty segment of a path
 // without its query. Empty segments are skipped, so "//api" and "/api/"
 // name the same segment as "/api": doubling a slash moves no request to
 // another bucket.
-func pathSegment(path string, n int) (string, bool) {
+func PathSegment(path string, n int) (string, bool) {
 	for i := 0; i < len(path); {
 		for i < len(path) && path[i] == '/' {
 			i++

@@ -1,4 +1,4 @@
-package engine
+package request
 
 import (
 	"net/url"
@@ -31,7 +31,7 @@ type queryIn struct{ path, name string }
 
 func TestQueryValue(t *testing.T) {
 	checkLookups(t, func(in queryIn) (string, bool) {
-		q, _ := rawQuery(in.path)
+		q, _ := RawQuery(in.path)
 		return joinedQueryValues(q, in.name)
 	}, []lookupCase[queryIn]{
 		{queryIn{"/a?user=bob", "user"}, "bob", true},
@@ -73,7 +73,7 @@ type segmentIn struct {
 }
 
 func TestPathSegment(t *testing.T) {
-	checkLookups(t, func(in segmentIn) (string, bool) { return pathSegment(in.path, in.n) }, []lookupCase[segmentIn]{
+	checkLookups(t, func(in segmentIn) (string, bool) { return PathSegment(in.path, in.n) }, []lookupCase[segmentIn]{
 		{segmentIn{"/api/v1/users", 1}, "api", true},
 		{segmentIn{"/api/v1/users", 3}, "users", true},
 		{segmentIn{"/api/v1/users", 4}, "", false},
@@ -127,12 +127,12 @@ func TestRequestKeyPartsAllocateNothing(t *testing.T) {
 	cfg := &config.ClientIP{}
 	buf := make([]byte, 0, 256)
 	want := "b ob\x00s9\x00v1\x00192.0.2.0/24\x00api.example\x00/api/v1/users"
-	r := &requestInfo{host: host}
-	if key, _, ok := r.appendKey(buf, parts, cfg, -1); !ok || string(key) != want {
+	r := &Info{src: host}
+	if key, _, ok := r.AppendKey(buf, parts, cfg, -1); !ok || string(key) != want {
 		t.Fatalf("key %q %v, want %q", key, ok, want)
 	}
 	allocs := testing.AllocsPerRun(100, func() {
-		r.appendKey(buf[:0], parts, cfg, -1)
+		r.AppendKey(buf[:0], parts, cfg, -1)
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per key", allocs)
@@ -142,7 +142,7 @@ func TestRequestKeyPartsAllocateNothing(t *testing.T) {
 // joinedQueryValues is every value of parameter name in query joined with
 // ',' in order, and whether it occurs at all.
 func joinedQueryValues(query, name string) (string, bool) {
-	vs := queryValues(query, name)
+	vs := QueryValues(query, name)
 	return strings.Join(vs, ","), len(vs) > 0
 }
 
@@ -216,18 +216,18 @@ func TestNewMatchesAllocateNothing(t *testing.T) {
 		props:   map[string]string{"source.address": "10.1.2.3:4000"},
 	}
 	var scratch []byte
-	r := &requestInfo{host: host, clientCfg: &cfg.ClientIP, scratch: &scratch}
+	r := &Info{src: host, clientCfg: &cfg.ClientIP, scratch: &scratch}
 	m := &cfg.Limits[0].Match
-	req := r.matchRequest(needPath | needHeaderMap)
-	if !m.Matches(req) {
+	req := r.View(NeedPath | NeedHeaderMap)
+	if !Matches(m, req) {
 		t.Fatal("the request does not match")
 	}
-	if allocs := testing.AllocsPerRun(100, func() { m.Matches(req) }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(100, func() { Matches(m, req) }); allocs != 0 {
 		t.Fatalf("%v allocations per match", allocs)
 	}
 	host.props["source.address"] = "172.19.231.9:1"
-	exempt := &requestInfo{host: host, clientCfg: &cfg.ClientIP, scratch: &scratch}
-	if m.Matches(exempt.matchRequest(needPath | needHeaderMap)) {
+	exempt := &Info{src: host, clientCfg: &cfg.ClientIP, scratch: &scratch}
+	if Matches(m, exempt.View(NeedPath|NeedHeaderMap)) {
 		t.Fatal("a client in the last listed prefix is not exempt")
 	}
 }
