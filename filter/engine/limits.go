@@ -270,3 +270,26 @@ func overrideAction(l *limitRuntime, value string) (o outcome, done bool) {
 	}
 	return allow, false
 }
+
+// traceResults records the local decisions of limits lim, up to the
+// first denial: limiter.AllowAll decides no further.
+func (t *Trace) traceResults(lim []*limitRuntime, results []limiter.Result) {
+	for i, l := range lim {
+		lt := &t.Limits[l.index]
+		lt.Decided, lt.Allowed, lt.Remaining = true, results[i].Allowed, results[i].Remaining
+		if !lt.Allowed {
+			return
+		}
+	}
+}
+
+// tellUpstream adds l's upstream_headers_when_limited to the request, which
+// a shadow or not enforced evaluation of l would have rejected. Replacing
+// keeps a re-evaluated request to one value and overrides a client's.
+func (p *Plugin) tellUpstream(l *limitRuntime) {
+	for _, kv := range l.cfg.UpstreamHeadersWhenLimited {
+		if err := p.host.Stream.ReplaceRequestHeader(kv[0], kv[1]); err != nil {
+			p.log.Warnf("sluice: adding request header %s: %v", kv[0], err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/limiter"
+	"time"
 )
 
 // What a stage of the request path decided. The stages (the external
@@ -87,4 +88,13 @@ func firstDenial(lims []*limitRuntime, results []limiter.Result) outcome {
 	}
 	// AllowAll denies only through a result; be safe regardless.
 	return deny(lims[0], results[0])
+}
+
+// replyValues are what a reply's placeholders may insert.
+type replyValues struct {
+	limit, upstream string
+	limitValue      int64
+	window          time.Duration
+	retryAfter      time.Duration
+	maxInFlight     int64
 }

@@ -59,7 +59,10 @@ func (h *Stream) RequestHeaders() Verdict {
 		return Continue // nothing configured applies to any request
 	}
 	if p.rollouts {
-		h.roll.draw(p)
+		h.roll = h.roll[:0]
+		for _, l := range p.limits {
+			h.roll.add(l.rollout, p.host.Rand)
+		}
 	}
 	return h.pause(h.evaluate(h.start))
 }
@@ -368,3 +371,24 @@ func (p *Plugin) Tick() {
 // TraceInto makes the pipeline account for the stream's request in t.
 // Call it after Begin, which clears it.
 func (h *Stream) TraceInto(t *Trace) { h.trace = t }
+
+// traceMatch records what matchLimits decided, re-checking each
+// condition alone with the same Matches on the same request.
+func (t *Trace) traceMatch(p *Plugin, match request.View) {
+	t.Limits = make([]LimitTrace, len(p.limits))
+	for i, l := range p.limits {
+		lt := &t.Limits[i]
+		lt.Name, lt.Disabled = l.cfg.Name, l.disabled
+		lt.Matched, lt.Applied = p.matched[i], p.applied[i]
+		lt.Mode = l.cfg.Mode
+		for _, c := range l.cfg.Match.Conditions() {
+			lt.Conditions = append(lt.Conditions, ConditionTrace{Path: c.Path, JSON: c.JSON, Held: request.Matches(&c.Only, match)})
+		}
+		if !p.matched[i] {
+			continue
+		}
+		for _, j := range l.cfg.Replaces {
+			t.Limits[j].ReplacedBy = append(t.Limits[j].ReplacedBy, i)
+		}
+	}
+}

@@ -7,6 +7,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/sluice-proxy/sluice/filter/external"
+	"github.com/sluice-proxy/sluice/filter/limitsvc"
 	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
@@ -519,4 +521,34 @@ func (p *Plugin) leaveFallback() {
 		p.inFallback = false
 		p.log.Info(`{"sluice":"backend_fallback_ended"}`)
 	}
+}
+
+// localFallback is the table of failure_policy local for a global or
+// hybrid decision: the limit divided by instances, as for limits.
+func (p *Plugin) localFallback(rr *remoteReq) (*limiter.Table, error) {
+	x := rr.l.ext
+	if x == nil {
+		return rr.l.fallbackTable(p.host.Store, rr.overrideValue)
+	}
+	lim := rr.k.Lim
+	n := int64(max(rr.l.cfg.Instances, 1))
+	lim.Rate = max(lim.Rate/n, 1)
+	lim.Burst /= n
+	return tableWithLimit(x.fallbacks, x.fallbackBase, lim)
+}
+
+// remotePolicy is the failure policy of a global or hybrid decision of
+// limit l: the answer's to lookup r, when it names one.
+func remotePolicy(l *limitRuntime, r *external.Request) config.FailurePolicy {
+	if l.ext != nil {
+		switch r.Policy {
+		case limitsvc.PolicyAllow:
+			return config.FailAllow
+		case limitsvc.PolicyDeny:
+			return config.FailDeny
+		case limitsvc.PolicyLocal:
+			return config.FailLocal
+		}
+	}
+	return l.remote.policy
 }

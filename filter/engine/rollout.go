@@ -39,9 +39,10 @@ func rolloutOf(cfg *config.Limit) rollout {
 
 func (r rollout) full() bool { return r.enabled == perMillionAll && r.enforced == perMillionAll }
 
-// draw is true for perMillion of a million draws. The whole fractions
-// draw nothing, so a limit without a rollout costs no random number.
-func (p *Plugin) draw(perMillion uint32) bool {
+// draw is true for perMillion of a million draws from rnd (nil: the
+// process's own source). The whole fractions draw nothing, so a limit
+// without a rollout costs no random number.
+func draw(perMillion uint32, rnd func() uint64) bool {
 	switch perMillion {
 	case 0:
 		return false
@@ -49,8 +50,8 @@ func (p *Plugin) draw(perMillion uint32) bool {
 		return true
 	}
 	var r uint64
-	if p.host.Rand != nil {
-		r = p.host.Rand()
+	if rnd != nil {
+		r = rnd()
 	} else {
 		r = rand.Uint64()
 	}
@@ -59,19 +60,16 @@ func (p *Plugin) draw(perMillion uint32) bool {
 	return r%perMillionAll < uint64(perMillion)
 }
 
-// draw draws the request's rollout of every limit of p.
-func (d *rollDraws) draw(p *Plugin) {
-	*d = (*d)[:0]
-	for _, l := range p.limits {
-		var f rollFlags
-		switch {
-		case !p.draw(l.rollout.enabled):
-			f = rollSkipped
-		case !p.draw(l.rollout.enforced):
-			f = rollUnenforced
-		}
-		*d = append(*d, f)
+// add draws one more limit's rollout r for the request.
+func (d *rollDraws) add(r rollout, rnd func() uint64) {
+	var f rollFlags
+	switch {
+	case !draw(r.enabled, rnd):
+		f = rollSkipped
+	case !draw(r.enforced, rnd):
+		f = rollUnenforced
 	}
+	*d = append(*d, f)
 }
 
 // skipped reports that limit i is not enabled for the request.
@@ -79,14 +77,3 @@ func (d rollDraws) skipped(i int) bool { return i < len(d) && d[i]&rollSkipped !
 
 // unenforced reports that limit i only observes the request.
 func (d rollDraws) unenforced(i int) bool { return i < len(d) && d[i]&rollUnenforced != 0 }
-
-// tellUpstream adds l's upstream_headers_when_limited to the request, which
-// a shadow or not enforced evaluation of l would have rejected. Replacing
-// keeps a re-evaluated request to one value and overrides a client's.
-func (p *Plugin) tellUpstream(l *limitRuntime) {
-	for _, kv := range l.cfg.UpstreamHeadersWhenLimited {
-		if err := p.host.Stream.ReplaceRequestHeader(kv[0], kv[1]); err != nil {
-			p.log.Warnf("sluice: adding request header %s: %v", kv[0], err)
-		}
-	}
-}

@@ -8,20 +8,10 @@ package engine
 import (
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/request/template"
 )
-
-// replyValues are what a reply's placeholders may insert.
-type replyValues struct {
-	limit, upstream string
-	limitValue      int64
-	window          time.Duration
-	retryAfter      time.Duration
-	maxInFlight     int64
-}
 
 // reject answers the request with the local reply a stage decided on:
 // its built-in body, replaced by its kind's template when there is one.

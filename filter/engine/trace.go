@@ -4,8 +4,6 @@ import (
 	"strings"
 
 	"github.com/sluice-proxy/sluice/filter/config"
-	"github.com/sluice-proxy/sluice/filter/request"
-	"github.com/sluice-proxy/sluice/limiter"
 )
 
 // Trace is a read-only account of what the pipeline did with one request
@@ -88,43 +86,10 @@ type ConcurrencyTrace struct {
 	Allowed bool
 }
 
-// traceMatch records what matchLimits decided, re-checking each
-// condition alone with the same Matches on the same request.
-func (t *Trace) traceMatch(p *Plugin, match request.View) {
-	t.Limits = make([]LimitTrace, len(p.limits))
-	for i, l := range p.limits {
-		lt := &t.Limits[i]
-		lt.Name, lt.Disabled = l.cfg.Name, l.disabled
-		lt.Matched, lt.Applied = p.matched[i], p.applied[i]
-		lt.Mode = l.cfg.Mode
-		for _, c := range l.cfg.Match.Conditions() {
-			lt.Conditions = append(lt.Conditions, ConditionTrace{Path: c.Path, JSON: c.JSON, Held: request.Matches(&c.Only, match)})
-		}
-		if !p.matched[i] {
-			continue
-		}
-		for _, j := range l.cfg.Replaces {
-			t.Limits[j].ReplacedBy = append(t.Limits[j].ReplacedBy, i)
-		}
-	}
-}
-
 // traceKey records limit i's key as decideLimits built it.
 func (t *Trace) traceKey(i int, shadow bool, key []byte, ok bool, overrideValue string) {
 	lt := &t.Limits[i]
 	lt.Evaluated, lt.Shadow = true, shadow
 	// Copies: the key arena and the request's values are reused.
 	lt.Key, lt.KeyOK, lt.OverrideValue = string(key), ok, strings.Clone(overrideValue)
-}
-
-// traceResults records the local decisions of limits lim, up to the
-// first denial: limiter.AllowAll decides no further.
-func (t *Trace) traceResults(lim []*limitRuntime, results []limiter.Result) {
-	for i, l := range lim {
-		lt := &t.Limits[l.index]
-		lt.Decided, lt.Allowed, lt.Remaining = true, results[i].Allowed, results[i].Remaining
-		if !lt.Allowed {
-			return
-		}
-	}
 }
