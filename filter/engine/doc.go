@@ -36,7 +36,9 @@
 // wait: a denial waits under on_limit delay (waiting.go) or is answered. A
 // waiting stream is in the one registry of waiting streams (waiting.go),
 // where the tick and the replies of lookups, leases and Redis calls find
-// it, and pipeline.go's resume is the one path that continues it.
+// it, and pipeline.go's resume is the one path that continues it. What a
+// refusal, a delay or a shadow denial decided is also left in filter
+// state for the access log (accesslog.go).
 //
 // Reading the request is not the engine's: package request reads it
 // (request.Info: headers, route and cluster, the client address per
@@ -49,10 +51,12 @@
 // Stream, declared beside Plugin in plugin.go, keeps the request's
 // identity (its id, what was read of the request, its start, its quota,
 // its generation) and one struct of state per mechanism, owned by that
-// mechanism's file: remoteWait (remote.go),
-// breakerHold (breakers.go), ccHolds (concurrency.go), charges (cost.go),
-// streamWait and its delay (waiting.go), rollDraws (rollout.go)
-// and the external lookup (external.go).
+// mechanism's file: remoteWait (remote.go), breakerHold (breakers.go),
+// ccHolds (concurrency.go), charges (cost.go), streamWait and its delay
+// (waiting.go), rollDraws (rollout.go) and the external lookup
+// (external.go). Stream's methods are in five files: pipeline.go (the
+// callbacks and the stages in order), limits.go, remote.go, admin.go and
+// template.go (local replies).
 //
 // Tokens taken by a request that an open breaker then rejects stay taken,
 // as with Envoy's own local rate limit filter in front of the router's
