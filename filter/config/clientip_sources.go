@@ -55,7 +55,7 @@ func (p *parser) clientIPSources(o *object) []ClientIPFrom {
 		case s == "peer":
 			f.Kind = ClientIPPeer
 		case strings.HasPrefix(s, "header:") && headerToken(s[len("header:"):]):
-			f = ClientIPFrom{Kind: ClientIPHeader, Header: strings.ToLower(s[len("header:"):])}
+			f = ClientIPFrom{Kind: ClientIPHeader, Header: RequestHeaderName(s[len("header:"):])}
 		default:
 			p.errorf(ipath, item.Index, `unknown source %s; want xff, header:<name> or peer`, Quote(s))
 			continue

@@ -13,6 +13,9 @@ import (
 type FieldError struct {
 	Path    string
 	Message string
+	// Unlisted, on the last entry of a list cut at MaxErrors, is how many
+	// errors that entry stands for; it is not an error itself.
+	Unlisted int
 
 	// offset is the byte position the error is about, so errors can be
 	// listed in document order whatever order the checks ran in.

@@ -23,7 +23,7 @@ func parseKeyPart(s string) (KeyPart, string) {
 		if !headerToken(name) {
 			return KeyPart{}, fmt.Sprintf("invalid header name %s", Quote(name))
 		}
-		return KeyPart{Kind: KeyHeader, Header: strings.ToLower(name)}, ""
+		return KeyPart{Kind: KeyHeader, Header: RequestHeaderName(name)}, ""
 	}
 	if part, err, ok := parseArgumentKeyPart(s); ok {
 		return part, err

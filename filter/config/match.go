@@ -47,7 +47,7 @@ func (p *parser) match(o *object) Match {
 	}
 	p.objects(o, "headers", fieldsOf[wireHeaderMatch](), func(h *object) {
 		var hm HeaderMatch
-		hm.Name = h.headerName("name", "required")
+		hm.Name = h.requestHeaderName("name", "required")
 		hm.ValueCondition = p.valueCondition(h, headerConditionFields...)
 		m.Headers = append(m.Headers, hm)
 	})

@@ -78,7 +78,7 @@ func Parse(data []byte) (*Config, error) {
 	if p.found > 0 {
 		p.errs.sort()
 		if more := p.found - len(p.errs); more > 0 {
-			p.errs = append(p.errs, FieldError{Message: fmt.Sprintf("and %d more errors, not listed", more), offset: len(data)})
+			p.errs = append(p.errs, FieldError{Message: fmt.Sprintf("and %d more errors, not listed", more), Unlisted: more, offset: len(data)})
 		}
 		return nil, p.errs
 	}
@@ -98,8 +98,19 @@ func defaultConfig() *Config {
 // number, so a valid document with a number no float64 holds (1e400) gets
 // to the field checks, which name its path and range.
 func checkJSON(data []byte) *FieldError {
+	if bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) {
+		return &FieldError{Message: "invalid JSON at byte 0: the document starts with a UTF-8 byte order mark, which JSON does not allow (RFC 8259 section 8.1): save it without one"}
+	}
 	if !utf8.Valid(data) {
-		return &FieldError{Message: "invalid JSON: not valid UTF-8"}
+		at := 0
+		for at < len(data) {
+			r, n := utf8.DecodeRune(data[at:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			at += n
+		}
+		return &FieldError{Message: fmt.Sprintf("invalid JSON at byte %d: not valid UTF-8", at)}
 	}
 	var v json.RawMessage
 	if err := json.Unmarshal(data, &v); err != nil {

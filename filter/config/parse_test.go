@@ -313,7 +313,8 @@ var badCases = []badCase{
 	{name: "truncated", in: `{"limits": [`, want: []string{"invalid JSON at byte 12: unexpected end of JSON input"}},
 	{name: "not object", in: `[]`, want: []string{"configuration must be a JSON object"}},
 	{name: "null", in: `null`, want: []string{"configuration must be a JSON object"}},
-	{name: "invalid utf8", in: lim(`, "match": {"headers": [{"name": "x", "value": "` + "\xff" + `"}]}`), want: []string{"invalid JSON: not valid UTF-8"}, schemaAccepts: true},
+	{name: "invalid utf8", in: lim(`, "match": {"headers": [{"name": "x", "value": "` + "\xff" + `"}]}`), want: []string{"invalid JSON at byte 98: not valid UTF-8"}, schemaAccepts: true},
+	{name: "byte order mark", in: "\xef\xbb\xbf{}", want: []string{"invalid JSON at byte 0: the document starts with a UTF-8 byte order mark, which JSON does not allow (RFC 8259 section 8.1): save it without one"}},
 	{name: "unknown top field", in: `{"limit": []}`, want: []string{"limit: unknown field"}},
 	// Numbers beyond float64 are valid JSON: the field check names them.
 	{name: "number overflow", in: `{"limits": [{"name": "a", "requests_per_second": 1e400, "burst": -1e400}]}`,
@@ -447,6 +448,9 @@ var badCases = []badCase{
 	{name: "empty header key", in: lim(`, "key": ["header:"]`), want: []string{`limits[0].key[0]: invalid header name ""`}},
 	{name: "bad header key", in: lim(`, "key": ["header:x y"]`), want: []string{`limits[0].key[0]: invalid header name "x y"`}},
 	{name: "duplicate key part", in: lim(`, "key": ["path", "path"]`), want: []string{`limits[0].key[1]: duplicate key part "path"`}},
+	// A request header sent with '_' for '-' is read as the same header,
+	// so the two configured spellings name one key part.
+	{name: "duplicate header spelled with an underscore", in: lim(`, "key": ["header:x_key", "header:X-Key"]`), want: []string{`limits[0].key[1]: duplicate key part "header:x-key"`}, schemaAccepts: true},
 	{name: "duplicate header part differing in case", in: lim(`, "key": ["header:X-A", "header:x-a"]`),
 		want: []string{`limits[0].key[1]: duplicate key part "header:x-a"`}, schemaAccepts: true},
 	{name: "key part wrong type", in: lim(`, "key": [1]`), want: []string{"limits[0].key[0]: must be a string"}},

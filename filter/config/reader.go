@@ -85,10 +85,29 @@ func (o *object) str(name string) (string, bool) {
 // error or when it is absent; missing is the error for an absent member,
 // none when it is "".
 func (o *object) headerName(name, missing string) string {
+	return o.readHeaderName(name, missing, strings.ToLower)
+}
+
+// requestHeaderName reads a member naming a request header the filter
+// reads, as headerName does, in the spelling RequestHeaderName gives it.
+func (o *object) requestHeaderName(name, missing string) string {
+	return o.readHeaderName(name, missing, RequestHeaderName)
+}
+
+// RequestHeaderName is how a configured name of a request header the
+// filter reads is kept: lower-cased, '_' as '-'. The filter reads a
+// request header sent with '_' for '-' as the same header (CGI and WSGI
+// upstreams read both as one variable), so a name configured either way
+// reads both spellings, and "x_key" beside "x-key" is a duplicate.
+func RequestHeaderName(s string) string {
+	return strings.ReplaceAll(strings.ToLower(s), "_", "-")
+}
+
+func (o *object) readHeaderName(name, missing string, spell func(string) string) string {
 	s, ok := o.str(name)
 	switch {
 	case ok && headerToken(s):
-		return strings.ToLower(s)
+		return spell(s)
 	case ok:
 		o.errorf(name, "invalid header name %s", Quote(s))
 	case !o.has(name) && missing != "":

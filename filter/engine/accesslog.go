@@ -61,20 +61,17 @@ func ruleText(a config.Algorithm, r config.Rate) string {
 	return s
 }
 
-// ruleFor is the rule of l that decided res: its configured one, or an
-// override's, whose rate res reports. The configured one is rendered
-// once, at the first refusal: a limit that refuses nothing costs none.
-func (l *limitRuntime) ruleFor(res limiter.Result) string {
+// ruleOfLimit is the rule of a decision at lim, as ruleText writes it.
+func ruleOfLimit(lim limiter.Limit) string {
+	return ruleText(lim.Algorithm, config.Rate{Limit: lim.Rate, Window: lim.Period, Burst: lim.Burst, Calendar: lim.Calendar, Offset: lim.Offset})
+}
+
+// baseRule is l's configured rule, for an outcome no rate decided (a
+// missing key, an unusable cost). It is rendered once, at the first such
+// outcome: a limit that refuses nothing costs none.
+func (l *limitRuntime) baseRule() string {
 	if l.rule == "" {
 		l.rule = ruleText(l.cfg.Algorithm, l.cfg.Rate)
-	}
-	if res.Limit == 0 || res.Limit == l.cfg.Rate.Limit {
-		return l.rule
-	}
-	for _, o := range l.overrides {
-		if o.rate.Limit == res.Limit {
-			return ruleText(l.cfg.Algorithm, o.rate)
-		}
 	}
 	return l.rule
 }

@@ -153,7 +153,7 @@ func (p *Plugin) requestCost(l *limitRuntime, info *request.Info, again bool) (c
 	}
 	if !l.cfg.Shadow {
 		ct, body := invalidCostBody(p.cfg.Response.Body, l.cfg.Name, ch)
-		bad = &reply{kind: config.ReplyInvalidCost, values: replyValues{limit: l.cfg.Name}, status: invalidCostStatus, contentType: ct, body: body, rule: l.ruleFor(limiter.Result{})}
+		bad = &reply{kind: config.ReplyInvalidCost, values: replyValues{limit: l.cfg.Name}, status: invalidCostStatus, contentType: ct, body: body, rule: l.baseRule()}
 	}
 	return 0, bad, false
 }

@@ -18,3 +18,20 @@ func TestExternalAnswerBurstIsCapacity(t *testing.T) {
 		}
 	}
 }
+
+// TestExternalRefusalNamesTheAnsweredRate: the access log's rule of a
+// refusal by the external limit is the rate the service answered for the
+// tenant, not the fallback's.
+func TestExternalRefusalNamesTheAnsweredRate(t *testing.T) {
+	d, _ := newExtHarness(t, extConfig(""), map[string]string{"acme": `{"average":1,"period":"1m","tenant_key":"acme"}`})
+	if o := d.doHeaders(tenantHeaders("acme")); o.status != 200 {
+		t.Fatalf("first: %d", o.status)
+	}
+	d.f.Stream.FilterState = nil
+	if o := d.doHeaders(tenantHeaders("acme")); o.status != 429 {
+		t.Fatalf("second: %d", o.status)
+	}
+	if got, want := d.f.Stream.FilterState[stateRule], "token_bucket 1/1m0s"; got != want {
+		t.Fatalf("rule %q, want the answer's %q (filter state %v)", got, want, d.f.Stream.FilterState)
+	}
+}

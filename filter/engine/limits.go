@@ -23,7 +23,7 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 		} else {
 			l.metrics.shadowLimited.Increment(1)
 			l.logRejection(h.plugin.log, "shadow_limited", res)
-			attribute(h.plugin.host.Stream, h.plugin.log, "shadow_limited", l.cfg.Name, l.ruleFor(res))
+			attribute(h.plugin.host.Stream, h.plugin.log, "shadow_limited", l.cfg.Name, ruleOfLimit(r.Table.Limit()))
 			h.charges.drop(l)
 			h.plugin.tellUpstream(l)
 		}
@@ -32,7 +32,7 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 
 // rateLimited is the answer to a request denied by l with res at now,
 // which does not wait for it.
-func (h *Stream) rateLimited(l *limitRuntime, res limiter.Result, now time.Time) *reply {
+func (h *Stream) rateLimited(l *limitRuntime, res limiter.Result, rule string, now time.Time) *reply {
 	p := h.plugin
 	l.metrics.limited.Increment(1)
 	q := l.quotaOf(res)
@@ -40,14 +40,14 @@ func (h *Stream) rateLimited(l *limitRuntime, res limiter.Result, now time.Time)
 	headers, _ := appendRateLimitHeaders(nil, nil, p.cfg.Response.Headers, q, now, true)
 	ct, body := rateLimitedBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status, res.RetryAfter)
 	return &reply{kind: config.ReplyRateLimited, values: replyValues{limit: l.cfg.Name, limitValue: q.limit, window: q.window, retryAfter: res.RetryAfter},
-		status: l.cfg.OnLimit.Status, headers: headers, contentType: ct, body: body, rule: l.ruleFor(res)}
+		status: l.cfg.OnLimit.Status, headers: headers, contentType: ct, body: body, rule: rule}
 }
 
 func (h *Stream) missingKey(l *limitRuntime) *reply {
 	p := h.plugin
 	l.logRejection(h.plugin.log, "missing_key", limiter.Result{})
 	ct, body := missingKeyBody(p.cfg.Response.Body, l.cfg.Name, l.cfg.OnLimit.Status)
-	return &reply{kind: config.ReplyMissingKey, values: replyValues{limit: l.cfg.Name}, status: l.cfg.OnLimit.Status, contentType: ct, body: body, rule: l.ruleFor(limiter.Result{})}
+	return &reply{kind: config.ReplyMissingKey, values: replyValues{limit: l.cfg.Name}, status: l.cfg.OnLimit.Status, contentType: ct, body: body, rule: l.baseRule()}
 }
 
 // firstValue is the first value of header name in headers.
@@ -235,7 +235,7 @@ func (h *Stream) decideLocal(ns int64) outcome {
 		l.exportTableStats()
 	}
 	if !admitted {
-		return firstDenial(p.reqLim, results)
+		return firstDenial(p.reqs, p.reqLim, results)
 	}
 	best := -1
 	for i, res := range results {
@@ -266,7 +266,7 @@ func overrideAction(l *limitRuntime, value string) (o outcome, done bool) {
 		}
 		// No capacity and no time after which it would pass: a delay
 		// action cannot help, so the denial is answered at once.
-		return deny(l, limiter.Result{}), true
+		return outcome{kind: outDeny, limit: l, rule: "block"}, true
 	}
 	return allow, false
 }

@@ -31,9 +31,11 @@ const (
 type outcome struct {
 	kind outcomeKind
 	wait waitKind
-	// limit and res are the denying limit and its result (outDeny).
+	// limit and res are the denying limit and its result (outDeny), and
+	// rule the rate that decided, as the access log shows it.
 	limit *limitRuntime
 	res   limiter.Result
+	rule  string
 	// reply is the answer of an outReject.
 	reply *reply
 }
@@ -41,9 +43,11 @@ type outcome struct {
 // allow lets the request go on.
 var allow = outcome{}
 
-// deny is a denial by limit l with result res.
-func deny(l *limitRuntime, res limiter.Result) outcome {
-	return outcome{kind: outDeny, limit: l, res: res}
+// deny is a denial by limit l with result res, at the rate lim (the
+// limit's own, an override's or a service's answer), which the access log
+// shows as the rule.
+func deny(l *limitRuntime, res limiter.Result, lim limiter.Limit) outcome {
+	return outcome{kind: outDeny, limit: l, res: res, rule: ruleOfLimit(lim)}
 }
 
 // rejectWith answers the request with r.
@@ -79,15 +83,16 @@ const (
 	Pause
 )
 
-// firstDenial is the denial of limits decided together with results.
-func firstDenial(lims []*limitRuntime, results []limiter.Result) outcome {
+// firstDenial is the denial of requests reqs of limits lims, decided
+// together with results.
+func firstDenial(reqs []limiter.Request, lims []*limitRuntime, results []limiter.Result) outcome {
 	for i, res := range results {
 		if !res.Allowed {
-			return deny(lims[i], res)
+			return deny(lims[i], res, reqs[i].Table.Limit())
 		}
 	}
 	// AllowAll denies only through a result; be safe regardless.
-	return deny(lims[0], results[0])
+	return deny(lims[0], results[0], reqs[0].Table.Limit())
 }
 
 // replyValues are what a reply's placeholders may insert.

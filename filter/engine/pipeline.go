@@ -172,11 +172,11 @@ func (h *Stream) settle(o outcome, now time.Time) Verdict {
 		return Continue
 	case outDeny:
 		if h.wait.delay.shape(o.limit, o.res, h.start, now) {
-			attribute(h.plugin.host.Stream, h.plugin.log, "delayed", o.limit.cfg.Name, o.limit.ruleFor(o.res))
+			attribute(h.plugin.host.Stream, h.plugin.log, "delayed", o.limit.cfg.Name, o.rule)
 			h.plugin.park(h, waitDelay)
 			return Pause
 		}
-		r := h.rateLimited(o.limit, o.res, now)
+		r := h.rateLimited(o.limit, o.res, o.rule, now)
 		h.reject(r)
 	case outReject:
 		h.reject(o.reply)

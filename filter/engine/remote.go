@@ -175,7 +175,7 @@ func (h *Stream) startRemote(now time.Time) outcome {
 			continue
 		}
 		if !res.Allowed {
-			return deny(h.remote.localLim[i], res)
+			return deny(h.remote.localLim[i], res, r.Table.Limit())
 		}
 	}
 	for i := range h.remote.reqs {
@@ -185,7 +185,7 @@ func (h *Stream) startRemote(now time.Time) outcome {
 		}
 		if until := b.DeniedUntil(&rr.k); until > ns {
 			b.Metrics.NegativeHits.Increment(1)
-			return deny(rr.l, rr.k.CachedDenial(ns, until))
+			return deny(rr.l, rr.k.CachedDenial(ns, until), rr.k.Lim)
 		}
 	}
 	h.remote.starting = true
@@ -304,7 +304,7 @@ func (h *Stream) finishRemote(now time.Time) outcome {
 		switch rr.state {
 		case remoteDenied:
 			h.refund()
-			return deny(rr.l, rr.res)
+			return deny(rr.l, rr.res, rr.k.Lim)
 		case remoteFailDeny:
 			h.refund()
 			return rejectWith(h.backendFailure(rr))
@@ -338,7 +338,7 @@ func (h *Stream) finishRemote(now time.Time) outcome {
 		}
 		if !admitted {
 			h.refund()
-			return firstDenial(lims, results)
+			return firstDenial(reqs, lims, results)
 		}
 	}
 	best, bestLim := limiter.Result{}, (*limitRuntime)(nil)
@@ -379,7 +379,7 @@ func (h *Stream) backendFailure(rr *remoteReq) *reply {
 	rr.l.logRejection(h.plugin.log, "backend_unavailable", limiter.Result{Limit: rr.k.Lim.Rate})
 	ct, body := rateLimitedBody(p.cfg.Response.Body, rr.l.cfg.Name, status, 0)
 	return &reply{kind: config.ReplyRateLimited, values: replyValues{limit: rr.l.cfg.Name, limitValue: rr.k.Lim.Rate, window: rr.l.cfg.Rate.Window},
-		status: status, contentType: ct, body: body, event: "backend_unavailable", rule: rr.l.ruleFor(limiter.Result{})}
+		status: status, contentType: ct, body: body, event: "backend_unavailable", rule: ruleOfLimit(rr.k.Lim)}
 }
 
 // refund returns lease tokens held by a request that will not pass.

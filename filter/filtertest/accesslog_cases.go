@@ -123,4 +123,34 @@ var accessLogCases = []Case{
 			wantAttribution(t, "breaker", resp, "circuit_open", "cut", "")
 		},
 	},
+	{
+		Name: "the rule of an override is the override's rate, and a blocked value's is block",
+		Config: `{"limits":[{"name":"per-key","match":{"path_prefix":"/k"},"key":["header:x-api-key"],"requests_per_second":1,
+			"overrides":{"gold":{"limit":1,"window":"1m"},"banned":{"block":true}}},
+			{"name":"quota","match":{"path_prefix":"/q"},"key":["header:x-api-key"],"algorithm":"fixed_window","limit":5,"window":"1m",
+			"overrides":{"monthly":{"limit":1,"window":"month","window_offset":"+09:00"}}}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			h.Do(t, get("/k").with("x-api-key", "gold"))
+			resp := h.Do(t, get("/k").with("x-api-key", "gold"))
+			if resp.Status != 429 {
+				t.Fatalf("second gold request: %d", resp.Status)
+			}
+			wantAttribution(t, "gold", resp, "rate_limited", "per-key", "token_bucket 1/1m0s")
+			resp = h.Do(t, get("/k").with("x-api-key", "banned"))
+			if resp.Status != 429 {
+				t.Fatalf("banned: %d", resp.Status)
+			}
+			wantAttribution(t, "banned", resp, "rate_limited", "per-key", "block")
+			h.Do(t, get("/k").with("x-api-key", "plain"))
+			resp = h.Do(t, get("/k").with("x-api-key", "plain"))
+			wantAttribution(t, "plain", resp, "rate_limited", "per-key", "token_bucket 1/1s")
+			h.Do(t, get("/q").with("x-api-key", "monthly"))
+			resp = h.Do(t, get("/q").with("x-api-key", "monthly"))
+			if resp.Status != 429 {
+				t.Fatalf("second monthly request: %d", resp.Status)
+			}
+			wantAttribution(t, "monthly", resp, "rate_limited", "quota", "fixed_window 1/month +09:00")
+		},
+	},
 }

@@ -203,3 +203,21 @@ var respellCases = []Case{
 		},
 	},
 }
+
+func init() {
+	Cases = append(Cases, Case{
+		Name:    "a header key configured with '_' counts the header sent with '-' and with '_' in one bucket",
+		Config:  `{"limits":[{"name":"a","key":["header:x_key"],"limit":2,"window":"1m","on_missing_key":"deny"}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			for i, name := range []string{"x-key", "x_key"} {
+				if resp := h.Do(t, get("/").with(name, "alice")); resp.Status != 200 {
+					t.Fatalf("request %d (%s): %d, want admitted", i, name, resp.Status)
+				}
+			}
+			if resp := h.Do(t, get("/").with("X-Key", "alice")); resp.Status != 429 {
+				t.Fatalf("third request of one key: %d, want 429", resp.Status)
+			}
+		},
+	})
+}

@@ -14,9 +14,12 @@ import (
 // and every warning. Its JSON is check --json's output; fields are only
 // ever added.
 type CheckReport struct {
-	Configs  []ConfigRef `json:"configs"`
-	Errors   []Finding   `json:"errors"`
-	Warnings []Finding   `json:"warnings"`
+	Configs []ConfigRef `json:"configs"`
+	Errors  []Finding   `json:"errors"`
+	// Unlisted counts the errors past the first config.MaxErrors of a
+	// configuration, which Errors does not list.
+	Unlisted int       `json:"unlisted,omitempty"`
+	Warnings []Finding `json:"warnings"`
 }
 
 // ConfigRef is where a plugin configuration sits: a JSON file (Line 0),
@@ -90,6 +93,10 @@ func Check(file string, data []byte) CheckReport {
 				errs = config.Errors{{Message: err.Error()}}
 			}
 			for _, e := range errs {
+				if e.Unlisted > 0 {
+					r.Unlisted += e.Unlisted
+					continue
+				}
 				r.Errors = append(r.Errors, Finding{ConfigRef: ref, Path: e.Path, Message: e.Message})
 			}
 			continue
@@ -139,6 +146,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		r := Check(f, data)
 		all.Configs = append(all.Configs, r.Configs...)
 		all.Errors = append(all.Errors, r.Errors...)
+		all.Unlisted += r.Unlisted
 		all.Warnings = append(all.Warnings, r.Warnings...)
 	}
 	if asJSON {
@@ -149,10 +157,13 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		for _, e := range all.Errors {
 			fmt.Fprintf(stdout, "%s: error: %s\n", e.where(), e.text())
 		}
+		if all.Unlisted > 0 {
+			fmt.Fprintf(stdout, "and %d more error(s), not listed\n", all.Unlisted)
+		}
 		for _, w := range all.Warnings {
 			fmt.Fprintf(stdout, "%s: warning: %s [%s]\n", w.where(), w.text(), w.Code)
 		}
-		fmt.Fprintf(stdout, "%d configuration(s) checked: %d error(s), %d warning(s)\n", len(all.Configs), len(all.Errors), len(all.Warnings))
+		fmt.Fprintf(stdout, "%d configuration(s) checked: %d error(s), %d warning(s)\n", len(all.Configs), len(all.Errors)+all.Unlisted, len(all.Warnings))
 	}
 	switch {
 	case unreadable:

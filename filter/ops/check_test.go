@@ -123,6 +123,11 @@ func TestCheck(t *testing.T) {
 		{name: "every JSON error at once, with its path", exit: 1,
 			files: map[string]string{"c.json": `{"limits": [{"name": "a", "requests_per_second": 1, "burst": -1}, {"name": "b bad", "requests_per_second": 0}]}`},
 			out:   []string{"c.json: error: limits[0].burst: must be >= 0", "c.json: error: limits[1].name:", "c.json: error: limits[1].requests_per_second:", "3 error(s)"}},
+		// 150 unknown fields and 49 duplicate names: 100 listed, 99 counted.
+		{name: "errors past the listed ones count in the total, not as an error of their own", exit: 1,
+			files:  map[string]string{"c.json": `{"limits": [` + strings.TrimSuffix(strings.Repeat(`{"name": "a", "requests_per_second": 1, "x": 1, "y": 2, "z": 3},`, 50), ",") + `]}`},
+			out:    []string{"c.json: error: limits[0].x: unknown field", "and 99 more error(s), not listed", "199 error(s)"},
+			absent: []string{"error: and"}},
 		{name: "external.grpc is known, and errors in it have their paths", exit: 1,
 			files: map[string]string{"c.json": `{"external": {"cluster": "limits", "grpc": {"cluster": "limits-grpc", "codec": "xml",
 				"initial_metadata": {"te": "trailers"}}, "fallback": {"requests_per_second": 1}}}`},
