@@ -502,3 +502,50 @@ func TestBreakerPreviewTakesNoProbe(t *testing.T) {
 		t.Fatalf("probe report: %v", tr)
 	}
 }
+
+// TestBreakerCreationRaceWithoutInit: the engine leaves a healthy
+// breaker's record unwritten (no Init), so the first failures may reach a
+// missing key on two workers at once. A healthy check writes nothing; the
+// worker that loses the race to create the record gets a CAS mismatch
+// (store.CreateCAS) and decides again on the winner's record, so both
+// failures count and the second one opens the breaker.
+func TestBreakerCreationRaceWithoutInit(t *testing.T) {
+	st := store.NewMemory()
+	m := mustMachine(t, Settings{FailureThreshold: 2, OpenTimeout: 10 * sec, SuccessThreshold: 1})
+	a := NewBreaker(m, st, "cb:backend")
+	b := NewBreaker(m, st, "cb:backend") // a second worker
+	ta, da, errA := a.Check(t0)
+	tb, db, errB := b.Check(t0)
+	if !da.Allowed || !db.Allowed || errA != nil || errB != nil {
+		t.Fatalf("checks: %+v %v, %+v %v", da, errA, db, errB)
+	}
+	if _, _, err := st.Get("cb:backend"); !store.IsNotFound(err) {
+		t.Fatalf("a healthy check wrote the record: %v", err)
+	}
+	raced := false
+	st.BeforeSet = func(string) bool {
+		if !raced {
+			// a has read the missing key and is about to create it: b
+			// reports its failure, creating the record, in between.
+			raced = true
+			if tr, err := b.Report(tb, fail, t0); tr != NoTransition || err != nil {
+				t.Fatalf("b's failure: %v %v", tr, err)
+			}
+		}
+		return false
+	}
+	tr, err := a.Report(ta, fail, t0)
+	st.BeforeSet = nil
+	if !raced {
+		t.Fatal("the race was not staged")
+	}
+	if tr != Opened || err != nil {
+		t.Fatalf("a's failure after losing the creation race: %v %v, want Opened (both failures counted)", tr, err)
+	}
+	if a.Stats().Retries != 1 {
+		t.Fatalf("a's stats %+v, want the lost creation retried once", a.Stats())
+	}
+	if s, _ := b.Peek(); s != Open {
+		t.Fatalf("b peeks %v, want Open", s)
+	}
+}

@@ -26,6 +26,10 @@
 // still out, the lost probes count as a failure and the breaker re-opens.
 //
 // The one race shared data leaves open is key creation: a write to a missing
-// key ignores the CAS. Breaker.Init at configure time confines it to workers
-// writing the same fresh state.
+// key ignores the CAS. A missing key is written with store.CreateCAS, which
+// the host never hands out, so a worker that lost the race to create it
+// gets a CAS mismatch and decides again on what the winner wrote. Until a
+// decision changes it the key need not exist at all: a missing key reads
+// as a fresh closed breaker, so a healthy one is never written, and
+// Breaker.Init (writing that fresh state up front) is optional.
 package breaker

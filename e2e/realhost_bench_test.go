@@ -200,7 +200,7 @@ func realHostGap(t testing.TB, runs []*realLifecycle, ns [][]float64, index func
 	reply := runs[sluiceI].h.call(t, "alloccost", "0", "20000")
 	full, _ := strconv.ParseFloat(reply[1], 64)
 	bare, _ := strconv.ParseFloat(reply[2], 64)
-	allocs := runs[sluiceI].calls["guest proxy_on_memory_allocate"]
+	allocs, floorAllocs := runs[sluiceI].calls["guest proxy_on_memory_allocate"], runs[floorI].calls["guest proxy_on_memory_allocate"]
 	var extra []string
 	for k, v := range runs[sluiceI].calls {
 		if d := v - runs[floorI].calls[k]; strings.HasPrefix(k, "host ") && d != 0 {
@@ -213,6 +213,6 @@ func realHostGap(t testing.TB, runs []*realLifecycle, ns [][]float64, index func
 	fmt.Fprintf(&b, "- the WAT floor, the same hostcalls with a bump allocator: %.0f ns;\n", floor)
 	fmt.Fprintf(&b, "- the Go SDK and runtime making the same hostcalls (the Go floor, e2e/noop with floor): +%.0f ns (%.2f× the WAT floor before Sluice decides anything);\n", goFloor-floor, goFloor/floor)
 	fmt.Fprintf(&b, "- Sluice's own work beyond the Go floor: +%.0f ns, of which its hostcalls beyond the floor's: %s;\n", sluice-goFloor, strings.Join(extra, ", "))
-	fmt.Fprintf(&b, "- cpp-host's allocator path, which every hostcall returning data takes (%.1f a request here, as in the floor): %.0f ns a call, %.0f of them the guest's allocator and %.0f the two restricted-callback settings around it, which build and drop a set of seven names: %.0f ns a request, in the floor as in Sluice.\n", allocs, full, bare, full-bare, allocs*(full-bare))
+	fmt.Fprintf(&b, "- cpp-host's allocator path, which every hostcall returning data takes (%.1f a request here, %.1f in the floor): %.0f ns a call, %.0f of them the guest's allocator and %.0f the two restricted-callback settings around it, which build and drop a set of seven names: %.0f ns a request here, %.0f in the floor.\n", allocs, floorAllocs, full, bare, full-bare, allocs*(full-bare), floorAllocs*(full-bare))
 	return b.String()
 }

@@ -17,31 +17,47 @@ func (l Limit) Decide(st State, now int64, n int64) (State, Result) {
 	if !l.valid() {
 		return st, Result{Limit: l.Rate, Period: l.Period, Reason: ReasonInvalidLimit}
 	}
-	return l.decideValid(st, now, n)
+	var res Result
+	next := l.decideValid(st, now, n, &res)
+	return next, res
 }
 
 // decideValid is Decide for a Limit known to pass valid: one that passed
 // Validate (a Table's) or was just checked. The check is two calls on
 // GOARCH=wasm, which a request through a Table would otherwise make twice.
-func (l Limit) decideValid(st State, now int64, n int64) (State, Result) {
+//
+// The decisions write their Result through res and take the Limit by
+// pointer: on GOARCH=wasm arguments and results live in linear memory,
+// and a Result (56 bytes) or a Limit (40) passed by value is a bulk
+// memory copy, which Wasmtime runs as a call into the runtime, on every
+// call (a State is moved field by field).
+func (l *Limit) decideValid(st State, now int64, n int64, res *Result) State {
 	switch l.Algorithm {
 	case FixedWindow:
-		return l.decideFixed(st, now, n)
+		return l.decideFixed(st, now, n, res)
 	case SlidingWindow:
-		return l.decideSliding(st, now, n)
+		return l.decideSliding(st, now, n, res)
 	case SlidingLog:
-		return l.decideLog(st, now, n)
+		return l.decideLog(st, now, n, res)
 	default:
-		return l.decideBucket(st, now, n)
+		return l.decideBucket(st, now, n, res)
 	}
 }
 
+// start resets res for a decision over a period of length period, field
+// by field: assigning a Result literal zeroes its 56 bytes as one bulk
+// fill on GOARCH=wasm.
+func (res *Result) start(limit int64, period time.Duration) {
+	res.Allowed, res.Limit, res.Period = false, limit, period
+	res.Remaining, res.RetryAfter, res.ResetAfter, res.Reason = 0, 0, 0, ReasonAllowed
+}
+
 // costReason classifies costs that no amount of waiting can grant.
-func (l Limit) costReason(n int64) (Reason, bool) {
+func (l *Limit) costReason(n int64) (Reason, bool) {
 	if n < 1 {
 		return ReasonInvalidCost, false
 	}
-	if n > l.Capacity() {
+	if n > l.capacity() {
 		return ReasonCostExceedsCapacity, false
 	}
 	return ReasonAllowed, true
@@ -50,11 +66,11 @@ func (l Limit) costReason(n int64) (Reason, bool) {
 // decideBucket is GCRA with the TAT kept exactly as At + N/Rate ns. All
 // quantities below are in units of 1/Rate ns, where one unit of cost is
 // exactly Period.
-func (l Limit) decideBucket(st State, now int64, n int64) (State, Result) {
+func (l *Limit) decideBucket(st State, now int64, n int64, res *Result) State {
 	rate, period := uint64(l.Rate), uint64(l.Period)
 	debt, full := l.bucketDebt(st, now)
 
-	res := Result{Limit: l.Rate, Period: l.Period}
+	res.start(l.Rate, l.Period)
 	reason, ok := l.costReason(n)
 	if ok {
 		after := debt.add(mul(uint64(n), period))
@@ -62,7 +78,7 @@ func (l Limit) decideBucket(st State, now int64, n int64) (State, Result) {
 			res.Allowed, res.Reason = true, ReasonAllowed
 			res.Remaining = int64(full.sub(after).divFloor(period))
 			res.ResetAfter = dur(after.divCeil(rate))
-			return l.bucketState(now, after), res
+			return l.bucketState(now, after)
 		}
 		res.RetryAfter = dur(after.sub(full).divCeil(rate))
 		reason = ReasonLimited
@@ -72,7 +88,7 @@ func (l Limit) decideBucket(st State, now int64, n int64) (State, Result) {
 		res.Remaining = int64(full.sub(debt).divFloor(period))
 	}
 	res.ResetAfter = dur(debt.divCeil(rate))
-	return st, res
+	return st
 }
 
 // Charge takes n units at now whether or not they are available: the cost
@@ -119,15 +135,16 @@ func (l Limit) Charge(st State, now int64, n int64) (State, Result) {
 	// The decisions that would follow describe the charged key exactly as
 	// Decide would: cost 0 reports Remaining and ResetAfter, cost 1 the
 	// wait for the next unit.
-	_, res := l.decideValid(next, now, 0)
-	if _, one := l.decideValid(next, now, 1); !one.Allowed {
+	var res, one Result
+	l.decideValid(next, now, 0, &res)
+	if l.decideValid(next, now, 1, &one); !one.Allowed {
 		res.RetryAfter = one.RetryAfter
 	}
 	res.Allowed, res.Reason = true, ReasonAllowed
 	return next, res
 }
 
-func (l Limit) decideFixed(st State, now int64, n int64) (State, Result) {
+func (l *Limit) decideFixed(st State, now int64, n int64, res *Result) State {
 	limit := uint64(l.Rate)
 	win, elapsed, length, delay, plausible := l.window(st, now)
 	used := uint64(0)
@@ -139,7 +156,7 @@ func (l Limit) decideFixed(st State, now int64, n int64) (State, Result) {
 	}
 	untilEnd := addSat(delay, length-elapsed)
 
-	res := Result{Limit: l.Rate, Period: time.Duration(length)}
+	res.start(l.Rate, time.Duration(length))
 	reason, ok := l.costReason(n)
 	if ok {
 		if used+uint64(n) <= limit {
@@ -147,7 +164,7 @@ func (l Limit) decideFixed(st State, now int64, n int64) (State, Result) {
 			res.Allowed, res.Reason = true, ReasonAllowed
 			res.Remaining = int64(limit - used)
 			res.ResetAfter = dur(untilEnd)
-			return State{At: win, N: uint32(used)}, res
+			return State{At: win, N: uint32(used)}
 		}
 		reason = ReasonLimited
 		res.RetryAfter = dur(untilEnd)
@@ -159,14 +176,14 @@ func (l Limit) decideFixed(st State, now int64, n int64) (State, Result) {
 	if used > 0 {
 		res.ResetAfter = dur(untilEnd)
 	}
-	return st, res
+	return st
 }
 
 // decideSliding admits n units when prev×(1−elapsed/Period) + cur + (n−1) <
 // Rate, i.e. when each of the n units would pass the rule
 // "prev×(1−f) + cur < L" if admitted one at a time. Everything is multiplied
 // by Period to stay in integers.
-func (l Limit) decideSliding(st State, now int64, n int64) (State, Result) {
+func (l *Limit) decideSliding(st State, now int64, n int64, res *Result) State {
 	limit := uint64(l.Rate)
 	period := uint64(l.Period)
 	win, elapsed, _, delay, plausible := l.window(st, now)
@@ -196,7 +213,7 @@ func (l Limit) decideSliding(st State, now int64, n int64) (State, Result) {
 		return 0
 	}
 
-	res := Result{Limit: l.Rate, Period: l.Period}
+	res.start(l.Rate, l.Period)
 	reason, ok := l.costReason(n)
 	if ok {
 		if _, ok := headroom(cur + uint64(n) - 1); ok {
@@ -204,7 +221,7 @@ func (l Limit) decideSliding(st State, now int64, n int64) (State, Result) {
 			res.Allowed, res.Reason = true, ReasonAllowed
 			res.Remaining = remaining(cur)
 			res.ResetAfter = resetAfter(cur)
-			return State{At: win, N: uint32(cur), Prev: uint32(prev)}, res
+			return State{At: win, N: uint32(cur), Prev: uint32(prev)}
 		}
 		reason = ReasonLimited
 		res.RetryAfter = dur(addSat(delay, l.slidingWait(cur, prev, uint64(n), elapsed)))
@@ -212,7 +229,7 @@ func (l Limit) decideSliding(st State, now int64, n int64) (State, Result) {
 	res.Reason = reason
 	res.Remaining = remaining(cur)
 	res.ResetAfter = resetAfter(cur)
-	return st, res
+	return st
 }
 
 // slidingWait is the time from elapsed (within the evaluation window) until
@@ -220,7 +237,7 @@ func (l Limit) decideSliding(st State, now int64, n int64) (State, Result) {
 // continuous across the window boundary (prev×0 + cur becomes cur×1 + 0),
 // so the first instant the rule holds is found in closed form: within this
 // window, or else within the next one where cur has become prev.
-func (l Limit) slidingWait(cur, prev, n, elapsed uint64) uint64 {
+func (l *Limit) slidingWait(cur, prev, n, elapsed uint64) uint64 {
 	limit, period := uint64(l.Rate), uint64(l.Period)
 	// firstPass: smallest e with p×(P−e) < need×P, i.e. e = P − ⌈need×P/p⌉ + 1.
 	firstPass := func(p, need uint64) uint64 {

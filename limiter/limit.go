@@ -101,7 +101,11 @@ type Limit struct {
 
 // Capacity is the most units one decision can ever get: Rate+Burst for the
 // token bucket and Rate for the windows.
-func (l Limit) Capacity() int64 {
+func (l Limit) Capacity() int64 { return l.capacity() }
+
+// capacity is Capacity for the decisions, which hold l by pointer: a
+// value method, even inlined, copies the Limit first (see decideValid).
+func (l *Limit) capacity() int64 {
 	if l.Algorithm == TokenBucket {
 		return l.Rate + l.Burst
 	}
@@ -147,7 +151,7 @@ func (l Limit) Validate() error {
 
 // valid is Validate without building an error, cheap enough to run on every
 // decision so that a Limit that skipped Validate cannot make Div64 panic.
-func (l Limit) valid() bool {
+func (l *Limit) valid() bool {
 	return l.Algorithm < numAlgorithms &&
 		l.Rate >= 1 && l.Rate <= MaxRate &&
 		l.Period >= MinPeriod && l.Period <= MaxPeriod &&
@@ -159,7 +163,7 @@ func (l Limit) valid() bool {
 		l.spanFits()
 }
 
-func (l Limit) offsetValid() bool {
+func (l *Limit) offsetValid() bool {
 	if l.Calendar == NoCalendar {
 		return l.Offset == 0
 	}
@@ -167,7 +171,7 @@ func (l Limit) offsetValid() bool {
 }
 
 // spanFits checks Capacity×Period < 2^62×Rate without dividing.
-func (l Limit) spanFits() bool {
+func (l *Limit) spanFits() bool {
 	span := mul(uint64(l.Rate+l.Burst), uint64(l.Period))
 	hi, lo := span.hi, span.lo
 	limHi, limLo := uint64(l.Rate)>>2, uint64(l.Rate)<<62

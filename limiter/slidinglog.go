@@ -44,7 +44,7 @@ func oneEntry(at, n uint64) [logEntryLen]byte {
 	return b
 }
 
-func (l Limit) periodMicros() uint64 { return uint64(l.Period / time.Microsecond) }
+func (l *Limit) periodMicros() uint64 { return uint64(l.Period / time.Microsecond) }
 
 // addToLog records n units at now (its microsecond rounded up) in a live
 // log holding used units, keeping the newest Rate units. A clock that
@@ -54,7 +54,7 @@ func (l Limit) periodMicros() uint64 { return uint64(l.Period / time.Microsecond
 // uses the log: a Table's decision then allocates nothing, where a new
 // string per admission (up to 8 KB) would make the guest's garbage
 // collector the largest cost of a decision.
-func (l Limit) addToLog(live string, used uint64, now int64, n uint64, into *[]byte) string {
+func (l *Limit) addToLog(live string, used uint64, now int64, n uint64, into *[]byte) string {
 	_, _, ceil := logClock(now)
 	n = min(n, uint64(l.Rate))
 	if k := len(live) / logEntryLen; used+n <= uint64(l.Rate) {
@@ -91,7 +91,7 @@ func logUnits(log string) uint64 {
 
 // logUntil is how long from now until the entry at index i of a live log
 // leaves the window: the first instant it is evaluated as expired.
-func (l Limit) logUntil(live string, i int, now int64) time.Duration {
+func (l *Limit) logUntil(live string, i int, now int64) time.Duration {
 	t, _, _ := logClock(now)
 	at := logEntry(live, i) >> logCountBits
 	return dur((at+l.periodMicros())*nanosPerMicro - t)
@@ -99,7 +99,7 @@ func (l Limit) logUntil(live string, i int, now int64) time.Duration {
 
 // logReset is how long until the newest entry of a live log leaves the
 // window; 0 for an empty one.
-func (l Limit) logReset(live string, now int64) time.Duration {
+func (l *Limit) logReset(live string, now int64) time.Duration {
 	if len(live) == 0 {
 		return 0
 	}
@@ -108,17 +108,17 @@ func (l Limit) logReset(live string, now int64) time.Duration {
 
 // decideLog admits n units when the live log holds at most Rate−n units.
 // RetryAfter is when enough of the oldest entries have left for n to fit.
-func (l Limit) decideLog(st State, now int64, n int64) (State, Result) {
+func (l *Limit) decideLog(st State, now int64, n int64, res *Result) State {
 	live, used := l.liveLog(st.Log, now)
-	return l.decideScannedLog(st, live, used, now, n, nil)
+	return l.decideScannedLog(st, live, used, now, n, nil, res)
 }
 
 // decideScannedLog is decideLog on st's live log and units as liveLog
 // found them at now, building an admission's log in into if not nil (see
 // addToLog).
-func (l Limit) decideScannedLog(st State, live string, used uint64, now int64, n int64, into *[]byte) (State, Result) {
+func (l *Limit) decideScannedLog(st State, live string, used uint64, now int64, n int64, into *[]byte, res *Result) State {
 	limit := uint64(l.Rate)
-	res := Result{Limit: l.Rate, Period: l.Period}
+	res.start(l.Rate, l.Period)
 	reason, ok := l.costReason(n)
 	if ok {
 		if used+uint64(n) <= limit {
@@ -126,7 +126,7 @@ func (l Limit) decideScannedLog(st State, live string, used uint64, now int64, n
 			res.Allowed, res.Reason = true, ReasonAllowed
 			res.Remaining = int64(limit - used - uint64(n))
 			res.ResetAfter = l.logReset(next, now)
-			return State{Log: next}, res
+			return State{Log: next}
 		}
 		reason = ReasonLimited
 		// The entry whose departure frees the last unit needed.
@@ -139,13 +139,13 @@ func (l Limit) decideScannedLog(st State, live string, used uint64, now int64, n
 	res.Reason = reason
 	res.Remaining = int64(limit - min(used, limit))
 	res.ResetAfter = l.logReset(live, now)
-	return st, res
+	return st
 }
 
 // chargeLog records n units at now whatever is left, keeping the newest
 // Rate units: a log cannot carry debt, so it fills up and forgets the
 // excess as its entries leave the window.
-func (l Limit) chargeLog(st State, now int64, n int64) State {
+func (l *Limit) chargeLog(st State, now int64, n int64) State {
 	live, used := l.liveLog(st.Log, now)
 	return State{Log: l.addToLog(live, used, now, uint64(n), nil)}
 }

@@ -43,7 +43,11 @@ var (
 
 // AppendState appends the encoding of st under l's algorithm to dst. It
 // does not allocate when dst has MaxStateLen spare capacity.
-func (l Limit) AppendState(dst []byte, st State) []byte {
+func (l Limit) AppendState(dst []byte, st State) []byte { return l.appendState(dst, st) }
+
+// appendState is AppendState for a Table, which holds its Limit by
+// pointer (see decideValid).
+func (l *Limit) appendState(dst []byte, st State) []byte {
 	hdr := byte(codecVersion<<4) | byte(l.Algorithm&0x0f)
 	switch l.Algorithm {
 	case SlidingLog:
@@ -158,7 +162,7 @@ func (l Limit) CheckState(alg Algorithm, st State, now int64) error {
 
 // checkValidState is CheckState for a Limit known to pass valid (see
 // decideValid).
-func (l Limit) checkValidState(alg Algorithm, st State, now int64) error {
+func (l *Limit) checkValidState(alg Algorithm, st State, now int64) error {
 	if alg != l.Algorithm {
 		return fmt.Errorf("%w: stored %v, configured %v", ErrImpossible, alg, l.Algorithm)
 	}
@@ -174,7 +178,7 @@ func (l Limit) checkValidState(alg Algorithm, st State, now int64) error {
 		}
 		if st.At > now {
 			debt := mul(uint64(st.At)-uint64(now), limit).add64(uint64(st.N))
-			full := mul(uint64(l.Capacity()), uint64(l.Period))
+			full := mul(uint64(l.capacity()), uint64(l.Period))
 			ceiling := full.add(full).add(mul(uint64(ClockStepTolerance), limit))
 			if ceiling.less(debt) {
 				return fmt.Errorf("%w: TAT %d is beyond a bucket charged a full bucket past empty, ahead of %d", ErrImpossible, st.At, now)
@@ -204,7 +208,7 @@ func (l Limit) Empty(now int64) State {
 	}
 	switch l.Algorithm {
 	case TokenBucket:
-		q, r := mul(uint64(l.Capacity()), uint64(l.Period)).div(uint64(l.Rate))
+		q, r := mul(uint64(l.capacity()), uint64(l.Period)).div(uint64(l.Rate))
 		st := State{At: now + int64(q), N: uint32(r)}
 		if now > 0 && q > uint64(1<<63-1-now) {
 			st = State{At: 1<<63 - 1}
@@ -321,7 +325,7 @@ func (l Limit) Used(st State, now int64) int64 {
 // states of the same Limit at one instant: the debt itself for a token
 // bucket (a key that made its request earlier has used less), the
 // weighted count for a sliding window, the units otherwise.
-func (l Limit) usage(st State, now int64) (units uint64, rank u128) {
+func (l *Limit) usage(st State, now int64) (units uint64, rank u128) {
 	if !l.valid() {
 		return 0, u128{}
 	}
@@ -349,9 +353,9 @@ func (l Limit) usage(st State, now int64) (units uint64, rank u128) {
 // bucket is full) and the debt of an empty bucket, both in units of
 // 1/Rate ns. A debt beyond what Charge can leave plus ClockStepTolerance
 // cannot come from a sane clock and reads as an empty bucket.
-func (l Limit) bucketDebt(st State, now int64) (debt, full u128) {
+func (l *Limit) bucketDebt(st State, now int64) (debt, full u128) {
 	rate := uint64(l.Rate)
-	full = mul(uint64(l.Capacity()), uint64(l.Period))
+	full = mul(uint64(l.capacity()), uint64(l.Period))
 	if st.At > now || (st.At == now && st.N > 0) {
 		debt = mul(uint64(st.At)-uint64(now), rate).add64(uint64(st.N))
 		if full.add(full).add(mul(uint64(ClockStepTolerance), rate)).less(debt) {
@@ -363,7 +367,7 @@ func (l Limit) bucketDebt(st State, now int64) (debt, full u128) {
 
 // bucketState is the state whose TAT is debt (in units of 1/Rate ns)
 // ahead of now.
-func (l Limit) bucketState(now int64, debt u128) State {
+func (l *Limit) bucketState(now int64, debt u128) State {
 	q, r := debt.div(uint64(l.Rate))
 	// q is below 2^63 for practical limits; an extreme one (capacity ×
 	// period near the 146-year bound, charged into debt) or a now near
@@ -382,7 +386,7 @@ func (l Limit) bucketState(now int64, debt u128) State {
 // the time from now until that evaluation point. A state window too far
 // ahead to be a clock step is reported as implausible. length is the
 // length of window win: Period, or one calendar period.
-func (l Limit) window(st State, now int64) (win int64, elapsed, length, delay uint64, plausible bool) {
+func (l *Limit) window(st State, now int64) (win int64, elapsed, length, delay uint64, plausible bool) {
 	if l.Calendar != NoCalendar {
 		return l.calendarWindow(st, now)
 	}
@@ -408,7 +412,7 @@ func (l Limit) window(st State, now int64) (win int64, elapsed, length, delay ui
 // the past; one that begins exactly where now's period ends is a clock
 // that went back, evaluated at that period's start; any other is
 // implausible.
-func (l Limit) calendarWindow(st State, now int64) (win int64, elapsed, length, delay uint64, plausible bool) {
+func (l *Limit) calendarWindow(st State, now int64) (win int64, elapsed, length, delay uint64, plausible bool) {
 	t := max(now, calendarFloor)
 	_, start, length := l.Calendar.Period(t, l.Offset)
 	win = calendarAt(start, length)
@@ -429,7 +433,7 @@ func (l Limit) calendarWindow(st State, now int64) (win int64, elapsed, length, 
 // (see calendarAt) any overlap of the two spans. So when the config changes
 // between day, week and month, or from a calendar period to a duration,
 // what a key used in a window overlapping the current one still counts.
-func (l Limit) inWindow(at, win int64) bool {
+func (l *Limit) inWindow(at, win int64) bool {
 	if at == win || at < calendarBit {
 		return at == win
 	}
@@ -486,7 +490,7 @@ func addSatInt(t int64, d uint64) int64 {
 // (plausible or not): the units in win and, for a sliding window, in
 // win−1 (a fixed window's Prev is always 0). An implausible state counts
 // as a full window.
-func (l Limit) windowCounts(st State, win int64, plausible bool) (cur, prev uint64) {
+func (l *Limit) windowCounts(st State, win int64, plausible bool) (cur, prev uint64) {
 	switch {
 	case !plausible:
 		return uint64(l.Rate), 0
@@ -519,7 +523,7 @@ func logClock(now int64) (t, floor, ceil uint64) {
 // limit cannot hold: malformed, entries out of order, more than Rate live
 // units, or entries further ahead than ClockStepTolerance. Such a log is
 // decided as Limit.Empty, never as fresher than a used-up key.
-func (l Limit) scanLog(log string, now int64) (live string, used uint64, ok bool) {
+func (l *Limit) scanLog(log string, now int64) (live string, used uint64, ok bool) {
 	if len(log)%logEntryLen != 0 {
 		return "", 0, false
 	}
@@ -554,7 +558,7 @@ func (l Limit) scanLog(log string, now int64) (live string, used uint64, ok bool
 }
 
 // liveLog is scanLog with an impossible log replaced by Empty's.
-func (l Limit) liveLog(log string, now int64) (string, uint64) {
+func (l *Limit) liveLog(log string, now int64) (string, uint64) {
 	live, used, ok := l.scanLog(log, now)
 	if !ok {
 		return l.emptyLog(now), uint64(l.Rate)
@@ -563,7 +567,7 @@ func (l Limit) liveLog(log string, now int64) (string, uint64) {
 }
 
 // emptyLog is the log of a key that used its whole allowance at now.
-func (l Limit) emptyLog(now int64) string {
+func (l *Limit) emptyLog(now int64) string {
 	_, _, ceil := logClock(now)
 	e := oneEntry(ceil, uint64(l.Rate))
 	return string(e[:])

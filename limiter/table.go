@@ -583,7 +583,7 @@ func (t *Table) leastUsed(slots *[MaxWays]slotRead, now int64) int {
 
 func (t *Table) encode(fp uint64, st State) []byte {
 	b := binary.LittleEndian.AppendUint64(t.buf[:0], fp)
-	b = t.limit.AppendState(b, st)
+	b = t.limit.appendState(b, st)
 	t.buf = b
 	return b
 }
@@ -699,14 +699,24 @@ func (t *Table) Reset(key string, now int64) (held bool, err error) {
 // error is non-nil only for store failures, in which case the Result
 // follows OnContention with ReasonStoreError.
 func (t *Table) AllowN(key string, now int64, n int64) (Result, error) {
-	res, exhausted, err := t.update(key, now, n, false)
+	var res Result
+	err := t.allowN(key, now, n, &res)
+	return res, err
+}
+
+// allowN is AllowN writing its Result through res (see decideValid for
+// why).
+func (t *Table) allowN(key string, now int64, n int64, res *Result) error {
+	exhausted, err := t.update(key, now, n, false, res)
 	switch {
 	case err != nil:
-		return t.storeFailure(err)
+		var ferr error
+		*res, ferr = t.storeFailure(err)
+		return ferr
 	case exhausted:
-		return t.contended(res), nil
+		t.contended(res)
 	}
-	return res, nil
+	return nil
 }
 
 // update is the CAS loop of AllowN and of Charge (charge set): read,
@@ -714,36 +724,36 @@ func (t *Table) AllowN(key string, now int64, n int64) (Result, error) {
 // again, up to MaxRetries more times. A decision that is not Allowed
 // writes nothing. exhausted reports that the retries ran out; err is a
 // store failure other than a CAS mismatch.
-func (t *Table) update(key string, now, n int64, charge bool) (res Result, exhausted bool, err error) {
+func (t *Table) update(key string, now, n int64, charge bool, res *Result) (exhausted bool, err error) {
 	h := Hash(t.seed, key)
 	var v view
 	for attempt := 0; ; attempt++ {
 		err := t.read(&v, h, now)
 		if err != nil {
-			return Result{}, false, err
+			return false, err
 		}
 		var next State
 		if charge {
-			next, res = t.limit.Charge(v.state, now, n)
+			next, *res = t.limit.Charge(v.state, now, n)
 		} else {
-			next, res = t.decide(v.state, now, n, true)
+			next = t.decide(v.state, now, n, true, res)
 		}
 		if !res.Allowed {
-			t.countOverflow(&v, res)
-			return res, false, nil
+			t.countOverflow(&v, res.Allowed)
+			return false, nil
 		}
 		err = t.commit(&v, next, now, n)
 		if err == nil {
-			t.countOverflow(&v, res)
-			return res, false, nil
+			t.countOverflow(&v, res.Allowed)
+			return false, nil
 		}
 		if !store.IsCASMismatch(err) {
-			return Result{}, false, err
+			return false, err
 		}
 		t.stats.CASMismatches++
 		if attempt >= t.maxRetries {
-			t.countOverflow(&v, Result{})
-			return res, true, nil
+			t.countOverflow(&v, false)
+			return true, nil
 		}
 	}
 }
@@ -753,7 +763,7 @@ func (t *Table) update(key string, now, n int64, charge bool) (res Result, exhau
 // t.logBuf: the State returned is only good until the table's next
 // decision, so only a caller that writes it before deciding again (the
 // CAS loop of AllowN and Charge, Peek) may ask for that.
-func (t *Table) decide(st State, now, n int64, reuse bool) (State, Result) {
+func (t *Table) decide(st State, now, n int64, reuse bool, res *Result) State {
 	if t.limit.Algorithm == SlidingLog && t.limit.valid() {
 		var into *[]byte
 		if reuse {
@@ -761,18 +771,19 @@ func (t *Table) decide(st State, now, n int64, reuse bool) (State, Result) {
 		}
 		for i := range t.scanned {
 			if c := &t.scanned[i]; c.ok && c.now == now && c.size == len(st.Log) && c.data == unsafe.StringData(st.Log) {
-				return t.limit.decideScannedLog(st, c.live, c.used, now, n, into)
+				return t.limit.decideScannedLog(st, c.live, c.used, now, n, into, res)
 			}
 		}
 	}
-	return t.limit.decideValid(st, now, n)
+	return t.limit.decideValid(st, now, n, res)
 }
 
-// countOverflow counts a final decision made on an overflow bucket's state.
-func (t *Table) countOverflow(v *view, res Result) {
+// countOverflow counts a final decision, allowed or not, made on an
+// overflow bucket's state.
+func (t *Table) countOverflow(v *view, allowed bool) {
 	if v.takeover == overflowBucket || v.inherits {
 		t.stats.Overflow++
-		if !res.Allowed {
+		if !allowed {
 			t.stats.OverflowDenied++
 		}
 	}
@@ -786,7 +797,8 @@ func (t *Table) Peek(key string, now int64, n int64) (Result, error) {
 	if err := t.read(&v, Hash(t.seed, key), now); err != nil {
 		return t.storeFailure(err)
 	}
-	_, res := t.decide(v.state, now, n, true)
+	var res Result
+	t.decide(v.state, now, n, true, &res)
 	return res, nil
 }
 
@@ -798,7 +810,8 @@ func (t *Table) Peek(key string, now int64, n int64) (Result, error) {
 // error with ReasonStoreError, whatever OnContention says: a charge has
 // nothing to admit.
 func (t *Table) Charge(key string, now int64, n int64) (Result, error) {
-	res, exhausted, err := t.update(key, now, n, true)
+	var res Result
+	exhausted, err := t.update(key, now, n, true, &res)
 	switch {
 	case err != nil:
 		return t.chargeFailure(err)
@@ -815,14 +828,13 @@ func (t *Table) chargeFailure(err error) (Result, error) {
 	return res, err
 }
 
-func (t *Table) contended(res Result) Result {
+func (t *Table) contended(res *Result) {
 	t.stats.Contention++
 	res.Reason = ReasonContention
 	res.Allowed = t.policy == ContentionAllow
 	if !res.Allowed {
 		res.Remaining = 0
 	}
-	return res
 }
 
 func (t *Table) storeFailure(err error) (Result, error) {
@@ -878,10 +890,9 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 	if len(reqs) == 1 && reqs[0].Table != nil {
 		// One limit is exactly AllowN, without the rollback bookkeeping,
 		// whose arrays cost more to clear than the decision in the guest.
-		r := reqs[0]
-		res, err := r.Table.AllowN(r.Key, now, r.Cost)
-		results[0] = res
-		return res.Allowed, err
+		r := &reqs[0]
+		err := r.Table.allowN(r.Key, now, r.Cost, &results[0])
+		return results[0].Allowed, err
 	}
 	var viewsArr [8]view
 	var nextArr [8]State
@@ -904,10 +915,9 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 			views, nexts = append(views, v), append(nexts, State{})
 			continue
 		}
-		next, res := r.Table.decide(v.state, now, r.Cost, false)
-		results[i] = res
-		r.Table.countOverflow(&v, res)
-		if !res.Allowed {
+		next := r.Table.decide(v.state, now, r.Cost, false, &results[i])
+		r.Table.countOverflow(&v, results[i].Allowed)
+		if !results[i].Allowed {
 			// Short-circuit: later limits are neither read nor decided,
 			// so their results are left as the zero Result.
 			for j := i + 1; j < len(reqs); j++ {
@@ -934,7 +944,7 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 			if store.IsCASMismatch(err) {
 				t.stats.CASMismatches++
 				if attempt >= t.maxRetries {
-					results[i] = t.contended(results[i])
+					t.contended(&results[i])
 					if results[i].Allowed {
 						break
 					}
@@ -942,7 +952,7 @@ func AllowAll(now int64, reqs []Request, results []Result) (bool, error) {
 					return false, nil
 				}
 				if err = t.read(&v, v.h, now); err == nil {
-					next, results[i] = t.decide(v.state, now, r.Cost, false)
+					next = t.decide(v.state, now, r.Cost, false, &results[i])
 					if !results[i].Allowed {
 						rollback(done)
 						return false, nil

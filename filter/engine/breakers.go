@@ -82,10 +82,12 @@ func (b *breakerRuntime) instance(scope string) *breaker.Breaker {
 			return br
 		}
 	}
+	// Not Init: a missing record reads as the fresh closed breaker Init
+	// would write, and a healthy breaker's checks write nothing, so while
+	// it stays healthy its record stays missing and each check's read
+	// returns no data. A read that returns data costs the host a call
+	// into the guest's allocator, about as much again as the read.
 	br := breaker.NewBreaker(b.machine, b.store, "sluice.cb."+b.cfg.Name+"."+scope)
-	if err := br.Init(); err != nil {
-		b.log.Warnf("sluice: breaker %s: %v", b.cfg.Name, err)
-	}
 	// The map keeps scope past this callback, and scope views host memory
 	// (a property) that is only valid until the callback returns.
 	scope = strings.Clone(scope)

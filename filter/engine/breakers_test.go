@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/breaker"
 	"github.com/sluice-proxy/sluice/filter/config"
 	"github.com/sluice-proxy/sluice/filter/host/hosttest"
 )
@@ -92,5 +93,45 @@ func TestBreakerOutcomeReadsTheClockOnlyWhenRecorded(t *testing.T) {
 	}
 	if got := f.Metrics.Values["sluice.breaker.b.failures"]; got != 1 {
 		t.Fatalf("breaker failures %d, want 1", got)
+	}
+}
+
+// TestHealthyBreakerLeavesRecordUnwritten: a breaker whose requests all
+// succeed never writes its shared record, so each check's read finds
+// nothing and returns no data (in the proxy, no call into the guest's
+// allocator); a missing record reads as the fresh closed breaker, and the
+// first failure creates it (breaker.TestBreakerCreationRaceWithoutInit
+// covers two workers creating it at once).
+func TestHealthyBreakerLeavesRecordUnwritten(t *testing.T) {
+	p, f := newNativePlugin(t, `{"breakers":[{"name":"backend","failure_threshold":2}]}`)
+	f.Stream.Headers = [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "a"}}
+	f.Stream.Properties = map[string]string{"source.address": "10.0.0.1:5000", "xds.cluster_name": "backend"}
+	s := &Stream{}
+	serve := func(id uint32, status string) {
+		t.Helper()
+		f.Stream.ResponseHeaderMap = [][2]string{{":status", status}}
+		f.Clock.Advance(time.Millisecond)
+		p.Begin(s, id)
+		if s.RequestHeaders() != Continue {
+			t.Fatalf("request %d not admitted", id)
+		}
+		s.ResponseHeaders()
+		s.Done()
+	}
+	for id := uint32(1); id <= 10; id++ {
+		serve(id, "200")
+	}
+	if n := f.Store.Len(); n != 0 {
+		t.Fatalf("%d shared-data keys after 10 successes, want none: a healthy breaker writes nothing", n)
+	}
+	serve(11, "503")
+	if n := f.Store.Len(); n != 1 {
+		t.Fatalf("%d shared-data keys after a failure, want the breaker's record", n)
+	}
+	serve(12, "503")
+	if s := p.breakers[0].instance("backend"); s == nil {
+		t.Fatal("no breaker instance")
+	} else if st, err := s.Peek(); err != nil || st != breaker.Open {
+		t.Fatalf("breaker %v %v after two failures, want open", st, err)
 	}
 }

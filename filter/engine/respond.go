@@ -106,14 +106,19 @@ func appendRateLimitHeaders(dst [][2]string, buf []byte, families config.HeaderF
 		from, to int
 		constant string
 	}
+	// Spans are written and read field by field: a span literal stored,
+	// or a span copied out by range, is a bulk memory copy on
+	// GOARCH=wasm, which Wasmtime runs as a call into the runtime.
 	var spans [6]span
 	n := 0
 	mark := func(name string, from int) {
-		spans[n] = span{name: name, from: from, to: len(buf)}
+		sp := &spans[n]
+		sp.name, sp.from, sp.to = name, from, len(buf)
 		n++
 	}
 	markConstant := func(name, value string) {
-		spans[n] = span{name: name, constant: value}
+		sp := &spans[n]
+		sp.name, sp.constant = name, value
 		n++
 	}
 	c := q.consts
@@ -158,12 +163,15 @@ func appendRateLimitHeaders(dst [][2]string, buf []byte, families config.HeaderF
 		buf = appendInt(buf, ceilSeconds(q.resetAfter))
 		mark("ratelimit", from)
 	}
-	for _, sp := range spans[:n] {
+	for i := range spans[:n] {
+		sp := &spans[i]
 		v := sp.constant
 		if sp.to > sp.from {
 			v = unsafe.String(&buf[sp.from], sp.to-sp.from)
 		}
-		dst = append(dst, [2]string{sp.name, v})
+		dst = append(dst, [2]string{})
+		kv := &dst[len(dst)-1]
+		kv[0], kv[1] = sp.name, v
 	}
 	return dst, buf
 }
