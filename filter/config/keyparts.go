@@ -23,6 +23,9 @@ func parseKeyPart(s string) (KeyPart, string) {
 		if !headerToken(name) {
 			return KeyPart{}, fmt.Sprintf("invalid header name %s", Quote(name))
 		}
+		if RequestHeaderName(name) == "host" {
+			return KeyPart{}, hostHeaderNever + `: use the key part "host"`
+		}
 		return KeyPart{Kind: KeyHeader, Header: RequestHeaderName(name)}, ""
 	}
 	if part, err, ok := parseArgumentKeyPart(s); ok {

@@ -94,6 +94,10 @@ func (o *object) requestHeaderName(name, missing string) string {
 	return o.readHeaderName(name, missing, RequestHeaderName)
 }
 
+// hostHeaderNever is why a request header named host is refused: Envoy
+// moves Host into :authority, so no filter ever sees it.
+const hostHeaderNever = "Envoy moves the Host header into :authority, so a request header named host is never present"
+
 // RequestHeaderName is how a configured name of a request header the
 // filter reads is kept: lower-cased, '_' as '-'. The filter reads a
 // request header sent with '_' for '-' as the same header (CGI and WSGI

@@ -221,3 +221,25 @@ func init() {
 		},
 	})
 }
+
+func init() {
+	Cases = append(Cases, Case{
+		Name:    "the method key is the method in upper case: delete and DELETE share a bucket, as the methods match and WSGI upstreams read them",
+		Config:  `{"limits":[{"name":"m","key":["method"],"limit":2,"window":"1m"}]}`,
+		Workers: 1,
+		Run: func(t *testing.T, h Harness) {
+			for i, m := range []string{"DELETE", "delete"} {
+				req := get("/items/1")
+				req.Method = m
+				if resp := h.Do(t, req); resp.Status != 200 {
+					t.Fatalf("request %d (%s): %d, want admitted", i, m, resp.Status)
+				}
+			}
+			req := get("/items/1")
+			req.Method = "Delete"
+			if resp := h.Do(t, req); resp.Status != 429 {
+				t.Fatalf("third request of one method: %d, want 429", resp.Status)
+			}
+		},
+	})
+}

@@ -116,11 +116,9 @@ func (r *Info) AppendKey(dst []byte, parts []config.KeyPart, clientCfg *config.C
 		case config.KeyCluster:
 			v = r.Cluster()
 			ok = true
-		case config.KeyMethod:
-			v, ok = r.pseudo(NeedMethod), true
 		case config.KeyPathSegment:
 			v, ok = PathSegment(r.NormalPath(), p.Segment)
-		case config.KeyQuery, config.KeyCookie, config.KeyClientIPMasked, config.KeyMetadata, config.KeyHost:
+		case config.KeyQuery, config.KeyCookie, config.KeyClientIPMasked, config.KeyMetadata, config.KeyHost, config.KeyMethod:
 			// These decode or mask into dst rather than slicing a value.
 			start := len(dst)
 			if dst, ok = r.appendDerived(dst, p, clientCfg); !ok {
@@ -163,6 +161,19 @@ func (r *Info) appendDerived(dst []byte, p config.KeyPart, clientCfg *config.Cli
 		return appendMetadata(dst, r.src.Property(p.Property))
 	case config.KeyHost:
 		return appendHostKey(dst, r.pseudo(NeedHost))
+	case config.KeyMethod:
+		// In upper case, as the methods match reads any case and as CGI
+		// and WSGI upstreams hand REQUEST_METHOD on: "delete" and
+		// "DELETE" are one method to them, so one bucket here.
+		m := r.pseudo(NeedMethod)
+		for i := 0; i < len(m); i++ {
+			c := m[i]
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			dst = append(dst, c)
+		}
+		return dst, true
 	case config.KeyQuery:
 		q, ok := RawQuery(r.pseudo(NeedPath))
 		if !ok {
