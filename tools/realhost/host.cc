@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +46,24 @@ struct Metric {
 };
 std::vector<Metric> g_metrics; // indexed by id - 1
 std::unordered_map<std::string, uint32_t> g_metric_ids;
+
+// ---- HTTP callouts: the clusters the driver serves, the calls the
+// plugin made that the driver has not answered yet, and the reply of the
+// one being delivered ----
+
+std::set<std::string> g_clusters;
+struct Callout {
+  uint32_t token;
+  ContextBase *root;
+  std::string cluster, body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  int timeout_ms;
+};
+std::vector<Callout> g_callouts_new;               // not yet listed to the driver
+std::map<uint32_t, Callout> g_callouts_out;        // listed, not yet answered
+uint32_t g_next_token = 1;
+std::vector<std::pair<std::string, std::string>> g_call_headers; // during onHttpCallResponse
+std::string g_call_body;
 
 // ---- the line protocol: space-separated tokens, each "=" followed by its
 // bytes with '%', space, controls and non-ASCII as %XX ----
@@ -226,11 +245,26 @@ public:
   BufferInterface *getBuffer(WasmBufferType type) override;
   bool endOfStream(WasmStreamType) override { return true; }
 
-  // No cluster is configured: a callout fails as Envoy's does for an
-  // unknown cluster.
-  WasmResult httpCall(std::string_view, const Pairs &, std::string_view, const Pairs &, int,
-                      uint32_t *) override {
-    return WasmResult::BadArgument;
+  // A callout to a cluster the driver serves waits for its answer ("calls",
+  // then "reply" or "fail"), delivered to this root context as Envoy's
+  // async client delivers it; one to any other cluster fails as Envoy's
+  // does for an unknown cluster. As in Envoy, :method, :path and
+  // :authority are required.
+  WasmResult httpCall(std::string_view cluster, const Pairs &headers, std::string_view body,
+                      const Pairs &, int timeout_ms, uint32_t *token) override {
+    if (!g_clusters.count(std::string(cluster))) return WasmResult::BadArgument;
+    Callout c{g_next_token++, this, std::string(cluster), std::string(body), {}, timeout_ms};
+    bool method = false, path = false, authority = false;
+    for (auto &[k, v] : headers) {
+      method |= k == ":method";
+      path |= k == ":path";
+      authority |= k == ":authority";
+      c.headers.emplace_back(std::string(k), std::string(v));
+    }
+    if (!method || !path || !authority) return WasmResult::BadArgument;
+    *token = c.token;
+    g_callouts_new.push_back(std::move(c));
+    return WasmResult::Ok;
   }
 
   WasmResult defineMetric(uint32_t type, std::string_view name, uint32_t *id) override {
@@ -294,6 +328,7 @@ public:
   void clearRouteCache() override {}
 
   Headers *map(WasmHeaderMapType type) {
+    if (type == WasmHeaderMapType::HttpCallResponseHeaders) return &g_call_headers;
     if (!stream) return nullptr;
     switch (type) {
     case WasmHeaderMapType::RequestHeaders:
@@ -417,6 +452,9 @@ BufferInterface *HostContext::getBuffer(WasmBufferType type) {
   case WasmBufferType::HttpResponseBody:
     if (!stream) return nullptr;
     body_ = BodyBuffer(&stream->body);
+    return &body_;
+  case WasmBufferType::HttpCallResponseBody:
+    body_ = BodyBuffer(&g_call_body);
     return &body_;
   default:
     return nullptr;
@@ -835,6 +873,42 @@ std::string handle(const std::string &line) {
     return decide(*s, s->parked);
   }
   if (cmd == "answer") return upstreamAnswer(in);
+  if (cmd == "cluster") {
+    g_clusters.insert(in.str());
+    return "ok";
+  }
+  if (cmd == "calls") {
+    // The calls made since the last listing: token, cluster, headers,
+    // body and timeout each.
+    std::string out = "calls " + std::to_string(g_callouts_new.size());
+    for (auto &c : g_callouts_new) {
+      out += " " + std::to_string(c.token) + " " + esc(c.cluster) + " " + encPairs(c.headers) + " " + esc(c.body) +
+             " " + std::to_string(c.timeout_ms);
+      g_callouts_out[c.token] = std::move(c);
+    }
+    g_callouts_new.clear();
+    return out;
+  }
+  if (cmd == "reply" || cmd == "fail") {
+    // reply TOKEN STATUS HEADERS BODY: the cluster answered; fail TOKEN:
+    // no response (a reset, a timeout), which Envoy reports with no
+    // headers and no body.
+    auto it = g_callouts_out.find(static_cast<uint32_t>(in.num()));
+    if (it == g_callouts_out.end()) return "err no such call";
+    Callout c = std::move(it->second);
+    g_callouts_out.erase(it);
+    g_call_headers.clear();
+    g_call_body.clear();
+    if (cmd == "reply") {
+      g_call_headers.emplace_back(":status", std::to_string(in.num()));
+      for (auto &kv : in.pairs()) g_call_headers.emplace_back(lower(kv.first), kv.second);
+      g_call_body = in.str();
+    }
+    c.root->onHttpCallResponse(c.token, g_call_headers.size(), g_call_body.size(), 0);
+    g_call_headers.clear();
+    g_call_body.clear();
+    return "ok";
+  }
   if (cmd == "tick") {
     size_t w = in.num();
     if (w >= g_workers.size() || !g_workers[w].host()->timer) return "ok 0";
