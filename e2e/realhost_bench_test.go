@@ -179,7 +179,7 @@ func TestRealHostLifecycleReport(t *testing.T) {
 	}
 	fmt.Fprint(&out, realHostGap(t, runs, ns, index))
 	if len(left) > 0 {
-		fmt.Fprintf(&out, "\nNot run in the real host (its driver serves no clusters for callouts): %s.\n", strings.Join(left, "; "))
+		fmt.Fprintf(&out, "\nNot run in the real host (the benchmark's driver serves no cluster for callouts): %s.\n", strings.Join(left, "; "))
 	}
 	t.Log("\n" + out.String())
 	if path := os.Getenv("SLUICE_BENCH_OUT_REALHOST"); path != "" {
