@@ -117,7 +117,8 @@ func (h *Stream) prepareLimit(i int, l *limitRuntime, arena []byte, shadows *sha
 	// A limit not enforced for this request is a shadow for it.
 	shadow := l.cfg.Shadow || h.roll.unenforced(i)
 	start := len(arena)
-	arena, k, o := h.limitKey(i, l, arena, shadow)
+	k := &p.keyed
+	arena, o := h.limitKey(i, l, arena, shadow, k)
 	if k.settled || o.kind != outAllow {
 		return arena[:start], o
 	}
@@ -170,12 +171,13 @@ type limitKeyed struct {
 	ok, settled bool
 }
 
-// limitKey appends limit i's key for the request to arena and finds the
-// table and rate that decide it, applying an unlimited or block override.
-func (h *Stream) limitKey(i int, l *limitRuntime, arena []byte, shadow bool) ([]byte, limitKeyed, outcome) {
+// limitKey appends limit i's key for the request to arena and finds, into
+// k, the table and rate that decide it, applying an unlimited or block
+// override.
+func (h *Stream) limitKey(i int, l *limitRuntime, arena []byte, shadow bool, k *limitKeyed) ([]byte, outcome) {
 	p := h.plugin
 	start := len(arena)
-	var k limitKeyed
+	*k = limitKeyed{}
 	if l.ext != nil {
 		switch {
 		case h.info.LookupAmbiguous:
@@ -184,14 +186,14 @@ func (h *Stream) limitKey(i int, l *limitRuntime, arena []byte, shadow bool) ([]
 		case h.ext.Skip:
 			l.metrics.allowed.Increment(1) // the service set no limit
 			k.settled = true
-			return arena, k, allow
+			return arena, allow
 		default:
 			arena, k.table, k.rate, k.ok = l.ext.appendBucketKey(arena, &h.ext, &h.info)
 		}
 		if h.trace != nil {
 			h.trace.traceKey(i, shadow, arena[start:], k.ok, "")
 		}
-		return arena, k, allow
+		return arena, allow
 	}
 	var overrideValue string
 	arena, overrideValue, k.ok = h.info.AppendKey(arena, l.cfg.Key, &p.cfg.ClientIP, l.cfg.OverrideBy)
@@ -204,19 +206,19 @@ func (h *Stream) limitKey(i int, l *limitRuntime, arena []byte, shadow bool) ([]
 	if k.ok && l.cfg.OverrideActions != nil {
 		// Unlimited and blocked values have no table of their own, so
 		// they are settled before the value becomes a rate's.
-		if o, done := overrideAction(l, overrideValue); done {
+		if o, done := overrideAction(p, l, overrideValue); done {
 			if h.trace != nil {
 				h.trace.Limits[i].Action = l.cfg.OverrideActions[overrideValue].String()
 			}
 			k.settled = true
-			return arena, k, o
+			return arena, o
 		}
 	}
 	// From here the override value is the configuration's own string (or
 	// ""), never the request's bytes, which the host may reuse once the
 	// callback returns.
 	k.table, k.rate, k.overrideValue = l.table(overrideValue)
-	return arena, k, allow
+	return arena, allow
 }
 
 // decideLocal decides the enforcing local limits in p.reqs together at
@@ -235,7 +237,7 @@ func (h *Stream) decideLocal(ns int64) outcome {
 		l.exportTableStats()
 	}
 	if !admitted {
-		return firstDenial(p.reqs, p.reqLim, results)
+		return p.firstDenial(p.reqs, p.reqLim, results)
 	}
 	best := -1
 	for i, res := range results {
@@ -254,7 +256,7 @@ func (h *Stream) decideLocal(ns int64) outcome {
 // is allowed without consuming anything; a blocked one is rejected as an
 // over-limit request (a shadow limit only counts it). Both are decided
 // before any limit consumes, so a rejection consumes from none.
-func overrideAction(l *limitRuntime, value string) (o outcome, done bool) {
+func overrideAction(p *Plugin, l *limitRuntime, value string) (o outcome, done bool) {
 	switch l.cfg.OverrideActions[value] {
 	case config.OverrideUnlimited:
 		l.metrics.allowed.Increment(1)
@@ -266,7 +268,8 @@ func overrideAction(l *limitRuntime, value string) (o outcome, done bool) {
 		}
 		// No capacity and no time after which it would pass: a delay
 		// action cannot help, so the denial is answered at once.
-		return outcome{kind: outDeny, limit: l, rule: "block"}, true
+		p.denial = denial{limit: l, blocked: true}
+		return outcome{kind: outDeny}, true
 	}
 	return allow, false
 }

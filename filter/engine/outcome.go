@@ -31,23 +31,40 @@ const (
 type outcome struct {
 	kind outcomeKind
 	wait waitKind
-	// limit and res are the denying limit and its result (outDeny), and
-	// rule the rate that decided, as the access log shows it.
+	// reply is the answer of an outReject. The refusal of an outDeny is
+	// the plugin's denial, which the pipeline reads before another stage
+	// runs: an outcome stays 16 bytes, which every stage returns by value
+	// (and Go on wasm copies anything larger with a bulk memory call).
+	reply *reply
+}
+
+// denial is a rate limit's refusal: the limit, its result, and the rate
+// that decided (the limit's own, an override's, or a service's answer),
+// which the access log shows as the rule.
+type denial struct {
 	limit *limitRuntime
 	res   limiter.Result
-	rule  string
-	// reply is the answer of an outReject.
-	reply *reply
+	lim   limiter.Limit
+	// blocked is a refusal of a value an override blocks: no rate decided.
+	blocked bool
+}
+
+// rule is the denial's rule as the access log shows it.
+func (d *denial) rule() string {
+	if d.blocked {
+		return "block"
+	}
+	return ruleOfLimit(d.lim)
 }
 
 // allow lets the request go on.
 var allow = outcome{}
 
-// deny is a denial by limit l with result res, at the rate lim (the
-// limit's own, an override's or a service's answer), which the access log
-// shows as the rule.
-func deny(l *limitRuntime, res limiter.Result, lim limiter.Limit) outcome {
-	return outcome{kind: outDeny, limit: l, res: res, rule: ruleOfLimit(lim)}
+// deny is a denial by limit l with result res at the rate lim, kept as
+// the plugin's one denial.
+func (p *Plugin) deny(l *limitRuntime, res limiter.Result, lim limiter.Limit) outcome {
+	p.denial = denial{limit: l, res: res, lim: lim}
+	return outcome{kind: outDeny}
 }
 
 // rejectWith answers the request with r.
@@ -85,14 +102,14 @@ const (
 
 // firstDenial is the denial of requests reqs of limits lims, decided
 // together with results.
-func firstDenial(reqs []limiter.Request, lims []*limitRuntime, results []limiter.Result) outcome {
+func (p *Plugin) firstDenial(reqs []limiter.Request, lims []*limitRuntime, results []limiter.Result) outcome {
 	for i, res := range results {
 		if !res.Allowed {
-			return deny(lims[i], res, reqs[i].Table.Limit())
+			return p.deny(lims[i], res, reqs[i].Table.Limit())
 		}
 	}
 	// AllowAll denies only through a result; be safe regardless.
-	return deny(lims[0], results[0], reqs[0].Table.Limit())
+	return p.deny(lims[0], results[0], reqs[0].Table.Limit())
 }
 
 // replyValues are what a reply's placeholders may insert.

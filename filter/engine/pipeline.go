@@ -171,12 +171,13 @@ func (h *Stream) settle(o outcome, now time.Time) Verdict {
 		}
 		return Continue
 	case outDeny:
-		if h.wait.delay.shape(o.limit, o.res, h.start, now) {
-			attribute(h.plugin.host.Stream, h.plugin.log, "delayed", o.limit.cfg.Name, o.rule)
+		d := &h.plugin.denial
+		if h.wait.delay.shape(d.limit, d.res, h.start, now) {
+			attribute(h.plugin.host.Stream, h.plugin.log, "delayed", d.limit.cfg.Name, d.rule())
 			h.plugin.park(h, waitDelay)
 			return Pause
 		}
-		r := h.rateLimited(o.limit, o.res, o.rule, now)
+		r := h.rateLimited(d.limit, d.res, d.rule(), now)
 		h.reject(r)
 	case outReject:
 		h.reject(o.reply)

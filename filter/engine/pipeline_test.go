@@ -165,7 +165,7 @@ func TestLimitsStageReturnsTheDenialAndSettleActsOnIt(t *testing.T) {
 	s.start = now
 	s.matchLimits()
 	o := s.decideLimits(now)
-	if o.kind != outDeny || o.limit == nil || o.limit.cfg.Name != "shaped" || o.res.Allowed || o.res.RetryAfter <= 0 {
+	if d := p.denial; o.kind != outDeny || d.limit == nil || d.limit.cfg.Name != "shaped" || d.res.Allowed || d.res.RetryAfter <= 0 {
 		t.Fatalf("outcome %+v, want a denial by shaped with a retry time", o)
 	}
 	if len(p.waiting) != 0 || len(f.Stream.Replies) != 0 || s.held() {

@@ -68,6 +68,14 @@ type Plugin struct {
 	request host.Request
 	log     host.Log
 	cfg     *config.Config
+	// denial is the refusal of the last outDeny outcome (outcome.go): a
+	// VM runs one callback at a time, and the pipeline reads it before
+	// another stage runs.
+	denial denial
+	// keyed is what limitKey found of the limit being prepared, here
+	// rather than returned: Go on wasm copies a struct this size with a
+	// bulk memory call.
+	keyed limitKeyed
 
 	limits      []*limitRuntime
 	breakers    []*breakerRuntime

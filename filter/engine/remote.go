@@ -175,7 +175,7 @@ func (h *Stream) startRemote(now time.Time) outcome {
 			continue
 		}
 		if !res.Allowed {
-			return deny(h.remote.localLim[i], res, r.Table.Limit())
+			return h.plugin.deny(h.remote.localLim[i], res, r.Table.Limit())
 		}
 	}
 	for i := range h.remote.reqs {
@@ -185,7 +185,7 @@ func (h *Stream) startRemote(now time.Time) outcome {
 		}
 		if until := b.DeniedUntil(&rr.k); until > ns {
 			b.Metrics.NegativeHits.Increment(1)
-			return deny(rr.l, rr.k.CachedDenial(ns, until), rr.k.Lim)
+			return h.plugin.deny(rr.l, rr.k.CachedDenial(ns, until), rr.k.Lim)
 		}
 	}
 	h.remote.starting = true
@@ -304,7 +304,7 @@ func (h *Stream) finishRemote(now time.Time) outcome {
 		switch rr.state {
 		case remoteDenied:
 			h.refund()
-			return deny(rr.l, rr.res, rr.k.Lim)
+			return h.plugin.deny(rr.l, rr.res, rr.k.Lim)
 		case remoteFailDeny:
 			h.refund()
 			return rejectWith(h.backendFailure(rr))
@@ -338,7 +338,7 @@ func (h *Stream) finishRemote(now time.Time) outcome {
 		}
 		if !admitted {
 			h.refund()
-			return firstDenial(reqs, lims, results)
+			return p.firstDenial(reqs, lims, results)
 		}
 	}
 	best, bestLim := limiter.Result{}, (*limitRuntime)(nil)
