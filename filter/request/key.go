@@ -166,6 +166,9 @@ func (r *Info) appendDerived(dst []byte, p config.KeyPart, clientCfg *config.Cli
 		// and WSGI upstreams hand REQUEST_METHOD on: "delete" and
 		// "DELETE" are one method to them, so one bucket here.
 		m := r.pseudo(NeedMethod)
+		if m == "" {
+			return dst, false // missing, as any empty part
+		}
 		for i := 0; i < len(m); i++ {
 			c := m[i]
 			if 'a' <= c && c <= 'z' {
