@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,7 +34,7 @@ func TestOfferSteps(t *testing.T) {
 	for i, st := range steps {
 		s.Offer(st.digest, "ignored", st.weight)
 		got := s.Entries(nil)
-		if !equalEntries(got, st.want) {
+		if !slices.Equal(got, st.want) {
 			t.Fatalf("step %d: offer %d×%d: got %+v, want %+v", i, st.digest, st.weight, got, st.want)
 		}
 	}
@@ -170,7 +171,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	want := s.Entries(nil)
 	b := Encode(nil, s.Total(), want)
 	got, total, err := Decode(nil, b, 4)
-	if err != nil || total != s.Total() || !equalEntries(got, want) {
+	if err != nil || total != s.Total() || !slices.Equal(got, want) {
 		t.Fatalf("decode: %v total %d entries %+v, want %d %+v", err, total, got, s.Total(), want)
 	}
 }
@@ -222,20 +223,8 @@ func FuzzDecode(f *testing.F) {
 		}
 		// What Decode accepts, Encode writes back the same way.
 		again, total2, err := Decode(nil, Encode(nil, total, got), k)
-		if err != nil || total2 != total || !equalEntries(again, got) {
+		if err != nil || total2 != total || !slices.Equal(again, got) {
 			t.Fatalf("re-encoded record reads %+v %d %v, want %+v %d", again, total2, err, got, total)
 		}
 	})
-}
-
-func equalEntries(a, b []Entry) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
