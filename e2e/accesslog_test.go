@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/envoy"
+	"github.com/sluice-proxy/sluice/internal/fixtures/bootstrap"
 	"github.com/sluice-proxy/sluice/internal/fixtures/echo"
 )
 
@@ -81,51 +82,28 @@ func TestAccessLogConfigRefused(t *testing.T) {
 		{`"%REQ(:PATH)"`, "not closed"},
 		{`"%REQ(:PATH):10%"`, "no length limit"},
 	} {
-		y := strings.Replace(accessLogBootstrap, "FORMAT", c.format, 1)
-		_, err := envoy.Load([]byte(y))
+		_, err := envoy.Load([]byte(accessLogBootstrap(c.format)))
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "access_log[0].typed_config.log_format.text_format_source.inline_string") {
 			t.Errorf("format %s: error %v, want %q at the format's path", c.format, err, c.want)
 		}
 	}
 }
 
-const accessLogBootstrap = `
-static_resources:
-  listeners:
-    - name: ingress
-      address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-      filter_chains:
-        - filters:
-            - name: envoy.filters.network.http_connection_manager
-              typed_config:
-                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-                stat_prefix: ingress_http
-                access_log:
-                  - name: envoy.access_loggers.file
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
-                      path: /dev/null
-                      log_format:
-                        text_format_source:
-                          inline_string: FORMAT
-                route_config:
-                  name: local_route
-                  virtual_hosts:
-                    - name: backend
-                      domains: ["*"]
-                      routes:
-                        - match: {prefix: "/"}
-                          route: {cluster: backend}
-                http_filters:
-                  - name: envoy.filters.http.router
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-    - name: backend
-      type: STATIC
-      load_assignment:
-        cluster_name: backend
-        endpoints:
-          - lb_endpoints:
-              - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8081}}}
-`
+// accessLogBootstrap is a listener whose file access log writes format
+// to /dev/null.
+func accessLogBootstrap(format string) string {
+	return bootstrap.Bootstrap{
+		Listener: bootstrap.Listener{
+			VirtualHosts: []bootstrap.VirtualHost{{Name: "backend", Domains: []string{"*"},
+				Routes: []bootstrap.Route{{Match: `prefix: "/"`, Action: "cluster: backend"}}}},
+			AccessLogs: []string{`- name: envoy.access_loggers.file
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+    path: /dev/null
+    log_format:
+      text_format_source:
+        inline_string: ` + format},
+		},
+		Clusters: []bootstrap.Cluster{{Name: "backend", Endpoints: []string{"127.0.0.1:8081"}}},
+	}.YAML()
+}
