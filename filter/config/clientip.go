@@ -22,7 +22,7 @@ func (p *parser) clientIP(o *object) ClientIP {
 		o.onlyWith("trusted_hops", `source "xff" or sources with "xff"`)
 	}
 	if c.Source == ClientIPHeader {
-		c.Header = o.requestHeaderName("header", `required with source "header"`)
+		c.Header = o.requestHeaderName("header", `required with source "header"`, "")
 	} else {
 		o.onlyWith("header", `source "header"`)
 	}

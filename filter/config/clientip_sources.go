@@ -55,7 +55,12 @@ func (p *parser) clientIPSources(o *object) []ClientIPFrom {
 		case s == "peer":
 			f.Kind = ClientIPPeer
 		case strings.HasPrefix(s, "header:") && headerToken(s[len("header:"):]):
-			f = ClientIPFrom{Kind: ClientIPHeader, Header: RequestHeaderName(s[len("header:"):])}
+			h, bad := requestHeader(s[len("header:"):], "")
+			if bad != "" {
+				p.errorf(ipath, item.Index, "%s", bad)
+				continue
+			}
+			f = ClientIPFrom{Kind: ClientIPHeader, Header: h}
 		default:
 			p.errorf(ipath, item.Index, `unknown source %s; want xff, header:<name> or peer`, Quote(s))
 			continue

@@ -23,10 +23,11 @@ func parseKeyPart(s string) (KeyPart, string) {
 		if !headerToken(name) {
 			return KeyPart{}, fmt.Sprintf("invalid header name %s", Quote(name))
 		}
-		if RequestHeaderName(name) == "host" {
-			return KeyPart{}, hostHeaderNever + `: use the key part "host"`
+		h, bad := requestHeader(name, `use the key part "host"`)
+		if bad != "" {
+			return KeyPart{}, bad
 		}
-		return KeyPart{Kind: KeyHeader, Header: RequestHeaderName(name)}, ""
+		return KeyPart{Kind: KeyHeader, Header: h}, ""
 	}
 	if part, err, ok := parseArgumentKeyPart(s); ok {
 		return part, err

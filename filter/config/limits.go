@@ -416,7 +416,7 @@ func (p *parser) cost(o *object, l *Limit) (path string, at int) {
 	}
 	c := o.child("cost", costFields...)
 	ch := &CostHeader{Default: 1}
-	ch.Header = c.requestHeaderName("header", "required")
+	ch.Header = c.requestHeaderName("header", "required", "")
 	if n, ok := c.integer("default", 1, maxCount); ok {
 		ch.Default = n
 	}

@@ -47,10 +47,7 @@ func (p *parser) match(o *object) Match {
 	}
 	p.objects(o, "headers", fieldsOf[wireHeaderMatch](), func(h *object) {
 		var hm HeaderMatch
-		hm.Name = h.requestHeaderName("name", "required")
-		if hm.Name == "host" {
-			h.errorf("name", "%s: use hosts", hostHeaderNever)
-		}
+		hm.Name = h.requestHeaderName("name", "required", "use hosts")
 		hm.ValueCondition = p.valueCondition(h, headerConditionFields...)
 		m.Headers = append(m.Headers, hm)
 	})

@@ -89,14 +89,32 @@ func (o *object) headerName(name, missing string) string {
 }
 
 // requestHeaderName reads a member naming a request header the filter
-// reads, as headerName does, in the spelling RequestHeaderName gives it.
-func (o *object) requestHeaderName(name, missing string) string {
-	return o.readHeaderName(name, missing, RequestHeaderName)
+// reads, as headerName does, in requestHeader's spelling; host is refused
+// there, instead saying what to use.
+func (o *object) requestHeaderName(name, missing, instead string) string {
+	h := o.readHeaderName(name, missing, RequestHeaderName)
+	if _, bad := requestHeader(h, instead); bad != "" {
+		o.errorf(name, "%s", bad)
+		return ""
+	}
+	return h
 }
 
-// hostHeaderNever is why a request header named host is refused: Envoy
-// moves Host into :authority, so no filter ever sees it.
-const hostHeaderNever = "Envoy moves the Host header into :authority, so a request header named host is never present"
+// requestHeader is the configured name s of a request header the filter
+// reads, in RequestHeaderName's spelling, or why it is refused: Envoy
+// moves Host into :authority, so no filter ever sees a header named host
+// (instead, when not empty, says what to use).
+func requestHeader(s, instead string) (name, bad string) {
+	name = RequestHeaderName(s)
+	if name != "host" {
+		return name, ""
+	}
+	bad = "Envoy moves the Host header into :authority, so a request header named host is never present"
+	if instead != "" {
+		bad += ": " + instead
+	}
+	return "", bad
+}
 
 // RequestHeaderName is how a configured name of a request header the
 // filter reads is kept: lower-cased, '_' as '-'. The filter reads a
