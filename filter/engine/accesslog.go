@@ -66,12 +66,18 @@ func ruleOfLimit(lim limiter.Limit) string {
 	return ruleText(lim.Algorithm, config.Rate{Limit: lim.Rate, Window: lim.Period, Burst: lim.Burst, Calendar: lim.Calendar, Offset: lim.Offset})
 }
 
-// baseRule is l's configured rule, for an outcome no rate decided (a
-// missing key, an unusable cost). It is rendered once, at the first such
-// outcome: a limit that refuses nothing costs none.
-func (l *limitRuntime) baseRule() string {
-	if l.rule == "" {
-		l.rule = ruleText(l.cfg.Algorithm, l.cfg.Rate)
+// ruleOf is l's rule at rate lim. It is rendered when a refusal first
+// needs it and kept for the next refusal at the same rate, so a flood of
+// refusals renders it once, and a limit that refuses nothing costs none.
+func (l *limitRuntime) ruleOf(lim limiter.Limit) string {
+	if l.rule == "" || l.ruleLim != lim {
+		l.rule, l.ruleLim = ruleOfLimit(lim), lim
 	}
 	return l.rule
+}
+
+// baseRule is l's configured rule, for an outcome no rate decided (a
+// missing key, an unusable cost).
+func (l *limitRuntime) baseRule() string {
+	return l.ruleOf(l.cfg.Rate.Limiter(l.cfg.Algorithm))
 }

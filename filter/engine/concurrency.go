@@ -45,8 +45,10 @@ const messageConcurrencyLimited = "Too many concurrent requests"
 
 // concurrencyRuntime is one configured concurrency limit in one VM.
 type concurrencyRuntime struct {
-	cfg   *config.ConcurrencyLimit
-	table *inflight.Table
+	cfg *config.ConcurrencyLimit
+	// ruleText is the limit's rule as the access log shows it.
+	ruleText string
+	table    *inflight.Table
 	// tallyKey is the shared-data record of every VM's in-flight total,
 	// for the in_flight gauge.
 	tallyKey string
@@ -89,7 +91,8 @@ func newConcurrencyRuntime(hc *host.Host, cfg *config.ConcurrencyLimit, index in
 	}
 	defineMaxInFlightGauge(hc.Metrics, cfg)
 	return &concurrencyRuntime{cfg: cfg, table: t, tallyKey: prefix + "total",
-		keyKinds: keyKindsOf(cfg.Key), metrics: defineConcurrencyMetrics(hc.Metrics, cfg.Name), log: hc.Log}, nil
+		keyKinds: keyKindsOf(cfg.Key), metrics: defineConcurrencyMetrics(hc.Metrics, cfg.Name), log: hc.Log,
+		ruleText: "max_in_flight " + strconv.FormatInt(cfg.MaxInFlight, 10)}, nil
 }
 
 // configureConcurrency builds the runtimes and starts the heartbeat.
@@ -284,6 +287,4 @@ func concurrencyLimitedBody(format config.Body, limitName string, status int) (c
 }
 
 // rule is the limit's rule as the access log shows it.
-func (c *concurrencyRuntime) rule() string {
-	return "max_in_flight " + strconv.FormatInt(c.cfg.MaxInFlight, 10)
-}
+func (c *concurrencyRuntime) rule() string { return c.ruleText }

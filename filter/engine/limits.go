@@ -23,7 +23,7 @@ func (h *Stream) evaluateShadows(shadows []limiter.Request, shadowLim []*limitRu
 		} else {
 			l.metrics.shadowLimited.Increment(1)
 			l.logRejection(h.plugin.log, "shadow_limited", res)
-			attribute(h.plugin.host.Stream, h.plugin.log, "shadow_limited", l.cfg.Name, ruleOfLimit(r.Table.Limit()))
+			attribute(h.plugin.host.Stream, h.plugin.log, "shadow_limited", l.cfg.Name, l.ruleOf(r.Table.Limit()))
 			h.charges.drop(l)
 			h.plugin.tellUpstream(l)
 		}

@@ -54,7 +54,7 @@ func (d *denial) rule() string {
 	if d.blocked {
 		return "block"
 	}
-	return ruleOfLimit(d.lim)
+	return d.limit.ruleOf(d.lim)
 }
 
 // allow lets the request go on.

@@ -254,9 +254,10 @@ type limitRuntime struct {
 	// headerConsts are the rate-limit header values that are the same on
 	// every response this limit decides at its configured rate.
 	headerConsts *quotaConsts
-	// rule is the configured rate as the access log shows it (ruleText),
-	// rendered at the limit's first refusal (ruleFor).
-	rule string
+	// rule is the rate ruleLim as the access log shows it, rendered by
+	// ruleOf for the last refusal that needed it.
+	rule    string
+	ruleLim limiter.Limit
 }
 
 // newLimitRuntime builds limit index; ratePath is the configuration path of

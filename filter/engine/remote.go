@@ -379,7 +379,7 @@ func (h *Stream) backendFailure(rr *remoteReq) *reply {
 	rr.l.logRejection(h.plugin.log, "backend_unavailable", limiter.Result{Limit: rr.k.Lim.Rate})
 	ct, body := rateLimitedBody(p.cfg.Response.Body, rr.l.cfg.Name, status, 0)
 	return &reply{kind: config.ReplyRateLimited, values: replyValues{limit: rr.l.cfg.Name, limitValue: rr.k.Lim.Rate, window: rr.l.cfg.Rate.Window},
-		status: status, contentType: ct, body: body, event: "backend_unavailable", rule: ruleOfLimit(rr.k.Lim)}
+		status: status, contentType: ct, body: body, event: "backend_unavailable", rule: rr.l.ruleOf(rr.k.Lim)}
 }
 
 // refund returns lease tokens held by a request that will not pass.
