@@ -72,7 +72,7 @@ var accessLogOperators = map[string]func(e *logEntry, arg string) (string, bool)
 		return e.resp.Details, e.resp.Details != ""
 	},
 	"FILTER_STATE": func(e *logEntry, arg string) (string, bool) {
-		v, ok := e.resp.FilterState[strings.TrimSuffix(arg, ":PLAIN")]
+		v, ok := e.resp.FilterState[arg] // the name, its :PLAIN cut at load
 		return v, ok
 	},
 	"PROTOCOL": func(*logEntry, string) (string, bool) { return "HTTP/1.1", true },
@@ -160,8 +160,12 @@ func parseLogFormat(text string) ([]logPart, error) {
 		if _, ok := accessLogOperators[op]; !ok {
 			return nil, fmt.Errorf("command operator %%%s%% is not supported by the stand-in", op)
 		}
-		if op == "FILTER_STATE" && !strings.HasSuffix(arg, ":PLAIN") {
-			return nil, fmt.Errorf("%%FILTER_STATE(%s)%%: the stand-in writes filter state only as :PLAIN", arg)
+		if op == "FILTER_STATE" {
+			name, plain := strings.CutSuffix(arg, ":PLAIN")
+			if !plain {
+				return nil, fmt.Errorf("%%FILTER_STATE(%s)%%: the stand-in writes filter state only as :PLAIN", arg)
+			}
+			arg = name
 		}
 		parts = append(parts, logPart{op: op, arg: arg})
 		text = text[j+1:]
