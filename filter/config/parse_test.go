@@ -317,6 +317,7 @@ var badCases = []badCase{
 	{name: "header host as a key", in: lim(`, "key": ["header:Host"]`), want: []string{`limits[0].key[0]: Envoy moves the Host header into :authority, so a request header named host is never present: use the key part "host"`}, schemaAccepts: true},
 	{name: "header host in a match", in: lim(`, "match": {"headers": [{"name": "host", "present": true}]}`), want: []string{`limits[0].match.headers[0].name: Envoy moves the Host header into :authority, so a request header named host is never present: use hosts`}, schemaAccepts: true},
 	{name: "header host as a cost", in: lim(`, "cost": {"header": "Host"}`), want: []string{`limits[0].cost.header: Envoy moves the Host header into :authority, so a request header named host is never present`}, schemaAccepts: true},
+	{name: "backend authority with a line break", in: `{"limits":[{"name":"g","requests_per_second":1,"mode":"global"}],"backend":{"cluster":"webdis","authority":"a\r\nx-injected: 1"}}`, want: []string{`backend.authority: must be a host, optionally with :port: visible ASCII without /, ?, #, @ or \, as an HTTP/2 :authority carries it`}, schemaAccepts: true},
 	{name: "byte order mark", in: "\xef\xbb\xbf{}", want: []string{"invalid JSON at byte 0: the document starts with a UTF-8 byte order mark, which JSON does not allow (RFC 8259 section 8.1): save it without one"}},
 	{name: "unknown top field", in: `{"limit": []}`, want: []string{"limit: unknown field"}},
 	// Numbers beyond float64 are valid JSON: the field check names them.

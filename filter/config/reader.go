@@ -151,12 +151,29 @@ func (o *object) clusterAuthority() (cluster, authority string) {
 	}
 	authority = cluster
 	if s, ok := o.str("authority"); ok {
-		if s == "" {
+		switch {
+		case s == "":
 			o.errorf("authority", "must not be empty; omit it to use the cluster name")
+		case !authorityText(s):
+			o.errorf("authority", "must be a host, optionally with :port: visible ASCII without /, ?, #, @ or \\, as an HTTP/2 :authority carries it")
 		}
 		authority = s
 	}
 	return cluster, authority
+}
+
+// authorityText reports whether s can be sent as an :authority: visible
+// ASCII, none of the characters that end or qualify a host in a URI.
+// Anything else (a CR or LF above all) would be a header injection in the
+// callout, or a call Envoy's codec refuses every time.
+func authorityText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("/?#@\\", c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // objects parses each entry of the optional array member name as an object
